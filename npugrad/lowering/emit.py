@@ -1,0 +1,216 @@
+"""An IR builder for the loop-level lowerings: constants hoisted above the op, loop nests as
+context managers, loads that widen to float32 and stores that round once to the stored type.
+
+    e = Emitter.before(op)
+    n = e.dim(x, 0)
+    with e.loop(n) as i:
+        v = e.load_f32(x, [i])
+        e.store_f32(e.mul(v, v), y, [i])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from xdsl.builder import Builder
+from xdsl.dialects import arith, math, memref, scf
+from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
+    FloatAttr,
+    IndexType,
+    IntegerAttr,
+    IntegerType,
+    MemRefType,
+    Signedness,
+    UnrealizedConversionCastOp,
+    f32,
+    i1,
+)
+from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.rewriter import InsertPoint
+
+from npugrad import dtypes
+
+index = IndexType()
+
+
+class Emitter:
+    def __init__(self, builder: Builder, hoist_point: InsertPoint):
+        self.b = builder
+        self._hoist = Builder(hoist_point)
+        self._consts: dict[tuple[object, str], SSAValue] = {}
+        self._dims: dict[tuple[SSAValue, int], SSAValue] = {}
+
+    @classmethod
+    def before(cls, op: Operation) -> Emitter:
+        return cls(Builder(InsertPoint.before(op)), InsertPoint.before(op))
+
+    def add(self, op: Operation) -> SSAValue:
+        self.b.insert(op)
+        return op.results[0] if op.results else None  # type: ignore[return-value]
+
+    # -- constants and shapes (hoisted so that loop bodies stay readable) ---------------------
+    def const(self, value: int | float | bool, type_: Attribute) -> SSAValue:
+        key = (value, str(type_))
+        if key not in self._consts:
+            if isinstance(type_, IntegerType | IndexType):
+                attr = IntegerAttr(int(value), type_)
+            else:
+                attr = FloatAttr(float(value), type_)
+            op = arith.ConstantOp(attr, type_)
+            self._hoist.insert(op)
+            self._consts[key] = op.result
+        return self._consts[key]
+
+    def idx(self, value: int) -> SSAValue:
+        return self.const(value, index)
+
+    def f32(self, value: float) -> SSAValue:
+        return self.const(value, f32)
+
+    def dim(self, ref: SSAValue, axis: int) -> SSAValue:
+        t = ref.type
+        assert isinstance(t, MemRefType)
+        size = t.get_shape()[axis]
+        if size != DYNAMIC_INDEX:
+            return self.idx(size)
+        if (ref, axis) not in self._dims:
+            op = memref.DimOp.from_source_and_index(ref, self.idx(axis))
+            self._hoist.insert(op)
+            self._dims[(ref, axis)] = op.result
+        return self._dims[(ref, axis)]
+
+    def dims(self, ref: SSAValue) -> list[SSAValue]:
+        assert isinstance(ref.type, MemRefType)
+        return [self.dim(ref, a) for a in range(ref.type.get_num_dims())]
+
+    def numel(self, ref: SSAValue) -> SSAValue:
+        n = self.idx(1)
+        for i, d in enumerate(self.dims(ref)):
+            n = d if i == 0 else self.muli(n, d)
+        return n
+
+    # -- control flow -----------------------------------------------------------------------
+    @contextmanager
+    def loop(
+        self, ub: SSAValue, lb: SSAValue | None = None, step: SSAValue | None = None
+    ) -> Iterator[SSAValue]:
+        """`scf.for %i = lb to ub step step`; the body is what is emitted inside the block."""
+        body = Block(arg_types=[index])
+        loop = scf.ForOp(lb or self.idx(0), ub, step or self.idx(1), [], body)
+        self.b.insert(loop)
+        outer = self.b.insertion_point
+        self.b.insertion_point = InsertPoint.at_end(body)
+        try:
+            yield body.args[0]
+            self.b.insert(scf.YieldOp())
+        finally:
+            self.b.insertion_point = outer
+
+    @contextmanager
+    def loop_nest(self, ubs: Sequence[SSAValue]) -> Iterator[list[SSAValue]]:
+        """A perfect nest over [0, ub) for each bound; yields the induction variables."""
+        if not ubs:
+            yield []
+            return
+        with self.loop(ubs[0]) as i, self.loop_nest(ubs[1:]) as rest:
+            yield [i, *rest]
+
+    @contextmanager
+    def if_(self, cond: SSAValue) -> Iterator[None]:
+        then = Block()
+        op = scf.IfOp(cond, [], [then])
+        self.b.insert(op)
+        outer = self.b.insertion_point
+        self.b.insertion_point = InsertPoint.at_end(then)
+        try:
+            yield
+            self.b.insert(scf.YieldOp())
+        finally:
+            self.b.insertion_point = outer
+
+    # -- memory -------------------------------------------------------------------------------
+    def load(self, ref: SSAValue, indices: Sequence[SSAValue]) -> SSAValue:
+        value = self.add(memref.LoadOp.get(ref, indices))
+        t = value.type
+        if isinstance(t, IntegerType) and t.signedness.data != Signedness.SIGNLESS:
+            # arith works on signless integers; the bits are the same.
+            value = self.add(UnrealizedConversionCastOp.get([value], [IntegerType(t.width.data)]))
+        return value
+
+    def load_f32(self, ref: SSAValue, indices: Sequence[SSAValue]) -> SSAValue:
+        return self.to_f32(self.load(ref, indices))
+
+    def store(self, value: SSAValue, ref: SSAValue, indices: Sequence[SSAValue]) -> None:
+        self.add(memref.StoreOp.get(value, ref, indices))
+
+    def store_f32(self, value: SSAValue, ref: SSAValue, indices: Sequence[SSAValue]) -> None:
+        """Store a float32 value, rounded once (to nearest even) to the element type of `ref`."""
+        self.store(self.from_f32(value, ref.type.element_type), ref, indices)  # type: ignore[attr-defined]
+
+    def zeros(self, ref: SSAValue) -> None:
+        zero = self.const(0.0, ref.type.element_type)  # type: ignore[attr-defined]
+        with self.loop_nest(self.dims(ref)) as ivs:
+            self.store(zero, ref, ivs)
+
+    # -- conversions --------------------------------------------------------------------------
+    def to_f32(self, value: SSAValue) -> SSAValue:
+        t = value.type
+        if t == f32:
+            return value
+        if dtypes.is_float(t):
+            return self.add(arith.ExtFOp(value, f32))
+        raise TypeError(f"not a float: {t}")
+
+    def from_f32(self, value: SSAValue, type_: Attribute) -> SSAValue:
+        return value if type_ == f32 else self.add(arith.TruncFOp(value, type_))
+
+    def int_to_index(self, value: SSAValue, unsigned: bool = False) -> SSAValue:
+        if unsigned:
+            value = self.add(arith.ExtUIOp(value, IntegerType(64)))
+        return self.add(arith.IndexCastOp(value, index))
+
+    def index_to_f32(self, value: SSAValue) -> SSAValue:
+        as_int = self.add(arith.IndexCastOp(value, IntegerType(64)))
+        return self.add(arith.SIToFPOp(as_int, f32))
+
+    # -- arithmetic ---------------------------------------------------------------------------
+    def addf(self, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.add(arith.AddfOp(a, b))
+
+    def subf(self, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.add(arith.SubfOp(a, b))
+
+    def mulf(self, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.add(arith.MulfOp(a, b))
+
+    def divf(self, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.add(arith.DivfOp(a, b))
+
+    def maxf(self, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.add(arith.MaximumfOp(a, b))
+
+    def exp(self, a: SSAValue) -> SSAValue:
+        return self.add(math.ExpOp(a))
+
+    def sqrt(self, a: SSAValue) -> SSAValue:
+        return self.add(math.SqrtOp(a))
+
+    def addi(self, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.add(arith.AddiOp(a, b))
+
+    def muli(self, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.add(arith.MuliOp(a, b))
+
+    def cmpi(self, a: SSAValue, b: SSAValue, predicate: str) -> SSAValue:
+        return self.add(arith.CmpiOp(a, b, predicate))
+
+    def andi(self, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.add(arith.AndIOp(a, b))
+
+    def select(self, cond: SSAValue, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.add(arith.SelectOp(cond, a, b))
+
+    def true(self) -> SSAValue:
+        return self.const(True, i1)

@@ -1,0 +1,61 @@
+"""Loop-level IR → LLVM dialect → LLVM IR, with the upstream MLIR pass pipeline.
+
+xDSL prints the loop-level module; upstream MLIR parses it, runs the standard conversions, and
+translates the LLVM dialect to LLVM IR text. (xDSL cannot parse upstream's LLVM dialect output,
+so everything after the loops stage stays on the upstream side.)
+"""
+
+from __future__ import annotations
+
+from npugrad.lowering.mlir_bindings import ir, passmanager, translate_module_to_llvmir
+
+# Every func gets a C interface (`_mlir_ciface_<name>`) taking pointers to memref descriptors.
+TO_LLVM_PASSES = (
+    "canonicalize",
+    "cse",
+    "convert-scf-to-cf",
+    # bf16 has no native arithmetic here: expand its extf/truncf into integer ops (RNE).
+    "arith-expand{include-bf16=true}",
+    "convert-math-to-llvm",
+    "expand-strided-metadata",
+    "lower-affine",
+    "finalize-memref-to-llvm",
+    "convert-arith-to-llvm",
+    "convert-index-to-llvm",
+    "convert-func-to-llvm",
+    "convert-cf-to-llvm",
+    "reconcile-unrealized-casts",
+)
+
+
+class LoweringError(RuntimeError):
+    """The upstream pipeline rejected a module (its diagnostics are in the message)."""
+
+
+def _parse(ctx, text: str):
+    try:
+        return ir.Module.parse(text)
+    except ir.MLIRError as e:  # type: ignore[attr-defined]
+        raise LoweringError(f"upstream MLIR could not parse the module: {e}") from None
+
+
+def to_llvm_dialect(loops_mlir: str) -> str:
+    """The LLVM-dialect module (upstream's textual form) for a loop-level module."""
+    with ir.Context() as ctx, ir.Location.unknown():
+        module = _parse(ctx, loops_mlir)
+        for op in module.body.operations:
+            if op.operation.name == "func.func":
+                op.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
+        pm = passmanager.PassManager.parse(f"builtin.module({','.join(TO_LLVM_PASSES)})")
+        try:
+            pm.run(module.operation)
+        except ir.MLIRError as e:  # type: ignore[attr-defined]
+            raise LoweringError(f"lowering to the LLVM dialect failed: {e}") from None
+        return str(module)
+
+
+def to_llvm_ir(llvm_dialect_mlir: str) -> str:
+    """LLVM IR text for an LLVM-dialect module."""
+    with ir.Context() as ctx, ir.Location.unknown():
+        module = _parse(ctx, llvm_dialect_mlir)
+        return translate_module_to_llvmir(module.operation)

@@ -1,0 +1,18 @@
+"""Every pass npugrad registers with its drivers (`npugrad-opt`, and `xdsl-opt` via the universe)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from xdsl.passes import ModulePass
+
+
+def _convert_grad_to_loops() -> type[ModulePass]:
+    from npugrad.lowering.grad_to_loops import ConvertGradToLoopsPass
+
+    return ConvertGradToLoopsPass
+
+
+ALL_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
+    "convert-grad-to-loops": _convert_grad_to_loops,
+}

@@ -1,0 +1,50 @@
+"""A compiled module: every `func.func` of it, callable with NumPy arrays."""
+
+from __future__ import annotations
+
+import numpy as np
+from xdsl.dialects import func
+from xdsl.dialects.builtin import MemRefType, ModuleOp, NoneAttr, StridedLayoutAttr
+
+from npugrad import dtypes
+from npugrad.runtime.jit import JitModule
+from npugrad.runtime.kernel import Kernel, MemRefSpec
+
+
+def _spec(name: str, t) -> MemRefSpec:
+    if not isinstance(t, MemRefType):
+        raise TypeError(f"argument '{name}' has type {t}; kernels take memrefs only")
+    layout = t.layout
+    if isinstance(layout, NoneAttr):
+        strides = None
+    elif isinstance(layout, StridedLayoutAttr):
+        strides = tuple(None if s is None else s for s in layout.get_strides())
+        offset = layout.get_offset()
+        if offset not in (None, 0):
+            raise TypeError(f"argument '{name}' has a static non-zero offset ({t}); arrays start at offset 0")
+    else:
+        raise TypeError(f"argument '{name}' has layout {layout}; only identity and strided layouts are supported")
+    shape = tuple(None if d < 0 else d for d in t.get_shape())
+    return MemRefSpec(name, np.dtype(dtypes.to_numpy(t.element_type)), shape, strides)
+
+
+def signatures(module: ModuleOp) -> dict[str, list[MemRefSpec]]:
+    """The argument specs of every function in the module, named after the SSA names if any."""
+    result = {}
+    for op in module.walk():
+        if isinstance(op, func.FuncOp) and not op.is_declaration:
+            args = op.body.block.args
+            result[op.sym_name.data] = [
+                _spec(a.name_hint or f"arg{i}", a.type) for i, a in enumerate(args)
+            ]
+    return result
+
+
+class Executable:
+    def __init__(self, llvm_ir: str, sigs: dict[str, list[MemRefSpec]]):
+        self.llvm_ir = llvm_ir
+        self._jit = JitModule(llvm_ir)
+        self.kernels = {name: Kernel(self._jit, name, specs) for name, specs in sigs.items()}
+
+    def __getitem__(self, name: str) -> Kernel:
+        return self.kernels[name]

@@ -1,0 +1,68 @@
+"""Validate NumPy arrays against an op's rules, then run the op's specialised kernel on them.
+
+This is the path every API call takes: the same metadata rules as the dialect's verifier (on the
+concrete shapes), then value checks done by the caller, then a cached kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from npugrad.compiler import Pipeline
+from npugrad.dialect import GradOp
+from npugrad.dialect.checks import Checker, SignatureTypeError
+from npugrad.runtime.specialize import OperandClass, compile_op
+
+
+def defaults(op_cls: type[GradOp]) -> dict[str, int | float | bool]:
+    """The op's property defaults as Python values."""
+    values = {}
+    for name, prop in op_cls.get_irdl_definition().properties.items():
+        attr = prop.default_value
+        if attr is None or name == "operandSegmentSizes":
+            continue
+        data = attr.value.data  # type: ignore[attr-defined]
+        values[name] = data != 0 if getattr(attr.type, "width", None) is not None and attr.type.width.data == 1 else data  # type: ignore[attr-defined]
+    return values
+
+
+def as_input(op: str, name: str, value) -> np.ndarray:
+    """An input operand as an ndarray (lists and scalars are accepted; the dtype is kept)."""
+    if isinstance(value, np.ndarray):
+        return value
+    if isinstance(value, np.generic | int | float | bool | list | tuple):
+        return np.asarray(value)
+    raise SignatureTypeError(f"{op}: parameter '{name}' must be a numpy array, got {type(value).__name__}")
+
+
+def check(op_cls: type[GradOp], arrays: Mapping[str, np.ndarray | None], props: Mapping) -> dict:
+    """Run the op's metadata rules on the arrays; return the full property values."""
+    full = {**defaults(op_cls), **props}
+    present = {k: v for k, v in arrays.items() if v is not None}
+    checker = Checker(
+        f"{op_cls.short_name()}:",
+        "parameter",
+        {k: v.shape for k, v in present.items()},
+        {k: str(v.dtype) for k, v in present.items()},
+        full,
+    )
+    op_cls.check(checker)
+    return full
+
+
+def launch(
+    op_cls: type[GradOp],
+    arrays: Mapping[str, np.ndarray | None],
+    props: Mapping[str, int | float | bool],
+    *,
+    static_shapes: bool = False,
+    pipeline: Pipeline | None = None,
+) -> None:
+    """Compile (or reuse) the kernel for these arrays' class and run it. Arrays must already
+    have passed `check` and the op's value checks."""
+    present = {k: v for k, v in arrays.items() if v is not None}
+    classes = {k: OperandClass.of(v, static_shapes) for k, v in present.items()}
+    kernel = compile_op(op_cls, classes, dict(props), pipeline)
+    kernel(*[present[n] for n in op_cls.operand_names() if n in present])

@@ -1,0 +1,113 @@
+"""One op, specialised to operand dtypes, shapes and attribute values, as a module with one
+function, compiled and cached.
+
+The cache key is (op, each operand's dtype/rank/layout class and sizes or dynamic-shape class,
+attribute values, pipeline): a second call with the same key reuses the machine code.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from xdsl.dialects import func
+from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
+    Float64Type,
+    FloatAttr,
+    IntegerAttr,
+    IntegerType,
+    MemRefType,
+    ModuleOp,
+    StridedLayoutAttr,
+)
+from xdsl.ir import Attribute, Block, Region
+
+from npugrad import dtypes
+from npugrad.compiler import Pipeline
+from npugrad.dialect import GradOp
+from npugrad.runtime.executable import Executable, signatures
+from npugrad.runtime.kernel import Kernel
+
+
+@dataclass(frozen=True)
+class OperandClass:
+    """What a kernel is specialised to for one operand."""
+
+    dtype: str
+    shape: tuple[int | None, ...]  # None: dynamic
+    strided: bool  # any strides (else C-contiguous)
+
+    @classmethod
+    def of(cls, array: np.ndarray, static: bool) -> OperandClass:
+        shape = tuple(array.shape) if static else (None,) * array.ndim
+        return cls(str(array.dtype), shape, not array.flags.c_contiguous)
+
+    def memref_type(self) -> MemRefType:
+        shape = [DYNAMIC_INDEX if d is None else d for d in self.shape]
+        element = dtypes.to_mlir(self.dtype)
+        if self.strided and shape:
+            return MemRefType(element, shape, StridedLayoutAttr([None] * len(shape), None))
+        return MemRefType(element, shape)
+
+
+def _property(value: int | float | bool, declared: Attribute | None) -> Attribute:
+    if isinstance(value, bool | np.bool_):
+        return IntegerAttr(-1 if value else 0, IntegerType(1))
+    if isinstance(declared, FloatAttr) or isinstance(value, float):
+        return FloatAttr(float(value), Float64Type())
+    return IntegerAttr(int(value), 64)
+
+
+def build_module(
+    op_cls: type[GradOp], operands: Mapping[str, OperandClass], props: Mapping[str, int | float | bool]
+) -> ModuleOp:
+    """`func.func @<op>(<operands in op order>) { grad.<op> ...; return }`."""
+    names = [n for n in op_cls.operand_names() if n in operands]
+    block = Block(arg_types=[operands[n].memref_type() for n in names])
+    for arg, name in zip(block.args, names):
+        arg.name_hint = name
+    values = dict(zip(names, block.args))
+    op_def = op_cls.get_irdl_definition()
+    declared = dict(op_def.properties)
+    properties = {
+        k: _property(v, declared[k].default_value if k in declared else None) for k, v in props.items()
+    }
+    order = [name for name, _ in op_def.operands]
+    op = op_cls.build(operands=[values.get(n) for n in order], properties=properties)
+    block.add_ops([op, func.ReturnOp()])
+    fn = func.FuncOp(op_cls.short_name(), ([a.type for a in block.args], []), Region(block))
+    return ModuleOp([fn])
+
+
+_CACHE: dict[tuple, Kernel] = {}
+_LOCK = threading.Lock()
+
+
+def compile_op(
+    op_cls: type[GradOp],
+    operands: Mapping[str, OperandClass],
+    props: Mapping[str, int | float | bool],
+    pipeline: Pipeline | None = None,
+) -> Kernel:
+    """The kernel for this specialisation, compiled on first use. Its arguments are the present
+    operands in the op's operand order."""
+    pipeline = pipeline or Pipeline()
+    key = (op_cls, tuple(sorted(operands.items())), tuple(sorted(props.items())), pipeline.key())
+    kernel = _CACHE.get(key)
+    if kernel is not None:
+        return kernel
+    with _LOCK:
+        if key not in _CACHE:
+            module = build_module(op_cls, operands, props)
+            module.verify()
+            sigs = signatures(module)
+            llvm_ir = pipeline.lower(module, "llvm-ir")
+            _CACHE[key] = Executable(llvm_ir, sigs)[op_cls.short_name()]
+        return _CACHE[key]
+
+
+def operand_order(op_cls: type[GradOp], present: Sequence[str]) -> list[str]:
+    return [n for n in op_cls.operand_names() if n in present]

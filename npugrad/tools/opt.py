@@ -1,0 +1,160 @@
+"""npugrad-opt: an xdsl-opt with npugrad's dialects and passes, and a stage ladder.
+
+    npugrad-opt examples/bce_grad.mlir --stage loops      # print the IR at a stage
+    npugrad-opt examples/bce_grad.mlir --stage run        # compile, run on random inputs, check
+    npugrad-opt bad.mlir --verify-diagnostics --split-input-file   # expected-error annotations
+
+Errors are reported as `file:line:col: error: message` with a non-zero exit, never a traceback
+(set NPUGRAD_TRACEBACK=1 to see one for an internal error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import time
+from collections.abc import Sequence
+
+import numpy as np
+from xdsl.passes import ModulePass
+from xdsl.utils.exceptions import ParseError, VerifyException
+from xdsl.xdsl_opt_main import xDSLOptMain
+
+from npugrad.compiler import STAGES, CompileError, Diagnostic, Pipeline, make_context, parse, verify
+from npugrad.lowering.to_llvm import LoweringError
+from npugrad.passes import ALL_PASSES
+from npugrad.runtime.executable import Executable, signatures
+from npugrad.runtime.jit import JitError
+from npugrad.tools import run as runner
+
+EXPECTED = re.compile(r"//\s*expected-error(?:@([+-]\d+))?\s*\{\{(.*?)\}\}")
+
+
+class NpugradOptMain(xDSLOptMain):
+    def __init__(self, args: Sequence[str] | None = None):
+        super().__init__(description="npugrad modular optimizer driver", args=args)
+        self.ctx = make_context()
+
+    def register_all_passes(self) -> None:
+        super().register_all_passes()
+        for name, factory in ALL_PASSES.items():
+            self.register_pass(name, factory)
+
+    def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
+        super().register_all_arguments(arg_parser)
+        arg_parser.add_argument(
+            "--stage",
+            choices=(*STAGES, "run"),
+            default=None,
+            help="stop the pipeline at this stage and print its IR ('run' compiles and runs the module)",
+        )
+        arg_parser.add_argument("--entry", default=None, help="function to run (--stage run)")
+        arg_parser.add_argument("--inputs", default=None, help=".npz with one array per argument (--stage run)")
+        arg_parser.add_argument("--outputs", default=None, help="save all arguments after the run to this .npz")
+        arg_parser.add_argument("--seed", type=int, default=0, help="seed for random inputs (--stage run)")
+
+    # -- one chunk ------------------------------------------------------------------------------
+    def _process(self, text: str, name: str) -> str:
+        module = parse(text, name, self.ctx)
+        if self.args.passes:
+            self.pipeline.apply(self.ctx, module)
+            verify(module, text)
+        stage = self.args.stage
+        if stage is None:
+            return self.output_resulting_program(module)
+        if stage == "run":
+            return self._run(module)
+        result = Pipeline().lower(module, stage, self.ctx)
+        return str(result) + "\n" if isinstance(result, str) else self.output_resulting_program(result)
+
+    def _run(self, module) -> str:
+        entry, specs, arrays, found = runner.prepare_inputs(module, self.args.entry, self.args.inputs, self.args.seed)
+        sigs = signatures(module)
+        start = time.perf_counter()
+        llvm_ir = Pipeline().lower(module, "llvm-ir", self.ctx)
+        executable = Executable(llvm_ir, sigs)
+        report = runner.run(executable, entry, specs, arrays, found, time.perf_counter() - start)
+        if self.args.outputs:
+            np.savez(self.args.outputs, **report.outputs)
+        if not report.ok:
+            raise CompileError([Diagnostic(self.get_input_name(), 0, 0, "results do not match the reference:\n" + str(report))])
+        return str(report) + "\n"
+
+    def _diagnose(self, text: str, name: str) -> tuple[str, list[Diagnostic]]:
+        try:
+            return self._process(text, name), []
+        except CompileError as e:
+            return "", e.diagnostics
+        except (ParseError, VerifyException, LoweringError, JitError, runner.RunError, ValueError, TypeError) as e:
+            # Raised by a user pass pipeline or a later stage: no location beyond the file.
+            return "", [Diagnostic(name, 0, 0, str(e).strip())]
+
+    def run(self) -> None:
+        f, _ = self.get_input_stream()
+        source = f.read().decode("utf-8", "replace")
+        f.close()
+        name = self.get_input_name()
+        chunks = source.split("// -----") if self.args.split_input_file else [source]
+        out = self.prepare_output()
+        failed = False
+        line_offset = 0
+        for i, chunk in enumerate(chunks):
+            text = "\n" * line_offset + chunk  # keeps line numbers those of the whole file
+            line_offset += chunk.count("\n")
+            output, diagnostics = self._diagnose(text, name)
+            if i > 0:
+                out.write("// -----\n")
+            out.write(output)
+            if self.args.verify_diagnostics:
+                for d in diagnostics:
+                    print(d, file=out)
+                failed |= not _check_expected(text, diagnostics, name)
+            elif diagnostics:
+                for d in diagnostics:
+                    print(d, file=sys.stderr)
+                failed = True
+        out.flush()
+        if out is not sys.stdout:
+            out.close()
+        sys.exit(1 if failed else 0)
+
+
+def _check_expected(text: str, diagnostics: list[Diagnostic], name: str) -> bool:
+    """MLIR's -verify-diagnostics: every `expected-error` is produced on its line, and no other."""
+    expected = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        for m in EXPECTED.finditer(line):
+            expected.append([number + int(m.group(1) or 0), m.group(2), False])
+    ok = True
+    for d in diagnostics:
+        match = next((e for e in expected if not e[2] and e[0] == d.line and e[1] in d.message), None)
+        if match is None:
+            print(f"{name}:{d.line}:{d.column}: error: unexpected error: {d.message}", file=sys.stderr)
+            ok = False
+        else:
+            match[2] = True
+    for line, message, seen in expected:
+        if not seen:
+            print(f"{name}:{line}: error: expected error \"{message}\" was not produced", file=sys.stderr)
+            ok = False
+    return ok
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    try:
+        NpugradOptMain(argv).run()
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except SystemExit:
+        raise
+    except Exception as e:  # a bug in npugrad: say so in one line, not a traceback
+        if os.environ.get("NPUGRAD_TRACEBACK"):
+            raise
+        print(f"npugrad-opt: internal error: {type(e).__name__}: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

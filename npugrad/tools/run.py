@@ -1,0 +1,125 @@
+"""Run one function of a module on random or `.npz` inputs and check it against the reference.
+
+Used by `npugrad-opt --stage run`. When the function's body is a single `grad` op whose operands
+are the function's arguments, inputs are drawn from the op's valid domain (indices in range,
+probabilities in (0, 1), ...), pure outputs start as NaN (so an element the kernel forgets to
+write shows up), and every output is compared with the NumPy reference.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+
+from npugrad.dialect import GradOp
+from npugrad.reference import harness
+from npugrad.runtime.executable import Executable, signatures
+from npugrad.runtime.kernel import MemRefSpec
+
+
+class RunError(ValueError):
+    """The module cannot be run as asked (no such function, dynamic shapes without inputs...)."""
+
+
+@dataclass
+class RunReport:
+    lines: list[str]
+    ok: bool
+    outputs: dict[str, np.ndarray]
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines)
+
+
+def _entry(module: ModuleOp, name: str | None) -> func.FuncOp:
+    funcs = [op for op in module.walk() if isinstance(op, func.FuncOp) and not op.is_declaration]
+    if name is not None:
+        for f in funcs:
+            if f.sym_name.data == name:
+                return f
+        raise RunError(f"no function @{name} in the module (have: {', '.join('@' + f.sym_name.data for f in funcs)})")
+    if len(funcs) != 1:
+        raise RunError(f"the module has {len(funcs)} functions; choose one with --entry")
+    return funcs[0]
+
+
+def _single_grad_op(f: func.FuncOp) -> tuple[GradOp, dict[str, int]] | None:
+    """The function's only grad op, with operand name → argument position, if it has one."""
+    ops = [op for op in f.walk() if isinstance(op, GradOp)]
+    if len(ops) != 1:
+        return None
+    op = ops[0]
+    args = list(f.body.block.args)
+    roles = {}
+    for name in op.operand_names():
+        value = getattr(op, name)
+        if value is None:
+            continue
+        if value not in args:
+            return None
+        roles[name] = args.index(value)
+    return op, roles
+
+
+def prepare_inputs(module: ModuleOp, entry: str | None, npz: str | None, seed: int):
+    """(function name, argument specs, arrays, grad op and roles or None)."""
+    f = _entry(module, entry)
+    name = f.sym_name.data
+    specs: list[MemRefSpec] = signatures(module)[name]
+    found = _single_grad_op(f)
+    if npz is not None:
+        data = np.load(npz)
+        arrays = []
+        for i, spec in enumerate(specs):
+            key = spec.name if spec.name in data else f"arg{i}"
+            if key not in data:
+                raise RunError(f"{npz} has no array '{spec.name}' (or 'arg{i}') for argument {i} of @{name}")
+            arrays.append(np.array(data[key], dtype=spec.dtype, order="C"))
+        return name, specs, arrays, found
+    if any(d is None for s in specs for d in s.shape):
+        raise RunError(f"@{name} has dynamic shapes: give the inputs with --inputs FILE.npz")
+    rng = np.random.default_rng(seed)
+    arrays = [np.array(rng.standard_normal(s.shape), dtype=s.dtype, order="C") for s in specs]
+    if found is not None:
+        op, roles = found
+        shapes = {n: specs[i].shape for n, i in roles.items()}
+        dts = {n: specs[i].dtype for n, i in roles.items()}
+        values = harness.random_operands(op.short_name(), shapes, dts, op.attribute_values(), rng)
+        for n, i in roles.items():
+            if n in values:
+                arrays[i] = np.array(values[n], order="C")
+            elif specs[i].dtype.kind == "f":
+                arrays[i] = np.full(specs[i].shape, np.nan, specs[i].dtype)
+    return name, specs, arrays, found
+
+
+def run(executable: Executable, name: str, specs, arrays, found, compile_seconds: float) -> RunReport:
+    inputs = [a.copy() for a in arrays]
+    kernel = executable[name]
+    start = time.perf_counter()
+    kernel(*arrays)
+    elapsed = time.perf_counter() - start
+    lines = [f"@{name}: compiled in {compile_seconds * 1e3:.1f} ms, ran in {elapsed * 1e3:.3f} ms"]
+    outputs = {s.name: a for s, a in zip(specs, arrays)}
+    ok = True
+    if found is None:
+        lines.append("no single grad op with argument operands: outputs not checked against a reference")
+        for s, a in zip(specs, arrays):
+            lines.append(f"  {s.name:<16} {str(a.shape):<16} {str(a.dtype):<9} sum={float(np.sum(a, dtype=np.float64)):.6g}")
+        return RunReport(lines, ok, outputs)
+    op, roles = found
+    given = {n: inputs[i] for n, i in roles.items()}
+    want = harness.expected(op.short_name(), given, op.attribute_values())
+    lines.append(f"  {'operand':<16} {'shape':<16} {'dtype':<9} {'max error':>10} {'tolerance':>10}")
+    for n, expect in want.items():
+        got = arrays[roles[n]]
+        err = harness.max_error(got, expect)
+        tol = harness.tolerance(got.dtype)
+        good = err <= tol
+        ok &= good
+        lines.append(f"  {n:<16} {str(got.shape):<16} {str(got.dtype):<9} {err:>10.2e} {tol:>10.1e}  {'ok' if good else 'MISMATCH'}")
+    return RunReport(lines, ok, outputs)
