@@ -47,18 +47,20 @@ class Checker:
         shapes: Mapping[str, Sequence[Dim]],
         dtypes: Mapping[str, str],
         props: Mapping[str, int | float | bool],
+        display: Mapping[str, str] | None = None,
     ):
         self.prefix = prefix  # "'grad.op' op" or "op_name:"
         self.word = word  # "operand" or "parameter"
         self.shapes = {k: tuple(v) for k, v in shapes.items()}
         self.dtypes = dict(dtypes)
         self.props = dict(props)
+        self.display = dict(display or {})  # operand name -> name the caller knows it by
 
     def fail(self, message: str, error: type[Exception] = SignatureError) -> None:
         raise error(f"{self.prefix} {message}")
 
     def operand_fail(self, name: str, message: str, error: type[Exception] = SignatureError) -> None:
-        self.fail(f"{self.word} '{name}' {message}", error)
+        self.fail(f"{self.word} '{self.display.get(name, name)}' {message}", error)
 
     def present(self, name: str) -> bool:
         return name in self.shapes

@@ -76,7 +76,7 @@ class Emitter:
         if size != DYNAMIC_INDEX:
             return self.idx(size)
         if (ref, axis) not in self._dims:
-            op = memref.DimOp.from_source_and_index(ref, self.idx(axis))
+            op = memref.DimOp(ref, self.idx(axis))
             self._hoist.insert(op)
             self._dims[(ref, axis)] = op.result
         return self._dims[(ref, axis)]

@@ -196,7 +196,8 @@ def binary_cross_entropy_grad(input_x, input_y, dloss, weight=None, reduction=ME
     else:
         if dl.size != 1:
             raise ValueError("dloss must have one element for mean/sum")
-        u = dl.reshape(-1)[0] / (F32(x.size) if reduction == MEAN else F32(1))
+        with np.errstate(divide="ignore", invalid="ignore"):  # mean over zero elements
+            u = dl.reshape(-1)[0] / (F32(x.size) if reduction == MEAN else F32(1))
     dx = u * (x - y) / np.maximum(x * (F32(1) - x), F32(eps))
     if weight is not None:
         dx = dx * np.asarray(weight, F32)

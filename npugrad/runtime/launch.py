@@ -37,8 +37,14 @@ def as_input(op: str, name: str, value) -> np.ndarray:
     raise SignatureTypeError(f"{op}: parameter '{name}' must be a numpy array, got {type(value).__name__}")
 
 
-def check(op_cls: type[GradOp], arrays: Mapping[str, np.ndarray | None], props: Mapping) -> dict:
-    """Run the op's metadata rules on the arrays; return the full property values."""
+def check(
+    op_cls: type[GradOp],
+    arrays: Mapping[str, np.ndarray | None],
+    props: Mapping,
+    display: Mapping[str, str] | None = None,
+) -> dict:
+    """Run the op's metadata rules on the arrays; return the full property values. `display`
+    renames operands in messages to the API's parameter names (e.g. dx -> out)."""
     full = {**defaults(op_cls), **props}
     present = {k: v for k, v in arrays.items() if v is not None}
     checker = Checker(
@@ -47,6 +53,7 @@ def check(op_cls: type[GradOp], arrays: Mapping[str, np.ndarray | None], props: 
         {k: v.shape for k, v in present.items()},
         {k: str(v.dtype) for k, v in present.items()},
         full,
+        display,
     )
     op_cls.check(checker)
     return full

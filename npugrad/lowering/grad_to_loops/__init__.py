@@ -23,11 +23,26 @@ from xdsl.pattern_rewriter import (
     op_type_rewrite_pattern,
 )
 
-from npugrad.dialect import BinaryCrossEntropyGradOp, GradOp
+from npugrad.dialect import (
+    ApplyFusedEmaAdamOp,
+    BinaryCrossEntropyGradOp,
+    EmbeddingDenseBackwardOp,
+    FusedLinearCrossEntropyLossGradOp,
+    GradOp,
+    NLLLossBackwardOp,
+)
 from npugrad.lowering.emit import Emitter
 from npugrad.lowering.grad_to_loops.bce import lower_binary_cross_entropy_grad
+from npugrad.lowering.grad_to_loops.ema_adam import lower_apply_fused_ema_adam
+from npugrad.lowering.grad_to_loops.embedding import lower_embedding_dense_backward
+from npugrad.lowering.grad_to_loops.flce import lower_fused_linear_cross_entropy_loss_grad
+from npugrad.lowering.grad_to_loops.nll import lower_nll_loss_backward
 
-LOWERINGS: dict[type[GradOp], Callable] = {
+LOWERINGS: dict[type[GradOp], Callable[..., None]] = {
+    FusedLinearCrossEntropyLossGradOp: lower_fused_linear_cross_entropy_loss_grad,
+    EmbeddingDenseBackwardOp: lower_embedding_dense_backward,
+    NLLLossBackwardOp: lower_nll_loss_backward,
+    ApplyFusedEmaAdamOp: lower_apply_fused_ema_adam,
     BinaryCrossEntropyGradOp: lower_binary_cross_entropy_grad,
 }
 
