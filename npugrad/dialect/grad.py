@@ -292,15 +292,21 @@ class NLLLossBackwardOp(GradOp):
 
 @irdl_op_definition
 class ApplyFusedEmaAdamOp(GradOp):
-    """One Adam (mode 0, L2) or AdamW (mode 1) step on var, m, v, then s ← d·s + (1 − d)·var'; in place."""
+    """One Adam (mode 0, L2) or AdamW (mode 1) step on var, m, v, then s ← d·s + (1 − d)·var'; in place.
+
+    The float hyper-parameters are properties, or, when the optional `hyperparameters` operand
+    (float32 [lr, ema_decay, beta1, beta2, eps, weight_decay]) is given, run-time values: one
+    kernel then serves a learning-rate schedule or an EMA warm-up without recompiling.
+    """
 
     name = "grad.apply_fused_ema_adam"
     grad = operand_def()
+    step = operand_def()
+    hyperparameters = opt_operand_def()
     var = operand_def()
     m = operand_def()
     v = operand_def()
     s = operand_def()
-    step = operand_def()
     lr = prop_def(FloatAttr[Float64Type], default_value=_f64(1e-3))
     ema_decay = prop_def(FloatAttr[Float64Type], default_value=_f64(0.9999))
     beta1 = prop_def(FloatAttr[Float64Type], default_value=_f64(0.9))
@@ -310,10 +316,12 @@ class ApplyFusedEmaAdamOp(GradOp):
     bias_correction = prop_def(BoolAttr, default_value=_bool(True))
     weight_decay = prop_def(FloatAttr[Float64Type], default_value=_f64(0.0))
 
-    INPUTS: ClassVar[tuple[str, ...]] = ("grad", "step")
+    INPUTS: ClassVar[tuple[str, ...]] = ("grad", "step", "hyperparameters")
     OUTPUTS: ClassVar[tuple[str, ...]] = ("var", "m", "v", "s")
-    irdl_options = (ParsePropInAttrDict(),)
-    assembly_format = _format(INPUTS, set(), OUTPUTS)
+    # The order of the values in the `hyperparameters` operand.
+    HYPERPARAMETER_ORDER: ClassVar[tuple[str, ...]] = ("lr", "ema_decay", "beta1", "beta2", "eps", "weight_decay")
+    irdl_options = (AttrSizedOperandSegments(as_property=True), ParsePropInAttrDict())
+    assembly_format = _format(INPUTS, {"hyperparameters"}, OUTPUTS)
 
     HYPERPARAMETERS: ClassVar[Mapping[str, tuple[str, object]]] = {
         "lr": (">= 0", lambda x: x >= 0),
@@ -333,6 +341,9 @@ class ApplyFusedEmaAdamOp(GradOp):
             c.shape_is(name, c.dims("grad"), "the shape of 'grad'")
         c.element("step", ["int64"])
         c.one_element("step")
+        if c.present("hyperparameters"):
+            c.element("hyperparameters", ["float32"])
+            c.shape_is("hyperparameters", [len(cls.HYPERPARAMETER_ORDER)], ", ".join(cls.HYPERPARAMETER_ORDER))
         c.prop_check("mode", c.prop("mode") in (0, 1), "0 (L2, Adam) or 1 (decoupled decay, AdamW)")
         for name, (meaning, ok) in cls.HYPERPARAMETERS.items():
             c.prop_check(name, ok(c.prop(name)), meaning)  # type: ignore[operator]

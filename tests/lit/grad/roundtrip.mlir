@@ -66,3 +66,13 @@ func.func @bce(%x: memref<2x3xf16>, %y: memref<2x3xf16>, %d: memref<2x3xf16>, %w
       -> dx(%dx : memref<2x3xf16>) {reduction = 1 : i64}
   func.return
 }
+
+// Run-time hyper-parameters: [lr, ema_decay, beta1, beta2, eps, weight_decay] as an operand.
+// CHECK-LABEL: func.func @ema_adam_runtime_hyperparameters
+// CHECK: grad.apply_fused_ema_adam grad(%{{.*}} : memref<?xf32>) step(%{{.*}} : memref<1xi64>) hyperparameters(%{{.*}} : memref<6xf32>) -> var(
+func.func @ema_adam_runtime_hyperparameters(%g: memref<?xf32>, %step: memref<1xi64>, %h: memref<6xf32>,
+    %var: memref<?xf32>, %m: memref<?xf32>, %v: memref<?xf32>, %s: memref<?xf32>) {
+  grad.apply_fused_ema_adam grad(%g : memref<?xf32>) step(%step : memref<1xi64>) hyperparameters(%h : memref<6xf32>)
+      -> var(%var : memref<?xf32>) m(%m : memref<?xf32>) v(%v : memref<?xf32>) s(%s : memref<?xf32>)
+  func.return
+}
