@@ -1,9 +1,9 @@
 """The stage ladder: every stage of the pipeline can be reached, printed and fed back in.
 
-    grad ──convert-grad-to-loops──▶ loops ──upstream MLIR──▶ llvm-dialect ──translate──▶ llvm-ir
-         ──llvmlite O3──▶ asm / JIT ──▶ run
+    grad ──fuse-linear-cross-entropy-grad──▶ fused ──convert-grad-to-loops, convert-linalg-to-loops──▶
+    loops ──upstream MLIR──▶ llvm-dialect ──translate──▶ llvm-ir ──llvmlite O3──▶ asm / JIT ──▶ run
 
-`grad` and `loops` are xDSL modules; from `llvm-dialect` on the IR is text produced by the
+`grad`, `fused` and `loops` are xDSL modules; from `llvm-dialect` on the IR is text produced by the
 upstream MLIR bindings and llvmlite. Errors carry source locations (`file:line:col: error: ...`).
 """
 
@@ -18,15 +18,17 @@ from xdsl.dialects.builtin import FileLineColLoc, IntAttr, ModuleOp, StringAttr,
 from xdsl.ir import Operation
 from xdsl.parser import Parser
 from xdsl.passes import ModulePass
+from xdsl.transforms.convert_linalg_to_loops import ConvertLinalgToLoopsPass
 from xdsl.utils.exceptions import ParseError, VerifyException
 
 from npugrad.dialect import Grad
 from npugrad.lowering.grad_to_loops import ConvertGradToLoopsPass
 from npugrad.lowering.to_llvm import to_llvm_dialect, to_llvm_ir
+from npugrad.passes.fuse_linear_cross_entropy_grad import FuseLinearCrossEntropyGradPass
 from npugrad.runtime import jit
 
-STAGES = ("grad", "loops", "llvm-dialect", "llvm-ir", "asm")
-XDSL_STAGES = ("grad", "loops")
+STAGES = ("grad", "fused", "loops", "llvm-dialect", "llvm-ir", "asm")
+XDSL_STAGES = ("grad", "fused", "loops")
 
 
 @dataclass(frozen=True)
@@ -63,11 +65,30 @@ def make_context() -> Context:
 
 
 class _LocatingParser(Parser):
-    """A parser that gives every op without a `loc(...)` the file:line:col it was parsed at."""
+    """A parser that gives every op without a `loc(...)` the file:line:col it was parsed at, and
+    reports errors about an op as a whole (unknown name, ill-typed property) at that place too."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._ops: list[list] = []  # [first token, op name] of the ops being parsed, outermost first
+
+    def _get_op_by_name(self, name: str) -> type[Operation]:
+        self._ops[-1][1] = name
+        if self.ctx.get_optional_op(name, dialect_stack=self._parser_state.dialect_stack) is None:
+            # xDSL points at the token after the name, which may be on the next line.
+            self.raise_error(f"Operation {name} is not registered", self._ops[-1][0])
+        return super()._get_op_by_name(name)
 
     def parse_operation(self) -> Operation:
         span = self._current_token.span
-        op = super().parse_operation()
+        self._ops.append([span, None])
+        try:
+            op = super().parse_operation()
+        except VerifyException as e:
+            # A property of the wrong type is rejected while the op is built, before it exists.
+            raise ParseError(span, f"'{self._ops[-1][1]}' op {e}") from None
+        finally:
+            self._ops.pop()
         if isinstance(op.location, UnknownLoc):
             where = span.get_location()
             op.location = FileLineColLoc(StringAttr(where.file), IntAttr(where.line), IntAttr(where.col))
@@ -116,22 +137,31 @@ def verify(module: ModuleOp, text: str = "") -> None:
 
 @dataclass
 class Pipeline:
-    """The passes between stages. `grad_passes` run on the grad stage before lowering to loops."""
+    """The passes between stages: `grad` → (fused_passes) → `fused` → (loops_passes) → `loops`.
 
-    grad_passes: list[ModulePass] = field(default_factory=list)
-    loops_passes: list[ModulePass] = field(default_factory=lambda: [ConvertGradToLoopsPass()])
+    `fuse=False` keeps the linear cross-entropy gradient unfused: it then reaches `loops`
+    through its simple reference lowering, with the BT×V logit gradient recomputed per use."""
+
+    fuse: bool = True
+    fused_passes: list[ModulePass] = field(default_factory=lambda: [FuseLinearCrossEntropyGradPass()])
+    loops_passes: list[ModulePass] = field(
+        default_factory=lambda: [ConvertGradToLoopsPass(), ConvertLinalgToLoopsPass()]
+    )
 
     def key(self) -> tuple:
         """Identifies the pipeline in compile caches."""
-        return tuple(repr(p) for p in (*self.grad_passes, *self.loops_passes))
+        return (self.fuse, *(repr(p) for p in (*self.fused_passes, *self.loops_passes)))
+
+    def passes_to(self, stage: str) -> list[ModulePass]:
+        passes = list(self.fused_passes) if self.fuse else []
+        if stage == "grad":
+            return []
+        return passes if stage == "fused" else passes + list(self.loops_passes)
 
     def to_xdsl_stage(self, module: ModuleOp, stage: str, ctx: Context | None = None) -> ModuleOp:
-        """Run the xDSL passes in place up to `stage` (`grad` or `loops`)."""
+        """Run the xDSL passes in place up to `stage` (`grad`, `fused` or `loops`)."""
         ctx = ctx or make_context()
-        passes = list(self.grad_passes)
-        if stage == "loops":
-            passes += self.loops_passes
-        for p in passes:
+        for p in self.passes_to(stage):
             p.apply(ctx, module)
             verify(module)
         return module

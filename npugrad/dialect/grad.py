@@ -20,6 +20,7 @@ from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     I64,
     BoolAttr,
+    DictionaryAttr,
     Float64Type,
     FloatAttr,
     IntegerAttr,
@@ -35,6 +36,7 @@ from xdsl.irdl import (
     irdl_op_definition,
     operand_def,
     opt_operand_def,
+    opt_prop_def,
     prop_def,
 )
 from xdsl.utils.exceptions import VerifyException
@@ -154,18 +156,39 @@ class FusedLinearCrossEntropyLossGradOp(GradOp):
     input_grad_out = operand_def()
     weight_grad_out = operand_def()
     label_smoothing = prop_def(FloatAttr[Float64Type], default_value=_f64(0.0))
+    # {bt = .., v = ..}: the token and vocabulary tile sizes of the fused loop nest. Chosen by
+    # a pass (or written by hand); the fusion pass reads only this.
+    tile_sizes = opt_prop_def(DictionaryAttr)
 
     INPUTS: ClassVar[tuple[str, ...]] = (
         "grad", "input", "weight", "target_mask", "masked_target", "logits_max", "sum_exp_logits", "softmax",
     )
     OUTPUTS: ClassVar[tuple[str, ...]] = ("input_grad_out", "weight_grad_out")
     MIN_V_HIGH_PERFORMANCE: ClassVar[int] = 128
+    TILE_DIMS: ClassVar[tuple[str, ...]] = ("bt", "v")
     irdl_options = (AttrSizedOperandSegments(as_property=True), ParsePropInAttrDict())
     assembly_format = _format(INPUTS, {"logits_max", "sum_exp_logits", "softmax"}, OUTPUTS)
 
     @property
     def high_performance(self) -> bool:
         return self.softmax is not None
+
+    def tiles(self) -> dict[str, int] | None:
+        if self.tile_sizes is None:
+            return None
+        return {k: v.value.data for k, v in self.tile_sizes.data.items()}  # type: ignore[attr-defined]
+
+    def verify_(self) -> None:
+        super().verify_()
+        if self.tile_sizes is None:
+            return
+        for key, value in self.tile_sizes.data.items():
+            if key not in self.TILE_DIMS:
+                raise VerifyException(
+                    f"'{self.name}' op property 'tile_sizes' has unknown dimension '{key}' (known: {', '.join(self.TILE_DIMS)})"
+                )
+            if not isinstance(value, IntegerAttr) or value.value.data < 1:
+                raise VerifyException(f"'{self.name}' op property 'tile_sizes' needs a positive integer for '{key}', got {value}")
 
     @classmethod
     def check(cls, c: Checker) -> None:

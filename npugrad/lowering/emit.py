@@ -14,20 +14,23 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from xdsl.builder import Builder
-from xdsl.dialects import arith, math, memref, scf
+from xdsl.dialects import arith, linalg, math, memref, scf
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
+    AffineMapAttr,
     FloatAttr,
     IndexType,
     IntegerAttr,
     IntegerType,
     MemRefType,
     Signedness,
+    StringAttr,
     UnrealizedConversionCastOp,
     f32,
     i1,
 )
-from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.ir.affine import AffineMap
 from xdsl.rewriter import InsertPoint
 
 from npugrad import dtypes
@@ -36,21 +39,44 @@ index = IndexType()
 
 
 class Emitter:
-    def __init__(self, builder: Builder, hoist_point: InsertPoint):
-        self.b = builder
-        self._hoist = Builder(hoist_point)
+    def __init__(self, anchor: Operation):
+        """Emit before `anchor`. Constants, and sizes of memrefs defined outside the emitted
+        code, are hoisted above everything emitted, so loop bodies stay readable."""
+        self.anchor = anchor
+        self.b = Builder(InsertPoint.before(anchor))
+        self._emitted: set[Operation] = set()
+        self._first: Operation | None = None  # first op emitted at the anchor's level
+        self._last_hoisted: Operation | None = None
         self._consts: dict[tuple[object, str], SSAValue] = {}
         self._dims: dict[tuple[SSAValue, int], SSAValue] = {}
 
     @classmethod
     def before(cls, op: Operation) -> Emitter:
-        return cls(Builder(InsertPoint.before(op)), InsertPoint.before(op))
+        return cls(op)
 
     def add(self, op: Operation) -> SSAValue:
         self.b.insert(op)
+        self._emitted.add(op)
+        if self._first is None and op.parent is self.anchor.parent:
+            self._first = op
         return op.results[0] if op.results else None  # type: ignore[return-value]
 
-    # -- constants and shapes (hoisted so that loop bodies stay readable) ---------------------
+    def _hoist(self, op: Operation) -> None:
+        if self._last_hoisted is not None:
+            point = InsertPoint.after(self._last_hoisted)
+        else:
+            point = InsertPoint.before(self._first or self.anchor)
+        Builder(point).insert(op)
+        self._emitted.add(op)
+        self._last_hoisted = op
+
+    def _defined_outside(self, value: SSAValue) -> bool:
+        owner = value.owner
+        if isinstance(owner, Block):
+            return owner is self.anchor.parent
+        return owner not in self._emitted and owner.parent is self.anchor.parent
+
+    # -- constants and shapes ----------------------------------------------------------------
     def const(self, value: int | float | bool, type_: Attribute) -> SSAValue:
         key = (value, str(type_))
         if key not in self._consts:
@@ -59,7 +85,7 @@ class Emitter:
             else:
                 attr = FloatAttr(float(value), type_)
             op = arith.ConstantOp(attr, type_)
-            self._hoist.insert(op)
+            self._hoist(op)
             self._consts[key] = op.result
         return self._consts[key]
 
@@ -75,9 +101,11 @@ class Emitter:
         size = t.get_shape()[axis]
         if size != DYNAMIC_INDEX:
             return self.idx(size)
+        if not self._defined_outside(ref):
+            return self.add(memref.DimOp(ref, self.idx(axis)))
         if (ref, axis) not in self._dims:
             op = memref.DimOp(ref, self.idx(axis))
-            self._hoist.insert(op)
+            self._hoist(op)
             self._dims[(ref, axis)] = op.result
         return self._dims[(ref, axis)]
 
@@ -99,12 +127,12 @@ class Emitter:
         """`scf.for %i = lb to ub step step`; the body is what is emitted inside the block."""
         body = Block(arg_types=[index])
         loop = scf.ForOp(lb or self.idx(0), ub, step or self.idx(1), [], body)
-        self.b.insert(loop)
+        self.add(loop)
         outer = self.b.insertion_point
         self.b.insertion_point = InsertPoint.at_end(body)
         try:
             yield body.args[0]
-            self.b.insert(scf.YieldOp())
+            self.add(scf.YieldOp())
         finally:
             self.b.insertion_point = outer
 
@@ -121,12 +149,12 @@ class Emitter:
     def if_(self, cond: SSAValue) -> Iterator[None]:
         then = Block()
         op = scf.IfOp(cond, [], [then])
-        self.b.insert(op)
+        self.add(op)
         outer = self.b.insertion_point
         self.b.insertion_point = InsertPoint.at_end(then)
         try:
             yield
-            self.b.insert(scf.YieldOp())
+            self.add(scf.YieldOp())
         finally:
             self.b.insertion_point = outer
 
@@ -148,6 +176,56 @@ class Emitter:
     def store_f32(self, value: SSAValue, ref: SSAValue, indices: Sequence[SSAValue]) -> None:
         """Store a float32 value, rounded once (to nearest even) to the element type of `ref`."""
         self.store(self.from_f32(value, ref.type.element_type), ref, indices)  # type: ignore[attr-defined]
+
+    def subview(self, ref: SSAValue, offsets: Sequence[SSAValue | int], sizes: Sequence[SSAValue | int]) -> SSAValue:
+        """A unit-stride window of `ref`."""
+        strides = [1] * len(offsets)
+        t = memref.SubviewOp.infer_result_type(ref.type, offsets, sizes, strides)  # type: ignore[arg-type]
+        return self.add(memref.SubviewOp.get(ref, offsets, sizes, strides, t))
+
+    def alloc(self, shape: Sequence[SSAValue | int], element: Attribute) -> SSAValue:
+        """A heap buffer (freed with `dealloc`): tiles are too large for the stack."""
+        static = [DYNAMIC_INDEX if isinstance(d, SSAValue) else d for d in shape]
+        dynamic = [d for d in shape if isinstance(d, SSAValue)]
+        return self.add(memref.AllocOp(dynamic, [], MemRefType(element, static), alignment=IntegerAttr(64, 64)))
+
+    def dealloc(self, ref: SSAValue) -> None:
+        self.add(memref.DeallocOp.get(ref))
+
+    def fill(self, value: float, ref: SSAValue) -> None:
+        self.add(linalg.FillOp([self.const(value, ref.type.element_type)], [ref], res=[]))  # type: ignore[attr-defined]
+
+    def contract(self, lhs: SSAValue, rhs: SSAValue, acc: SSAValue, maps, doc: str) -> None:
+        """acc[...] += lhs[...]·rhs[...] as a `linalg.generic` over (parallel, parallel, reduction);
+        `maps` gives the (d0, d1, d2) -> indices maps of lhs, rhs and acc. Inputs are widened to
+        the accumulator's type, so bf16/f16 tiles accumulate in float32."""
+        acc_t = acc.type.element_type  # type: ignore[attr-defined]
+        body = Block(arg_types=[lhs.type.element_type, rhs.type.element_type, acc_t])  # type: ignore[attr-defined]
+        inner = Builder(InsertPoint.at_end(body))
+        a, b, c = body.args
+        if a.type != acc_t:
+            a = inner.insert(arith.ExtFOp(a, acc_t)).result
+        if b.type != acc_t:
+            b = inner.insert(arith.ExtFOp(b, acc_t)).result
+        product = inner.insert(arith.MulfOp(a, b)).result
+        total = inner.insert(arith.AddfOp(c, product)).result
+        inner.insert(linalg.YieldOp(total))
+        self.add(
+            linalg.GenericOp(
+                [lhs, rhs],
+                [acc],
+                Region(body),
+                [AffineMapAttr(AffineMap.from_callable(m)) for m in maps],
+                [linalg.IteratorTypeAttr.parallel(), linalg.IteratorTypeAttr.parallel(), linalg.IteratorTypeAttr.reduction()],
+                doc=StringAttr(doc),
+            )
+        )
+
+    def minsi(self, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.add(arith.MinSIOp(a, b))
+
+    def subi(self, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.add(arith.SubiOp(a, b))
 
     def zeros(self, ref: SSAValue) -> None:
         zero = self.const(0.0, ref.type.element_type)  # type: ignore[attr-defined]

@@ -13,6 +13,13 @@ def _convert_grad_to_loops() -> type[ModulePass]:
     return ConvertGradToLoopsPass
 
 
+def _fuse_linear_cross_entropy_grad() -> type[ModulePass]:
+    from npugrad.passes.fuse_linear_cross_entropy_grad import FuseLinearCrossEntropyGradPass
+
+    return FuseLinearCrossEntropyGradPass
+
+
 ALL_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
+    "fuse-linear-cross-entropy-grad": _fuse_linear_cross_entropy_grad,
     "convert-grad-to-loops": _convert_grad_to_loops,
 }

@@ -1,0 +1,145 @@
+"""fuse-linear-cross-entropy-grad: the linear cross-entropy gradient as one loop nest over
+vocabulary tiles and token tiles that never materialises the BT×V logit gradient.
+
+    grad.fused_linear_cross_entropy_loss_grad ... {tile_sizes = {bt = 64 : i64, v = 128 : i64}}
+becomes
+    scf.for %v0 = %c0 to %V step %c128 {            // one vocabulary tile of W and dW
+      scf.for %t0 = %c0 to %BT step %c64 {          // one token tile of X
+        linalg.generic {doc = "GEMM 1: ..."}        // Z = X_t·W_vᵀ (memory-saving mode only)
+        scf.for ... math.exp ...                    // G = g·exp(Z − max)/sum, rounded to X's type
+        scf.for ...                                 // G[t, j_t] = g·(P − 1), unmasked rows only
+        linalg.generic {doc = "GEMM 2: ..."}        // dX_t += G·W_v
+        linalg.generic {doc = "GEMM 3: ..."}        // dW_v += Gᵀ·X_t
+      }
+    }
+
+The only buffers are a bt×v tile (float32 logits, and G in the input type), the saved target
+logits of a token tile, and float32 accumulators for fp16/bf16 outputs (BT×H and v×H): none grows
+with V. Tile sizes come from the op's `tile_sizes` (hand-written or chosen by a pass); the
+pass options only fill it in where it is absent. Every loop runs in a fixed order, so results
+are bit-identical from run to run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects import arith
+from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, IntegerType, ModuleOp, f32, i64
+from xdsl.ir import SSAValue
+from xdsl.passes import ModulePass
+
+from npugrad.dialect import FusedLinearCrossEntropyLossGradOp
+from npugrad.lowering.emit import Emitter
+
+TILE_ATTR = "grad.tile_sizes"
+
+
+def unmasked_row(e: Emitter, op: FusedLinearCrossEntropyLossGradOp, t: SSAValue) -> SSAValue:
+    """i1: the token's target lies in this shard (mask bit 0). A uint8 mask is bit-packed, LSB first."""
+    if str(op.target_mask.type.element_type) == "i1":  # type: ignore[attr-defined]
+        return e.cmpi(e.load(op.target_mask, [t]), e.const(0, IntegerType(1)), "eq")
+    byte = e.load(op.target_mask, [e.add(arith.DivUIOp(t, e.idx(8)))])
+    shift = e.add(arith.IndexCastOp(e.add(arith.RemUIOp(t, e.idx(8))), IntegerType(8)))
+    bit = e.andi(e.add(arith.ShRUIOp(byte, shift)), e.const(1, IntegerType(8)))
+    return e.cmpi(bit, e.const(0, IntegerType(8)), "eq")
+
+
+def target_in_tile(e: Emitter, op, t: SSAValue, v0: SSAValue, tv: SSAValue) -> tuple[SSAValue, SSAValue]:
+    """(the row's one-hot column lies in [v0, v0 + tv), that column relative to v0). A target
+    outside [0, V) matches no tile, so a bad index can never address memory."""
+    j = e.int_to_index(e.load(op.masked_target, [t]))
+    local = e.subi(j, v0)
+    inside = e.andi(e.cmpi(local, e.idx(0), "sge"), e.cmpi(local, tv, "slt"))
+    return e.andi(unmasked_row(e, op, t), inside), local
+
+
+def _round_into(e: Emitter, acc: SSAValue, out: SSAValue) -> None:
+    """out = acc rounded once to out's element type (the accumulators are float32)."""
+    with e.loop_nest(e.dims(acc)) as ivs:
+        e.store_f32(e.load(acc, ivs), out, ivs)
+
+
+def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int]) -> None:
+    e = Emitter.before(op)
+    x, w, gx, gw = op.input, op.weight, op.input_grad_out, op.weight_grad_out
+    in_t = x.type.element_type  # type: ignore[attr-defined]
+    bt, h, v = e.dim(x, 0), e.dim(x, 1), e.dim(w, 0)
+    tb_max, tv_max = e.idx(tiles["bt"]), e.idx(tiles["v"])
+    hp = op.high_performance
+
+    gx_acc = gx if gx.type.element_type == f32 else e.alloc([bt, h], f32)  # type: ignore[attr-defined]
+    e.fill(0.0, gx_acc)
+    z_buf = None if hp else e.alloc([tiles["bt"], tiles["v"]], f32)
+    g_buf = z_buf if (z_buf is not None and in_t == f32) else e.alloc([tiles["bt"], tiles["v"]], in_t)
+    saved = None if hp else e.alloc([tiles["bt"]], f32)
+    gw_acc = None if gw.type.element_type == f32 else e.alloc([tiles["v"], h], f32)  # type: ignore[attr-defined]
+
+    with e.loop(v, step=tv_max) as v0:
+        v_loop = v0.owner.parent_op()  # type: ignore[union-attr]
+        v_loop.attributes[TILE_ATTR] = DictionaryAttr({k: IntegerAttr(n, i64) for k, n in tiles.items()})
+        tv = e.minsi(tv_max, e.subi(v, v0))
+        w_t = e.subview(w, [v0, 0], [tv, h])
+        gw_t = e.subview(gw if gw_acc is None else gw_acc, [v0 if gw_acc is None else 0, 0], [tv, h])
+        e.fill(0.0, gw_t)
+        with e.loop(bt, step=tb_max) as t0:
+            tb = e.minsi(tb_max, e.subi(bt, t0))
+            x_t = e.subview(x, [t0, 0], [tb, h])
+            g_t = e.subview(g_buf, [0, 0], [tb, tv])
+            if not hp:
+                z_t = e.subview(z_buf, [0, 0], [tb, tv])
+                e.fill(0.0, z_t)
+                e.contract(x_t, w_t, z_t, [lambda i, j, k: (i, k), lambda i, j, k: (j, k), lambda i, j, k: (i, j)],
+                           "GEMM 1: logits tile Z = X_t * W_v^T")
+                # G overwrites Z in place for float32: keep the one logit per row the one-hot needs.
+                with e.loop(tb) as i:
+                    t = e.addi(t0, i)
+                    hit, local = target_in_tile(e, op, t, v0, tv)
+                    with e.if_(hit):
+                        e.store(e.load(z_t, [i, local]), saved, [i])
+
+            def probability(i: SSAValue, t: SSAValue, j: SSAValue, logit: SSAValue | None) -> SSAValue:
+                if hp:
+                    return e.load(op.softmax, [t, e.addi(v0, j)])
+                return e.divf(e.exp(e.subf(logit, e.load(op.logits_max, [t]))), e.load(op.sum_exp_logits, [t]))
+
+            with e.loop(tb) as i:
+                t = e.addi(t0, i)
+                g = e.load(op.grad, [t])
+                with e.loop(tv) as j:
+                    logit = None if hp else e.load(z_t, [i, j])
+                    e.store_f32(e.mulf(g, probability(i, t, j, logit)), g_t, [i, j])
+            with e.loop(tb) as i:  # the one-hot term: only the target column of unmasked rows
+                t = e.addi(t0, i)
+                hit, local = target_in_tile(e, op, t, v0, tv)
+                with e.if_(hit):
+                    logit = None if hp else e.load(saved, [i])
+                    p = probability(i, t, local, logit)
+                    e.store_f32(e.mulf(e.load(op.grad, [t]), e.subf(p, e.f32(1.0))), g_t, [i, local])
+            gx_t = e.subview(gx_acc, [t0, 0], [tb, h])
+            e.contract(g_t, w_t, gx_t, [lambda i, j, k: (i, k), lambda i, j, k: (k, j), lambda i, j, k: (i, j)],
+                       "GEMM 2: input grad tile dX_t += G * W_v")
+            e.contract(g_t, x_t, gw_t, [lambda i, j, k: (k, i), lambda i, j, k: (k, j), lambda i, j, k: (i, j)],
+                       "GEMM 3: weight grad tile dW_v += G^T * X_t")
+        if gw_acc is not None:
+            _round_into(e, gw_t, e.subview(gw, [v0, 0], [tv, h]))
+    if gx_acc is not gx:
+        _round_into(e, gx_acc, gx)
+    for buf in {id(b): b for b in (z_buf, g_buf, saved, gw_acc, None if gx_acc is gx else gx_acc) if b is not None}.values():
+        e.dealloc(buf)
+
+
+@dataclass(frozen=True)
+class FuseLinearCrossEntropyGradPass(ModulePass):
+    name = "fuse-linear-cross-entropy-grad"
+
+    tile_bt: int = 64
+    tile_v: int = 128
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for flce in [o for o in op.walk() if isinstance(o, FusedLinearCrossEntropyLossGradOp)]:
+            tiles = flce.tiles() or {"bt": self.tile_bt, "v": self.tile_v}
+            fuse(flce, {"bt": tiles.get("bt", self.tile_bt), "v": tiles.get("v", self.tile_v)})
+            flce.detach()
+            flce.erase()
