@@ -48,6 +48,7 @@ class Emitter:
         self._first: Operation | None = None  # first op emitted at the anchor's level
         self._last_hoisted: Operation | None = None
         self._consts: dict[tuple[object, str], SSAValue] = {}
+        self._static: dict[SSAValue, int] = {}  # index constants, folded into subview shapes
         self._dims: dict[tuple[SSAValue, int], SSAValue] = {}
 
     @classmethod
@@ -87,6 +88,8 @@ class Emitter:
             op = arith.ConstantOp(attr, type_)
             self._hoist(op)
             self._consts[key] = op.result
+            if isinstance(type_, IndexType):
+                self._static[op.result] = int(value)
         return self._consts[key]
 
     def idx(self, value: int) -> SSAValue:
@@ -180,11 +183,14 @@ class Emitter:
     def subview(self, ref: SSAValue, offsets: Sequence[SSAValue | int], sizes: Sequence[SSAValue | int]) -> SSAValue:
         """A unit-stride window of `ref`."""
         strides = [1] * len(offsets)
+        offsets = [self._static.get(o, o) if isinstance(o, SSAValue) else o for o in offsets]
+        sizes = [self._static.get(d, d) if isinstance(d, SSAValue) else d for d in sizes]
         t = memref.SubviewOp.infer_result_type(ref.type, offsets, sizes, strides)  # type: ignore[arg-type]
         return self.add(memref.SubviewOp.get(ref, offsets, sizes, strides, t))
 
     def alloc(self, shape: Sequence[SSAValue | int], element: Attribute) -> SSAValue:
         """A heap buffer (freed with `dealloc`): tiles are too large for the stack."""
+        shape = [self._static.get(d, d) if isinstance(d, SSAValue) else d for d in shape]
         static = [DYNAMIC_INDEX if isinstance(d, SSAValue) else d for d in shape]
         dynamic = [d for d in shape if isinstance(d, SSAValue)]
         return self.add(memref.AllocOp(dynamic, [], MemRefType(element, static), alignment=IntegerAttr(64, 64)))
@@ -195,10 +201,10 @@ class Emitter:
     def fill(self, value: float, ref: SSAValue) -> None:
         self.add(linalg.FillOp([self.const(value, ref.type.element_type)], [ref], res=[]))  # type: ignore[attr-defined]
 
-    def contract(self, lhs: SSAValue, rhs: SSAValue, acc: SSAValue, maps, doc: str) -> None:
-        """acc[...] += lhs[...]·rhs[...] as a `linalg.generic` over (parallel, parallel, reduction);
-        `maps` gives the (d0, d1, d2) -> indices maps of lhs, rhs and acc. Inputs are widened to
-        the accumulator's type, so bf16/f16 tiles accumulate in float32."""
+    def contract(self, lhs: SSAValue, rhs: SSAValue, acc: SSAValue, maps, doc: str, reduction_dim: int = 2) -> None:
+        """acc[...] += lhs[...]·rhs[...] as a `linalg.generic` over three dims, `reduction_dim` the
+        reduced one; `maps` gives the (d0, d1, d2) -> indices maps of lhs, rhs and acc. Inputs are
+        widened to the accumulator's type, so bf16/f16 tiles accumulate in float32."""
         acc_t = acc.type.element_type  # type: ignore[attr-defined]
         body = Block(arg_types=[lhs.type.element_type, rhs.type.element_type, acc_t])  # type: ignore[attr-defined]
         inner = Builder(InsertPoint.at_end(body))
@@ -216,7 +222,10 @@ class Emitter:
                 [acc],
                 Region(body),
                 [AffineMapAttr(AffineMap.from_callable(m)) for m in maps],
-                [linalg.IteratorTypeAttr.parallel(), linalg.IteratorTypeAttr.parallel(), linalg.IteratorTypeAttr.reduction()],
+                [
+                    linalg.IteratorTypeAttr.reduction() if d == reduction_dim else linalg.IteratorTypeAttr.parallel()
+                    for d in range(3)
+                ],
                 doc=StringAttr(doc),
             )
         )

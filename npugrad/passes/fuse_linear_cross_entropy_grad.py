@@ -86,7 +86,6 @@ def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int]) -> None:
         with e.loop(bt, step=tb_max) as t0:
             tb = e.minsi(tb_max, e.subi(bt, t0))
             x_t = e.subview(x, [t0, 0], [tb, h])
-            g_t = e.subview(g_buf, [0, 0], [tb, tv])
             if not hp:
                 z_t = e.subview(z_buf, [0, 0], [tb, tv])
                 e.fill(0.0, z_t)
@@ -98,6 +97,7 @@ def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int]) -> None:
                     hit, local = target_in_tile(e, op, t, v0, tv)
                     with e.if_(hit):
                         e.store(e.load(z_t, [i, local]), saved, [i])
+            g_t = z_t if g_buf is z_buf else e.subview(g_buf, [0, 0], [tb, tv])
 
             def probability(i: SSAValue, t: SSAValue, j: SSAValue, logit: SSAValue | None) -> SSAValue:
                 if hp:
@@ -118,10 +118,12 @@ def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int]) -> None:
                     p = probability(i, t, local, logit)
                     e.store_f32(e.mulf(e.load(op.grad, [t]), e.subf(p, e.f32(1.0))), g_t, [i, local])
             gx_t = e.subview(gx_acc, [t0, 0], [tb, h])
-            e.contract(g_t, w_t, gx_t, [lambda i, j, k: (i, k), lambda i, j, k: (k, j), lambda i, j, k: (i, j)],
-                       "GEMM 2: input grad tile dX_t += G * W_v")
-            e.contract(g_t, x_t, gw_t, [lambda i, j, k: (k, i), lambda i, j, k: (k, j), lambda i, j, k: (i, j)],
-                       "GEMM 3: weight grad tile dW_v += G^T * X_t")
+            # GEMMs 2 and 3 reduce over the middle dimension, so the innermost loop runs along
+            # H, contiguous in every operand: a broadcast-multiply-add that vectorises.
+            e.contract(g_t, w_t, gx_t, [lambda t, v, h: (t, v), lambda t, v, h: (v, h), lambda t, v, h: (t, h)],
+                       "GEMM 2: input grad tile dX_t += G * W_v", reduction_dim=1)
+            e.contract(g_t, x_t, gw_t, [lambda v, t, h: (t, v), lambda v, t, h: (t, h), lambda v, t, h: (v, h)],
+                       "GEMM 3: weight grad tile dW_v += G^T * X_t", reduction_dim=1)
         if gw_acc is not None:
             _round_into(e, gw_t, e.subview(gw, [v0, 0], [tv, h]))
     if gx_acc is not gx:
