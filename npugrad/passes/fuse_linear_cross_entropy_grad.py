@@ -14,7 +14,7 @@ becomes
     }
 
 The only buffers are a bt×v tile (float32 logits, and G in the input type), the saved target
-logits of a token tile, and float32 accumulators for fp16/bf16 outputs (BT×H and v×H): none grows
+logits of a token tile, the W tile packed transposed (H×v), and float32 accumulators for fp16/bf16 outputs (BT×H and v×H): none grows
 with V. Tile sizes come from the op's `tile_sizes` (hand-written or chosen by a pass); the
 pass options only fill it in where it is absent. Every loop runs in a fixed order, so results
 are bit-identical from run to run.
@@ -74,6 +74,7 @@ def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int]) -> None:
     z_buf = None if hp else e.alloc([tiles["bt"], tiles["v"]], f32)
     g_buf = z_buf if (z_buf is not None and in_t == f32) else e.alloc([tiles["bt"], tiles["v"]], in_t)
     saved = None if hp else e.alloc([tiles["bt"]], f32)
+    w_packed = None if hp else e.alloc([h, tiles["v"]], in_t)
     gw_acc = None if gw.type.element_type == f32 else e.alloc([tiles["v"], h], f32)  # type: ignore[attr-defined]
 
     with e.loop(v, step=tv_max) as v0:
@@ -83,14 +84,20 @@ def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int]) -> None:
         w_t = e.subview(w, [v0, 0], [tv, h])
         gw_t = e.subview(gw if gw_acc is None else gw_acc, [v0 if gw_acc is None else 0, 0], [tv, h])
         e.fill(0.0, gw_t)
+        if not hp:
+            # GEMM 1 reads W_v transposed: pack it once per vocabulary tile (amortised over all
+            # tokens) so that its innermost loop, too, runs along a contiguous dimension.
+            w_t_packed = e.subview(w_packed, [0, 0], [h, tv])
+            with e.loop(tv) as j, e.loop(h) as k:
+                e.store(e.load(w_t, [j, k]), w_t_packed, [k, j])
         with e.loop(bt, step=tb_max) as t0:
             tb = e.minsi(tb_max, e.subi(bt, t0))
             x_t = e.subview(x, [t0, 0], [tb, h])
             if not hp:
                 z_t = e.subview(z_buf, [0, 0], [tb, tv])
                 e.fill(0.0, z_t)
-                e.contract(x_t, w_t, z_t, [lambda i, j, k: (i, k), lambda i, j, k: (j, k), lambda i, j, k: (i, j)],
-                           "GEMM 1: logits tile Z = X_t * W_v^T")
+                e.contract(x_t, w_t_packed, z_t, [lambda t, h, v: (t, h), lambda t, h, v: (h, v), lambda t, h, v: (t, v)],
+                           "GEMM 1: logits tile Z = X_t * W_v^T", reduction_dim=1)
                 # G overwrites Z in place for float32: keep the one logit per row the one-hot needs.
                 with e.loop(tb) as i:
                     t = e.addi(t0, i)
@@ -128,7 +135,7 @@ def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int]) -> None:
             _round_into(e, gw_t, e.subview(gw, [v0, 0], [tv, h]))
     if gx_acc is not gx:
         _round_into(e, gx_acc, gx)
-    for buf in {id(b): b for b in (z_buf, g_buf, saved, gw_acc, None if gx_acc is gx else gx_acc) if b is not None}.values():
+    for buf in {id(b): b for b in (z_buf, g_buf, saved, w_packed, gw_acc, None if gx_acc is gx else gx_acc) if b is not None}.values():
         e.dealloc(buf)
 
 

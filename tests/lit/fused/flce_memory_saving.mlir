@@ -7,15 +7,17 @@
 
 // CHECK-LABEL: func.func @hand_set_tiles
 // CHECK-NOT:     grad.fused_linear_cross_entropy_loss_grad
-// The only allocations: the 32x128 logit tile and the 32 saved target logits (float32 output
-// accumulates in place).
+// The only allocations: the 32x128 logit tile, the 32 saved target logits and the W tile
+// packed transposed (48x128); float32 outputs accumulate in place.
 // CHECK-DAG:     %[[BT_TILE:.*]] = arith.constant 32 : index
 // CHECK-DAG:     %[[V_TILE:.*]] = arith.constant 128 : index
 // CHECK:         %[[Z:.*]] = memref.alloc() {{.*}} : memref<32x128xf32>
 // CHECK-NEXT:    %[[SAVED:.*]] = memref.alloc() {{.*}} : memref<32xf32>
+// CHECK-NEXT:    %[[PACKED:.*]] = memref.alloc() {{.*}} : memref<48x128xf32>
 // CHECK-NOT:     memref.alloc
 // CHECK:         scf.for %[[V0:.*]] = %{{.*}} to %{{.*}} step %[[V_TILE]] {
 // CHECK:           memref.subview %{{.*}}[%[[V0]], 0] [%{{.*}}, 48] [1, 1] : memref<520x48xf32>
+// CHECK:           memref.store %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}] : memref<?x?xf32, strided<[128, 1]>>
 // CHECK:           scf.for %[[T0:.*]] = %{{.*}} to %{{.*}} step %[[BT_TILE]] {
 // CHECK:             linalg.generic {{.*}} doc = "GEMM 1: logits tile Z = X_t * W_v^T"
 // CHECK:             math.exp
@@ -26,6 +28,7 @@
 // CHECK-NOT:     memref.alloc
 // CHECK:         memref.dealloc %[[Z]]
 // CHECK:         memref.dealloc %[[SAVED]]
+// CHECK:         memref.dealloc %[[PACKED]]
 
 // CHECK-LABEL: func.func @pass_option_tiles
 // CHECK:         memref.alloc() {{.*}} : memref<64x128xf32>
