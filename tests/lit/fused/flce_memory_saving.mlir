@@ -17,7 +17,7 @@
 // CHECK-NOT:     memref.alloc
 // CHECK:         scf.for %[[V0:.*]] = %{{.*}} to %{{.*}} step %[[V_TILE]] {
 // CHECK:           memref.subview %{{.*}}[%[[V0]], 0] [%{{.*}}, 48] [1, 1] : memref<520x48xf32>
-// CHECK:           memref.store %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}] : memref<?x?xf32, strided<[128, 1]>>
+// CHECK:           memref.store %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}] : memref<48x?xf32, strided<[128, 1]>>
 // CHECK:           scf.for %[[T0:.*]] = %{{.*}} to %{{.*}} step %[[BT_TILE]] {
 // CHECK:             linalg.generic {{.*}} doc = "GEMM 1: logits tile Z = X_t * W_v^T"
 // CHECK:             math.exp
