@@ -1,5 +1,64 @@
-"""nll_loss_backward (work in progress)."""
+"""nll_loss_backward (aclnnNLLLossBackward, aten::nll_loss_backward)."""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+from npugrad.dialect import NLLLossBackwardOp
+from npugrad.dialect.checks import SignatureError, SignatureTypeError
+from npugrad.ops.common import as_input, output
+from npugrad.runtime.launch import check, launch
+
+OP = "nll_loss_backward"
+_INT64 = np.iinfo(np.int64)
 
 
-def nll_loss_backward(*args, **kwargs):
-    raise NotImplementedError("nll_loss_backward is not lowered yet")
+def _int64_parameter(name: str, value) -> int:
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise SignatureTypeError(f"{OP}: parameter '{name}' must be an integer, got {type(value).__name__}") from None
+    if not _INT64.min <= v <= _INT64.max:
+        raise SignatureError(f"{OP}: parameter '{name}' must fit in int64, got {v}")
+    return v
+
+
+def _check_targets(target: np.ndarray, ignore_index: int, c: int) -> None:
+    """The value precondition no metadata check can see: non-ignored targets index a class."""
+    flat = target.reshape(-1).astype(np.int64)
+    bad = np.flatnonzero((flat != ignore_index) & ((flat < 0) | (flat >= c)))
+    if bad.size:
+        at = f" at position {bad[0]}" if target.ndim else ""
+        raise ValueError(
+            f"{OP}: parameter 'target' has value {flat[bad[0]]}{at}, outside [0, C={c}) "
+            f"and not ignore_index ({ignore_index})"
+        )
+
+
+def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight, *, out=None):
+    """Gradient of NLL loss w.r.t. the log-probabilities `self`; returns `out` (shape and dtype of self).
+
+    self (N, C) with target (N,), or (C,) with a 0-D target. weight (C,) or None for ones(C).
+    grad_output is (N,) for reduction 0 (none) with 2-D self, one element otherwise;
+    total_weight (one element) divides it for reduction 1 (mean) and is used as given."""
+    s = as_input(OP, "self", self)
+    if weight is None:
+        weight = np.ones(s.shape[-1:], s.dtype)  # what torch_npu passes when PyTorch has none
+    arrays = {
+        "grad_output": as_input(OP, "grad_output", grad_output),
+        "self": s,
+        "target": as_input(OP, "target", target),
+        "weight": as_input(OP, "weight", weight),
+        "total_weight": as_input(OP, "total_weight", total_weight),
+        "out": output(OP, "out", out, s.shape, s.dtype),
+    }
+    props = {
+        "reduction": _int64_parameter("reduction", reduction),
+        "ignore_index": _int64_parameter("ignore_index", ignore_index),
+    }
+    props = check(NLLLossBackwardOp, arrays, props)
+    _check_targets(arrays["target"], props["ignore_index"], s.shape[-1])
+    launch(NLLLossBackwardOp, arrays, props)
+    return arrays["out"]

@@ -1,0 +1,101 @@
+"""Benchmark plumbing: every contender runs in its own child process so that its peak memory is
+its own. A contender is `module:function(**args)` returning a zero-argument callable (inputs
+allocated, kernels compiled). The child resets the RSS high-water mark (`/proc/self/clear_refs`),
+makes one call and reports VmHWM − VmRSS before it as "peak extra" memory, then times `repeats`
+calls after `warmup` and reports the median.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _status_kib() -> dict[str, int]:
+    values = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                key, value = line.split(":")
+                values[key] = int(value.split()[0])
+    return values
+
+
+def _reset_hwm() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def child(spec: str, args: dict, repeats: int, warmup: int) -> dict:
+    module_name, func_name = spec.split(":")
+    sys.path.insert(0, ROOT)
+    module = __import__(module_name, fromlist=[func_name])
+    fn = getattr(module, func_name)(**args)
+    before = _status_kib()["VmRSS"]
+    exact = _reset_hwm()
+    start = time.perf_counter()
+    fn()
+    first = time.perf_counter() - start
+    peak = _status_kib()["VmHWM"] - before
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return {"median": statistics.median(times) if times else first, "min": min(times or [first]),
+            "first": first, "peak_mib": max(peak, 0) / 1024, "exact_peak": exact}
+
+
+@dataclass
+class Result:
+    name: str
+    median: float
+    first: float
+    peak_mib: float
+    error: str | None = None
+
+
+def measure(name: str, spec: str, args: dict, repeats: int = 3, warmup: int = 1, threads: int | None = None) -> Result:
+    """Run one contender in a fresh interpreter and return its figures (or the error it hit)."""
+    env = dict(os.environ)
+    if threads is not None:
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NPUGRAD_THREADS"):
+            env[var] = str(threads)
+    code = (
+        "import json, sys; sys.path.insert(0, %r); from bench.common import child; "
+        "print('RESULT' + json.dumps(child(%r, json.loads(sys.argv[1]), %d, %d)))" % (ROOT, spec, repeats, warmup)
+    )
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps(args)], capture_output=True, text=True, env=env)
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT"):
+            r = json.loads(line[len("RESULT"):])
+            return Result(name, r["median"], r["first"], r["peak_mib"])
+    tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+    return Result(name, float("nan"), float("nan"), float("nan"), tail[0])
+
+
+def table(title: str, rows: list[tuple[Result, str]], baseline: str, flops: float | None = None) -> str:
+    """One row per contender: time, GFLOP/s, ratio to `baseline` (>1 = faster), peak extra MiB."""
+    base = next((r.median for r, _ in rows if r.name == baseline), float("nan"))
+    lines = [title, f"{'contender':<44} {'median ms':>10} {'GFLOP/s':>8} {'vs ' + baseline:>14} {'peak extra MiB':>15}  notes",
+             "-" * 110]
+    for r, note in rows:
+        if r.error:
+            lines.append(f"{r.name:<44} {'failed':>10}  {r.error}")
+            continue
+        gf = f"{flops / r.median / 1e9:8.1f}" if flops else f"{'':>8}"
+        lines.append(f"{r.name:<44} {r.median * 1e3:>10.1f} {gf} {base / r.median:>13.2f}x {r.peak_mib:>15.1f}  {note}")
+    return "\n".join(lines)
