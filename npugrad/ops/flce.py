@@ -1,5 +1,60 @@
-"""fused_linear_cross_entropy_loss_grad (work in progress)."""
+"""fused_linear_cross_entropy_loss_grad (aclnnFusedLinearCrossEntropyLossGrad)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from npugrad.dialect import FusedLinearCrossEntropyLossGradOp
+from npugrad.ops.common import as_input, output
+from npugrad.reference import unpack_target_mask
+from npugrad.runtime.launch import check, launch
+
+OP = "fused_linear_cross_entropy_loss_grad"
 
 
-def fused_linear_cross_entropy_loss_grad(*args, **kwargs):
-    raise NotImplementedError("fused_linear_cross_entropy_loss_grad is not lowered yet")
+def fused_linear_cross_entropy_loss_grad(
+    grad, input, weight, target_mask, masked_target, label_smoothing=0.0,
+    logits_max=None, sum_exp_logits=None, softmax=None, *, input_grad_out=None, weight_grad_out=None,
+):
+    """Backward of a vocabulary-parallel LM head + cross entropy on one tensor-parallel rank;
+    returns (input_grad (BT, H), weight_grad (V, H)), in input's dtype unless outputs are given.
+
+    Given `softmax` (high-performance mode) the statistics are ignored; otherwise P is recomputed
+    from `logits_max` and `sum_exp_logits`. This kernel leaves `softmax` intact, but the vendor
+    kernel overwrites it: callers must not rely on its contents after the call."""
+    x = as_input(OP, "input", input)
+    arrays = {
+        "grad": as_input(OP, "grad", grad),
+        "input": x,
+        "weight": as_input(OP, "weight", weight),
+        "target_mask": as_input(OP, "target_mask", target_mask),
+        "masked_target": as_input(OP, "masked_target", masked_target),
+        "logits_max": None if logits_max is None else as_input(OP, "logits_max", logits_max),
+        "sum_exp_logits": None if sum_exp_logits is None else as_input(OP, "sum_exp_logits", sum_exp_logits),
+        "softmax": None if softmax is None else as_input(OP, "softmax", softmax),
+    }
+    w = arrays["weight"]
+    bt = x.shape[0] if x.ndim == 2 else 0
+    h = x.shape[1] if x.ndim == 2 else 0
+    v = w.shape[0] if w.ndim == 2 else 0
+    arrays["input_grad_out"] = output(OP, "input_grad_out", input_grad_out, (bt, h), x.dtype)
+    arrays["weight_grad_out"] = output(OP, "weight_grad_out", weight_grad_out, (v, h), x.dtype)
+    props = check(FusedLinearCrossEntropyLossGradOp, arrays, {"label_smoothing": float(label_smoothing)})
+    if softmax is not None:
+        arrays["logits_max"] = arrays["sum_exp_logits"] = None  # ignored by the spec in this mode
+    _check_targets(arrays["target_mask"], arrays["masked_target"], bt, v)
+    launch(FusedLinearCrossEntropyLossGradOp, arrays, props)
+    return arrays["input_grad_out"], arrays["weight_grad_out"]
+
+
+def _check_targets(target_mask: np.ndarray, masked_target: np.ndarray, bt: int, v: int) -> None:
+    """0 ≤ masked_target[t] < V on every row whose target is in this shard (the device faults)."""
+    rows = np.flatnonzero(unpack_target_mask(target_mask, bt) == 0)
+    targets = masked_target[rows].astype(np.int64)
+    bad = np.flatnonzero((targets < 0) | (targets >= v))
+    if bad.size:
+        t = int(rows[bad[0]])
+        raise ValueError(
+            f"{OP}: parameter 'masked_target' must be in [0, V = {v}) on rows whose target_mask bit is 0, "
+            f"got {int(masked_target[t])} at row {t}"
+        )

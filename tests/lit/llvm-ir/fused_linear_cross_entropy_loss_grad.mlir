@@ -1,0 +1,26 @@
+// LLVM IR of the unfused reference lowering of the example: heap accumulators (16×32 and 256×32
+// float32, plus alignment slack), the mask bit shift, exp of the recomputed logit, G rounded to
+// bf16 in integer arithmetic (round to nearest even), and the C-interface wrapper.
+// RUN: npugrad-opt %examples/flce_grad.mlir -p convert-grad-to-loops --stage llvm-ir | FileCheck %s
+
+// CHECK:      declare void @free(ptr)
+// CHECK:      declare ptr @malloc(i64)
+// CHECK:      define void @flce_grad(ptr %{{.*}}, ptr %{{.*}}, i64 %{{.*}}, i64 %{{.*}}, i64 %{{.*}},
+// CHECK:        call ptr @malloc(i64 2112)
+// CHECK:        call ptr @malloc(i64 32832)
+// CHECK:        %[[BYTE:.*]] = load i8, ptr %{{.*}}
+// CHECK:        lshr i8 %[[BYTE]], %{{.*}}
+// CHECK:        %[[E:.*]] = call float @llvm.exp.f32(float %{{.*}})
+// CHECK-NEXT:   fdiv float %[[E]], %{{.*}}
+// CHECK:        add i32 %{{.*}}, 32767
+// CHECK:        bitcast i16 %{{.*}} to bfloat
+// CHECK:        fadd float
+// CHECK:        store float
+// CHECK:        fadd float
+// CHECK:        store float
+// CHECK:        store bfloat
+// CHECK:        call void @free(
+// CHECK:        store bfloat
+// CHECK:        call void @free(
+// CHECK:      define void @_mlir_ciface_flce_grad(ptr %{{.*}}, ptr %{{.*}}, ptr %{{.*}}, ptr %{{.*}}, ptr %{{.*}}, ptr %{{.*}}, ptr %{{.*}}, ptr %{{.*}}, ptr %{{.*}})
+// CHECK:        call void @flce_grad(

@@ -1,0 +1,20 @@
+// --stage run on random valid operands (statistics, targets in range, ~30% of rows masked),
+// both modes, checked against the NumPy reference.
+// RUN: npugrad-opt %examples/flce_grad.mlir --stage run --seed 1 | FileCheck %s
+// RUN: npugrad-opt %s --stage run --entry high_performance_f16 | FileCheck %s --check-prefix=HP
+
+// CHECK: @flce_grad: compiled in {{.*}} ms, ran in {{.*}} ms
+// CHECK: input_grad_out {{ *}}(16, 32) {{ *}}bfloat16 {{.*}} ok
+// CHECK: weight_grad_out {{ *}}(256, 32) {{ *}}bfloat16 {{.*}} ok
+
+// HP: @high_performance_f16
+// HP: input_grad_out {{ *}}(21, 13) {{ *}}float16 {{.*}} ok
+// HP: weight_grad_out {{ *}}(131, 13) {{ *}}float16 {{.*}} ok
+func.func @high_performance_f16(%g: memref<21xf32>, %x: memref<21x13xf16>, %w: memref<131x13xf16>, %m: memref<21xi1>,
+                                %t: memref<21xi32>, %p: memref<21x131xf32>,
+                                %dx: memref<21x13xf16>, %dw: memref<131x13xf16>) {
+  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<21xf32>) input(%x : memref<21x13xf16>) weight(%w : memref<131x13xf16>)
+      target_mask(%m : memref<21xi1>) masked_target(%t : memref<21xi32>) softmax(%p : memref<21x131xf32>)
+      -> input_grad_out(%dx : memref<21x13xf16>) weight_grad_out(%dw : memref<131x13xf16>)
+  func.return
+}
