@@ -1,5 +1,64 @@
-"""embedding_dense_backward (work in progress)."""
+"""embedding_dense_backward (Ascend aclnnEmbeddingDenseBackward, aten::embedding_dense_backward)."""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+from npugrad.dialect import EmbeddingDenseBackwardOp
+from npugrad.dialect.checks import SignatureError, SignatureTypeError
+from npugrad.ops.common import as_input, output
+from npugrad.runtime.launch import check, launch
+
+OP = "embedding_dense_backward"
+NO_PADDING = -1
 
 
-def embedding_dense_backward(*args, **kwargs):
-    raise NotImplementedError("embedding_dense_backward is not lowered yet")
+def _integer(name: str, value, lo: int, hi: int, what: str) -> int:
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise SignatureTypeError(f"{OP}: parameter '{name}' must be an integer, got {type(value).__name__}") from None
+    if not lo <= v < hi:
+        raise SignatureError(f"{OP}: parameter '{name}' must be {what}, got {v}")
+    return v
+
+
+def _padding(padding_idx, num_weights: int) -> int:
+    """padding_idx as the kernel's property: the row it names, or -1 for "no padding"."""
+    pad = _integer("padding_idx", padding_idx, -(1 << 63), 1 << 64, "an int64 or uint64 value")
+    if pad >= 1 << 63:
+        pad -= 1 << 64  # uint64 two's complement, as torch_npu passes -1
+    # Every value that names no row is the same kernel.
+    return pad if 0 <= pad < num_weights else NO_PADDING
+
+
+def embedding_dense_backward(grad, indices, num_weights, padding_idx=-1, scale_grad_by_freq=False, *, out=None):
+    """Sum the rows of grad (*, D) into the rows of `out` (num_weights, D) that `indices` name.
+
+    indices may have any shape with prod(grad.shape[:-1]) elements. Rows equal to padding_idx
+    contribute nothing; with scale_grad_by_freq each row is divided by its index's count. Sums
+    are float32 in index order (deterministic), rounded once to out's dtype (default: grad's)."""
+    g = as_input(OP, "grad", grad)
+    idx = as_input(OP, "indices", indices)
+    nw = _integer("num_weights", num_weights, -(1 << 63), 1 << 63, "an int64 value")
+    d = g.shape[-1] if g.ndim else 0
+    arrays = {"grad": g, "indices": idx, "out": output(OP, "out", out, (max(nw, 0), d), g.dtype)}
+    props = {
+        "num_weights": nw,
+        "padding_idx": _padding(padding_idx, nw),
+        "scale_grad_by_freq": bool(scale_grad_by_freq),
+    }
+    props = check(EmbeddingDenseBackwardOp, arrays, props, {"out": "out"})
+    # Like the reference, indices are only read when there is something to scatter.
+    if g.size and idx.size:
+        bad = (idx < 0) | (idx >= nw)
+        if bad.any():
+            where = np.unravel_index(int(np.argmax(bad)), idx.shape)
+            raise ValueError(
+                f"{OP}: parameter 'indices' must lie in [0, num_weights) = [0, {nw}), "
+                f"got {idx[where]} at position {tuple(map(int, where))}"
+            )
+    launch(EmbeddingDenseBackwardOp, arrays, props)
+    return arrays["out"]

@@ -1,5 +1,165 @@
-"""grad.embedding_dense_backward → loops (work in progress)."""
+"""grad.embedding_dense_backward → a stable counting sort of the indices, then one pass per row.
+
+    grad.embedding_dense_backward grad(%g : memref<?x?xf16>) indices(%k : memref<?xi32>)
+        -> out(%o : memref<10x?xbf16>) {num_weights = 10 : i64, scale_grad_by_freq = true}
+becomes
+    %off = memref.alloc() : memref<12xindex>      %perm = memref.alloc(%n) : memref<?xindex>
+    scf.for %i { k = sext(%k[%i]); if k <u 10 (and k != padding_idx) { %off[k+2] += 1 } }  // counts
+    scf.for %r { %off[r+1] += %off[r] }                                                     // offsets
+    scf.for %i { k = ...; if valid { %perm[%off[k+1]] = i; %off[k+1] += 1 } }               // buckets
+    scf.for %r { acc = 0; scf.for %p = %off[r] to %off[r+1] { acc += g[perm[p]] / cnt }; %o[r] = trunc acc }
+
+Why a sort rather than a float32 (num_weights, D) scratch that the rows of grad are added into:
+the scratch would cost 4·num_weights·D bytes (a second copy of a vocabulary-sized gradient) and
+scatter read-modify-writes over it; the sort needs 8·(num_weights + n) bytes, reads each row of
+grad once, and writes each element of `out` once, rounded once from a float32 row accumulator (a
+D-element scratch; `out`'s own row when it is float32). A bucket lists its positions in
+increasing i, so every sum runs in the fixed order i = 0, 1, ... (the reference's order), and the
+bucket's length is the frequency count. Padding and out-of-range indices never enter a bucket.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+from xdsl.dialects import arith, memref
+from xdsl.dialects.builtin import DYNAMIC_INDEX, MemRefType, f32, i64
+from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.rewriter import InsertPoint
+
+from npugrad.dialect import EmbeddingDenseBackwardOp
+from npugrad.dialect.checks import static_product
+from npugrad.lowering.emit import Emitter, index
 
 
-def lower_embedding_dense_backward(op, e) -> None:
-    raise NotImplementedError("grad.embedding_dense_backward has no lowering yet")
+def _alloc(e: Emitter, element: Attribute, static: int | None, size: SSAValue) -> SSAValue:
+    """A 1-D scratch buffer of `static` elements, or of `size` when that is not known."""
+    if static is not None:
+        return e.add(memref.AllocOp.get(element, shape=[static]))
+    return e.add(memref.AllocOp.get(element, shape=[DYNAMIC_INDEX], dynamic_sizes=[size]))
+
+
+def _product(e: Emitter, dims: Sequence[SSAValue]) -> SSAValue:
+    n = e.idx(1)
+    for i, d in enumerate(dims):
+        n = d if i == 0 else e.muli(n, d)
+    return n
+
+
+def _delinearize(e: Emitter, flat: SSAValue, dims: Sequence[SSAValue]) -> list[SSAValue]:
+    """Row-major coordinates of `flat` in `dims` (the first coordinate takes the quotient)."""
+    ivs: list[SSAValue] = []
+    for d in reversed(dims[1:]):
+        ivs.append(e.add(arith.RemUIOp(flat, d)))
+        flat = e.add(arith.DivUIOp(flat, d))
+    return [flat, *reversed(ivs)] if dims else []
+
+
+@contextmanager
+def _staged(op: Operation, e: Emitter) -> Iterator[None]:
+    """Emit into a scratch block, then move it in front of `op`.
+
+    The Emitter hoists constants and dims to just before `op`, which is after any loop already
+    emitted there: a constant first asked for in a later loop body would not dominate its use.
+    Staging the code keeps every hoisted value above all of it."""
+    staging = Block()
+    e.b.insertion_point = InsertPoint.at_end(staging)
+    yield
+    for emitted in list(staging.ops):
+        staging.detach_op(emitted)
+        op.parent_block().insert_op_before(emitted, op)  # type: ignore[union-attr]
+
+
+@contextmanager
+def _if(e: Emitter, cond: SSAValue | None) -> Iterator[None]:
+    """`scf.if cond`, or nothing when the condition is known to hold at compile time (None)."""
+    if cond is None:
+        yield
+    else:
+        with e.if_(cond):
+            yield
+
+
+def lower_embedding_dense_backward(op: EmbeddingDenseBackwardOp, e: Emitter) -> None:
+    num_weights = op.prop_int("num_weights")
+    padding = op.prop_int("padding_idx")
+    scale = op.prop_bool("scale_grad_by_freq")
+    g_type, k_type, out_type = op.grad.type, op.indices.type, op.out.type
+    assert isinstance(g_type, MemRefType) and isinstance(k_type, MemRefType) and isinstance(out_type, MemRefType)
+    g_shape, k_shape = ([None if s == DYNAMIC_INDEX else s for s in t.get_shape()] for t in (g_type, k_type))
+    if g_shape[-1] == 0:
+        return  # out is (num_weights, 0): nothing to write
+    g_dims, k_dims = e.dims(op.grad), e.dims(op.indices)
+    lead, d = g_dims[:-1], g_dims[-1]
+    one = e.idx(1)
+
+    def each_valid_index(body: Callable[[list[SSAValue], SSAValue], None]) -> None:
+        """body(position in indices, row) for each index in [0, num_weights) other than padding_idx, in order."""
+        with e.loop_nest(k_dims) as ivs:
+            k = e.load(op.indices, ivs)
+            if k.type != i64:
+                k = e.add(arith.ExtSIOp(k, i64))
+            # Unsigned: a negative index is a huge unsigned one, so one compare bounds both ends.
+            valid = e.cmpi(k, e.const(num_weights, i64), "ult")
+            if 0 <= padding < num_weights:
+                valid = e.andi(valid, e.cmpi(k, e.const(padding, i64), "ne"))
+            with e.if_(valid):
+                body(ivs, e.add(arith.IndexCastOp(k, index)))
+
+    def count(ivs: list[SSAValue], row: SSAValue) -> None:
+        slot = e.addi(row, e.idx(2))
+        e.store(e.addi(e.load(off, [slot]), one), off, [slot])
+
+    def place(ivs: list[SSAValue], row: SSAValue) -> None:
+        flat = e.idx(0)
+        for i, (iv, size) in enumerate(zip(ivs, k_dims)):
+            flat = iv if i == 0 else e.addi(e.muli(flat, size), iv)
+        slot = e.addi(row, one)
+        at = e.load(off, [slot])
+        e.store(flat, perm, [at])
+        e.store(e.addi(at, one), off, [slot])
+
+    # With D = 0 nothing is read or written, and num_weights need not be backed by any memory.
+    with _staged(op, e), _if(e, None if g_shape[-1] is not None else e.cmpi(d, e.idx(0), "ne")):
+        n_k = _product(e, k_dims)
+        # Counts go to off[r + 2]; the prefix sum makes off[r + 1] the start of bucket r; placing
+        # advances it to the bucket's end, so bucket r is [off[r], off[r + 1]).
+        off = _alloc(e, index, num_weights + 2, e.idx(num_weights + 2))
+        perm = _alloc(e, index, static_product(k_shape), n_k)
+        with e.loop(e.idx(num_weights + 2)) as r:
+            e.store(e.idx(0), off, [r])
+        # n != indices.numel is rejected before launch; never index grad past its end regardless.
+        n_lead = static_product(g_shape[:-1])
+        same = n_lead is not None and n_lead == static_product(k_shape)
+        with _if(e, None if same else e.cmpi(_product(e, lead), n_k, "eq")):
+            each_valid_index(count)
+            with e.loop(e.idx(num_weights + 1)) as r:
+                nxt = e.addi(r, one)
+                e.store(e.addi(e.load(off, [nxt]), e.load(off, [r])), off, [nxt])
+            each_valid_index(place)
+
+        # The float32 accumulator of one row: out's own row when out is float32.
+        buf = None if out_type.element_type == f32 else _alloc(e, f32, g_shape[-1], d)
+        zero = e.f32(0.0)
+        with e.loop(e.idx(num_weights)) as r:
+            acc, acc_at = (op.out, lambda j: [r, j]) if buf is None else (buf, lambda j: [j])
+            with e.loop(d) as j:
+                e.store(zero, acc, acc_at(j))
+            lo = e.load(off, [r])
+            hi = e.load(off, [e.addi(r, one)])
+            if scale:
+                cnt = e.index_to_f32(e.add(arith.SubiOp(hi, lo)))
+            with e.loop(hi, lo) as p:
+                rows = _delinearize(e, e.load(perm, [p]), lead)
+                with e.loop(d) as j:
+                    g = e.load_f32(op.grad, [*rows, j])
+                    if scale:
+                        g = e.divf(g, cnt)
+                    e.store(e.addf(e.load(acc, acc_at(j)), g), acc, acc_at(j))
+            if buf is not None:
+                with e.loop(d) as j:
+                    e.store_f32(e.load(buf, [j]), op.out, [r, j])
+        for scratch in (buf, perm, off):
+            if scratch is not None:
+                e.add(memref.DeallocOp.get(scratch))

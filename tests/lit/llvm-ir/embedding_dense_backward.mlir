@@ -1,0 +1,19 @@
+// LLVM IR of the embedding gradient: malloc'd scratch for the counting sort, sign-extended i32
+// indices bounded by one unsigned compare plus the padding compare, the float32 sums
+// (frequency-scaled), and the scratch freed.
+// RUN: npugrad-opt %examples/embedding_dense_backward.mlir --stage llvm-ir | FileCheck %s
+
+// CHECK:      define void @embedding_dense_backward(ptr %{{.*}}, ptr %{{.*}}, i64 %{{.*}}, i64 %{{.*}},
+// CHECK:        call ptr @malloc(i64 416)
+// CHECK:        call ptr @malloc(i64 256)
+// CHECK:        %[[K:.*]] = sext i32 %{{.*}} to i64
+// CHECK-NEXT:   icmp ult i64 %[[K]], 50
+// CHECK-NEXT:   icmp ne i64 %[[K]], 0
+// CHECK:        store float 0.000000e+00
+// CHECK:        %[[CNT:.*]] = sitofp i64 %{{.*}} to float
+// CHECK:        %[[S:.*]] = fdiv float %{{.*}}, %[[CNT]]
+// CHECK:        fadd float %{{.*}}, %[[S]]
+// CHECK:        call void @free(
+// CHECK:        call void @free(
+// CHECK:      define void @_mlir_ciface_embedding_dense_backward(ptr %{{.*}}, ptr %{{.*}}, ptr %{{.*}})
+// CHECK:        call void @embedding_dense_backward(
