@@ -1,6 +1,7 @@
 """Dialects defined by npugrad."""
 
 from npugrad.dialect.grad import (
+    OPS,
     ApplyFusedEmaAdamOp,
     BinaryCrossEntropyGradOp,
     EmbeddingDenseBackwardOp,
@@ -8,10 +9,10 @@ from npugrad.dialect.grad import (
     Grad,
     GradOp,
     NLLLossBackwardOp,
-    OPS,
 )
 
 __all__ = [
+    "OPS",
     "ApplyFusedEmaAdamOp",
     "BinaryCrossEntropyGradOp",
     "EmbeddingDenseBackwardOp",
@@ -19,5 +20,4 @@ __all__ = [
     "Grad",
     "GradOp",
     "NLLLossBackwardOp",
-    "OPS",
 ]

@@ -116,11 +116,14 @@ class Emitter:
         assert isinstance(ref.type, MemRefType)
         return [self.dim(ref, a) for a in range(ref.type.get_num_dims())]
 
-    def numel(self, ref: SSAValue) -> SSAValue:
+    def product(self, sizes: Sequence[SSAValue]) -> SSAValue:
         n = self.idx(1)
-        for i, d in enumerate(self.dims(ref)):
+        for i, d in enumerate(sizes):
             n = d if i == 0 else self.muli(n, d)
         return n
+
+    def numel(self, ref: SSAValue) -> SSAValue:
+        return self.product(self.dims(ref))
 
     # -- control flow -----------------------------------------------------------------------
     @contextmanager

@@ -9,14 +9,12 @@ from here.
 from __future__ import annotations
 
 try:  # pragma: no cover - depends on what is installed
-    from mlir import ir, passmanager
-    from mlir import runtime
+    from mlir import ir, passmanager, runtime
     from mlir.dialects.llvm import translate_module_to_llvmir
 
     PROVIDER = "mlir"
 except ImportError:
-    from torch_mlir import ir, passmanager
-    from torch_mlir import runtime
+    from torch_mlir import ir, passmanager, runtime
     from torch_mlir.dialects.llvm import translate_module_to_llvmir
 
     PROVIDER = "torch_mlir"

@@ -1,5 +1,57 @@
-"""apply_fused_ema_adam (work in progress)."""
+"""apply_fused_ema_adam (aclnnApplyFusedEmaAdam): one Adam/AdamW step plus the parameter EMA, in place."""
+
+from __future__ import annotations
+
+import itertools
+import numbers
+
+import numpy as np
+
+from npugrad.dialect import ApplyFusedEmaAdamOp
+from npugrad.dialect.checks import SignatureTypeError
+from npugrad.ops.common import as_input, output
+from npugrad.runtime.launch import check, launch
+
+OP = "apply_fused_ema_adam"
+STATES = ("var", "m", "v", "s")
 
 
-def apply_fused_ema_adam(*args, **kwargs):
-    raise NotImplementedError("apply_fused_ema_adam is not lowered yet")
+def _step(step) -> np.ndarray:
+    # A plain integer is the common caller's counter; the kernel takes an int64 (1,) tensor.
+    if isinstance(step, numbers.Integral) and not isinstance(step, bool | np.bool_):
+        return np.array([step], np.int64)
+    return as_input(OP, "step", step)
+
+
+def _real(name: str, value) -> float:
+    if not isinstance(value, numbers.Real) or isinstance(value, bool | np.bool_):
+        raise SignatureTypeError(f"{OP}: property '{name}' must be a real number, got {type(value).__name__}")
+    return float(value)
+
+
+def apply_fused_ema_adam(grad, var, m, v, s, step, lr=1e-3, ema_decay=0.9999, beta1=0.9, beta2=0.999,
+                         eps=1e-8, mode=1, bias_correction=True, weight_decay=0.0):
+    """Update var, m, v, s (same shape and dtype as grad) in place and return them as a tuple.
+
+    step is the 1-based step count (an int64 (1,) array or an int), not incremented. The float
+    hyper-parameters are passed to the kernel at run time, so changing them never recompiles."""
+    arrays = {"grad": as_input(OP, "grad", grad), "step": _step(step)}
+    for name, given in zip(STATES, (var, m, v, s)):
+        if given is None:  # `output` would allocate; a state must be the caller's array
+            raise SignatureTypeError(f"{OP}: parameter '{name}' must be a numpy array, got None")
+        arrays[name] = output(OP, name, given, None, None)
+    hyper = {"lr": lr, "ema_decay": ema_decay, "beta1": beta1, "beta2": beta2, "eps": eps, "weight_decay": weight_decay}
+    hyper = {k: _real(k, x) for k, x in hyper.items()}
+    bias_correction = bool(bias_correction)
+    check(ApplyFusedEmaAdamOp, arrays, {"mode": mode, "bias_correction": bias_correction, **hyper})
+    k = int(arrays["step"].reshape(-1)[0])
+    if bias_correction and k < 1:
+        raise ValueError(f"{OP}: parameter 'step' must be >= 1 when bias_correction is on, got {k}")
+    # The kernel reads grad while it writes the states, element by element.
+    for a, b in itertools.combinations(("grad", *STATES), 2):
+        if np.shares_memory(arrays[a], arrays[b]):
+            raise ValueError(f"{OP}: parameters '{a}' and '{b}' overlap in memory")
+    arrays["hyperparameters"] = np.array([hyper[n] for n in ApplyFusedEmaAdamOp.HYPERPARAMETER_ORDER], np.float32)
+    # Only mode and bias_correction shape the code; the float properties keep their defaults in the cache key.
+    launch(ApplyFusedEmaAdamOp, arrays, {"mode": int(mode), "bias_correction": bias_correction})
+    return arrays["var"], arrays["m"], arrays["v"], arrays["s"]

@@ -8,6 +8,8 @@ import threading
 from functools import cache
 
 import llvmlite.binding as llvm
+import ml_dtypes
+import numpy as np
 
 _LOCK = threading.Lock()  # LLVM's global context is not thread-safe
 
@@ -38,30 +40,52 @@ def llvm_version() -> str:
     return ".".join(map(str, llvm.llvm_version_info))
 
 
-_BITS_LITERAL = re.compile(r"(?<![\w.$%@])f0x([0-9A-Fa-f]+)\b")
-_HALF_TYPES = re.compile(r"\b(half|bfloat)\b")
+# A float literal: `f0x<bits>` (the newer LLVM's hex form) or a decimal like `9.990000e-01`.
+_LITERAL = re.compile(
+    r"(?<![\w.$%@#!\"-])(?:f0x(?P<bits>[0-9A-Fa-f]+)\b|(?P<dec>[-+]?\d+\.\d*(?:[eE][-+]?\d+)?)(?![\w.]))"
+)
+_FLOAT_TYPES = re.compile(r"\b(half|bfloat|float|double)\b")
+
+
+def _double_hex(value: float) -> str:
+    return "0x" + struct.pack("<d", value)[::-1].hex().upper()
 
 
 def _rewrite_line(line: str) -> str:
     def literal(m: re.Match) -> str:
-        bits = m.group(1).upper()
-        if len(bits) == 8:  # float: LLVM 22 spells it as the double of the same value
-            value = struct.unpack("<f", struct.pack("<I", int(bits, 16)))[0]
-            return "0x" + struct.pack("<d", value)[::-1].hex().upper()
-        if len(bits) == 16:
-            return "0x" + bits
-        kinds = _HALF_TYPES.findall(line[: m.start()])
-        return ("0xR" if kinds and kinds[-1] == "bfloat" else "0xH") + bits
+        kinds = _FLOAT_TYPES.findall(line[: m.start()])
+        kind = kinds[-1] if kinds else None
+        if m.group("bits") is not None:
+            bits = m.group("bits").upper()
+            if len(bits) == 8:  # float: LLVM 22 spells it as the double of the same value
+                return _double_hex(struct.unpack("<f", struct.pack("<I", int(bits, 16)))[0])
+            if len(bits) == 16:
+                return "0x" + bits
+            return ("0xR" if kind == "bfloat" else "0xH") + bits
+        # LLVM 22 rejects a decimal float constant that the type cannot hold exactly (0.999 as
+        # a float): round it to the type, as the newer LLVM did when it printed it.
+        value = float(m.group("dec"))
+        if kind == "float":
+            return _double_hex(float(np.float32(value)))
+        if kind == "half":
+            return "0xH" + f"{int(np.float16(value).view(np.uint16)):04X}"
+        if kind == "bfloat":
+            return "0xR" + f"{int(np.array(value, ml_dtypes.bfloat16).view(np.uint16)):04X}"
+        return m.group(0)
 
-    return _BITS_LITERAL.sub(literal, line)
+    return _LITERAL.sub(literal, line)
 
 
 def to_llvmlite_syntax(llvm_ir: str) -> str:
-    """Rewrite the `f0x<bits>` float literals printed by the MLIR bindings' newer LLVM into the
-    `0x`/`0xH`/`0xR` forms that llvmlite's LLVM 22 parser reads (the same values, bit for bit)."""
-    if "f0x" not in llvm_ir:
-        return llvm_ir
-    return "\n".join(_rewrite_line(line) if "f0x" in line else line for line in llvm_ir.split("\n"))
+    """Rewrite float literals printed by the MLIR bindings' newer LLVM into what llvmlite's
+    LLVM 22 parser reads: `f0x<bits>` into the `0x`/`0xH`/`0xR` forms, and decimal constants
+    of float, half and bfloat type into hex of the value rounded to that type (bit for bit
+    the constant the newer LLVM meant)."""
+    return "\n".join(
+        _rewrite_line(line) if _FLOAT_TYPES.search(line) and not line.lstrip().startswith(("define", "declare", ";", "!"))
+        else line
+        for line in llvm_ir.split("\n")
+    )
 
 
 def _optimised(llvm_ir: str) -> llvm.ModuleRef:

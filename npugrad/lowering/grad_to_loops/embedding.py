@@ -23,28 +23,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
-from xdsl.dialects import arith, memref
+from xdsl.dialects import arith
 from xdsl.dialects.builtin import DYNAMIC_INDEX, MemRefType, f32, i64
-from xdsl.ir import Attribute, Block, Operation, SSAValue
-from xdsl.rewriter import InsertPoint
+from xdsl.ir import SSAValue
 
 from npugrad.dialect import EmbeddingDenseBackwardOp
 from npugrad.dialect.checks import static_product
 from npugrad.lowering.emit import Emitter, index
-
-
-def _alloc(e: Emitter, element: Attribute, static: int | None, size: SSAValue) -> SSAValue:
-    """A 1-D scratch buffer of `static` elements, or of `size` when that is not known."""
-    if static is not None:
-        return e.add(memref.AllocOp.get(element, shape=[static]))
-    return e.add(memref.AllocOp.get(element, shape=[DYNAMIC_INDEX], dynamic_sizes=[size]))
-
-
-def _product(e: Emitter, dims: Sequence[SSAValue]) -> SSAValue:
-    n = e.idx(1)
-    for i, d in enumerate(dims):
-        n = d if i == 0 else e.muli(n, d)
-    return n
 
 
 def _delinearize(e: Emitter, flat: SSAValue, dims: Sequence[SSAValue]) -> list[SSAValue]:
@@ -54,21 +39,6 @@ def _delinearize(e: Emitter, flat: SSAValue, dims: Sequence[SSAValue]) -> list[S
         ivs.append(e.add(arith.RemUIOp(flat, d)))
         flat = e.add(arith.DivUIOp(flat, d))
     return [flat, *reversed(ivs)] if dims else []
-
-
-@contextmanager
-def _staged(op: Operation, e: Emitter) -> Iterator[None]:
-    """Emit into a scratch block, then move it in front of `op`.
-
-    The Emitter hoists constants and dims to just before `op`, which is after any loop already
-    emitted there: a constant first asked for in a later loop body would not dominate its use.
-    Staging the code keeps every hoisted value above all of it."""
-    staging = Block()
-    e.b.insertion_point = InsertPoint.at_end(staging)
-    yield
-    for emitted in list(staging.ops):
-        staging.detach_op(emitted)
-        op.parent_block().insert_op_before(emitted, op)  # type: ignore[union-attr]
 
 
 @contextmanager
@@ -121,18 +91,18 @@ def lower_embedding_dense_backward(op: EmbeddingDenseBackwardOp, e: Emitter) -> 
         e.store(e.addi(at, one), off, [slot])
 
     # With D = 0 nothing is read or written, and num_weights need not be backed by any memory.
-    with _staged(op, e), _if(e, None if g_shape[-1] is not None else e.cmpi(d, e.idx(0), "ne")):
-        n_k = _product(e, k_dims)
+    with _if(e, None if g_shape[-1] is not None else e.cmpi(d, e.idx(0), "ne")):
+        n_k = e.product(k_dims)
         # Counts go to off[r + 2]; the prefix sum makes off[r + 1] the start of bucket r; placing
         # advances it to the bucket's end, so bucket r is [off[r], off[r + 1]).
-        off = _alloc(e, index, num_weights + 2, e.idx(num_weights + 2))
-        perm = _alloc(e, index, static_product(k_shape), n_k)
+        off = e.alloc([num_weights + 2], index)
+        perm = e.alloc([n_k], index)
         with e.loop(e.idx(num_weights + 2)) as r:
             e.store(e.idx(0), off, [r])
         # n != indices.numel is rejected before launch; never index grad past its end regardless.
         n_lead = static_product(g_shape[:-1])
         same = n_lead is not None and n_lead == static_product(k_shape)
-        with _if(e, None if same else e.cmpi(_product(e, lead), n_k, "eq")):
+        with _if(e, None if same else e.cmpi(e.product(lead), n_k, "eq")):
             each_valid_index(count)
             with e.loop(e.idx(num_weights + 1)) as r:
                 nxt = e.addi(r, one)
@@ -140,7 +110,7 @@ def lower_embedding_dense_backward(op: EmbeddingDenseBackwardOp, e: Emitter) -> 
             each_valid_index(place)
 
         # The float32 accumulator of one row: out's own row when out is float32.
-        buf = None if out_type.element_type == f32 else _alloc(e, f32, g_shape[-1], d)
+        buf = None if out_type.element_type == f32 else e.alloc([d], f32)
         zero = e.f32(0.0)
         with e.loop(e.idx(num_weights)) as r:
             acc, acc_at = (op.out, lambda j: [r, j]) if buf is None else (buf, lambda j: [j])
@@ -162,4 +132,4 @@ def lower_embedding_dense_backward(op: EmbeddingDenseBackwardOp, e: Emitter) -> 
                     e.store_f32(e.load(buf, [j]), op.out, [r, j])
         for scratch in (buf, perm, off):
             if scratch is not None:
-                e.add(memref.DeallocOp.get(scratch))
+                e.dealloc(scratch)

@@ -15,8 +15,8 @@
 // CHECK:         %[[HAS_D:.*]] = arith.cmpi ne, %[[D:.*]], %{{.*}} : index
 // CHECK-NEXT:    scf.if %[[HAS_D]] {
 // CHECK:           %[[NK:.*]] = arith.muli
-// CHECK:           %[[OFF:.*]] = memref.alloc() : memref<12xindex>
-// CHECK:           %[[PERM:.*]] = memref.alloc(%[[NK]]) : memref<?xindex>
+// CHECK:           %[[OFF:.*]] = memref.alloc() {alignment = 64 : i64} : memref<12xindex>
+// CHECK:           %[[PERM:.*]] = memref.alloc(%[[NK]]) {alignment = 64 : i64} : memref<?xindex>
 // A mismatch of n and indices.numel leaves every bucket empty.
 // CHECK:           %[[N:.*]] = arith.muli
 // CHECK:           %[[SAME:.*]] = arith.cmpi eq, %[[N]], %[[NK]] : index
@@ -46,7 +46,7 @@
 // CHECK:                 %[[AT:.*]] = memref.load %[[OFF]]
 // CHECK:                 memref.store %[[FLAT]], %[[PERM]][%[[AT]]] : memref<?xindex>
 // Per row: zero fill, count = bucket length, accumulate grad[perm[p]] / count, round once.
-// CHECK:           %[[ACC:.*]] = memref.alloc(%[[D]]) : memref<?xf32>
+// CHECK:           %[[ACC:.*]] = memref.alloc(%[[D]]) {alignment = 64 : i64} : memref<?xf32>
 // CHECK:           scf.for %[[R:.*]] = %{{.*}} to %{{.*}} step
 // CHECK-NEXT:        scf.for %[[J0:.*]] = %{{.*}} to %[[D]] step
 // CHECK-NEXT:          memref.store %[[ZERO]], %[[ACC]][%[[J0]]] : memref<?xf32>
@@ -83,8 +83,8 @@ func.func @scaled_padded(%g: memref<?x?x?xf16>, %i: memref<?x?xi32>, %out: memre
 // i64 indices need no extension; no padding compare, no scaling, no shape guards.
 // CHECK-LABEL: func.func @plain_f32
 // CHECK-NOT:     scf.if %{{.*}} {
-// CHECK:         memref.alloc() : memref<7xindex>
-// CHECK:         %[[PERM:.*]] = memref.alloc() : memref<7xindex>
+// CHECK:         memref.alloc() {alignment = 64 : i64} : memref<7xindex>
+// CHECK:         %[[PERM:.*]] = memref.alloc() {alignment = 64 : i64} : memref<7xindex>
 // CHECK:         %[[K:.*]] = memref.load %{{.*}}[%{{.*}}] : memref<7xi64>
 // CHECK-NEXT:    arith.cmpi ult, %[[K]], %{{.*}} : i64
 // CHECK-NEXT:    scf.if
