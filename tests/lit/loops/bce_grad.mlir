@@ -5,11 +5,12 @@
 
 // CHECK-LABEL: func.func @bce_mean_f16
 // CHECK-NOT:     grad.
+// Constants are hoisted above the emitted code.
+// CHECK-DAG:     %[[EPS:.*]] = arith.constant 1.000000e-12 : f32
+// CHECK-DAG:     %[[ONE:.*]] = arith.constant 1.000000e+00 : f32
 // CHECK:         %[[D:.*]] = memref.load %{{.*}}[%{{.*}}] : memref<1xf16>
 // CHECK:         %[[D32:.*]] = arith.extf %[[D]] : f16 to f32
 // CHECK:         %[[U:.*]] = arith.divf %[[D32]], %{{.*}} : f32
-// CHECK-DAG:     %[[EPS:.*]] = arith.constant 1.000000e-12 : f32
-// CHECK-DAG:     %[[ONE:.*]] = arith.constant 1.000000e+00 : f32
 // CHECK:         scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
 // CHECK-NEXT:      scf.for %[[J:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
 // CHECK:             %[[X:.*]] = arith.extf %{{.*}} : f16 to f32
