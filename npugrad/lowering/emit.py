@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from xdsl.builder import Builder
-from xdsl.dialects import arith, linalg, math, memref, scf
+from xdsl.dialects import arith, math, memref, scf
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     AffineMapAttr,
@@ -29,6 +29,8 @@ from xdsl.dialects.builtin import (
     f32,
     i1,
 )
+from xdsl.dialects.linalg.attrs import IteratorTypeAttr
+from xdsl.dialects.linalg.ops import FillOp, GenericOp, YieldOp
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.ir.affine import AffineMap
 from xdsl.rewriter import InsertPoint
@@ -202,7 +204,7 @@ class Emitter:
         self.add(memref.DeallocOp.get(ref))
 
     def fill(self, value: float, ref: SSAValue) -> None:
-        self.add(linalg.FillOp([self.const(value, ref.type.element_type)], [ref], res=[]))  # type: ignore[attr-defined]
+        self.add(FillOp([self.const(value, ref.type.element_type)], [ref], res=[]))  # type: ignore[attr-defined]
 
     def contract(self, lhs: SSAValue, rhs: SSAValue, acc: SSAValue, maps, doc: str, reduction_dim: int = 2) -> None:
         """acc[...] += lhs[...]·rhs[...] as a `linalg.generic` over three dims, `reduction_dim` the
@@ -218,15 +220,15 @@ class Emitter:
             b = inner.insert(arith.ExtFOp(b, acc_t)).result
         product = inner.insert(arith.MulfOp(a, b)).result
         total = inner.insert(arith.AddfOp(c, product)).result
-        inner.insert(linalg.YieldOp(total))
+        inner.insert(YieldOp(total))
         self.add(
-            linalg.GenericOp(
+            GenericOp(
                 [lhs, rhs],
                 [acc],
                 Region(body),
                 [AffineMapAttr(AffineMap.from_callable(m)) for m in maps],
                 [
-                    linalg.IteratorTypeAttr.reduction() if d == reduction_dim else linalg.IteratorTypeAttr.parallel()
+                    IteratorTypeAttr.reduction() if d == reduction_dim else IteratorTypeAttr.parallel()
                     for d in range(3)
                 ],
                 doc=StringAttr(doc),

@@ -25,25 +25,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects import arith
-from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, IntegerType, ModuleOp, f32, i64
+from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, ModuleOp, f32, i64
 from xdsl.ir import SSAValue
 from xdsl.passes import ModulePass
 
 from npugrad.dialect import FusedLinearCrossEntropyLossGradOp
 from npugrad.lowering.emit import Emitter
+from npugrad.lowering.grad_to_loops.flce import target_in_shard
 
 TILE_ATTR = "grad.tile_sizes"
-
-
-def unmasked_row(e: Emitter, op: FusedLinearCrossEntropyLossGradOp, t: SSAValue) -> SSAValue:
-    """i1: the token's target lies in this shard (mask bit 0). A uint8 mask is bit-packed, LSB first."""
-    if str(op.target_mask.type.element_type) == "i1":  # type: ignore[attr-defined]
-        return e.cmpi(e.load(op.target_mask, [t]), e.const(0, IntegerType(1)), "eq")
-    byte = e.load(op.target_mask, [e.add(arith.DivUIOp(t, e.idx(8)))])
-    shift = e.add(arith.IndexCastOp(e.add(arith.RemUIOp(t, e.idx(8))), IntegerType(8)))
-    bit = e.andi(e.add(arith.ShRUIOp(byte, shift)), e.const(1, IntegerType(8)))
-    return e.cmpi(bit, e.const(0, IntegerType(8)), "eq")
 
 
 def target_in_tile(e: Emitter, op, t: SSAValue, v0: SSAValue, tv: SSAValue) -> tuple[SSAValue, SSAValue]:
@@ -52,7 +42,7 @@ def target_in_tile(e: Emitter, op, t: SSAValue, v0: SSAValue, tv: SSAValue) -> t
     j = e.int_to_index(e.load(op.masked_target, [t]))
     local = e.subi(j, v0)
     inside = e.andi(e.cmpi(local, e.idx(0), "sge"), e.cmpi(local, tv, "slt"))
-    return e.andi(unmasked_row(e, op, t), inside), local
+    return e.andi(target_in_shard(e, op.target_mask, t), inside), local
 
 
 def _round_into(e: Emitter, acc: SSAValue, out: SSAValue) -> None:

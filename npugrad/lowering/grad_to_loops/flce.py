@@ -39,7 +39,7 @@ def lower_fused_linear_cross_entropy_loss_grad(op: FusedLinearCrossEntropyLossGr
         e.zeros(acc)
     with e.loop(bt) as t:
         g = e.load_f32(op.grad, [t])
-        in_shard = _target_in_shard(e, op.target_mask, t)
+        in_shard = target_in_shard(e, op.target_mask, t)
         target = e.int_to_index(e.load(op.masked_target, [t]))
         if not op.high_performance:
             row_max = e.load_f32(op.logits_max, [t])
@@ -76,7 +76,7 @@ def _accumulate(e: Emitter, acc: SSAValue, ivs: list[SSAValue], value: SSAValue)
     e.store(e.addf(e.load(acc, ivs), value), acc, ivs)
 
 
-def _target_in_shard(e: Emitter, mask: SSAValue, t: SSAValue) -> SSAValue:
+def target_in_shard(e: Emitter, mask: SSAValue, t: SSAValue) -> SSAValue:
     """i1: m_t = 0, from a bool mask or bit t % 8 (LSB first) of byte t // 8 of a packed one."""
     if not dtypes.is_uint8(mask.type.element_type):  # type: ignore[attr-defined]
         return e.cmpi(e.load(mask, [t]), e.const(False, i1), "eq")
