@@ -9,10 +9,12 @@ rounded once to the output dtype, and tol = 1e-5 (float32), 2e-3 (float16, two u
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 
 import numpy as np
 
+from npugrad.dialect import ApplyFusedEmaAdamOp
 from npugrad.reference import ops as ref
 
 F32 = np.float32
@@ -66,11 +68,16 @@ def _bce(shapes, dts, props, rng):
 def _nll(shapes, dts, props, rng):
     s = shapes["self"]
     c = s[-1]
-    target = rng.integers(0, c, shapes["target"]) if c else np.zeros(shapes["target"], np.int64)
     ignore = int(props.get("ignore_index", -100))
     info = np.iinfo(dts["target"])
-    if target.size and info.min <= ignore <= info.max:
-        target = np.where(rng.random(target.shape) < 0.1, ignore, target)
+    can_ignore = info.min <= ignore <= info.max
+    if c == 0:
+        # No class to pick: every sample must be ignored (impossible if ignore_index does not fit).
+        target = np.full(shapes["target"], ignore if can_ignore else 0)
+    else:
+        target = rng.integers(0, c, shapes["target"])
+        if target.size and can_ignore:
+            target = np.where(rng.random(target.shape) < 0.1, ignore, target)
     weight = rng.uniform(0.5, 1.5, (c,))
     kept = np.asarray(target).reshape(-1)
     kept = kept[kept != ignore].astype(np.int64)
@@ -86,16 +93,25 @@ def _nll(shapes, dts, props, rng):
 
 def _embedding(shapes, dts, props, rng):
     nw = int(props["num_weights"])
-    idx = rng.integers(0, max(nw, 1), shapes["indices"]) if nw else np.zeros(shapes["indices"])
+    idx = rng.integers(0, max(nw, 1), shapes["indices"]) if nw else np.zeros(shapes["indices"], np.int64)
+    pad = int(props.get("padding_idx", -1))
+    if 0 <= pad < nw:  # hit the padding row, which must stay zero
+        idx = np.where(rng.random(idx.shape) < 0.2, pad, idx)
     return {
         "grad": _cast(rng.standard_normal(shapes["grad"]), dts["grad"]),
         "indices": idx.astype(dts["indices"]),
     }
 
 
+_EMA_HYPERPARAMETERS = ApplyFusedEmaAdamOp.HYPERPARAMETER_ORDER
+_EMA_DEFAULTS = {
+    k: p.default for k, p in inspect.signature(ref.apply_fused_ema_adam).parameters.items() if k in _EMA_HYPERPARAMETERS
+}
+
+
 def _ema_adam(shapes, dts, props, rng):
     shape, dt = shapes["grad"], dts["grad"]
-    return {
+    out = {
         "grad": _cast(rng.standard_normal(shape), dt),
         "var": _cast(rng.standard_normal(shape), dt),
         "m": _cast(0.1 * rng.standard_normal(shape), dt),
@@ -103,6 +119,10 @@ def _ema_adam(shapes, dts, props, rng):
         "s": _cast(rng.standard_normal(shape), dt),
         "step": np.full(shapes["step"], int(rng.integers(1, 20)), np.int64),
     }
+    if "hyperparameters" in shapes:
+        # The run-time operand carries the properties' values (the kernel then ignores the properties).
+        out["hyperparameters"] = np.array([props.get(k, _EMA_DEFAULTS[k]) for k in _EMA_HYPERPARAMETERS], F32)
+    return out
 
 
 def _flce(shapes, dts, props, rng):
@@ -116,7 +136,7 @@ def _flce(shapes, dts, props, rng):
     local_max = z.max(axis=1) if v else np.zeros(bt, F32)
     m = (local_max + rng.uniform(0, 1, bt)).astype(F32)
     s = (np.exp(z - m[:, None]).sum(axis=1) + rng.uniform(0.5, 2, bt)).astype(F32)
-    masked = rng.random(bt) < 0.3
+    masked = (rng.random(bt) < 0.3) | (v == 0)  # an empty shard holds no target
     target = np.where(masked, 0, rng.integers(0, max(v, 1), bt))
     mask = masked if dts["target_mask"] == np.bool_ else ref.pack_target_mask(masked)
     if dts["target_mask"] == np.uint8 and shapes["target_mask"][0] > mask.size:
@@ -159,6 +179,8 @@ def expected(op: str, arrays: Mapping[str, np.ndarray], props: Mapping[str, obje
     if op == "apply_fused_ema_adam":
         state = {k: np.array(a[k], np.float32) for k in ("var", "m", "v", "s")}
         hyper = {k: props[k] for k in ("lr", "ema_decay", "beta1", "beta2", "eps", "mode", "bias_correction", "weight_decay") if k in props}
+        if a.get("hyperparameters") is not None:
+            hyper.update(zip(_EMA_HYPERPARAMETERS, map(float, np.asarray(a["hyperparameters"], F32))))
         ref.apply_fused_ema_adam(np.asarray(a["grad"], np.float32), state["var"], state["m"], state["v"], state["s"], a["step"], **hyper)
         return state
     if op == "fused_linear_cross_entropy_loss_grad":
