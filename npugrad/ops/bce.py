@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from npugrad.dialect import BinaryCrossEntropyGradOp
 from npugrad.ops.common import REDUCTION_MEAN, REDUCTION_NONE, as_input, output
-from npugrad.runtime.launch import check, launch
+from npugrad.runtime.launch import Call, check, two_phase
 
 OP = "binary_cross_entropy_grad"
 
 
+@two_phase
 def binary_cross_entropy_grad(input_x, input_y, dloss, weight=None, reduction=REDUCTION_MEAN, *, out=None):
     """dL/dx of binary cross entropy; returns `out` (the shape and dtype of input_x).
 
@@ -26,5 +27,4 @@ def binary_cross_entropy_grad(input_x, input_y, dloss, weight=None, reduction=RE
         arrays["dloss"] = dl.reshape(x.shape)  # the vendor API takes it flat
     arrays["dx"] = output(OP, "out", out, x.shape, x.dtype)
     props = check(BinaryCrossEntropyGradOp, arrays, {"reduction": int(reduction)}, {"dx": "out"})
-    launch(BinaryCrossEntropyGradOp, arrays, props)
-    return arrays["dx"]
+    return Call(BinaryCrossEntropyGradOp, arrays, props, arrays["dx"])

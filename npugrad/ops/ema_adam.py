@@ -10,7 +10,7 @@ import numpy as np
 from npugrad.dialect import ApplyFusedEmaAdamOp
 from npugrad.dialect.checks import SignatureTypeError
 from npugrad.ops.common import as_input, output
-from npugrad.runtime.launch import check, launch
+from npugrad.runtime.launch import Call, check, two_phase
 
 OP = "apply_fused_ema_adam"
 STATES = ("var", "m", "v", "s")
@@ -29,6 +29,7 @@ def _real(name: str, value) -> float:
     return float(value)
 
 
+@two_phase
 def apply_fused_ema_adam(grad, var, m, v, s, step, lr=1e-3, ema_decay=0.9999, beta1=0.9, beta2=0.999,
                          eps=1e-8, mode=1, bias_correction=True, weight_decay=0.0):
     """Update var, m, v, s (same shape and dtype as grad) in place and return them as a tuple.
@@ -44,14 +45,17 @@ def apply_fused_ema_adam(grad, var, m, v, s, step, lr=1e-3, ema_decay=0.9999, be
     hyper = {k: _real(k, x) for k, x in hyper.items()}
     bias_correction = bool(bias_correction)
     check(ApplyFusedEmaAdamOp, arrays, {"mode": mode, "bias_correction": bias_correction, **hyper})
-    k = int(arrays["step"].reshape(-1)[0])
-    if bias_correction and k < 1:
-        raise ValueError(f"{OP}: parameter 'step' must be >= 1 when bias_correction is on, got {k}")
     # The kernel reads grad while it writes the states, element by element.
     for a, b in itertools.combinations(("grad", *STATES), 2):
         if np.shares_memory(arrays[a], arrays[b]):
             raise ValueError(f"{OP}: parameters '{a}' and '{b}' overlap in memory")
     arrays["hyperparameters"] = np.array([hyper[n] for n in ApplyFusedEmaAdamOp.HYPERPARAMETER_ORDER], np.float32)
+
+    def check_step() -> None:
+        k = int(arrays["step"].reshape(-1)[0])
+        if bias_correction and k < 1:
+            raise ValueError(f"{OP}: parameter 'step' must be >= 1 when bias_correction is on, got {k}")
+
     # Only mode and bias_correction shape the code; the float properties keep their defaults in the cache key.
-    launch(ApplyFusedEmaAdamOp, arrays, {"mode": int(mode), "bias_correction": bias_correction})
-    return arrays["var"], arrays["m"], arrays["v"], arrays["s"]
+    return Call(ApplyFusedEmaAdamOp, arrays, {"mode": int(mode), "bias_correction": bias_correction},
+                (arrays["var"], arrays["m"], arrays["v"], arrays["s"]), check_step)

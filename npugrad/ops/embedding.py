@@ -9,7 +9,7 @@ import numpy as np
 from npugrad.dialect import EmbeddingDenseBackwardOp
 from npugrad.dialect.checks import SignatureError, SignatureTypeError
 from npugrad.ops.common import as_input, output
-from npugrad.runtime.launch import check, launch
+from npugrad.runtime.launch import Call, check, two_phase
 
 OP = "embedding_dense_backward"
 NO_PADDING = -1
@@ -34,6 +34,7 @@ def _padding(padding_idx, num_weights: int) -> int:
     return pad if 0 <= pad < num_weights else NO_PADDING
 
 
+@two_phase
 def embedding_dense_backward(grad, indices, num_weights, padding_idx=-1, scale_grad_by_freq=False, *, out=None):
     """Sum the rows of grad (*, D) into the rows of `out` (num_weights, D) that `indices` name.
 
@@ -51,6 +52,10 @@ def embedding_dense_backward(grad, indices, num_weights, padding_idx=-1, scale_g
         "scale_grad_by_freq": bool(scale_grad_by_freq),
     }
     props = check(EmbeddingDenseBackwardOp, arrays, props, {"out": "out"})
+    return Call(EmbeddingDenseBackwardOp, arrays, props, arrays["out"], lambda: _check_indices(g, idx, nw))
+
+
+def _check_indices(g: np.ndarray, idx: np.ndarray, nw: int) -> None:
     # Like the reference, indices are only read when there is something to scatter.
     if g.size and idx.size:
         bad = (idx < 0) | (idx >= nw)
@@ -60,5 +65,3 @@ def embedding_dense_backward(grad, indices, num_weights, padding_idx=-1, scale_g
                 f"{OP}: parameter 'indices' must lie in [0, num_weights) = [0, {nw}), "
                 f"got {idx[where]} at position {tuple(map(int, where))}"
             )
-    launch(EmbeddingDenseBackwardOp, arrays, props)
-    return arrays["out"]

@@ -7,11 +7,12 @@ import numpy as np
 from npugrad.dialect import FusedLinearCrossEntropyLossGradOp
 from npugrad.ops.common import as_input, output
 from npugrad.reference import unpack_target_mask
-from npugrad.runtime.launch import check, launch
+from npugrad.runtime.launch import Call, check, two_phase
 
 OP = "fused_linear_cross_entropy_loss_grad"
 
 
+@two_phase
 def fused_linear_cross_entropy_loss_grad(
     grad, input, weight, target_mask, masked_target, label_smoothing=0.0,
     logits_max=None, sum_exp_logits=None, softmax=None, *, input_grad_out=None, weight_grad_out=None,
@@ -42,9 +43,8 @@ def fused_linear_cross_entropy_loss_grad(
     props = check(FusedLinearCrossEntropyLossGradOp, arrays, {"label_smoothing": float(label_smoothing)})
     if softmax is not None:
         arrays["logits_max"] = arrays["sum_exp_logits"] = None  # ignored by the spec in this mode
-    _check_targets(arrays["target_mask"], arrays["masked_target"], bt, v)
-    launch(FusedLinearCrossEntropyLossGradOp, arrays, props)
-    return arrays["input_grad_out"], arrays["weight_grad_out"]
+    return Call(FusedLinearCrossEntropyLossGradOp, arrays, props, (arrays["input_grad_out"], arrays["weight_grad_out"]),
+                lambda: _check_targets(arrays["target_mask"], arrays["masked_target"], bt, v))
 
 
 def _check_targets(target_mask: np.ndarray, masked_target: np.ndarray, bt: int, v: int) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 from npugrad.dialect import NLLLossBackwardOp
 from npugrad.dialect.checks import SignatureError, SignatureTypeError
 from npugrad.ops.common import as_input, output
-from npugrad.runtime.launch import check, launch
+from npugrad.runtime.launch import Call, check, two_phase
 
 OP = "nll_loss_backward"
 _INT64 = np.iinfo(np.int64)
@@ -37,6 +37,7 @@ def _check_targets(target: np.ndarray, ignore_index: int, c: int) -> None:
         )
 
 
+@two_phase
 def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight, *, out=None):
     """Gradient of NLL loss w.r.t. the log-probabilities `self`; returns `out` (shape and dtype of self).
 
@@ -59,6 +60,5 @@ def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index
         "ignore_index": _int64_parameter("ignore_index", ignore_index),
     }
     props = check(NLLLossBackwardOp, arrays, props)
-    _check_targets(arrays["target"], props["ignore_index"], s.shape[-1])
-    launch(NLLLossBackwardOp, arrays, props)
-    return arrays["out"]
+    return Call(NLLLossBackwardOp, arrays, props, arrays["out"],
+                lambda: _check_targets(arrays["target"], props["ignore_index"], s.shape[-1]))

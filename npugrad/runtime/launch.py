@@ -6,14 +6,36 @@ concrete shapes), then value checks done by the caller, then a cached kernel.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import contextvars
+import functools
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from npugrad.compiler import Pipeline
 from npugrad.dialect import GradOp
 from npugrad.dialect.checks import Checker, SignatureTypeError
+from npugrad.runtime.kernel import Kernel
 from npugrad.runtime.specialize import OperandClass, compile_op
+
+
+_PIPELINE: contextvars.ContextVar[Pipeline | None] = contextvars.ContextVar("npugrad_pipeline", default=None)
+
+
+@contextlib.contextmanager
+def using(pipeline: Pipeline) -> Iterator[Pipeline]:
+    """Compile the API calls made inside the block with `pipeline` (e.g. Pipeline(fuse=False))."""
+    token = _PIPELINE.set(pipeline)
+    try:
+        yield pipeline
+    finally:
+        _PIPELINE.reset(token)
+
+
+def current_pipeline() -> Pipeline | None:
+    return _PIPELINE.get()
 
 
 def defaults(op_cls: type[GradOp]) -> dict[str, int | float | bool]:
@@ -71,5 +93,44 @@ def launch(
     have passed `check` and the op's value checks."""
     present = {k: v for k, v in arrays.items() if v is not None}
     classes = {k: OperandClass.of(v, static_shapes) for k, v in present.items()}
-    kernel = compile_op(op_cls, classes, dict(props), pipeline)
+    kernel = compile_op(op_cls, classes, dict(props), pipeline or current_pipeline())
     kernel(*[present[n] for n in op_cls.operand_names() if n in present])
+
+
+@dataclass
+class Call:
+    """A checked op call, not yet run: phase one of the vendor's two-phase API. The metadata
+    rules have passed and the kernel is compiled; `run` does the value checks (index ranges,
+    which read the data) and launches. `result` is what the API function returns."""
+
+    op_cls: type[GradOp]
+    arrays: Mapping[str, np.ndarray | None]
+    props: Mapping[str, int | float | bool]
+    result: object
+    value_check: Callable[[], None] | None = None
+    static_shapes: bool = False
+    kernel: Kernel = field(init=False)
+
+    def __post_init__(self) -> None:
+        present = {k: v for k, v in self.arrays.items() if v is not None}
+        classes = {k: OperandClass.of(v, self.static_shapes) for k, v in present.items()}
+        self.kernel = compile_op(self.op_cls, classes, dict(self.props), current_pipeline())
+        self._ordered = [present[n] for n in self.op_cls.operand_names() if n in present]
+
+    def run(self):
+        if self.value_check is not None:
+            self.value_check()
+        self.kernel(*self._ordered)
+        return self.result
+
+
+def two_phase(plan: Callable[..., Call]) -> Callable:
+    """Turn `plan(...) -> Call` into the API function that runs it at once; `f.plan` stays
+    available for the two-phase form."""
+
+    @functools.wraps(plan)
+    def run_now(*args, **kwargs):
+        return plan(*args, **kwargs).run()
+
+    run_now.plan = plan  # type: ignore[attr-defined]
+    return run_now

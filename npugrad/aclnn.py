@@ -1,0 +1,119 @@
+"""The vendor's two-phase call, with the vendor's parameter names.
+
+    size, executor = aclnn.NLLLossBackward.get_workspace_size(gradOutput=go, self=s, target=t, weight=w,
+                                                              reduction=1, ignoreIndex=-100, totalWeight=tw, out=out)
+    aclnn.execute(workspace, executor)          # or aclnn.aclnnNLLLossBackward(workspace, size, executor)
+
+Phase one checks metadata only (shapes, dtypes, attributes) and compiles the kernel; phase two
+checks the values the kernel would index with, then runs it, writing the `out` arrays given in
+phase one. npugrad kernels manage their own scratch memory, so the workspace size is 0 and any
+workspace (or None) is accepted. As on the device, an executor runs once unless it was made
+repeatable (`repeatable=True`, the vendor's aclSetAclOpExecutorRepeatable).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from npugrad import ops
+from npugrad.runtime.launch import Call
+
+ACLNN_SUCCESS = 0
+
+
+@dataclass
+class Executor:
+    op: str
+    call: Call
+    repeatable: bool = False
+    _done: bool = field(default=False, init=False)
+
+    def set_repeatable(self) -> None:
+        self.repeatable = True
+
+
+def execute(workspace, executor: Executor, stream=None) -> int:
+    """Phase two: value checks, then the kernel. Returns ACLNN_SUCCESS; raises on bad values."""
+    if not isinstance(executor, Executor):
+        raise TypeError(f"execute: 'executor' must come from a get_workspace_size call, got {type(executor).__name__}")
+    if executor._done and not executor.repeatable:
+        raise RuntimeError(f"{executor.op}: this executor has already run (make it repeatable to run it again)")
+    if workspace is not None and not isinstance(workspace, np.ndarray | bytearray | memoryview):
+        raise TypeError(f"{executor.op}: 'workspace' must be a buffer or None, got {type(workspace).__name__}")
+    executor.call.run()
+    executor._done = True
+    return ACLNN_SUCCESS
+
+
+def _phase_one(op: str, call: Call, repeatable: bool) -> tuple[int, Executor]:
+    return 0, Executor(op, call, repeatable)
+
+
+class FusedLinearCrossEntropyLossGrad:
+    @staticmethod
+    def get_workspace_size(grad, input, weight, targetMask, maskedTarget, labelSmoothing=0.0,
+                           logitsMaxOptional=None, sumExpLogitsOptional=None, softmaxOptional=None,
+                           inputGradOut=None, weightGradOut=None, *, repeatable=False):
+        call = ops.fused_linear_cross_entropy_loss_grad.plan(
+            grad, input, weight, targetMask, maskedTarget, labelSmoothing, logitsMaxOptional,
+            sumExpLogitsOptional, softmaxOptional, input_grad_out=inputGradOut, weight_grad_out=weightGradOut)
+        return _phase_one("aclnnFusedLinearCrossEntropyLossGrad", call, repeatable)
+
+
+class EmbeddingDenseBackward:
+    @staticmethod
+    def get_workspace_size(grad, indices, numWeights, paddingIdx, scaleGradByFreq, out, *, repeatable=False):
+        call = ops.embedding_dense_backward.plan(grad, indices, numWeights, paddingIdx, scaleGradByFreq, out=out)
+        return _phase_one("aclnnEmbeddingDenseBackward", call, repeatable)
+
+
+class NLLLossBackward:
+    @staticmethod
+    def get_workspace_size(gradOutput, self, target, weight, reduction, ignoreIndex, totalWeight, out, *,
+                           repeatable=False):
+        call = ops.nll_loss_backward.plan(gradOutput, self, target, weight, reduction, ignoreIndex, totalWeight, out=out)
+        return _phase_one("aclnnNLLLossBackward", call, repeatable)
+
+
+class ApplyFusedEmaAdam:
+    @staticmethod
+    def get_workspace_size(grad, varRef, mRef, vRef, sRef, step, lr=1e-3, emaDecay=0.9999, beta1=0.9,
+                           beta2=0.999, eps=1e-8, mode=1, biasCorrection=True, weightDecay=0.0, *,
+                           repeatable=False):
+        call = ops.apply_fused_ema_adam.plan(grad, varRef, mRef, vRef, sRef, step, lr, emaDecay, beta1, beta2,
+                                             eps, mode, biasCorrection, weightDecay)
+        return _phase_one("aclnnApplyFusedEmaAdam", call, repeatable)
+
+
+class BinaryCrossEntropyGrad:
+    """The DSP library's call (`input_size`, `weight_defined` flag) in the same two-phase form."""
+
+    @staticmethod
+    def get_workspace_size(input_size, reduction, input_x, input_y, weight, dloss, dx, weight_defined=None, *,
+                           repeatable=False):
+        x = np.asarray(input_x)
+        if input_size != x.size:
+            raise ValueError(f"Binarycrossentropygrad: parameter 'input_size' must equal input_x.size = {x.size}, got {input_size}")
+        if weight_defined is None:
+            weight_defined = weight is not None
+        if weight_defined and weight is None:
+            raise ValueError("Binarycrossentropygrad: parameter 'weight' is null while weight_defined is set")
+        call = ops.binary_cross_entropy_grad.plan(input_x, input_y, dloss, weight if weight_defined else None,
+                                                  reduction, out=dx)
+        return _phase_one("Binarycrossentropygrad", call, repeatable)
+
+
+def _vendor_pair(cls):
+    def run(workspace, workspace_size, executor, stream=None):
+        return execute(workspace, executor, stream)
+
+    return cls.get_workspace_size, run
+
+
+aclnnFusedLinearCrossEntropyLossGradGetWorkspaceSize, aclnnFusedLinearCrossEntropyLossGrad = _vendor_pair(
+    FusedLinearCrossEntropyLossGrad)
+aclnnEmbeddingDenseBackwardGetWorkspaceSize, aclnnEmbeddingDenseBackward = _vendor_pair(EmbeddingDenseBackward)
+aclnnNLLLossBackwardGetWorkspaceSize, aclnnNLLLossBackward = _vendor_pair(NLLLossBackward)
+aclnnApplyFusedEmaAdamGetWorkspaceSize, aclnnApplyFusedEmaAdam = _vendor_pair(ApplyFusedEmaAdam)

@@ -1,0 +1,89 @@
+"""The vendor two-phase form: metadata errors in phase one, value errors in phase two, results
+identical to the plain API, single-use executors unless repeatable."""
+
+import numpy as np
+import pytest
+from conftest import assert_close
+
+from npugrad import aclnn
+from npugrad.reference import harness
+
+
+def _nll_operands(rng, n=40, c=13):
+    shapes = {"self": (n, c), "target": (n,), "weight": (c,), "total_weight": (1,), "grad_output": ()}
+    dts = {k: np.dtype(np.float32) for k in shapes} | {"target": np.dtype(np.int64)}
+    return harness.random_operands("nll_loss_backward", shapes, dts, {"ignore_index": -100}, rng)
+
+
+def test_nll_two_phase_matches_reference(rng):
+    a = _nll_operands(rng)
+    out = np.full(a["self"].shape, np.nan, np.float32)
+    size, executor = aclnn.NLLLossBackward.get_workspace_size(
+        gradOutput=a["grad_output"], self=a["self"], target=a["target"], weight=a["weight"],
+        reduction=1, ignoreIndex=-100, totalWeight=a["total_weight"], out=out)
+    assert size == 0
+    assert np.isnan(out).all(), "phase one must not write the output"
+    assert aclnn.execute(None, executor) == aclnn.ACLNN_SUCCESS
+    assert_close(out, harness.expected("nll_loss_backward", a, {"reduction": 1, "ignore_index": -100})["out"])
+
+
+def test_metadata_errors_in_phase_one_value_errors_in_phase_two(rng):
+    a = _nll_operands(rng)
+    with pytest.raises(ValueError, match="nll_loss_backward: parameter 'weight'"):
+        aclnn.aclnnNLLLossBackwardGetWorkspaceSize(a["grad_output"], a["self"], a["target"], a["weight"][:3], 1, -100,
+                                                   a["total_weight"], np.empty_like(a["self"]))
+    a["target"][7] = 99
+    out = np.full(a["self"].shape, np.nan, np.float32)
+    size, executor = aclnn.aclnnNLLLossBackwardGetWorkspaceSize(a["grad_output"], a["self"], a["target"], a["weight"],
+                                                                1, -100, a["total_weight"], out)
+    with pytest.raises(ValueError, match="parameter 'target' has value 99"):
+        aclnn.aclnnNLLLossBackward(None, size, executor)
+    assert np.isnan(out).all()
+
+
+def test_executor_runs_once_unless_repeatable(rng):
+    shapes = {k: (33,) for k in ("grad", "var", "m", "v", "s")} | {"step": (1,)}
+    a = harness.random_operands("apply_fused_ema_adam", shapes, {k: np.dtype(np.float32) for k in shapes} | {"step": np.dtype(np.int64)}, {}, rng)
+    start = {k: a[k].copy() for k in ("var", "m", "v", "s")}
+    _, executor = aclnn.ApplyFusedEmaAdam.get_workspace_size(a["grad"], a["var"], a["m"], a["v"], a["s"], a["step"])
+    aclnn.execute(np.empty(0, np.uint8), executor)
+    with pytest.raises(RuntimeError, match="already run"):
+        aclnn.execute(None, executor)
+    want = harness.expected("apply_fused_ema_adam", {**a, **start}, {})
+    for k in ("var", "m", "v", "s"):
+        assert_close(a[k], want[k])
+    _, again = aclnn.ApplyFusedEmaAdam.get_workspace_size(a["grad"], a["var"], a["m"], a["v"], a["s"], a["step"], repeatable=True)
+    aclnn.execute(None, again)
+    aclnn.execute(None, again)
+
+
+def test_bce_dsp_form(rng):
+    shapes = {"input_x": (50,), "input_y": (50,), "dloss": (1,), "weight": (50,)}
+    a = harness.random_operands("binary_cross_entropy_grad", shapes, dict.fromkeys(shapes, np.dtype(np.float16)), {}, rng)
+    dx = np.empty(50, np.float16)
+    with pytest.raises(ValueError, match="'weight' is null"):
+        aclnn.BinaryCrossEntropyGrad.get_workspace_size(50, 2, a["input_x"], a["input_y"], None, a["dloss"], dx, 1)
+    _, executor = aclnn.BinaryCrossEntropyGrad.get_workspace_size(50, 2, a["input_x"], a["input_y"], a["weight"], a["dloss"], dx, 1)
+    aclnn.execute(None, executor)
+    assert_close(dx, harness.expected("binary_cross_entropy_grad", a, {"reduction": 2})["dx"])
+
+
+def test_flce_and_embedding_two_phase(rng):
+    bt, h, v = 20, 16, 130
+    shapes = {"grad": (bt,), "input": (bt, h), "weight": (v, h), "target_mask": (3,), "masked_target": (bt,), "softmax": (bt, v)}
+    dts = {k: np.dtype(np.float32) for k in shapes} | {"target_mask": np.dtype(np.uint8), "masked_target": np.dtype(np.int64)}
+    a = harness.random_operands("fused_linear_cross_entropy_loss_grad", shapes, dts, {}, rng)
+    gi, gw = np.empty((bt, h), np.float32), np.empty((v, h), np.float32)
+    _, ex = aclnn.aclnnFusedLinearCrossEntropyLossGradGetWorkspaceSize(
+        a["grad"], a["input"], a["weight"], a["target_mask"], a["masked_target"], 0.0, None, None, a["softmax"], gi, gw)
+    aclnn.aclnnFusedLinearCrossEntropyLossGrad(None, 0, ex)
+    want = harness.expected("fused_linear_cross_entropy_loss_grad", a, {})
+    assert_close(gi, want["input_grad_out"])
+    assert_close(gw, want["weight_grad_out"])
+
+    g = rng.standard_normal((6, 8)).astype(np.float32)
+    idx = rng.integers(0, 10, 6)
+    out = np.empty((10, 8), np.float32)
+    _, ex = aclnn.EmbeddingDenseBackward.get_workspace_size(g, idx, 10, 2**64 - 1, True, out)
+    aclnn.execute(None, ex)
+    assert_close(out, harness.expected("embedding_dense_backward", {"grad": g, "indices": idx}, {"num_weights": 10, "scale_grad_by_freq": True})["out"])
