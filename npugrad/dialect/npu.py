@@ -1,0 +1,156 @@
+"""The `npu` dialect: where tiles live and how they move on an NPU-like memory hierarchy.
+
+    %bid = npu.block_idx                                  // this core's block
+    %n = npu.block_dim                                    // how many blocks run
+    %ub = npu.alloc_local {double_buffer} : memref<64x128xf32, #npu.mem<ub>>
+    npu.copy %x_tile, %ub : memref<64x128xf32, strided<[?, 1], offset: ?>>, memref<64x128xf32, #npu.mem<ub>>
+
+A memref in `#npu.mem<level>` lives in that level of the target (its capacity is checked by
+`npugrad-check-capacity`); a memref without a memory space is in global memory.
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects.builtin import DYNAMIC_INDEX, IndexType, MemRefType, NoneAttr, StringAttr, UnitAttr
+from xdsl.ir import Dialect, ParametrizedAttribute
+from xdsl.irdl import (
+    IRDLOperation,
+    ParsePropInAttrDict,
+    irdl_attr_definition,
+    irdl_op_definition,
+    operand_def,
+    opt_prop_def,
+    result_def,
+)
+from xdsl.parser import AttrParser
+from xdsl.printer import Printer
+from xdsl.utils.exceptions import VerifyException
+
+
+@irdl_attr_definition
+class MemorySpaceAttr(ParametrizedAttribute):
+    """`#npu.mem<ub>`: the memory level of the target a buffer lives in."""
+
+    name = "npu.mem"
+    level: StringAttr
+
+    def print_parameters(self, printer: Printer) -> None:
+        with printer.in_angle_brackets():
+            printer.print_string(self.level.data)
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser):
+        with parser.in_angle_brackets():
+            return [StringAttr(parser.parse_identifier(" (a memory level name)"))]
+
+
+def level_of(t) -> str | None:
+    """The level a memref lives in, or None for global memory."""
+    space = t.memory_space if isinstance(t, MemRefType) else None
+    return space.level.data if isinstance(space, MemorySpaceAttr) else None
+
+
+def local_type(element, shape, level: str) -> MemRefType:
+    return MemRefType(element, shape, memory_space=MemorySpaceAttr(StringAttr(level)))
+
+
+@irdl_op_definition
+class AllocLocalOp(IRDLOperation):
+    """A buffer in a core's local memory; `double_buffer`: two copies, so that the transfer of
+    the next tile overlaps work on this one (and the buffer costs twice its size)."""
+
+    name = "npu.alloc_local"
+    result = result_def(MemRefType)
+    double_buffer = opt_prop_def(UnitAttr)
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "attr-dict `:` type($result)"
+
+    def __init__(self, type_: MemRefType, double_buffer: bool = False):
+        super().__init__(result_types=[type_], properties={"double_buffer": UnitAttr() if double_buffer else None})
+
+    def verify_(self) -> None:
+        t = self.result.type
+        assert isinstance(t, MemRefType)
+        if not isinstance(t.memory_space, MemorySpaceAttr):
+            raise VerifyException(f"'{self.name}' op result must be in a local memory (#npu.mem<level>), got {t}")
+        if any(d == DYNAMIC_INDEX for d in t.get_shape()):
+            raise VerifyException(f"'{self.name}' op local buffers have a static shape, got {t}")
+        if not isinstance(t.layout, NoneAttr):
+            raise VerifyException(f"'{self.name}' op local buffers have the identity layout, got {t}")
+
+    def size_bytes(self) -> int:
+        t = self.result.type
+        assert isinstance(t, MemRefType)
+        n = 1
+        for d in t.get_shape():
+            n *= d
+        return n * element_bytes(t.element_type)
+
+
+def element_bytes(t) -> int:
+    width = getattr(t, "bitwidth", None) or getattr(getattr(t, "width", None), "data", None)
+    if width is None:
+        width = 64  # index
+    return max(1, width // 8)
+
+
+@irdl_op_definition
+class CopyOp(IRDLOperation):
+    """A DMA transfer between memory levels, of equal shapes and element types."""
+
+    name = "npu.copy"
+    source = operand_def(MemRefType)
+    target = operand_def(MemRefType)
+    assembly_format = "$source `,` $target attr-dict `:` type($source) `,` type($target)"
+
+    def __init__(self, source, target):
+        super().__init__(operands=[source, target])
+
+    def verify_(self) -> None:
+        s, t = self.source.type, self.target.type
+        assert isinstance(s, MemRefType) and isinstance(t, MemRefType)
+        if s.element_type != t.element_type:
+            raise VerifyException(f"'{self.name}' op copies between element types {s.element_type} and {t.element_type}")
+        if s.get_num_dims() != t.get_num_dims() or any(
+            a != b and DYNAMIC_INDEX not in (a, b) for a, b in zip(s.get_shape(), t.get_shape())
+        ):
+            raise VerifyException(f"'{self.name}' op source and target shapes differ: {s} and {t}")
+
+    def bytes(self) -> int | None:
+        """Bytes moved, when the shape is static."""
+        s = self.source.type
+        assert isinstance(s, MemRefType)
+        n = 1
+        for a, b in zip(s.get_shape(), self.target.type.get_shape()):  # type: ignore[attr-defined]
+            d = a if a != DYNAMIC_INDEX else b
+            if d == DYNAMIC_INDEX:
+                return None
+            n *= d
+        return n * element_bytes(s.element_type)
+
+
+@irdl_op_definition
+class BlockIdxOp(IRDLOperation):
+    """The index of the block (core) running this code, in [0, npu.block_dim)."""
+
+    name = "npu.block_idx"
+    result = result_def(IndexType)
+    assembly_format = "attr-dict"
+
+    def __init__(self):
+        super().__init__(result_types=[IndexType()])
+
+
+@irdl_op_definition
+class BlockDimOp(IRDLOperation):
+    """The number of blocks the kernel is launched with."""
+
+    name = "npu.block_dim"
+    result = result_def(IndexType)
+    assembly_format = "attr-dict"
+
+    def __init__(self):
+        super().__init__(result_types=[IndexType()])
+
+
+Npu = Dialect("npu", [AllocLocalOp, CopyOp, BlockIdxOp, BlockDimOp], [MemorySpaceAttr])
