@@ -7,6 +7,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import MemRefType, ModuleOp, NoneAttr, StridedLayoutAttr
 
 from npugrad import dtypes
+from npugrad.lowering.npu_to_cpu import BLOCKS_ATTR
 from npugrad.runtime.jit import JitModule
 from npugrad.runtime.kernel import Kernel, MemRefSpec
 
@@ -40,11 +41,16 @@ def signatures(module: ModuleOp) -> dict[str, list[MemRefSpec]]:
     return result
 
 
+def block_kernels(module: ModuleOp) -> set[str]:
+    """The functions of a loop-level module that run as blocks (see lower-npu-to-cpu)."""
+    return {op.sym_name.data for op in module.walk() if isinstance(op, func.FuncOp) and BLOCKS_ATTR in op.attributes}
+
+
 class Executable:
-    def __init__(self, llvm_ir: str, sigs: dict[str, list[MemRefSpec]]):
+    def __init__(self, llvm_ir: str, sigs: dict[str, list[MemRefSpec]], blocks: set[str] = frozenset()):
         self.llvm_ir = llvm_ir
         self._jit = JitModule(llvm_ir)
-        self.kernels = {name: Kernel(self._jit, name, specs) for name, specs in sigs.items()}
+        self.kernels = {name: Kernel(self._jit, name, specs, name in blocks) for name, specs in sigs.items()}
 
     def __getitem__(self, name: str) -> Kernel:
         return self.kernels[name]

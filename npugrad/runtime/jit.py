@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import re
 import struct
 import threading
+from fractions import Fraction
 from functools import cache
 
 import llvmlite.binding as llvm
-import ml_dtypes
-import numpy as np
 
 _LOCK = threading.Lock()  # LLVM's global context is not thread-safe
 
@@ -40,50 +40,94 @@ def llvm_version() -> str:
     return ".".join(map(str, llvm.llvm_version_info))
 
 
-# A float literal: `f0x<bits>` (the newer LLVM's hex form) or a decimal like `9.990000e-01`.
-_LITERAL = re.compile(
-    r"(?<![\w.$%@#!\"-])(?:f0x(?P<bits>[0-9A-Fa-f]+)\b|(?P<dec>[-+]?\d+\.\d*(?:[eE][-+]?\d+)?)(?![\w.]))"
+# The newer LLVM prints a float constant as a decimal when that reads back exactly, as
+# `+inf`/`-inf`, `+qnan`/`-qnan`, `+nan(0x<payload>)`/`+snan(0x<payload>)` for the special values,
+# and as `f0x<bits>` otherwise. LLVM 22 reads decimals (exactly representable ones, for types
+# narrower than double) and the hex forms `0x<double bits>` (double and float), `0xH` (half) and
+# `0xR` (bfloat). A literal's type is the last type keyword before it on its line.
+_TOKEN = re.compile(
+    r"(?<![\w.$%@#\"-])(?:"
+    r"(?P<type>half|bfloat|float|double|x86_fp80|fp128|ppc_fp128)"
+    r"|f0x(?P<bits>[0-9A-Fa-f]+)"
+    r"|(?P<sign>[-+])(?:(?P<inf>inf)|(?P<nan>qnan|nan|snan)(?:\(0x(?P<payload>[0-9A-Fa-f]+)\))?)"
+    r"|(?P<dec>[-+]?\d+\.\d*(?:[eE][-+]?\d+)?)"
+    r")(?![\w.$-])"
 )
-_FLOAT_TYPES = re.compile(r"\b(half|bfloat|float|double)\b")
+_FORMATS = {"half": (5, 10), "bfloat": (8, 7), "float": (8, 23), "double": (11, 52)}  # exponent, fraction bits
 
 
-def _double_hex(value: float) -> str:
-    return "0x" + struct.pack("<d", value)[::-1].hex().upper()
+def _round_decimal(text: str, exponent_bits: int, fraction_bits: int) -> int:
+    """The bits of the decimal `text` rounded to nearest, ties to even, in a binary format: once,
+    as the newer LLVM reads it (going through a double first could round twice)."""
+    sign = int(text.startswith("-")) << (exponent_bits + fraction_bits)  # -0.0 too
+    value = abs(Fraction(text))
+    if value == 0:
+        return sign
+    bias = (1 << (exponent_bits - 1)) - 1
+    e = value.numerator.bit_length() - value.denominator.bit_length()  # 2**(e - 1) < value < 2**(e + 1)
+    if value < Fraction(2) ** e:
+        e -= 1
+    e = max(e, 1 - bias)  # below the normal range the last place stays that of the subnormals
+    ulps = value / Fraction(2) ** (e - fraction_bits)
+    q, r = divmod(ulps.numerator, ulps.denominator)
+    q += 2 * r > ulps.denominator or (2 * r == ulps.denominator and q & 1)
+    if q >> (fraction_bits + 1):  # rounded up into the next binade
+        q, e = q >> 1, e + 1
+    if e + bias >= (1 << exponent_bits) - 1:
+        return sign | ((1 << exponent_bits) - 1) << fraction_bits  # overflow: infinity
+    biased = e + bias if q >> fraction_bits else 0
+    return sign | biased << fraction_bits | (q & ((1 << fraction_bits) - 1))
+
+
+def _float_as_double(bits: int) -> int:
+    """The double LLVM 22 reads a float constant from: the same value, computed bit by bit (no
+    hardware conversion, which would quieten a signalling NaN); a NaN's payload moves up."""
+    sign, exponent, fraction = bits >> 31, (bits >> 23) & 0xFF, bits & 0x7FFFFF
+    if exponent == 0xFF:
+        return sign << 63 | 0x7FF << 52 | fraction << 29
+    value = math.ldexp(fraction | int(exponent != 0) << 23, max(exponent, 1) - 150)
+    return struct.unpack("<Q", struct.pack("<d", -value if sign else value))[0]
+
+
+def _literal(m: re.Match, kind: str | None) -> str:
+    """One literal of type `kind` in LLVM 22's syntax (unchanged if LLVM 22 reads it as it is)."""
+    if kind not in _FORMATS or (kind == "double" and m["dec"] is not None):
+        return m[0]
+    exponent_bits, fraction_bits = _FORMATS[kind]
+    if m["bits"] is not None:
+        bits = int(m["bits"], 16)
+    elif m["dec"] is not None:
+        bits = _round_decimal(m["dec"], exponent_bits, fraction_bits)
+    else:
+        sign = int(m["sign"] == "-") << (exponent_bits + fraction_bits)
+        special = sign | ((1 << exponent_bits) - 1) << fraction_bits
+        payload = int(m["payload"] or "0", 16)
+        bits = special if m["inf"] else special | payload | (0 if m["nan"] == "snan" else 1 << (fraction_bits - 1))
+    if kind == "half":
+        return f"0xH{bits:04X}"
+    if kind == "bfloat":
+        return f"0xR{bits:04X}"
+    return f"0x{_float_as_double(bits) if kind == 'float' else bits:016X}"
 
 
 def _rewrite_line(line: str) -> str:
-    def literal(m: re.Match) -> str:
-        kinds = _FLOAT_TYPES.findall(line[: m.start()])
-        kind = kinds[-1] if kinds else None
-        if m.group("bits") is not None:
-            bits = m.group("bits").upper()
-            if len(bits) == 8:  # float: LLVM 22 spells it as the double of the same value
-                return _double_hex(struct.unpack("<f", struct.pack("<I", int(bits, 16)))[0])
-            if len(bits) == 16:
-                return "0x" + bits
-            return ("0xR" if kind == "bfloat" else "0xH") + bits
-        # LLVM 22 rejects a decimal float constant that the type cannot hold exactly (0.999 as
-        # a float): round it to the type, as the newer LLVM did when it printed it.
-        value = float(m.group("dec"))
-        if kind == "float":
-            return _double_hex(float(np.float32(value)))
-        if kind == "half":
-            return "0xH" + f"{int(np.float16(value).view(np.uint16)):04X}"
-        if kind == "bfloat":
-            return "0xR" + f"{int(np.array(value, ml_dtypes.bfloat16).view(np.uint16)):04X}"
-        return m.group(0)
+    kind = None
 
-    return _LITERAL.sub(literal, line)
+    def token(m: re.Match) -> str:
+        nonlocal kind
+        if m["type"] is not None:
+            kind = m["type"]
+            return m[0]
+        return _literal(m, kind)
+
+    return _TOKEN.sub(token, line)
 
 
 def to_llvmlite_syntax(llvm_ir: str) -> str:
-    """Rewrite float literals printed by the MLIR bindings' newer LLVM into what llvmlite's
-    LLVM 22 parser reads: `f0x<bits>` into the `0x`/`0xH`/`0xR` forms, and decimal constants
-    of float, half and bfloat type into hex of the value rounded to that type (bit for bit
-    the constant the newer LLVM meant)."""
+    """Rewrite the float literals printed by the MLIR bindings' newer LLVM into what llvmlite's
+    LLVM 22 parser reads, bit for bit the constants the newer LLVM meant."""
     return "\n".join(
-        _rewrite_line(line) if _FLOAT_TYPES.search(line) and not line.lstrip().startswith(("define", "declare", ";", "!"))
-        else line
+        _rewrite_line(line) if not line.lstrip().startswith((";", "source_filename", "target")) else line
         for line in llvm_ir.split("\n")
     )
 

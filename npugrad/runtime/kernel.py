@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from npugrad.lowering.mlir_bindings import runtime
+from npugrad.runtime import pool
 
 
 class ArgumentError(ValueError):
@@ -56,19 +57,29 @@ class MemRefSpec:
 
 
 class Kernel:
-    """A compiled function `name` of a JitModule, called with one array per memref argument."""
+    """A compiled function `name` of a JitModule, called with one array per memref argument.
 
-    def __init__(self, jit, name: str, args: Sequence[MemRefSpec]):
+    A block kernel (`blocks=True`) takes two more arguments, its block index and the block
+    count; calling it runs every block, on `threads` threads (default: the pool's size)."""
+
+    def __init__(self, jit, name: str, args: Sequence[MemRefSpec], blocks: bool = False):
         self._jit = jit  # keeps the machine code alive
         self.name = name
         self.args = tuple(args)
+        self.blocks = blocks
         address = jit.address(f"_mlir_ciface_{name}")
-        self._fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(self.args))(address)
+        extra = [ctypes.c_int64, ctypes.c_int64] if blocks else []
+        self._fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(self.args), *extra)(address)
 
-    def __call__(self, *arrays: np.ndarray) -> None:
+    def __call__(self, *arrays: np.ndarray, threads: int | None = None) -> None:
         if len(arrays) != len(self.args):
             raise ArgumentError(f"{self.name}: expected {len(self.args)} arrays, got {len(arrays)}")
         for spec, array in zip(self.args, arrays):
             spec.check(self.name, array)
         descriptors = [runtime.get_ranked_memref_descriptor(a) for a in arrays]
-        self._fn(*[ctypes.addressof(d) for d in descriptors])
+        pointers = [ctypes.addressof(d) for d in descriptors]
+        if not self.blocks:
+            self._fn(*pointers)
+            return
+        n = threads or pool.threads()
+        pool.run_blocks(lambda block: self._fn(*pointers, block, n), n)

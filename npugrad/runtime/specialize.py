@@ -28,7 +28,7 @@ from xdsl.ir import Attribute, Block, Region
 from npugrad import dtypes
 from npugrad.compiler import Pipeline
 from npugrad.dialect import GradOp
-from npugrad.runtime.executable import Executable, signatures
+from npugrad.runtime.executable import Executable, block_kernels, signatures
 from npugrad.runtime.kernel import Kernel
 
 
@@ -104,8 +104,8 @@ def compile_op(
             module = build_module(op_cls, operands, props)
             module.verify()
             sigs = signatures(module)
-            llvm_ir = pipeline.lower(module, "llvm-ir")
-            _CACHE[key] = Executable(llvm_ir, sigs)[op_cls.short_name()]
+            llvm_ir = pipeline.lower(module, "llvm-ir")  # leaves `module` at the loops stage
+            _CACHE[key] = Executable(llvm_ir, sigs, block_kernels(module))[op_cls.short_name()]
         return _CACHE[key]
 
 
