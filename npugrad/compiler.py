@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from xdsl.context import Context
 from xdsl.dialects import get_all_dialects
 from xdsl.dialects.builtin import FileLineColLoc, IntAttr, ModuleOp, StringAttr, UnknownLoc
-from xdsl.ir import Operation
-from xdsl.parser import Parser
+from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.parser import Parser, UnresolvedOperand
 from xdsl.passes import ModulePass
 from xdsl.transforms.convert_linalg_to_loops import ConvertLinalgToLoopsPass
 from xdsl.utils.exceptions import ParseError, VerifyException
+from xdsl.utils.lexer import Span
 
 from npugrad.dialect import Grad
 from npugrad.lowering.grad_to_loops import ConvertGradToLoopsPass
@@ -71,6 +72,22 @@ class _LocatingParser(Parser):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._ops: list[list] = []  # [first token, op name] of the ops being parsed, outermost first
+        self._first_use: dict[str, Span] = {}  # SSA name -> where it was used before a definition
+
+    def parse_module(self, *args, **kwargs) -> ModuleOp:
+        try:
+            return super().parse_module(*args, **kwargs)
+        except ParseError as e:
+            # xDSL reports values that are never defined at the end of the input.
+            if not (self.forward_ssa_references and e.msg.startswith("values used but not defined")):
+                raise
+            name = next(iter(self.forward_ssa_references))
+            raise ParseError(self._first_use[name], f"use of undefined value '%{name}'") from None
+
+    def resolve_operand(self, operand: UnresolvedOperand, type: Attribute) -> SSAValue:
+        if operand.operand_name not in self.ssa_values:
+            self._first_use.setdefault(operand.operand_name, operand.span)
+        return super().resolve_operand(operand, type)
 
     def _get_op_by_name(self, name: str) -> type[Operation]:
         self._ops[-1][1] = name
@@ -86,13 +103,18 @@ class _LocatingParser(Parser):
             op = super().parse_operation()
         except VerifyException as e:
             # A property of the wrong type is rejected while the op is built, before it exists.
-            raise ParseError(span, f"'{self._ops[-1][1]}' op {e}") from None
+            raise ParseError(span, _about_op(self._ops[-1][1], str(e))) from None
         finally:
             self._ops.pop()
         if isinstance(op.location, UnknownLoc):
             where = span.get_location()
             op.location = FileLineColLoc(StringAttr(where.file), IntAttr(where.line), IntAttr(where.col))
         return op
+
+
+def _about_op(name: str, message: str) -> str:
+    """MLIR's form of an error about an op, `'name' op ...`, which xDSL's generic checks omit."""
+    return message if message.startswith(f"'{name}' op ") else f"'{name}' op {message}"
 
 
 def _source_line(text: str, line: int) -> str:
@@ -107,32 +129,36 @@ def parse(text: str, name: str = "<stdin>", ctx: Context | None = None) -> Modul
         module = _LocatingParser(ctx, text, name).parse_module()
     except ParseError as e:
         where = e.span.get_location()
-        raise CompileError(
-            [Diagnostic(name, where.line, where.col, e.msg, _source_line(text, where.line))]
-        ) from None
-    verify(module, text)
+        message = e.msg.strip()
+        if e.span.start >= len(text):
+            message = f"unexpected end of input ({message})"
+        raise CompileError([Diagnostic(name, where.line, where.col, message, _source_line(text, where.line))]) from None
+    verify(module, text, name)
     return module
 
 
-def _located(op: Operation, message: str, text: str) -> Diagnostic:
+def _located(op: Operation, message: str, text: str, name: str) -> Diagnostic:
     loc = op.location
     if isinstance(loc, FileLineColLoc):
         line, col = loc.line.data, loc.column.data
-        return Diagnostic(loc.filename.data, line, col, message, _source_line(text, line))
+        # An explicit loc(...) may point into another file: then `text` does not hold the line.
+        source = _source_line(text, line) if loc.filename.data == name else ""
+        return Diagnostic(loc.filename.data, line, col, message, source)
     return Diagnostic("<unknown>", 0, 0, f"{message}\n  in: {op}")
 
 
-def verify(module: ModuleOp, text: str = "") -> None:
-    """Verify op by op, innermost first, so the diagnostic points at the op that is wrong."""
+def verify(module: ModuleOp, text: str = "", name: str = "<stdin>") -> None:
+    """Verify op by op, innermost first, so the diagnostic points at the op that is wrong.
+    `text` and `name` are the source the module was parsed from, to quote the offending line."""
     for op in module.walk(reverse=True):
         try:
             op.verify(verify_nested_ops=False)
         except VerifyException as e:
-            raise CompileError([_located(op, str(e), text)]) from None
+            raise CompileError([_located(op, _about_op(op.name, str(e)), text, name)]) from None
     try:
         module.verify()
     except VerifyException as e:
-        raise CompileError([_located(module, str(e), text)]) from None
+        raise CompileError([_located(module, str(e), text, name)]) from None
 
 
 @dataclass

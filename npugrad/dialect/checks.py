@@ -103,7 +103,11 @@ class Checker:
     def shape_is(self, name: str, expected: Sequence[Dim], what: str) -> None:
         got = self.dims(name)
         if len(got) != len(expected) or any(g is not None and e is not None and g != e for g, e in zip(got, expected)):
-            want = f"{what} = {fmt_shape(expected)}" if what.startswith("(") else f"{fmt_shape(expected)} ({what})"
+            if what.startswith("("):  # a formula, perhaps qualified: "(N,) for reduction none"
+                end = what.index(")") + 1
+                want = f"{what[:end]} = {fmt_shape(expected)}{what[end:]}"
+            else:
+                want = f"{fmt_shape(expected)} ({what})"
             self.operand_fail(name, f"must have shape {want}, got {fmt_shape(got)}")
 
     def one_element(self, name: str, what: str = "exactly one element") -> None:

@@ -27,6 +27,7 @@ from xdsl.dialects.builtin import (
     IntegerType,
     MemRefType,
     NoneAttr,
+    StridedLayoutAttr,
 )
 from xdsl.ir import Dialect
 from xdsl.irdl import (
@@ -121,6 +122,9 @@ class GradOp(IRDLOperation):
                 raise VerifyException(f"'{self.name}' op operand '{name}' must be a memref, got {t}")
             if not isinstance(t.memory_space, NoneAttr):
                 raise VerifyException(f"'{self.name}' op operand '{name}' must be in global (default) memory, got {t}")
+            # The spec's "ND format": plain (possibly strided) arrays, no tiled or blocked layouts.
+            if not isinstance(t.layout, NoneAttr | StridedLayoutAttr):
+                raise VerifyException(f"'{self.name}' op operand '{name}' must have an identity or strided layout, got {t}")
             shapes[name] = [None if d == DYNAMIC_INDEX else d for d in t.get_shape()]
             types[name] = dtypes.name(t.element_type)
         try:
@@ -194,10 +198,11 @@ class FusedLinearCrossEntropyLossGradOp(GradOp):
     def check(cls, c: Checker) -> None:
         c.prop_check("label_smoothing", c.prop("label_smoothing") == 0.0, "0 (the only supported value)")
         hp = c.present("softmax")
-        if not hp and not (c.present("logits_max") and c.present("sum_exp_logits")):
+        given = [n for n in ("logits_max", "sum_exp_logits") if c.present(n)]
+        if not hp and len(given) < 2:
             c.fail(
                 f"needs {c.word} 'softmax' (high-performance mode) or both 'logits_max' and "
-                "'sum_exp_logits' (memory-saving mode)"
+                f"'sum_exp_logits' (memory-saving mode), got {f'only {given[0]!r}' if given else 'none of them'}"
             )
         stats = ("logits_max", "sum_exp_logits") if not hp else ()
         for name in ("grad", "target_mask", "masked_target", *stats):
@@ -263,7 +268,8 @@ class EmbeddingDenseBackwardOp(GradOp):
         c.prop_check("num_weights", num_weights >= 0, ">= 0")
         g = c.dims("grad")
         d, n, n_idx = g[-1], static_product(g[:-1]), static_product(c.dims("indices"))
-        if d != 0 and n is not None and n_idx is not None and n != n_idx:
+        # Skipped when D = 0 (spec §2.3), so also while D is unknown: the launch checks it.
+        if d is not None and d != 0 and n is not None and n_idx is not None and n != n_idx:
             c.operand_fail("indices", f"must have prod(grad.shape[:-1]) = {n} elements, got {n_idx}")
         c.shape_is("out", [num_weights, d], "(num_weights, D)")
 

@@ -39,6 +39,20 @@ def _parse(ctx, text: str):
         raise LoweringError(f"upstream MLIR could not parse the module: {e}") from None
 
 
+def _outside_llvm_dialect(module) -> str | None:
+    """The first op (name and location) that is not in the LLVM dialect, if any."""
+    found = []
+
+    def visit(op):
+        if op.name != "builtin.module" and not op.name.startswith("llvm."):
+            found.append(f"'{op.name}' at {op.location}")
+            return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
+    return found[0] if found else None
+
+
 def to_llvm_dialect(loops_mlir: str) -> str:
     """The LLVM-dialect module (upstream's textual form) for a loop-level module."""
     with ir.Context() as ctx, ir.Location.unknown():
@@ -51,6 +65,8 @@ def to_llvm_dialect(loops_mlir: str) -> str:
             pm.run(module.operation)
         except ir.MLIRError as e:  # type: ignore[attr-defined]
             raise LoweringError(f"lowering to the LLVM dialect failed: {e}") from None
+        if (left := _outside_llvm_dialect(module)) is not None:
+            raise LoweringError(f"lowering to the LLVM dialect left {left} unconverted")
         return str(module)
 
 
@@ -58,4 +74,7 @@ def to_llvm_ir(llvm_dialect_mlir: str) -> str:
     """LLVM IR text for an LLVM-dialect module."""
     with ir.Context() as ctx, ir.Location.unknown():
         module = _parse(ctx, llvm_dialect_mlir)
+        # The bindings' translation crashes the process on anything else.
+        if (left := _outside_llvm_dialect(module)) is not None:
+            raise LoweringError(f"cannot translate {left} to LLVM IR: it is not in the LLVM dialect")
         return translate_module_to_llvmir(module.operation)

@@ -24,8 +24,7 @@ def _init() -> None:
     llvm.initialize_native_asmprinter()
 
 
-@cache
-def host_target_machine() -> llvm.TargetMachine:
+def _new_target_machine() -> llvm.TargetMachine:
     _init()
     target = llvm.Target.from_default_triple()
     return target.create_target_machine(
@@ -34,6 +33,12 @@ def host_target_machine() -> llvm.TargetMachine:
         opt=3,
         codemodel="jitdefault",
     )
+
+
+@cache
+def host_target_machine() -> llvm.TargetMachine:
+    """The target machine for optimising and printing assembly (never given to an engine)."""
+    return _new_target_machine()
 
 
 def llvm_version() -> str:
@@ -165,7 +170,8 @@ class JitModule:
     def __init__(self, llvm_ir: str):
         with _LOCK:
             module = _optimised(llvm_ir)
-            self._engine = llvm.create_mcjit_compiler(module, host_target_machine())
+            # The engine takes ownership of its target machine and frees it with itself.
+            self._engine = llvm.create_mcjit_compiler(module, _new_target_machine())
             self._engine.finalize_object()
             self._engine.run_static_constructors()
 

@@ -16,9 +16,9 @@ import re
 import sys
 import time
 from collections.abc import Sequence
+from typing import NoReturn
 
 import numpy as np
-from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import ParseError, VerifyException
 from xdsl.xdsl_opt_main import xDSLOptMain
 
@@ -36,6 +36,7 @@ class NpugradOptMain(xDSLOptMain):
     def __init__(self, args: Sequence[str] | None = None):
         super().__init__(description="npugrad modular optimizer driver", args=args)
         self.ctx = make_context()
+        self.ctx.allow_unregistered = self.args.allow_unregistered_dialect
 
     def register_all_passes(self) -> None:
         super().register_all_passes()
@@ -60,7 +61,7 @@ class NpugradOptMain(xDSLOptMain):
         module = parse(text, name, self.ctx)
         if self.args.passes:
             self.pipeline.apply(self.ctx, module)
-            verify(module, text)
+            verify(module, text, name)
         stage = self.args.stage
         if stage is None:
             return self.output_resulting_program(module)
@@ -87,7 +88,7 @@ class NpugradOptMain(xDSLOptMain):
             return self._process(text, name), []
         except CompileError as e:
             return "", e.diagnostics
-        except (ParseError, VerifyException, LoweringError, JitError, runner.RunError, ValueError, TypeError) as e:
+        except (ParseError, VerifyException, LoweringError, JitError, ValueError, TypeError, OSError) as e:
             # Raised by a user pass pipeline or a later stage: no location beyond the file.
             return "", [Diagnostic(name, 0, 0, str(e).strip())]
 
@@ -142,9 +143,23 @@ def _check_expected(text: str, diagnostics: list[Diagnostic], name: str) -> bool
     return ok
 
 
+def _usage_error(e: Exception) -> NoReturn:
+    print(f"npugrad-opt: error: {e}", file=sys.stderr)
+    sys.exit(1)
+
+
+def _driver(argv: Sequence[str] | None) -> NpugradOptMain:
+    try:
+        return NpugradOptMain(argv)
+    except ValueError as e:  # an unknown pass or a malformed -p pipeline
+        _usage_error(e)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     try:
-        NpugradOptMain(argv).run()
+        _driver(argv).run()
+    except OSError as e:  # an input or output file that cannot be opened
+        _usage_error(e)
     except KeyboardInterrupt:
         sys.exit(130)
     except SystemExit:

@@ -16,6 +16,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
 from npugrad.dialect import GradOp
+from npugrad.dialect.checks import Checker
 from npugrad.reference import harness
 from npugrad.runtime.executable import Executable, signatures
 from npugrad.runtime.kernel import MemRefSpec
@@ -72,13 +73,24 @@ def prepare_inputs(module: ModuleOp, entry: str | None, npz: str | None, seed: i
     specs: list[MemRefSpec] = signatures(module)[name]
     found = _single_grad_op(f)
     if npz is not None:
-        data = np.load(npz)
+        try:
+            data = np.load(npz)
+        except ValueError as e:  # not an .npz (np.load then guesses a pickle)
+            raise RunError(f"{npz} is not a NumPy .npz file: {e}") from None
         arrays = []
         for i, spec in enumerate(specs):
             key = spec.name if spec.name in data else f"arg{i}"
             if key not in data:
                 raise RunError(f"{npz} has no array '{spec.name}' (or 'arg{i}') for argument {i} of @{name}")
             arrays.append(np.array(data[key], dtype=spec.dtype, order="C"))
+        if found is not None:
+            op, roles = found
+            # Dynamic dimensions are known only now; a kernel run on mismatched sizes would index
+            # past the end of an array.
+            given = {n: arrays[i] for n, i in roles.items()}
+            shapes = {n: a.shape for n, a in given.items()}
+            dts = {n: str(a.dtype) for n, a in given.items()}
+            type(op).check(Checker(f"{npz}: '{op.name}' op", "operand", shapes, dts, op.attribute_values()))
         return name, specs, arrays, found
     if any(d is None for s in specs for d in s.shape):
         raise RunError(f"@{name} has dynamic shapes: give the inputs with --inputs FILE.npz")
@@ -100,20 +112,23 @@ def prepare_inputs(module: ModuleOp, entry: str | None, npz: str | None, seed: i
 def run(executable: Executable, name: str, specs, arrays, found, compile_seconds: float) -> RunReport:
     inputs = [a.copy() for a in arrays]
     kernel = executable[name]
+    want = None
+    if found is not None:
+        op, roles = found
+        # Before the launch: the reference rejects the values (indices out of range...) that would
+        # make the kernel read or write out of bounds.
+        want = harness.expected(op.short_name(), {n: inputs[i] for n, i in roles.items()}, op.attribute_values())
     start = time.perf_counter()
     kernel(*arrays)
     elapsed = time.perf_counter() - start
     lines = [f"@{name}: compiled in {compile_seconds * 1e3:.1f} ms, ran in {elapsed * 1e3:.3f} ms"]
     outputs = {s.name: a for s, a in zip(specs, arrays)}
     ok = True
-    if found is None:
+    if want is None:
         lines.append("no single grad op with argument operands: outputs not checked against a reference")
         for s, a in zip(specs, arrays):
             lines.append(f"  {s.name:<16} {str(a.shape):<16} {str(a.dtype):<9} sum={float(np.sum(a, dtype=np.float64)):.6g}")
         return RunReport(lines, ok, outputs)
-    op, roles = found
-    given = {n: inputs[i] for n, i in roles.items()}
-    want = harness.expected(op.short_name(), given, op.attribute_values())
     lines.append(f"  {'operand':<16} {'shape':<16} {'dtype':<9} {'max error':>10} {'tolerance':>10}")
     for n, expect in want.items():
         got = arrays[roles[n]]

@@ -1,0 +1,363 @@
+"""The command-line drivers, run as the user runs them: `npugrad-opt` and plain `xdsl-opt`.
+
+Every failure must be a located `file:line:col: error:` (or `npugrad-opt: error:`) with a non-zero
+exit code, never a Python traceback."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from npugrad.compiler import STAGES
+from npugrad.reference import ops as ref
+
+ROOT = Path(__file__).resolve().parent.parent
+BCE_EXAMPLE = ROOT / "examples" / "bce_grad.mlir"
+BIN = Path(sys.executable).parent
+
+BCE = """func.func @bce(%x: memref<{n}xf32>, %y: memref<{m}xf32>, %d: memref<1xf32>, %dx: memref<{n}xf32>) {{
+  grad.binary_cross_entropy_grad input_x(%x : memref<{n}xf32>) input_y(%y : memref<{m}xf32>)
+      dloss(%d : memref<1xf32>) -> dx(%dx : memref<{n}xf32>) {{reduction = {reduction} : i64}}
+  func.return
+}}
+"""
+
+
+def bce(n="16", m=None, reduction=1) -> str:
+    return BCE.format(n=n, m=n if m is None else m, reduction=reduction)
+
+
+def run(tool: str, *args, stdin: str | None = None) -> subprocess.CompletedProcess:
+    result = subprocess.run(
+        [str(BIN / tool), *map(str, args)], input=stdin, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert "Traceback" not in result.stdout + result.stderr, result.stderr
+    return result
+
+
+def write(tmp_path: Path, text: str, name: str = "input.mlir") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def located_errors(stderr: str) -> list[tuple[str, int, int, str]]:
+    return [
+        (f, int(line), int(col), msg)
+        for f, line, col, msg in re.findall(r"^(.*?):(\d+):(\d+): error: (.*)$", stderr, re.MULTILINE)
+    ]
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+
+def test_malformed_input_is_a_located_error(tmp_path):
+    path = write(
+        tmp_path,
+        "func.func @f(%x: memref<4xf32>) {\n  grad.binary_cross_entropy_grad input_x(%x : memref<4xf32>) input_y(\n}\n",
+    )
+    result = run("npugrad-opt", path)
+    assert result.returncode == 1
+    assert located_errors(result.stderr) == [(str(path), 3, 1, "operand expected")]
+    assert result.stdout == ""
+
+
+def test_verifier_error_is_located_at_the_op(tmp_path):
+    path = write(tmp_path, bce(m="15"))
+    result = run("npugrad-opt", path)
+    assert result.returncode == 1
+    [(file, line, col, message)] = located_errors(result.stderr)
+    assert (file, line, col) == (str(path), 2, 3)
+    assert (
+        message
+        == "'grad.binary_cross_entropy_grad' op operand 'input_y' must have shape (16,) (the shape of 'input_x'), got (15,)"
+    )
+    # The offending line is quoted, with a caret under the column.
+    assert result.stderr.splitlines()[1:3] == [path.read_text().splitlines()[1], "  ^"]
+
+
+def test_unknown_op_is_located_at_its_name(tmp_path):
+    path = write(tmp_path, "func.func @f() {\n  grad.no_such_op\n  func.return\n}\n")
+    result = run("npugrad-opt", path)
+    assert result.returncode == 1
+    assert located_errors(result.stderr) == [(str(path), 2, 3, "Operation grad.no_such_op is not registered")]
+
+
+def test_property_of_the_wrong_type_is_located(tmp_path):
+    path = write(tmp_path, bce().replace("reduction = 1 : i64", "reduction = 1 : i32"))
+    result = run("npugrad-opt", path)
+    assert result.returncode == 1
+    [(_, line, col, message)] = located_errors(result.stderr)
+    assert (line, col) == (2, 3)
+    assert message.startswith("'grad.binary_cross_entropy_grad' op ")
+
+
+def test_split_input_file_reports_lines_of_the_whole_file(tmp_path):
+    chunks = [bce(), bce(m="3"), bce(reduction=4)]
+    path = write(tmp_path, "// -----\n".join(chunks))
+    result = run("npugrad-opt", path, "--split-input-file")
+    assert result.returncode == 1
+    first_op_lines = [2 + 6 * i for i in range(3)]  # a chunk is 5 lines plus the separator
+    assert [(line, col) for _, line, col, _ in located_errors(result.stderr)] == [
+        (first_op_lines[1], 3),
+        (first_op_lines[2], 3),
+    ]
+    # The valid chunk is still printed, and the chunks stay separated.
+    assert result.stdout.count("// -----") == 2
+    assert "grad.binary_cross_entropy_grad" in result.stdout
+
+
+def test_a_layout_the_llvm_lowering_cannot_take_is_an_error_not_a_crash(tmp_path):
+    """The bindings' translation to LLVM IR crashes on ops left outside the LLVM dialect."""
+    path = write(
+        tmp_path,
+        """func.func @f(%x: memref<16xf32, affine_map<(d0) -> (d0 floordiv 4, d0 mod 4)>>) {
+  %c0 = arith.constant 0 : index
+  %v = memref.load %x[%c0] : memref<16xf32, affine_map<(d0) -> (d0 floordiv 4, d0 mod 4)>>
+  memref.store %v, %x[%c0] : memref<16xf32, affine_map<(d0) -> (d0 floordiv 4, d0 mod 4)>>
+  func.return
+}
+""",
+    )
+    for stage in ("llvm-dialect", "llvm-ir"):
+        result = run("npugrad-opt", path, "--stage", stage)
+        assert result.returncode == 1
+        assert "lowering to the LLVM dialect left 'func.func'" in result.stderr
+
+
+def test_unknown_pass_is_a_usage_error(tmp_path):
+    result = run("npugrad-opt", BCE_EXAMPLE, "-p", "no-such-pass")
+    assert result.returncode == 1
+    assert result.stderr.startswith("npugrad-opt: error: ")
+    assert "no-such-pass" in result.stderr
+
+
+def test_missing_input_file_is_a_usage_error(tmp_path):
+    result = run("npugrad-opt", tmp_path / "missing.mlir")
+    assert result.returncode == 1
+    assert result.stderr.startswith("npugrad-opt: error: ")
+
+
+def test_allow_unregistered_dialect_is_honoured(tmp_path):
+    path = write(tmp_path, 'func.func @f() {\n  "foo.bar"() : () -> ()\n  func.return\n}\n')
+    assert run("npugrad-opt", path).returncode == 1
+    result = run("npugrad-opt", path, "--allow-unregistered-dialect")
+    assert result.returncode == 0
+    assert '"foo.bar"() : () -> ()' in result.stdout
+
+
+# -- the stage ladder ----------------------------------------------------------------------------
+
+STAGE_MARKERS = {
+    "grad": "grad.binary_cross_entropy_grad input_x(",
+    "fused": "grad.binary_cross_entropy_grad input_x(",
+    "loops": "scf.for",
+    "llvm-dialect": "llvm.func @bce_grad(",
+    "llvm-ir": "define void @_mlir_ciface_bce_grad(",
+    "asm": "bce_grad:",
+    "run": "ok",
+}
+
+
+@pytest.mark.parametrize("stage", [*STAGES, "run"])
+def test_every_stage(stage):
+    result = run("npugrad-opt", BCE_EXAMPLE, "--stage", stage)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert STAGE_MARKERS.get(stage, "") in result.stdout
+    assert result.stdout.strip()
+    if stage == "loops":
+        assert "grad." not in result.stdout
+
+
+def test_run_with_npz_inputs_and_outputs(tmp_path):
+    rng = np.random.default_rng(0)
+    n = 1000
+    inputs = {
+        "x": rng.uniform(0.05, 0.95, n).astype(np.float32),
+        "y": rng.uniform(0, 1, n).astype(np.float32),
+        "dloss": np.array([2.5], np.float32),
+        "w": rng.uniform(0.5, 1.5, n).astype(np.float32),
+        "dx": np.full(n, np.nan, np.float32),
+    }
+    np.savez(tmp_path / "in.npz", **inputs)
+    result = run(
+        "npugrad-opt", BCE_EXAMPLE, "--stage", "run", "--inputs", tmp_path / "in.npz", "--outputs", tmp_path / "out.npz"
+    )
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"^\s+dx\s+\(1000,\)\s+float32\s+\S+\s+\S+\s+ok$", result.stdout, re.MULTILINE), result.stdout
+    out = np.load(tmp_path / "out.npz")
+    assert sorted(out.files) == sorted(inputs)
+    for name in ("x", "y", "dloss", "w"):
+        np.testing.assert_array_equal(out[name], inputs[name])
+    want = ref.binary_cross_entropy_grad(inputs["x"], inputs["y"], inputs["dloss"], inputs["w"], reduction=1)
+    np.testing.assert_allclose(out["dx"], want, rtol=1e-5)
+
+
+def test_run_with_positional_npz_names(tmp_path):
+    """Arrays may also be named arg0, arg1, ... after the argument positions."""
+    path = write(tmp_path, bce(n="?"))
+    n = 10
+    arrays = [
+        np.full(n, 0.5, np.float32),
+        np.full(n, 0.25, np.float32),
+        np.ones(1, np.float32),
+        np.zeros(n, np.float32),
+    ]
+    np.savez(tmp_path / "in.npz", **{f"arg{i}": a for i, a in enumerate(arrays)})
+    result = run("npugrad-opt", path, "--stage", "run", "--inputs", tmp_path / "in.npz")
+    assert result.returncode == 0, result.stderr
+    assert "ok" in result.stdout
+
+
+def test_dynamic_shapes_need_inputs(tmp_path):
+    path = write(tmp_path, bce(n="?"))
+    result = run("npugrad-opt", path, "--stage", "run")
+    assert result.returncode == 1
+    assert result.stderr.strip() == f"{path}: error: @bce has dynamic shapes: give the inputs with --inputs FILE.npz"
+
+
+def test_npz_inputs_are_checked_against_the_op_rules(tmp_path):
+    """Dynamic sizes that break the op's rules are rejected before the kernel reads past an array."""
+    path = write(tmp_path, bce(n="?", m="?"))
+    np.savez(
+        tmp_path / "in.npz",
+        x=np.full(100, 0.5, np.float32),
+        y=np.full(3, 0.5, np.float32),
+        d=np.ones(1, np.float32),
+        dx=np.zeros(100, np.float32),
+    )
+    result = run("npugrad-opt", path, "--stage", "run", "--inputs", tmp_path / "in.npz")
+    assert result.returncode == 1
+    assert "operand 'input_y' must have shape (100,) (the shape of 'input_x'), got (3,)" in result.stderr
+
+
+def test_npz_values_are_checked_before_the_launch(tmp_path):
+    """An index the kernel would write out of bounds with is rejected by the reference first."""
+    path = write(
+        tmp_path,
+        """func.func @emb(%g: memref<?x4xf32>, %i: memref<?xi64>, %out: memref<10x4xf32>) {
+  grad.embedding_dense_backward grad(%g : memref<?x4xf32>) indices(%i : memref<?xi64>) -> out(%out : memref<10x4xf32>)
+      {num_weights = 10 : i64}
+  func.return
+}
+""",
+    )
+    np.savez(
+        tmp_path / "in.npz",
+        g=np.ones((3, 4), np.float32),
+        i=np.array([1, 2, 1 << 40]),
+        out=np.zeros((10, 4), np.float32),
+    )
+    result = run("npugrad-opt", path, "--stage", "run", "--inputs", tmp_path / "in.npz")
+    assert result.returncode == 1
+    assert "indices must lie in [0, num_weights)" in result.stderr
+
+
+def test_bad_npz_file(tmp_path):
+    (tmp_path / "in.npz").write_text("not an npz")
+    result = run("npugrad-opt", BCE_EXAMPLE, "--stage", "run", "--inputs", tmp_path / "in.npz")
+    assert result.returncode == 1
+    assert "is not a NumPy .npz file" in result.stderr
+
+
+# -- --verify-diagnostics ----------------------------------------------------------------------
+
+EXPECTED = "  // expected-error@+1 {{operand 'input_y' must have shape (16,)}}\n"
+
+
+def _annotated(text: str, annotation: str, before_line: int = 1) -> str:
+    lines = text.splitlines(keepends=True)
+    return "".join(lines[:before_line] + [annotation] + lines[before_line:])
+
+
+def test_verify_diagnostics_passes_when_errors_match(tmp_path):
+    path = write(tmp_path, _annotated(bce(m="15"), EXPECTED))
+    result = run("npugrad-opt", path, "--verify-diagnostics")
+    assert result.returncode == 0, result.stderr
+
+
+def test_verify_diagnostics_fails_when_an_expected_error_is_missing(tmp_path):
+    path = write(tmp_path, _annotated(bce(), EXPECTED))
+    result = run("npugrad-opt", path, "--verify-diagnostics")
+    assert result.returncode == 1
+    assert (
+        f"{path}:3: error: expected error \"operand 'input_y' must have shape (16,)\" was not produced" in result.stderr
+    )
+
+
+def test_verify_diagnostics_fails_on_an_unexpected_error(tmp_path):
+    path = write(tmp_path, bce(m="15"))
+    result = run("npugrad-opt", path, "--verify-diagnostics")
+    assert result.returncode == 1
+    assert (
+        f"{path}:2:3: error: unexpected error: 'grad.binary_cross_entropy_grad' op operand 'input_y'" in result.stderr
+    )
+
+
+def test_verify_diagnostics_fails_on_the_wrong_line(tmp_path):
+    path = write(tmp_path, _annotated(bce(m="15"), EXPECTED.replace("@+1", "@+2")))
+    result = run("npugrad-opt", path, "--verify-diagnostics")
+    assert result.returncode == 1
+    assert "unexpected error" in result.stderr and "was not produced" in result.stderr
+
+
+def test_verify_diagnostics_fails_on_the_wrong_message(tmp_path):
+    path = write(tmp_path, _annotated(bce(m="15"), EXPECTED.replace("input_y", "input_x")))
+    assert run("npugrad-opt", path, "--verify-diagnostics").returncode == 1
+
+
+def test_verify_diagnostics_per_chunk(tmp_path):
+    """Each chunk is checked on its own: one failing chunk fails the file."""
+    good = _annotated(bce(m="15"), EXPECTED)
+    path = write(tmp_path, "// -----\n".join([good, bce(), good]))
+    assert run("npugrad-opt", path, "--verify-diagnostics", "--split-input-file").returncode == 0
+    path = write(tmp_path, "// -----\n".join([good, _annotated(bce(), EXPECTED), good]))
+    result = run("npugrad-opt", path, "--verify-diagnostics", "--split-input-file")
+    assert result.returncode == 1
+    assert f"{path}:10: error: expected error" in result.stderr  # the op of the second chunk
+
+
+# -- input from stdin; plain xdsl-opt ------------------------------------------------------------
+
+
+def test_stdin_input():
+    result = run("npugrad-opt", "--stage", "loops", stdin=BCE_EXAMPLE.read_text())
+    assert result.returncode == 0, result.stderr
+    assert "scf.for" in result.stdout
+    result = run("npugrad-opt", stdin=bce(m="15"))
+    assert result.returncode == 1
+    [(file, line, col, _)] = located_errors(result.stderr)
+    assert "stdin" in file and (line, col) == (2, 3)
+
+
+def test_xdsl_opt_knows_the_dialect():
+    result = run("xdsl-opt", BCE_EXAMPLE)
+    assert result.returncode == 0, result.stderr
+    assert "grad.binary_cross_entropy_grad input_x(%x : memref<1000xf32>)" in result.stdout
+    reparsed = run("xdsl-opt", stdin=result.stdout)
+    assert reparsed.stdout == result.stdout
+
+
+def test_xdsl_opt_runs_convert_grad_to_loops():
+    result = run("xdsl-opt", BCE_EXAMPLE, "-p", "convert-grad-to-loops")
+    assert result.returncode == 0, result.stderr
+    assert "scf.for" in result.stdout
+    assert "grad." not in result.stdout
+
+
+def test_xdsl_opt_runs_the_verifier(tmp_path):
+    result = subprocess.run(
+        [str(BIN / "xdsl-opt"), str(write(tmp_path, bce(m="15")))],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "operand 'input_y' must have shape (16,)" in result.stderr
