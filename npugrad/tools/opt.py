@@ -51,10 +51,18 @@ class NpugradOptMain(xDSLOptMain):
             default=None,
             help="stop the pipeline at this stage and print its IR ('run' compiles and runs the module)",
         )
+        arg_parser.add_argument(
+            "--no-fuse",
+            action="store_true",
+            help="lower the linear cross-entropy gradient with its unfused reference lowering",
+        )
         arg_parser.add_argument("--entry", default=None, help="function to run (--stage run)")
         arg_parser.add_argument("--inputs", default=None, help=".npz with one array per argument (--stage run)")
         arg_parser.add_argument("--outputs", default=None, help="save all arguments after the run to this .npz")
         arg_parser.add_argument("--seed", type=int, default=0, help="seed for random inputs (--stage run)")
+
+    def _pipeline(self) -> Pipeline:
+        return Pipeline(fuse=not self.args.no_fuse)
 
     # -- one chunk ------------------------------------------------------------------------------
     def _process(self, text: str, name: str) -> str:
@@ -67,14 +75,14 @@ class NpugradOptMain(xDSLOptMain):
             return self.output_resulting_program(module)
         if stage == "run":
             return self._run(module)
-        result = Pipeline().lower(module, stage, self.ctx)
+        result = self._pipeline().lower(module, stage, self.ctx)
         return str(result) + "\n" if isinstance(result, str) else self.output_resulting_program(result)
 
     def _run(self, module) -> str:
         entry, specs, arrays, found = runner.prepare_inputs(module, self.args.entry, self.args.inputs, self.args.seed)
         sigs = signatures(module)
         start = time.perf_counter()
-        llvm_ir = Pipeline().lower(module, "llvm-ir", self.ctx)
+        llvm_ir = self._pipeline().lower(module, "llvm-ir", self.ctx)
         executable = Executable(llvm_ir, sigs)
         report = runner.run(executable, entry, specs, arrays, found, time.perf_counter() - start)
         if self.args.outputs:

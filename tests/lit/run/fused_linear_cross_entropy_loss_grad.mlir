@@ -18,3 +18,11 @@ func.func @high_performance_f16(%g: memref<21xf32>, %x: memref<21x13xf16>, %w: m
       -> input_grad_out(%dx : memref<21x13xf16>) weight_grad_out(%dw : memref<131x13xf16>)
   func.return
 }
+
+// The unfused reference lowering, run and checked the same way.
+// RUN: npugrad-opt %examples/flce_grad.mlir --no-fuse --stage run | FileCheck %s --check-prefix=UNFUSED
+// RUN: npugrad-opt %examples/flce_grad.mlir --no-fuse --stage loops | FileCheck %s --check-prefix=UNFUSED-LOOPS
+// UNFUSED:      input_grad_out {{.*}} ok
+// UNFUSED-NEXT: weight_grad_out {{.*}} ok
+// UNFUSED-LOOPS-NOT: linalg.generic
+// UNFUSED-LOOPS: math.exp
