@@ -44,6 +44,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from npugrad import dtypes
 from npugrad.dialect.checks import FLOATS, Checker, Dim, static_product
+from npugrad.dialect.npu import MemorySpaceAttr
 
 MAX_RANK = 8
 REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}
@@ -75,6 +76,9 @@ class GradOp(IRDLOperation):
 
     INPUTS: ClassVar[tuple[str, ...]]
     OUTPUTS: ClassVar[tuple[str, ...]]
+    # The dimensions `tile_sizes` may name (chosen by choose-tile-sizes or written by hand, read
+    # by the passes that tile).
+    TILE_DIMS: ClassVar[tuple[str, ...]]
 
     @classmethod
     def short_name(cls) -> str:
@@ -88,6 +92,24 @@ class GradOp(IRDLOperation):
     def check(cls, c: Checker) -> None:
         """The spec's metadata rules for this op."""
         raise NotImplementedError
+
+    def tiles(self) -> dict[str, int] | None:
+        attr = getattr(self, "tile_sizes", None)
+        if attr is None:
+            return None
+        return {k: v.value.data for k, v in attr.data.items()}
+
+    def _verify_tile_sizes(self) -> None:
+        attr = getattr(self, "tile_sizes", None)
+        if attr is None:
+            return
+        for key, value in attr.data.items():
+            if key not in self.TILE_DIMS:
+                raise VerifyException(
+                    f"'{self.name}' op property 'tile_sizes' has unknown dimension '{key}' (known: {', '.join(self.TILE_DIMS)})"
+                )
+            if not isinstance(value, IntegerAttr) or value.value.data < 1:
+                raise VerifyException(f"'{self.name}' op property 'tile_sizes' needs a positive integer for '{key}', got {value}")
 
     def prop_int(self, name: str) -> int:
         return getattr(self, name).value.data
@@ -120,8 +142,8 @@ class GradOp(IRDLOperation):
             t = value.type
             if not isinstance(t, MemRefType):
                 raise VerifyException(f"'{self.name}' op operand '{name}' must be a memref, got {t}")
-            if not isinstance(t.memory_space, NoneAttr):
-                raise VerifyException(f"'{self.name}' op operand '{name}' must be in global (default) memory, got {t}")
+            if not isinstance(t.memory_space, NoneAttr | MemorySpaceAttr):
+                raise VerifyException(f"'{self.name}' op operand '{name}' must be in global (default) memory or a local level (#npu.mem<level>), got {t}")
             # The spec's "ND format": plain (possibly strided) arrays, no tiled or blocked layouts.
             if not isinstance(t.layout, NoneAttr | StridedLayoutAttr):
                 raise VerifyException(f"'{self.name}' op operand '{name}' must have an identity or strided layout, got {t}")
@@ -129,6 +151,7 @@ class GradOp(IRDLOperation):
             types[name] = dtypes.name(t.element_type)
         try:
             self.check(Checker(f"'{self.name}' op", "operand", shapes, types, self.attribute_values()))
+            self._verify_tile_sizes()
         except (ValueError, TypeError) as e:
             raise VerifyException(str(e)) from None
 
@@ -169,30 +192,13 @@ class FusedLinearCrossEntropyLossGradOp(GradOp):
     )
     OUTPUTS: ClassVar[tuple[str, ...]] = ("input_grad_out", "weight_grad_out")
     MIN_V_HIGH_PERFORMANCE: ClassVar[int] = 128
-    TILE_DIMS: ClassVar[tuple[str, ...]] = ("bt", "v")
+    TILE_DIMS: ClassVar[tuple[str, ...]] = ("bt", "v", "h")
     irdl_options = (AttrSizedOperandSegments(as_property=True), ParsePropInAttrDict())
     assembly_format = _format(INPUTS, {"logits_max", "sum_exp_logits", "softmax"}, OUTPUTS)
 
     @property
     def high_performance(self) -> bool:
         return self.softmax is not None
-
-    def tiles(self) -> dict[str, int] | None:
-        if self.tile_sizes is None:
-            return None
-        return {k: v.value.data for k, v in self.tile_sizes.data.items()}  # type: ignore[attr-defined]
-
-    def verify_(self) -> None:
-        super().verify_()
-        if self.tile_sizes is None:
-            return
-        for key, value in self.tile_sizes.data.items():
-            if key not in self.TILE_DIMS:
-                raise VerifyException(
-                    f"'{self.name}' op property 'tile_sizes' has unknown dimension '{key}' (known: {', '.join(self.TILE_DIMS)})"
-                )
-            if not isinstance(value, IntegerAttr) or value.value.data < 1:
-                raise VerifyException(f"'{self.name}' op property 'tile_sizes' needs a positive integer for '{key}', got {value}")
 
     @classmethod
     def check(cls, c: Checker) -> None:
@@ -250,6 +256,8 @@ class EmbeddingDenseBackwardOp(GradOp):
     num_weights = prop_def(IntegerAttr[I64])
     padding_idx = prop_def(IntegerAttr[I64], default_value=_i64(-1))
     scale_grad_by_freq = prop_def(BoolAttr, default_value=_bool(False))
+    tile_sizes = opt_prop_def(DictionaryAttr)
+    TILE_DIMS: ClassVar[tuple[str, ...]] = ("rows", "d")
 
     INPUTS: ClassVar[tuple[str, ...]] = ("grad", "indices")
     OUTPUTS: ClassVar[tuple[str, ...]] = ("out",)
@@ -287,6 +295,8 @@ class NLLLossBackwardOp(GradOp):
     out = operand_def()
     reduction = prop_def(IntegerAttr[I64], default_value=_i64(1))
     ignore_index = prop_def(IntegerAttr[I64], default_value=_i64(-100))
+    tile_sizes = opt_prop_def(DictionaryAttr)
+    TILE_DIMS: ClassVar[tuple[str, ...]] = ("rows", "c")
 
     INPUTS: ClassVar[tuple[str, ...]] = ("grad_output", "self", "target", "weight", "total_weight")
     OUTPUTS: ClassVar[tuple[str, ...]] = ("out",)
@@ -344,6 +354,8 @@ class ApplyFusedEmaAdamOp(GradOp):
     mode = prop_def(IntegerAttr[I64], default_value=_i64(1))
     bias_correction = prop_def(BoolAttr, default_value=_bool(True))
     weight_decay = prop_def(FloatAttr[Float64Type], default_value=_f64(0.0))
+    tile_sizes = opt_prop_def(DictionaryAttr)
+    TILE_DIMS: ClassVar[tuple[str, ...]] = ("n",)
 
     INPUTS: ClassVar[tuple[str, ...]] = ("grad", "step", "hyperparameters")
     OUTPUTS: ClassVar[tuple[str, ...]] = ("var", "m", "v", "s")
@@ -389,6 +401,8 @@ class BinaryCrossEntropyGradOp(GradOp):
     weight = opt_operand_def()
     dx = operand_def()
     reduction = prop_def(IntegerAttr[I64], default_value=_i64(1))
+    tile_sizes = opt_prop_def(DictionaryAttr)
+    TILE_DIMS: ClassVar[tuple[str, ...]] = ("n",)
 
     INPUTS: ClassVar[tuple[str, ...]] = ("input_x", "input_y", "dloss", "weight")
     OUTPUTS: ClassVar[tuple[str, ...]] = ("dx",)

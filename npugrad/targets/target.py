@@ -29,6 +29,11 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 UNITS = ("cube", "vector", "scalar", "mte", "cpu")
+# What the tiling passes place in local memory, and the level each goes to (the [roles] table):
+# vector = operands and results of elementwise work; stage = matrix tiles fetched from global
+# memory; matrix_a / matrix_b = the left / right operand of a matrix-unit contraction;
+# accumulator = its float32 result.
+ROLES = ("vector", "stage", "matrix_a", "matrix_b", "accumulator")
 _SIZE = re.compile(r"^\s*(\d+)\s*([KMG]i?B|B)?\s*$", re.IGNORECASE)
 _FACTORS = {None: 1, "b": 1, "kib": 1 << 10, "kb": 1 << 10, "mib": 1 << 20, "mb": 1 << 20, "gib": 1 << 30, "gb": 1 << 30}
 
@@ -58,7 +63,12 @@ class Target:
     levels: tuple[MemoryLevel, ...]
     vector_registers: int = 0
     double_buffer: bool = False
+    roles: tuple[tuple[str, str], ...] = ()
     source: str = field(default="", compare=False)
+
+    def role(self, role: str) -> MemoryLevel:
+        """The level that holds `role` (one of ROLES)."""
+        return self.level(dict(self.roles)[role])
 
     def level(self, name: str) -> MemoryLevel:
         for lv in self.levels:
@@ -79,7 +89,7 @@ class Target:
 
     def key(self) -> tuple:
         """What compiled code depends on (for compile caches)."""
-        return (self.name, self.cores, self.vector_bits, self.vector_registers, self.double_buffer, self.levels)
+        return (self.name, self.cores, self.vector_bits, self.vector_registers, self.double_buffer, self.levels, self.roles)
 
 
 def _size(where: str, value) -> int:
@@ -108,7 +118,7 @@ def _field(where: str, table: dict, name: str, kind, default=None, required: boo
 
 
 def from_dict(data: dict, source: str = "<dict>") -> Target:
-    known = {"name", "cores", "vector_bits", "vector_registers", "double_buffer", "level"}
+    known = {"name", "cores", "vector_bits", "vector_registers", "double_buffer", "level", "roles"}
     if unknown := set(data) - known:
         raise TargetError(f"{source}: unknown field(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(known))})")
     name = _field(source, data, "name", str)
@@ -151,10 +161,20 @@ def from_dict(data: dict, source: str = "<dict>") -> Target:
     for lv in levels:
         if lv.parent is not None and lv.parent not in names:
             raise TargetError(f"{source}: level '{lv.name}' has parent '{lv.parent}', which is not a level")
+    roles = _field(source, data, "roles", dict)
+    for role in ROLES:
+        if role not in roles:
+            raise TargetError(f"{source}: [roles] needs '{role}' (the level holding {role} tiles)")
+    for role, level in roles.items():
+        if role not in ROLES:
+            raise TargetError(f"{source}: [roles] has unknown role '{role}' (known: {', '.join(ROLES)})")
+        if level not in names or next(lv for lv in levels if lv.name == level).is_global:
+            raise TargetError(f"{source}: [roles] {role} = {level!r} must name a local level ({', '.join(n for n in names)})")
     return Target(
         name, cores, vector_bits, tuple(levels),
         _field(source, data, "vector_registers", int, 0, required=False),
         _field(source, data, "double_buffer", bool, False, required=False),
+        tuple(sorted(roles.items())),
         source,
     )
 
@@ -206,13 +226,13 @@ def host() -> Target:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     levels = [MemoryLevel("dram", None, 1, "mte", None)]
     parent = "dram"
-    for lvl, fallback in ((3, None), (2, 1 << 20), (1, 32 << 10)):
+    for lvl, fallback in ((3, 8 << 20), (2, 1 << 20), (1, 32 << 10)):
         size = _cache_bytes(lvl) or fallback
-        if size is None:
-            continue
         levels.append(MemoryLevel(f"l{lvl}", size, 64, "cpu", parent))
         parent = f"l{lvl}"
-    return Target("host", cores, vector_bits, tuple(levels), registers, False, "host")
+    # On a CPU "local buffers" are tiles sized to stay in a cache level of one core.
+    roles = {"vector": "l2", "stage": "l3", "matrix_a": "l2", "matrix_b": "l2", "accumulator": "l1"}
+    return Target("host", cores, vector_bits, tuple(levels), registers, False, tuple(sorted(roles.items())), "host")
 
 
 def get(name_or_path: str | os.PathLike) -> Target:

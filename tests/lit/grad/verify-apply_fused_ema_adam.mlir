@@ -406,7 +406,7 @@ func.func @blocked_layout(%g: memref<3x7xf32>, %step: memref<1xi64>, %var: memre
 // Operands live in the default memory space.
 func.func @memory_space(%g: memref<3x7xf32>, %step: memref<1xi64>, %var: memref<3x7xf32>,
     %m: memref<3x7xf32>, %v: memref<3x7xf32>, %s: memref<3x7xf32, 1>) {
-  // expected-error@+1 {{'grad.apply_fused_ema_adam' op operand 's' must be in global (default) memory, got memref<3x7xf32, 1 : i64>}}
+  // expected-error@+1 {{'grad.apply_fused_ema_adam' op operand 's' must be in global (default) memory or a local level (#npu.mem<level>), got memref<3x7xf32, 1 : i64>}}
   grad.apply_fused_ema_adam grad(%g : memref<3x7xf32>) step(%step : memref<1xi64>) ->
       var(%var : memref<3x7xf32>) m(%m : memref<3x7xf32>) v(%v : memref<3x7xf32>)
       s(%s : memref<3x7xf32, 1>)

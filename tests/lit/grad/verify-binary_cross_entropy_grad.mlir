@@ -238,7 +238,7 @@ func.func @blocked_layout(%x: memref<16xf32, affine_map<(d0) -> (d0 floordiv 4, 
 // Operands live in the default memory space.
 func.func @memory_space(%x: memref<16xf32>, %y: memref<16xf32>, %d: memref<1xf32>,
     %dx: memref<16xf32, 3>) {
-  // expected-error@+1 {{'grad.binary_cross_entropy_grad' op operand 'dx' must be in global (default) memory, got memref<16xf32, 3 : i64>}}
+  // expected-error@+1 {{'grad.binary_cross_entropy_grad' op operand 'dx' must be in global (default) memory or a local level (#npu.mem<level>), got memref<16xf32, 3 : i64>}}
   grad.binary_cross_entropy_grad input_x(%x : memref<16xf32>) input_y(%y : memref<16xf32>)
       dloss(%d : memref<1xf32>) -> dx(%dx : memref<16xf32, 3>)
   func.return

@@ -237,7 +237,7 @@ func.func @strided_layout(%g: memref<4x5x32xf32>, %i: memref<4x5xi32>,
 
 // Operands live in the default memory space.
 func.func @memory_space(%g: memref<4x5x32xf32>, %i: memref<4x5xi32>, %out: memref<100x32xf32, 2>) {
-  // expected-error@+1 {{'grad.embedding_dense_backward' op operand 'out' must be in global (default) memory, got memref<100x32xf32, 2 : i64>}}
+  // expected-error@+1 {{'grad.embedding_dense_backward' op operand 'out' must be in global (default) memory or a local level (#npu.mem<level>), got memref<100x32xf32, 2 : i64>}}
   grad.embedding_dense_backward grad(%g : memref<4x5x32xf32>) indices(%i : memref<4x5xi32>) ->
       out(%out : memref<100x32xf32, 2>) {num_weights = 100 : i64}
   func.return

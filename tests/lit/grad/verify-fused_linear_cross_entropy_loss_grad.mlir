@@ -649,7 +649,7 @@ func.func @strided_layout(%g: memref<8xf32>, %x: memref<8x16xbf16, strided<[32, 
 func.func @memory_space(%g: memref<8xf32, 1>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
     %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>,
     %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op operand 'grad' must be in global (default) memory, got memref<8xf32, 1 : i64>}}
+  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op operand 'grad' must be in global (default) memory or a local level (#npu.mem<level>), got memref<8xf32, 1 : i64>}}
   grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32, 1>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>)

@@ -367,7 +367,7 @@ func.func @blocked_layout(%go: memref<f32>, %s: memref<6x10xf32>, %t: memref<6xi
 // Operands live in the default memory space.
 func.func @memory_space(%go: memref<f32>, %s: memref<6x10xf32, 1>, %t: memref<6xi64>,
     %w: memref<10xf32>, %tw: memref<1xf32>, %out: memref<6x10xf32>) {
-  // expected-error@+1 {{'grad.nll_loss_backward' op operand 'self' must be in global (default) memory, got memref<6x10xf32, 1 : i64>}}
+  // expected-error@+1 {{'grad.nll_loss_backward' op operand 'self' must be in global (default) memory or a local level (#npu.mem<level>), got memref<6x10xf32, 1 : i64>}}
   grad.nll_loss_backward grad_output(%go : memref<f32>) self(%s : memref<6x10xf32, 1>)
       target(%t : memref<6xi64>) weight(%w : memref<10xf32>) total_weight(%tw : memref<1xf32>) ->
       out(%out : memref<6x10xf32>)
