@@ -22,14 +22,21 @@ from xdsl.transforms.convert_linalg_to_loops import ConvertLinalgToLoopsPass
 from xdsl.utils.exceptions import ParseError, VerifyException
 from xdsl.utils.lexer import Span
 
+from npugrad.diagnostics import PassFailure
 from npugrad.dialect import Grad
+from npugrad.dialect.npu import Npu
 from npugrad.lowering.grad_to_loops import ConvertGradToLoopsPass
+from npugrad.lowering.npu_to_cpu import LowerNpuToCpuPass
+from npugrad.passes.check_capacity import CheckCapacityPass
+from npugrad.passes.choose_tile_sizes import ChooseTileSizesPass
+from npugrad.passes.tile_for_target import TileForTargetPass
+from npugrad.targets import get as get_target
 from npugrad.lowering.to_llvm import to_llvm_dialect, to_llvm_ir
 from npugrad.passes.fuse_linear_cross_entropy_grad import FuseLinearCrossEntropyGradPass
 from npugrad.runtime import jit
 
-STAGES = ("grad", "fused", "loops", "llvm-dialect", "llvm-ir", "asm")
-XDSL_STAGES = ("grad", "fused", "loops")
+STAGES = ("grad", "fused", "tiled", "loops", "llvm-dialect", "llvm-ir", "asm")
+XDSL_STAGES = ("grad", "fused", "tiled", "loops")
 
 
 @dataclass(frozen=True)
@@ -58,10 +65,12 @@ class CompileError(Exception):
 
 def make_context() -> Context:
     ctx = Context()
+    ours = {Grad.name: Grad, Npu.name: Npu}
     for name, factory in get_all_dialects().items():
-        if name != Grad.name:
+        if name not in ours:
             ctx.register_dialect(name, factory)
-    ctx.register_dialect(Grad.name, lambda: Grad)
+    for name, dialect in ours.items():
+        ctx.register_dialect(name, lambda d=dialect: d)
     return ctx
 
 
@@ -163,32 +172,49 @@ def verify(module: ModuleOp, text: str = "", name: str = "<stdin>") -> None:
 
 @dataclass
 class Pipeline:
-    """The passes between stages: `grad` → (fused_passes) → `fused` → (loops_passes) → `loops`.
+    """The passes between stages:
 
-    `fuse=False` keeps the linear cross-entropy gradient unfused: it then reaches `loops`
-    through its simple reference lowering, with the BT×V logit gradient recomputed per use."""
+        grad ─(choose-tile-sizes)─ fuse-linear-cross-entropy-grad ─▶ fused
+             ─ tile-for-target, check-capacity ─▶ tiled
+             ─ convert-grad-to-loops, convert-linalg-to-loops, lower-npu-to-cpu ─▶ loops
+
+    Without a `target` nothing is tiled (`tiled` is `fused`). `fuse=False` keeps the linear
+    cross-entropy gradient unfused: it then reaches `loops` through its reference lowering."""
 
     fuse: bool = True
+    target: str | None = None  # "host", a shipped target's name, or a target file
     fused_passes: list[ModulePass] = field(default_factory=lambda: [FuseLinearCrossEntropyGradPass()])
     loops_passes: list[ModulePass] = field(
-        default_factory=lambda: [ConvertGradToLoopsPass(), ConvertLinalgToLoopsPass()]
+        default_factory=lambda: [ConvertGradToLoopsPass(), ConvertLinalgToLoopsPass(), LowerNpuToCpuPass()]
     )
 
     def key(self) -> tuple:
         """Identifies the pipeline in compile caches."""
-        return (self.fuse, *(repr(p) for p in (*self.fused_passes, *self.loops_passes)))
+        target = get_target(self.target).key() if self.target is not None else None
+        return (self.fuse, target, *(repr(p) for p in (*self.fused_passes, *self.loops_passes)))
 
     def passes_to(self, stage: str) -> list[ModulePass]:
-        passes = list(self.fused_passes) if self.fuse else []
-        if stage == "grad":
-            return []
-        return passes if stage == "fused" else passes + list(self.loops_passes)
+        order = XDSL_STAGES.index(stage)
+        passes: list[ModulePass] = []
+        if order >= XDSL_STAGES.index("fused"):
+            if self.target is not None:
+                passes.append(ChooseTileSizesPass(self.target))
+            if self.fuse:
+                passes += self.fused_passes
+        if order >= XDSL_STAGES.index("tiled") and self.target is not None:
+            passes += [TileForTargetPass(self.target), CheckCapacityPass(self.target)]
+        if order >= XDSL_STAGES.index("loops"):
+            passes += self.loops_passes
+        return passes
 
     def to_xdsl_stage(self, module: ModuleOp, stage: str, ctx: Context | None = None) -> ModuleOp:
-        """Run the xDSL passes in place up to `stage` (`grad`, `fused` or `loops`)."""
+        """Run the xDSL passes in place up to `stage` (`grad`, `fused`, `tiled` or `loops`)."""
         ctx = ctx or make_context()
         for p in self.passes_to(stage):
-            p.apply(ctx, module)
+            try:
+                p.apply(ctx, module)
+            except PassFailure as e:
+                raise CompileError([_located(e.op, f"{p.name}: {e.message}", "")]) from None
             verify(module)
         return module
 

@@ -16,9 +16,11 @@ import re
 import sys
 import time
 from collections.abc import Sequence
+from io import StringIO
 from typing import NoReturn
 
 import numpy as np
+from xdsl.printer import Printer
 from xdsl.utils.exceptions import ParseError, VerifyException
 from xdsl.xdsl_opt_main import xDSLOptMain
 
@@ -33,10 +35,23 @@ EXPECTED = re.compile(r"//\s*expected-error(?:@([+-]\d+))?\s*\{\{(.*?)\}\}")
 
 
 class NpugradOptMain(xDSLOptMain):
+    """xdsl-opt's options, passes and `-p` pipelines, except that `-t/--target` names the
+    hardware target (host, npu-a2, or a target file) rather than an output format: npugrad-opt
+    always prints MLIR up to `llvm-dialect`, then LLVM IR or assembly."""
+
     def __init__(self, args: Sequence[str] | None = None):
-        super().__init__(description="npugrad modular optimizer driver", args=args)
+        self.available_frontends = {}
+        self.available_passes = {}
+        self.available_targets = {}
         self.ctx = make_context()
+        self.register_all_frontends()
+        self.register_all_passes()
+        # "resolve": our -t/--target replaces xdsl-opt's output-format option.
+        arg_parser = argparse.ArgumentParser(description="npugrad modular optimizer driver", conflict_handler="resolve")
+        self.register_all_arguments(arg_parser)
+        self.args = arg_parser.parse_args(args=args)
         self.ctx.allow_unregistered = self.args.allow_unregistered_dialect
+        self.setup_pipeline()
 
     def register_all_passes(self) -> None:
         super().register_all_passes()
@@ -45,6 +60,17 @@ class NpugradOptMain(xDSLOptMain):
 
     def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
         super().register_all_arguments(arg_parser)
+        arg_parser.add_argument(
+            "-t",
+            "--target",
+            default=None,
+            help="hardware target to tile for: host, npu-a2, or a target .toml file (default: no tiling)",
+        )
+        arg_parser.add_argument(
+            "--report",
+            action="store_true",
+            help="after tiling, print the local-buffer footprint per memory level and the bytes moved",
+        )
         arg_parser.add_argument(
             "--stage",
             choices=(*STAGES, "run"),
@@ -62,7 +88,14 @@ class NpugradOptMain(xDSLOptMain):
         arg_parser.add_argument("--seed", type=int, default=0, help="seed for random inputs (--stage run)")
 
     def _pipeline(self) -> Pipeline:
-        return Pipeline(fuse=not self.args.no_fuse)
+        return Pipeline(fuse=not self.args.no_fuse, target=self.args.target)
+
+    def output_resulting_program(self, prog) -> str:
+        out = StringIO()
+        Printer(stream=out, print_generic_format=self.args.print_op_generic,
+                print_properties_as_attributes=self.args.print_no_properties,
+                print_debuginfo=self.args.print_debuginfo).print_op(prog)
+        return out.getvalue() + "\n"
 
     # -- one chunk ------------------------------------------------------------------------------
     def _process(self, text: str, name: str) -> str:

@@ -1,0 +1,144 @@
+"""choose-tile-sizes{target=...}: the one place tile sizes are decided. For every grad op
+without a `tile_sizes`, pick sizes whose tiles (double-buffered where the target says so) fit
+the memory levels the target assigns to them, and write them on the op:
+
+    grad.binary_cross_entropy_grad ...                          (target npu-a2: UB of 192 KiB)
+becomes
+    grad.binary_cross_entropy_grad ... {tile_sizes = {n = 4096 : i64}}
+
+Sizes written by hand are kept. The passes that tile read only the attribute; the footprint of
+what they allocate is proven to fit by check-capacity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, MemRefType, ModuleOp, i64
+from xdsl.passes import ModulePass
+
+from npugrad.dialect import (
+    ApplyFusedEmaAdamOp,
+    BinaryCrossEntropyGradOp,
+    EmbeddingDenseBackwardOp,
+    FusedLinearCrossEntropyLossGradOp,
+    GradOp,
+    NLLLossBackwardOp,
+)
+from npugrad.dialect.npu import element_bytes
+from npugrad.targets import Target, get
+
+# Beyond this many elements a tile buys nothing more and only wastes local memory.
+MAX_ELEMENTWISE_TILE = 1 << 16
+
+
+def _bytes(value) -> int:
+    t = value.type
+    assert isinstance(t, MemRefType)
+    return element_bytes(t.element_type)
+
+
+def _dim(value, axis: int) -> int | None:
+    d = value.type.get_shape()[axis]
+    return None if d < 0 else d
+
+
+def _budget(target: Target, role: str) -> int:
+    """Bytes one set of tiles may take in the level holding `role` (half when double-buffered)."""
+    level = target.role(role)
+    assert level.capacity is not None
+    return level.capacity // (2 if target.double_buffer else 1)
+
+
+def _round_down(n: int, multiple: int) -> int:
+    return max(multiple, n // multiple * multiple)
+
+
+def _vector_elements(target: Target, element: int) -> int:
+    return max(1, target.vector_bytes // element)
+
+
+def _elementwise(op: GradOp, target: Target) -> dict[str, int]:
+    """Every operand that is tiled (all but the one-element ones) has one tile of n elements."""
+    tiled = [getattr(op, n) for n in op.operand_names() if getattr(op, n) is not None]
+    per_element = sum(_bytes(v) for v in tiled if v.type.get_shape() not in ((), (1,)))
+    n = _budget(target, "vector") // max(per_element, 1)
+    return {"n": _round_down(min(n, MAX_ELEMENTWISE_TILE), _vector_elements(target, 4))}
+
+
+def _nll(op: NLLLossBackwardOp, target: Target) -> dict[str, int]:
+    """A tile of `out` is rows × c; each row also holds its target and upstream gradient, and
+    the c weights come along."""
+    b = _bytes(op.out)
+    c_total = _dim(op.out, op.out.type.get_num_dims() - 1)  # type: ignore[attr-defined]
+    budget = _budget(target, "vector")
+    c = min(c_total or 4096, max(_vector_elements(target, b), budget // (4 * b)))
+    rows = (budget - c * b) // (c * b + 8 + b)
+    return {"rows": max(1, min(rows, 4096)), "c": c}
+
+
+def _embedding(op: EmbeddingDenseBackwardOp, target: Target) -> dict[str, int]:
+    """A tile is rows × d of `out` (with its float32 accumulator) and a d-chunk of one grad row."""
+    d_total = _dim(op.grad, op.grad.type.get_num_dims() - 1)  # type: ignore[attr-defined]
+    b_out, b_in = _bytes(op.out), _bytes(op.grad)
+    budget = _budget(target, "vector")
+    d = min(d_total or 1024, budget // (4 * (4 + b_out + b_in)))
+    d = _round_down(d, _vector_elements(target, 4)) if d >= _vector_elements(target, 4) else max(d, 1)
+    rows = (budget - d * b_in) // (d * (4 + b_out))
+    return {"rows": max(1, min(rows, 256)), "d": max(d, 1)}
+
+
+def _flce(op: FusedLinearCrossEntropyLossGradOp, target: Target) -> dict[str, int]:
+    """bt × v logit tile in the accumulator level (float32), bt × h and h × v operand tiles in the
+    matrix levels, the bt × v softmax-gradient tile (float32 and input type) in the vector level."""
+    b = _bytes(op.input)
+    best = None
+    for bt in (128, 64, 32, 16, 8):
+        for v in (256, 128, 64, 32, 16):
+            for h in (1024, 512, 256, 128, 64, 32, 16):
+                need = {
+                    "accumulator": bt * v * 4,
+                    "matrix_a": bt * h * b,
+                    "matrix_b": h * v * b,
+                    "vector": bt * v * (4 + b),
+                }
+                used: dict[str, int] = {}
+                for role, size in need.items():
+                    level = target.role(role).name
+                    used[level] = used.get(level, 0) + size
+                if all(used[target.role(r).name] <= _budget(target, r) for r in need):
+                    score = (bt * v, h)
+                    if best is None or score > best[0]:
+                        best = (score, {"bt": bt, "v": v, "h": h})
+    if best is None:
+        return {"bt": 8, "v": 16, "h": 16}  # check-capacity will say why even this does not fit
+    return best[1]
+
+
+HEURISTICS: dict[type[GradOp], Callable[..., dict[str, int]]] = {
+    BinaryCrossEntropyGradOp: _elementwise,
+    ApplyFusedEmaAdamOp: _elementwise,
+    NLLLossBackwardOp: _nll,
+    EmbeddingDenseBackwardOp: _embedding,
+    FusedLinearCrossEntropyLossGradOp: _flce,
+}
+
+
+def tile_sizes_attr(sizes: dict[str, int]) -> DictionaryAttr:
+    return DictionaryAttr({k: IntegerAttr(v, i64) for k, v in sizes.items()})
+
+
+@dataclass(frozen=True)
+class ChooseTileSizesPass(ModulePass):
+    name = "choose-tile-sizes"
+
+    target: str = "host"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        target = get(self.target)
+        for g in [o for o in op.walk() if isinstance(o, GradOp)]:
+            chosen = HEURISTICS[type(g)](g, target)
+            given = g.tiles() or {}
+            g.tile_sizes = tile_sizes_attr({**chosen, **given})
