@@ -1,6 +1,12 @@
-"""Per-op tiling transformations used by tile-for-target: `tile(op, target)` rewrites one grad
-op into a block-distributed loop over tiles in local buffers."""
+"""Per-op tiling transformations used by tile-for-target. Each module registers
+`TILINGS[OpClass] = tile` where `tile(op, target)` rewrites one grad op into a block-distributed
+loop over tiles in local buffers (see passes/tile_for_target.py)."""
 
 from __future__ import annotations
 
-TILINGS: dict = {}
+from npugrad.passes.tiling.registry import TILINGS
+
+# Importing a module registers its tilings.
+from npugrad.passes.tiling import elementwise, embedding, flce, nll  # noqa: E402,F401
+
+__all__ = ["TILINGS"]

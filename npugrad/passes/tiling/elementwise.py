@@ -1,0 +1,1 @@
+"""Tiling of elementwise for tile-for-target (being written)."""

@@ -1,0 +1,1 @@
+"""Tiling of embedding for tile-for-target (being written)."""

@@ -1,0 +1,1 @@
+"""Tiling of flce for tile-for-target (being written)."""

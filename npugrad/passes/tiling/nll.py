@@ -1,0 +1,1 @@
+"""Tiling of nll for tile-for-target (being written)."""
