@@ -214,7 +214,7 @@ class Pipeline:
             try:
                 p.apply(ctx, module)
             except PassFailure as e:
-                raise CompileError([_located(e.op, f"{p.name}: {e.message}", "")]) from None
+                raise CompileError([_located(e.op, f"{p.name}: {e.message}", "", "")]) from None
             verify(module)
         return module
 

@@ -18,6 +18,7 @@ from xdsl.dialects import arith, math, memref, scf
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     AffineMapAttr,
+    ArrayAttr,
     FloatAttr,
     IndexType,
     IntegerAttr,
@@ -25,6 +26,7 @@ from xdsl.dialects.builtin import (
     MemRefType,
     Signedness,
     StringAttr,
+    UnknownLoc,
     UnrealizedConversionCastOp,
     f32,
     i1,
@@ -38,6 +40,7 @@ from xdsl.rewriter import InsertPoint
 from npugrad import dtypes
 
 index = IndexType()
+LOOP_DIMS_ATTR = "grad.loop_dims"  # on a contraction: the names of its three loop dimensions
 
 
 class Emitter:
@@ -57,7 +60,14 @@ class Emitter:
     def before(cls, op: Operation) -> Emitter:
         return cls(op)
 
+    def _locate(self, op: Operation) -> None:
+        # What a lowering emits stands for the op it lowers: errors found later point there.
+        for inner in op.walk():
+            if isinstance(inner.location, UnknownLoc):
+                inner.location = self.anchor.location
+
     def add(self, op: Operation) -> SSAValue:
+        self._locate(op)
         self.b.insert(op)
         self._emitted.add(op)
         if self._first is None and op.parent is self.anchor.parent:
@@ -65,6 +75,7 @@ class Emitter:
         return op.results[0] if op.results else None  # type: ignore[return-value]
 
     def _hoist(self, op: Operation) -> None:
+        self._locate(op)
         if self._last_hoisted is not None:
             point = InsertPoint.after(self._last_hoisted)
         else:
@@ -206,10 +217,12 @@ class Emitter:
     def fill(self, value: float, ref: SSAValue) -> None:
         self.add(FillOp([self.const(value, ref.type.element_type)], [ref], res=[]))  # type: ignore[attr-defined]
 
-    def contract(self, lhs: SSAValue, rhs: SSAValue, acc: SSAValue, maps, doc: str, reduction_dim: int = 2) -> None:
+    def contract(self, lhs: SSAValue, rhs: SSAValue, acc: SSAValue, maps, doc: str, reduction_dim: int = 2,
+                 dims: Sequence[str] = ()) -> None:
         """acc[...] += lhs[...]·rhs[...] as a `linalg.generic` over three dims, `reduction_dim` the
         reduced one; `maps` gives the (d0, d1, d2) -> indices maps of lhs, rhs and acc. Inputs are
-        widened to the accumulator's type, so bf16/f16 tiles accumulate in float32."""
+        widened to the accumulator's type, so bf16/f16 tiles accumulate in float32. `dims` names the
+        three loop dimensions (`grad.loop_dims`) for passes that tile the contraction."""
         acc_t = acc.type.element_type  # type: ignore[attr-defined]
         body = Block(arg_types=[lhs.type.element_type, rhs.type.element_type, acc_t])  # type: ignore[attr-defined]
         inner = Builder(InsertPoint.at_end(body))
@@ -221,19 +234,20 @@ class Emitter:
         product = inner.insert(arith.MulfOp(a, b)).result
         total = inner.insert(arith.AddfOp(c, product)).result
         inner.insert(YieldOp(total))
-        self.add(
-            GenericOp(
-                [lhs, rhs],
-                [acc],
-                Region(body),
-                [AffineMapAttr(AffineMap.from_callable(m)) for m in maps],
-                [
-                    IteratorTypeAttr.reduction() if d == reduction_dim else IteratorTypeAttr.parallel()
-                    for d in range(3)
-                ],
-                doc=StringAttr(doc),
-            )
+        generic = GenericOp(
+            [lhs, rhs],
+            [acc],
+            Region(body),
+            [AffineMapAttr(AffineMap.from_callable(m)) for m in maps],
+            [
+                IteratorTypeAttr.reduction() if d == reduction_dim else IteratorTypeAttr.parallel()
+                for d in range(3)
+            ],
+            doc=StringAttr(doc),
         )
+        if dims:
+            generic.attributes[LOOP_DIMS_ATTR] = ArrayAttr([StringAttr(d) for d in dims])
+        self.add(generic)
 
     def minsi(self, a: SSAValue, b: SSAValue) -> SSAValue:
         return self.add(arith.MinSIOp(a, b))

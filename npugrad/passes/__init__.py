@@ -19,7 +19,35 @@ def _fuse_linear_cross_entropy_grad() -> type[ModulePass]:
     return FuseLinearCrossEntropyGradPass
 
 
+def _choose_tile_sizes() -> type[ModulePass]:
+    from npugrad.passes.choose_tile_sizes import ChooseTileSizesPass
+
+    return ChooseTileSizesPass
+
+
+def _tile_for_target() -> type[ModulePass]:
+    from npugrad.passes.tile_for_target import TileForTargetPass
+
+    return TileForTargetPass
+
+
+def _check_capacity() -> type[ModulePass]:
+    from npugrad.passes.check_capacity import CheckCapacityPass
+
+    return CheckCapacityPass
+
+
+def _lower_npu_to_cpu() -> type[ModulePass]:
+    from npugrad.lowering.npu_to_cpu import LowerNpuToCpuPass
+
+    return LowerNpuToCpuPass
+
+
 ALL_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
+    "choose-tile-sizes": _choose_tile_sizes,
     "fuse-linear-cross-entropy-grad": _fuse_linear_cross_entropy_grad,
+    "tile-for-target": _tile_for_target,
+    "check-capacity": _check_capacity,
     "convert-grad-to-loops": _convert_grad_to_loops,
+    "lower-npu-to-cpu": _lower_npu_to_cpu,
 }

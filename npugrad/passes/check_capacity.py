@@ -63,9 +63,9 @@ class CheckCapacityPass(ModulePass):
                     if total > level.capacity:  # type: ignore[operator]
                         one, copies = footprint(buf, target)
                         how = f"{kib(one)} x 2 double-buffered = {kib(size)}" if copies == 2 else kib(size)
-                        name = buf.result.name_hint or "of the tile"
+                        name = f"%{buf.result.name_hint}" if buf.result.name_hint else "(unnamed)"
                         raise PassFailure(
                             buf,
-                            f"local buffer %{name} ({buf.result.type}, {how}) does not fit level '{level_name}' of "
+                            f"local buffer {name} ({buf.result.type}, {how}) does not fit level '{level_name}' of "
                             f"target {target.name}: {kib(total)} in use there, capacity {kib(level.capacity)}",  # type: ignore[arg-type]
                         )

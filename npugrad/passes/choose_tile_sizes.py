@@ -12,6 +12,7 @@ what they allocate is proven to fit by check-capacity.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -60,12 +61,24 @@ def _vector_elements(target: Target, element: int) -> int:
     return max(1, target.vector_bytes // element)
 
 
-def _elementwise(op: GradOp, target: Target) -> dict[str, int]:
-    """Every operand that is tiled (all but the one-element ones) has one tile of n elements."""
-    tiled = [getattr(op, n) for n in op.operand_names() if getattr(op, n) is not None]
-    per_element = sum(_bytes(v) for v in tiled if v.type.get_shape() not in ((), (1,)))
+def elementwise_tiled_operands(op: BinaryCrossEntropyGradOp | ApplyFusedEmaAdamOp) -> list[str]:
+    """The operands of an elementwise op with one element per element of the op, each given a
+    local tile of n elements by its tiling (passes/tiling/elementwise.py); the others (a
+    reduced dloss, step, hyperparameters) are read where they are."""
+    if isinstance(op, BinaryCrossEntropyGradOp):
+        names = ["input_x", "input_y", "weight", "dx"] + (["dloss"] if op.prop_int("reduction") == 0 else [])
+    else:
+        names = ["grad", "var", "m", "v", "s"]
+    return [n for n in names if getattr(op, n) is not None]
+
+
+def _elementwise(op: BinaryCrossEntropyGradOp | ApplyFusedEmaAdamOp, target: Target) -> dict[str, int]:
+    """n elements of every tiled operand fit the vector level. n is a multiple of the level's
+    alignment (so no tile is padded) and of a float32 vector."""
+    per_element = sum(_bytes(getattr(op, name)) for name in elementwise_tiled_operands(op))
     n = _budget(target, "vector") // max(per_element, 1)
-    return {"n": _round_down(min(n, MAX_ELEMENTWISE_TILE), _vector_elements(target, 4))}
+    multiple = math.lcm(target.role("vector").alignment, _vector_elements(target, 4))
+    return {"n": _round_down(min(n, MAX_ELEMENTWISE_TILE), multiple)}
 
 
 def _nll(op: NLLLossBackwardOp, target: Target) -> dict[str, int]:
@@ -90,25 +103,33 @@ def _embedding(op: EmbeddingDenseBackwardOp, target: Target) -> dict[str, int]:
     return {"rows": max(1, min(rows, 256)), "d": max(d, 1)}
 
 
+def flce_footprint(bt: int, v: int, h: int, b: int) -> dict[str, int]:
+    """Bytes per role of the tiled linear cross-entropy gradient (passes/tiling/flce.py): the
+    three contractions' accumulator tiles (float32) and operand tiles, and the vector-level
+    logit tile (float32), G tile (input type; the logit tile itself for float32) and saved
+    target logits."""
+    return {
+        "accumulator": (bt * v + bt * h + v * h) * 4,
+        "matrix_a": (bt * h + 2 * bt * v) * b,
+        "matrix_b": (h * v + v * h + bt * h) * b,
+        "vector": bt * v * 4 + (bt * v * b if b != 4 else 0) + bt * 4,
+    }
+
+
 def _flce(op: FusedLinearCrossEntropyLossGradOp, target: Target) -> dict[str, int]:
-    """bt × v logit tile in the accumulator level (float32), bt × h and h × v operand tiles in the
-    matrix levels, the bt × v softmax-gradient tile (float32 and input type) in the vector level."""
+    """The largest bt × v tile (then the largest h) whose tiles fit every level at once."""
     b = _bytes(op.input)
     best = None
     for bt in (128, 64, 32, 16, 8):
         for v in (256, 128, 64, 32, 16):
-            for h in (1024, 512, 256, 128, 64, 32, 16):
-                need = {
-                    "accumulator": bt * v * 4,
-                    "matrix_a": bt * h * b,
-                    "matrix_b": h * v * b,
-                    "vector": bt * v * (4 + b),
-                }
+            for h in (512, 256, 128, 64, 32, 16):
                 used: dict[str, int] = {}
-                for role, size in need.items():
+                budget: dict[str, int] = {}
+                for role, size in flce_footprint(bt, v, h, b).items():
                     level = target.role(role).name
                     used[level] = used.get(level, 0) + size
-                if all(used[target.role(r).name] <= _budget(target, r) for r in need):
+                    budget[level] = _budget(target, role)
+                if all(used[level] <= budget[level] for level in used):
                     score = (bt * v, h)
                     if best is None or score > best[0]:
                         best = (score, {"bt": bt, "v": v, "h": h})

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, ModuleOp, f32, i64
+from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, ModuleOp, StringAttr, f32, i64
 from xdsl.ir import SSAValue
 from xdsl.passes import ModulePass
 
@@ -34,6 +34,7 @@ from npugrad.lowering.emit import Emitter
 from npugrad.lowering.grad_to_loops.flce import target_in_shard
 
 TILE_ATTR = "grad.tile_sizes"
+TILE_BUFFER_ATTR = "grad.tile_buffer"  # on tile-sized scratch: the role of its local level
 
 
 def target_in_tile(e: Emitter, op, t: SSAValue, v0: SSAValue, tv: SSAValue) -> tuple[SSAValue, SSAValue]:
@@ -60,12 +61,22 @@ def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int]) -> None:
     hp = op.high_performance
 
     gx_acc = gx if gx.type.element_type == f32 else e.alloc([bt, h], f32)  # type: ignore[attr-defined]
+    if gx_acc is not gx:
+        gx_acc.name_hint = "input_grad_acc"
     e.fill(0.0, gx_acc)
     z_buf = None if hp else e.alloc([tiles["bt"], tiles["v"]], f32)
     g_buf = z_buf if (z_buf is not None and in_t == f32) else e.alloc([tiles["bt"], tiles["v"]], in_t)
     saved = None if hp else e.alloc([tiles["bt"]], f32)
+    for buf, name in ((saved, "saved_logits"), (g_buf, "grad_logits"), (z_buf, "logits")):
+        if buf is not None:  # tile-sized: a tiling pass may move these into local memory
+            buf.owner.attributes[TILE_BUFFER_ATTR] = StringAttr("vector")
+            buf.name_hint = name
     w_packed = None if hp else e.alloc([h, tiles["v"]], in_t)
+    if w_packed is not None:
+        w_packed.name_hint = "weight_tile_packed"
     gw_acc = None if gw.type.element_type == f32 else e.alloc([tiles["v"], h], f32)  # type: ignore[attr-defined]
+    if gw_acc is not None:
+        gw_acc.name_hint = "weight_grad_acc"
 
     with e.loop(v, step=tv_max) as v0:
         v_loop = v0.owner.parent_op()  # type: ignore[union-attr]
@@ -87,7 +98,7 @@ def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int]) -> None:
                 z_t = e.subview(z_buf, [0, 0], [tb, tv])
                 e.fill(0.0, z_t)
                 e.contract(x_t, w_t_packed, z_t, [lambda t, h, v: (t, h), lambda t, h, v: (h, v), lambda t, h, v: (t, v)],
-                           "GEMM 1: logits tile Z = X_t * W_v^T", reduction_dim=1)
+                           "GEMM 1: logits tile Z = X_t * W_v^T", reduction_dim=1, dims=("bt", "h", "v"))
                 # G overwrites Z in place for float32: keep the one logit per row the one-hot needs.
                 with e.loop(tb) as i:
                     t = e.addi(t0, i)
@@ -118,9 +129,9 @@ def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int]) -> None:
             # GEMMs 2 and 3 reduce over the middle dimension, so the innermost loop runs along
             # H, contiguous in every operand: a broadcast-multiply-add that vectorises.
             e.contract(g_t, w_t, gx_t, [lambda t, v, h: (t, v), lambda t, v, h: (v, h), lambda t, v, h: (t, h)],
-                       "GEMM 2: input grad tile dX_t += G * W_v", reduction_dim=1)
+                       "GEMM 2: input grad tile dX_t += G * W_v", reduction_dim=1, dims=("bt", "v", "h"))
             e.contract(g_t, x_t, gw_t, [lambda v, t, h: (t, v), lambda v, t, h: (t, h), lambda v, t, h: (v, h)],
-                       "GEMM 3: weight grad tile dW_v += G^T * X_t", reduction_dim=1)
+                       "GEMM 3: weight grad tile dW_v += G^T * X_t", reduction_dim=1, dims=("v", "bt", "h"))
         if gw_acc is not None:
             _round_into(e, gw_t, e.subview(gw, [v0, 0], [tv, h]))
     if gx_acc is not gx:
@@ -138,7 +149,7 @@ class FuseLinearCrossEntropyGradPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for flce in [o for o in op.walk() if isinstance(o, FusedLinearCrossEntropyLossGradOp)]:
-            tiles = flce.tiles() or {"bt": self.tile_bt, "v": self.tile_v}
-            fuse(flce, {"bt": tiles.get("bt", self.tile_bt), "v": tiles.get("v", self.tile_v)})
+            tiles = {"bt": self.tile_bt, "v": self.tile_v, **(flce.tiles() or {})}
+            fuse(flce, tiles)
             flce.detach()
             flce.erase()

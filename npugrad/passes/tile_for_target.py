@@ -12,11 +12,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from xdsl.context import Context
+from xdsl.dialects import scf
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
 from npugrad.dialect import GradOp
+from npugrad.passes.fuse_linear_cross_entropy_grad import TILE_ATTR
 from npugrad.passes.tiling import TILINGS
+from npugrad.passes.tiling.flce import tile_fused_flce
 from npugrad.targets import Target, get
 
 
@@ -32,3 +35,6 @@ class TileForTargetPass(ModulePass):
             tile: Callable | None = TILINGS.get(type(g))
             if tile is not None:
                 tile(g, target)
+        # The linear cross-entropy gradient is already a fused loop nest by now.
+        for nest in [o for o in op.walk() if isinstance(o, scf.ForOp) and TILE_ATTR in o.attributes]:
+            tile_fused_flce(nest, target)

@@ -1,1 +1,183 @@
-"""Tiling of elementwise for tile-for-target (being written)."""
+"""Tiling of the elementwise ops, `grad.binary_cross_entropy_grad` and `grad.apply_fused_ema_adam`:
+tiles of n = tile_sizes["n"] elements, spread over the blocks, each copied into buffers of the
+target's vector level, computed there by the same op, and copied back.
+
+    grad.binary_cross_entropy_grad input_x(%x : memref<?x?xf32>) input_y(%y : memref<?x?xf32>)
+        dloss(%d : memref<1xf32>) -> dx(%dx : memref<?x?xf32>) {reduction = 2 : i64, tile_sizes = {n = 8192 : i64}}
+becomes (npu-a2)
+    %bid = npu.block_idx
+    %nblk = npu.block_dim
+    %input_x_ub = npu.alloc_local {double_buffer} : memref<8192xf32, #npu.mem<ub>>      // input_y, dx alike
+    %xf = memref.collapse_shape %x [[0, 1]] : memref<?x?xf32> into memref<?xf32>         // y, dx alike
+    %tiles = arith.ceildivui %N, %c8192 : index
+    scf.for %t = %bid to %tiles step %nblk {
+      %off = arith.muli %t, %c8192        %size = arith.minsi %c8192, (%N - %off)
+      npu.copy %xf[%off][%size] -> %input_x_ub[0][%size]                                // input_y alike
+      grad.binary_cross_entropy_grad input_x(%x_t : memref<?xf32, strided<[1]>, #npu.mem<ub>>) ...
+          dloss(%d : memref<1xf32>) -> dx(%dx_t : memref<?xf32, strided<[1]>, #npu.mem<ub>>) {reduction = 2 : i64}
+      npu.copy %dx_ub[0][%size] -> %dxf[%off][%size]
+    }
+
+Operands with one value per element are tiled (choose_tile_sizes.elementwise_tiled_operands,
+which its footprint model counts); a reduced dloss, `step` and `hyperparameters` are one to six
+values every tile reads from global memory, where they are. The states of the Adam step are read
+and written: copied in and out. Contiguous operands are tiled as one flat array (N-D collapsed,
+rank 0 expanded to one element); when one is strided, tiles are pieces of the innermost
+dimension, one row of the outer dimensions at a time. Tiles are disjoint and every element is
+computed as untiled, so results are bit-identical for any tile size and any number of blocks.
+
+Mean BCE: the op divides dloss by its own element count, a tile's, so its tiles cannot be the
+op; nor can they be a sum-reduced op fed u = dloss/N, which would round u to a float16/bfloat16
+dloss. The float32 u is computed once per block as the untiled lowering does, and each tile runs
+that lowering's element loop (grad_to_loops.bce.lower_elements) on the local buffers: the same
+operations on every element, so tiled and untiled results are identical bit for bit.
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects import arith, memref
+from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
+    ArrayAttr,
+    DenseArrayBase,
+    IntegerAttr,
+    MemRefType,
+    NoneAttr,
+    StridedLayoutAttr,
+    i64,
+)
+from xdsl.ir import SSAValue
+
+from npugrad.dialect import ApplyFusedEmaAdamOp, BinaryCrossEntropyGradOp
+from npugrad.dialect.npu import AllocLocalOp, BlockDimOp, BlockIdxOp, CopyOp, level_of, local_type
+from npugrad.lowering.emit import Emitter
+from npugrad.lowering.grad_to_loops.bce import lower_elements, upstream
+from npugrad.passes.choose_tile_sizes import elementwise_tiled_operands
+from npugrad.passes.tiling.registry import TILINGS
+from npugrad.targets import Target
+
+ElementwiseOp = BinaryCrossEntropyGradOp | ApplyFusedEmaAdamOp
+
+
+def _flat(e: Emitter, ref: SSAValue) -> SSAValue:
+    """A contiguous memref as one dimension."""
+    t = ref.type
+    assert isinstance(t, MemRefType)
+    shape = t.get_shape()
+    if len(shape) == 1:
+        return ref
+    if not shape:  # a single element, whatever the layout says
+        layout = t.layout if isinstance(t.layout, NoneAttr) else StridedLayoutAttr([1], t.get_offset())
+        return e.add(
+            memref.ExpandShapeOp.build(
+                operands=[ref, []],
+                result_types=[MemRefType(t.element_type, [1], layout)],
+                properties={"reassociation": ArrayAttr([]), "static_output_shape": DenseArrayBase.from_list(i64, [1])},
+            )
+        )
+    n = DYNAMIC_INDEX if DYNAMIC_INDEX in shape else _product(shape)
+    return e.add(
+        memref.CollapseShapeOp.build(
+            operands=[ref],
+            result_types=[MemRefType(t.element_type, [n])],
+            properties={"reassociation": ArrayAttr([ArrayAttr([IntegerAttr(d, i64) for d in range(len(shape))])])},
+        )
+    )
+
+
+def _product(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _row_window(e: Emitter, ref: SSAValue, row: list[SSAValue], offset: SSAValue, size: SSAValue) -> SSAValue:
+    """ref[*row, offset:offset + size] as a 1-D view (a rank-reducing subview)."""
+    if not row:
+        return e.subview(ref, [offset], [size])
+    rank = len(row) + 1
+    offsets, sizes, strides = [*row, offset], [1] * len(row) + [size], [1] * rank
+    full = memref.SubviewOp.infer_result_type(ref.type, offsets, sizes, strides)  # type: ignore[arg-type]
+    layout = full.layout
+    assert isinstance(layout, StridedLayoutAttr)
+    reduced = MemRefType(
+        full.element_type, [full.get_shape()[-1]],
+        StridedLayoutAttr([layout.get_strides()[-1]], layout.get_offset()), full.memory_space,
+    )
+    return e.add(memref.SubviewOp.get(ref, offsets, sizes, strides, reduced))
+
+
+def _delinearize(e: Emitter, linear: SSAValue, dims: list[SSAValue]) -> list[SSAValue]:
+    """Row-major indices of `linear` in an array of shape `dims`."""
+    indices = []
+    for d in reversed(dims[1:]):
+        indices.append(e.add(arith.RemUIOp(linear, d)))
+        linear = e.add(arith.DivUIOp(linear, d))
+    return [linear, *reversed(indices)]
+
+
+def _tile_op(op: ElementwiseOp, tiles: dict[str, SSAValue]) -> ElementwiseOp:
+    """The op itself on the tiles (operands not tiled stay global), without its tile sizes: it
+    is a tile instance that convert-grad-to-loops lowers as any other."""
+    properties = {k: v for k, v in op.properties.items() if k not in ("tile_sizes", "operandSegmentSizes")}
+    order = [name for name, _ in type(op).get_irdl_definition().operands]
+    return type(op).build(operands=[tiles.get(n, getattr(op, n)) for n in order], properties=properties)
+
+
+def tile_elementwise(op: ElementwiseOp, target: Target) -> None:
+    names = elementwise_tiled_operands(op)
+    if any(level_of(getattr(op, name).type) is not None for name in names):
+        return  # already a tile instance on local memory
+    in_place = isinstance(op, ApplyFusedEmaAdamOp)
+    reads = [n for n in names if in_place or n in op.INPUTS]
+    writes = [n for n in names if n in op.OUTPUTS]
+    n = op.tiles()["n"]  # type: ignore[index]
+    level = target.role("vector").name
+
+    e = Emitter.before(op)
+    bid = e.add(BlockIdxOp())
+    bid.name_hint = "block_idx"
+    nblk = e.add(BlockDimOp())
+    nblk.name_hint = "block_dim"
+    buffers = {}
+    for name in names:
+        buf = e.add(AllocLocalOp(local_type(getattr(op, name).type.element_type, [n], level), target.double_buffer))
+        buf.name_hint = f"{name}_{level}"
+        buffers[name] = buf
+    mean_bce = isinstance(op, BinaryCrossEntropyGradOp) and op.prop_int("reduction") == 1
+    u = upstream(op, e) if mean_bce else None
+
+    refs = {name: getattr(op, name) for name in names}
+    contiguous = all(r.type.get_num_dims() <= 1 or isinstance(r.type.layout, NoneAttr) for r in refs.values())
+    if contiguous:
+        refs = {name: _flat(e, r) for name, r in refs.items()}
+    shape = e.dims(refs[names[0]])
+    outer, inner = shape[:-1], shape[-1]
+    tile = e.idx(n)
+    per_row = e.add(arith.CeilDivUIOp(inner, tile))
+    count = e.muli(e.product(outer), per_row) if outer else per_row
+
+    with e.loop(count, lb=bid, step=nblk) as t:
+        row: list[SSAValue] = []
+        if outer:
+            row = _delinearize(e, e.add(arith.DivUIOp(t, per_row)), outer)
+            t = e.add(arith.RemUIOp(t, per_row))
+        offset = e.muli(t, tile)
+        size = e.minsi(tile, e.subi(inner, offset))
+        globals_ = {name: _row_window(e, refs[name], row, offset, size) for name in names}
+        locals_ = {name: e.subview(buffers[name], [0], [size]) for name in names}
+        for name in reads:
+            e.add(CopyOp(globals_[name], locals_[name]))
+        if mean_bce:
+            lower_elements(e, locals_["input_x"], locals_["input_y"], u, op.dloss, locals_.get("weight"), locals_["dx"])
+        else:
+            e.add(_tile_op(op, locals_))
+        for name in writes:
+            e.add(CopyOp(locals_[name], globals_[name]))
+    op.detach()
+    op.erase()
+
+
+TILINGS[BinaryCrossEntropyGradOp] = tile_elementwise
+TILINGS[ApplyFusedEmaAdamOp] = tile_elementwise

@@ -1,0 +1,39 @@
+// The fused linear cross-entropy gradient tiled for each shipped target: tile sizes chosen from
+// the target, each GEMM's operands in the matrix levels and its float32 accumulator in the
+// accumulator level (H in chunks of h), DMA copies in and out, the logit and G tiles in the
+// vector level; it runs and matches the reference on both.
+// RUN: npugrad-opt %s --target npu-a2 --stage tiled | FileCheck %s --check-prefix=NPU
+// RUN: npugrad-opt %s --target host --stage tiled | FileCheck %s --check-prefix=HOST
+// RUN: npugrad-opt %s --target npu-a2 --stage run | FileCheck %s --check-prefix=EXEC
+// RUN: npugrad-opt %s --target host --stage run | FileCheck %s --check-prefix=EXEC
+
+// NPU-DAG:   %logits = npu.alloc_local {double_buffer} : memref<128x32xf32, #npu.mem<ub>>
+// NPU-DAG:   %grad_logits = npu.alloc_local {double_buffer} : memref<128x32xbf16, #npu.mem<ub>>
+// NPU-DAG:   %saved_logits = npu.alloc_local {double_buffer} : memref<128xf32, #npu.mem<ub>>
+// NPU:       scf.for
+// NPU:         %gemm1_lhs = npu.alloc_local {double_buffer} : memref<128x64xbf16, #npu.mem<l0a>>
+// NPU:         %gemm1_rhs = npu.alloc_local {double_buffer} : memref<64x32xbf16, #npu.mem<l0b>>
+// NPU:         %gemm1_acc = npu.alloc_local {double_buffer} : memref<128x32xf32, #npu.mem<l0c>>
+// NPU:         npu.copy %{{.*}}, %{{.*}} : memref<?x?xf32, strided<[32, 1], offset: ?>, #npu.mem<ub>>, memref<?x?xf32, strided<[32, 1]>, #npu.mem<l0c>>
+// NPU:         npu.copy %{{.*}}, %{{.*}} : memref<?x?xbf16, strided<[48, 1], offset: ?>>, memref<?x?xbf16, strided<[64, 1]>, #npu.mem<l0a>>
+// NPU:         linalg.generic {{.*}} doc = "GEMM 1: logits tile Z = X_t * W_v^T"} ins({{.*}}#npu.mem<l0a>>, {{.*}}#npu.mem<l0b>>) outs({{.*}}#npu.mem<l0c>>)
+// NPU:         math.exp
+// NPU:         %gemm2_acc = npu.alloc_local {double_buffer} : memref<128x64xf32, #npu.mem<l0c>>
+// NPU:         %gemm3_acc = npu.alloc_local {double_buffer} : memref<32x64xf32, #npu.mem<l0c>>
+// NPU:       } {grad.tile_sizes = {bt = 128 : i64, v = 32 : i64, h = 64 : i64}}
+
+// HOST-DAG:  %logits = npu.alloc_local : memref<{{[0-9]+}}x{{[0-9]+}}xf32, #npu.mem<l2>>
+// HOST:      npu.alloc_local : memref<{{.*}}#npu.mem<l1>>
+// HOST:      } {grad.tile_sizes = {bt = {{[0-9]+}} : i64, v = {{[0-9]+}} : i64, h = {{[0-9]+}} : i64}}
+
+// EXEC:      input_grad_out {{.*}} bfloat16 {{.*}} ok
+// EXEC-NEXT: weight_grad_out {{.*}} bfloat16 {{.*}} ok
+func.func @flce(%g: memref<200xf32>, %x: memref<200x48xbf16>, %w: memref<300x48xbf16>, %mask: memref<25xui8>,
+                %t: memref<200xi64>, %lm: memref<200xf32>, %se: memref<200xf32>,
+                %gx: memref<200x48xbf16>, %gw: memref<300x48xbf16>) {
+  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<200xf32>) input(%x : memref<200x48xbf16>)
+      weight(%w : memref<300x48xbf16>) target_mask(%mask : memref<25xui8>) masked_target(%t : memref<200xi64>)
+      logits_max(%lm : memref<200xf32>) sum_exp_logits(%se : memref<200xf32>)
+      -> input_grad_out(%gx : memref<200x48xbf16>) weight_grad_out(%gw : memref<300x48xbf16>)
+  func.return
+}
