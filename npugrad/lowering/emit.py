@@ -214,8 +214,10 @@ class Emitter:
     def dealloc(self, ref: SSAValue) -> None:
         self.add(memref.DeallocOp.get(ref))
 
-    def fill(self, value: float, ref: SSAValue) -> None:
-        self.add(FillOp([self.const(value, ref.type.element_type)], [ref], res=[]))  # type: ignore[attr-defined]
+    def fill(self, value: float, ref: SSAValue) -> Operation:
+        op = FillOp([self.const(value, ref.type.element_type)], [ref], res=[])  # type: ignore[attr-defined]
+        self.add(op)
+        return op
 
     def contract(self, lhs: SSAValue, rhs: SSAValue, acc: SSAValue, maps, doc: str, reduction_dim: int = 2,
                  dims: Sequence[str] = ()) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, MemRefType, ModuleOp, i64
+from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, MemRefType, ModuleOp, f32, i64
 from xdsl.passes import ModulePass
 
 from npugrad.dialect import (
@@ -81,26 +81,72 @@ def _elementwise(op: BinaryCrossEntropyGradOp | ApplyFusedEmaAdamOp, target: Tar
     return {"n": _round_down(min(n, MAX_ELEMENTWISE_TILE), multiple)}
 
 
+def _clamp(size: int, extent: int | None) -> int:
+    """A tile size at most its dimension's static extent (the tilings allocate no more)."""
+    return size if extent is None else max(1, min(size, extent))
+
+
+def _fits(target: Target, role: str, buffers: list[tuple[int, bool]]) -> bool:
+    """Whether local buffers of (bytes, double-buffered) fit the level holding `role`, each
+    padded to its alignment and counted twice when double-buffered (as check-capacity counts)."""
+    level = target.role(role)
+    assert level.capacity is not None
+    a = level.alignment
+    return sum(-(-n // a) * a * (2 if twice else 1) for n, twice in buffers) <= level.capacity
+
+
+def _largest(fits: Callable[[int], bool], most: int) -> int:
+    """The largest n in [1, most] with fits(n) (fits holds up to some n), or 1."""
+    lo, hi = 1, max(1, most)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
+
+
 def _nll(op: NLLLossBackwardOp, target: Target) -> dict[str, int]:
-    """A tile of `out` is rows × c; each row also holds its target and upstream gradient, and
-    the c weights come along."""
-    b = _bytes(op.out)
-    c_total = _dim(op.out, op.out.type.get_num_dims() - 1)  # type: ignore[attr-defined]
-    budget = _budget(target, "vector")
-    c = min(c_total or 4096, max(_vector_elements(target, b), budget // (4 * b)))
-    rows = (budget - c * b) // (c * b + 8 + b)
-    return {"rows": max(1, min(rows, 4096)), "c": c}
+    """What passes/tiling/nll.py allocates: a rows × c tile of `out`, the rows' targets (and
+    upstream gradients for reduction none), the c weights, all double-buffered where the target
+    says so. c takes up to a quarter of the level; rows fill the rest."""
+    b, tb = _bytes(op.out), _bytes(op.target)
+    two_d = op.out.type.get_num_dims() == 2  # type: ignore[attr-defined]
+    per_sample = two_d and op.prop_int("reduction") == 0
+    c_total = _dim(op.out, 1 if two_d else 0)
+    db = target.double_buffer
+    quarter = _budget(target, "vector") // (4 * b)
+    if c_total is not None and c_total <= quarter:
+        c = max(1, c_total)
+    else:
+        c = _round_down(min(quarter, c_total or 4096), _vector_elements(target, b))
+    if not two_d:
+        return {"rows": 1, "c": c}
+
+    def fits(rows: int) -> bool:
+        tiles = [rows * c * b, rows * tb, c * b] + ([rows * b] if per_sample else [])
+        return _fits(target, "vector", [(n, db) for n in tiles])
+
+    return {"rows": _largest(fits, _clamp(4096, _dim(op.out, 0))), "c": c}
 
 
 def _embedding(op: EmbeddingDenseBackwardOp, target: Target) -> dict[str, int]:
-    """A tile is rows × d of `out` (with its float32 accumulator) and a d-chunk of one grad row."""
+    """What passes/tiling/embedding.py allocates: a rows × d float32 accumulator (copied out
+    itself, so double-buffered, when `out` is float32), else a rows × d tile of `out`, and a
+    d-chunk of one grad row; the copied ones double-buffered where the target says so."""
     d_total = _dim(op.grad, op.grad.type.get_num_dims() - 1)  # type: ignore[attr-defined]
     b_out, b_in = _bytes(op.out), _bytes(op.grad)
-    budget = _budget(target, "vector")
-    d = min(d_total or 1024, budget // (4 * (4 + b_out + b_in)))
-    d = _round_down(d, _vector_elements(target, 4)) if d >= _vector_elements(target, 4) else max(d, 1)
-    rows = (budget - d * b_in) // (d * (4 + b_out))
-    return {"rows": max(1, min(rows, 256)), "d": max(d, 1)}
+    f32_out = op.out.type.element_type == f32  # type: ignore[attr-defined]
+    db = target.double_buffer
+    most = _budget(target, "vector") // (4 * (4 + b_out + b_in))
+    if d_total is not None and d_total <= most:
+        d = max(1, d_total)
+    else:
+        d = _round_down(min(most, d_total or 1024), _vector_elements(target, 4))
+
+    def fits(rows: int) -> bool:
+        tiles = [(rows * d * 4, db and f32_out), (d * b_in, db)] + ([] if f32_out else [(rows * d * b_out, db)])
+        return _fits(target, "vector", tiles)
+
+    return {"rows": _largest(fits, _clamp(256, op.prop_int("num_weights"))), "d": d}
 
 
 def flce_footprint(bt: int, v: int, h: int, b: int) -> dict[str, int]:

@@ -35,6 +35,7 @@ from npugrad.lowering.grad_to_loops.flce import target_in_shard
 
 TILE_ATTR = "grad.tile_sizes"
 TILE_BUFFER_ATTR = "grad.tile_buffer"  # on tile-sized scratch: the role of its local level
+ROLE_ATTR = "grad.nest_role"  # input_grad_init/final, weight_grad_init/final, token_loop
 
 
 def target_in_tile(e: Emitter, op, t: SSAValue, v0: SSAValue, tv: SSAValue) -> tuple[SSAValue, SSAValue]:
@@ -46,10 +47,16 @@ def target_in_tile(e: Emitter, op, t: SSAValue, v0: SSAValue, tv: SSAValue) -> t
     return e.andi(target_in_shard(e, op.target_mask, t), inside), local
 
 
-def _round_into(e: Emitter, acc: SSAValue, out: SSAValue) -> None:
+def _round_into(e: Emitter, acc: SSAValue, out: SSAValue, role: str) -> None:
     """out = acc rounded once to out's element type (the accumulators are float32)."""
     with e.loop_nest(e.dims(acc)) as ivs:
         e.store_f32(e.load(acc, ivs), out, ivs)
+    _mark(ivs[0].owner.parent_op(), role)  # type: ignore[union-attr]
+
+
+def _mark(op, role: str) -> None:
+    """Name the part of the nest an op is, for passes that restructure it (see tiling/flce.py)."""
+    op.attributes[ROLE_ATTR] = StringAttr(role)
 
 
 def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int]) -> None:
@@ -63,7 +70,7 @@ def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int]) -> None:
     gx_acc = gx if gx.type.element_type == f32 else e.alloc([bt, h], f32)  # type: ignore[attr-defined]
     if gx_acc is not gx:
         gx_acc.name_hint = "input_grad_acc"
-    e.fill(0.0, gx_acc)
+    _mark(e.fill(0.0, gx_acc), "input_grad_init")
     z_buf = None if hp else e.alloc([tiles["bt"], tiles["v"]], f32)
     g_buf = z_buf if (z_buf is not None and in_t == f32) else e.alloc([tiles["bt"], tiles["v"]], in_t)
     saved = None if hp else e.alloc([tiles["bt"]], f32)
@@ -84,7 +91,7 @@ def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int]) -> None:
         tv = e.minsi(tv_max, e.subi(v, v0))
         w_t = e.subview(w, [v0, 0], [tv, h])
         gw_t = e.subview(gw if gw_acc is None else gw_acc, [v0 if gw_acc is None else 0, 0], [tv, h])
-        e.fill(0.0, gw_t)
+        _mark(e.fill(0.0, gw_t), "weight_grad_init")
         if not hp:
             # GEMM 1 reads W_v transposed: pack it once per vocabulary tile (amortised over all
             # tokens) so that its innermost loop, too, runs along a contiguous dimension.
@@ -92,6 +99,7 @@ def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int]) -> None:
             with e.loop(tv) as j, e.loop(h) as k:
                 e.store(e.load(w_t, [j, k]), w_t_packed, [k, j])
         with e.loop(bt, step=tb_max) as t0:
+            _mark(t0.owner.parent_op(), "token_loop")  # type: ignore[union-attr]
             tb = e.minsi(tb_max, e.subi(bt, t0))
             x_t = e.subview(x, [t0, 0], [tb, h])
             if not hp:
@@ -133,9 +141,9 @@ def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int]) -> None:
             e.contract(g_t, x_t, gw_t, [lambda v, t, h: (t, v), lambda v, t, h: (t, h), lambda v, t, h: (v, h)],
                        "GEMM 3: weight grad tile dW_v += G^T * X_t", reduction_dim=1, dims=("v", "bt", "h"))
         if gw_acc is not None:
-            _round_into(e, gw_t, e.subview(gw, [v0, 0], [tv, h]))
+            _round_into(e, gw_t, e.subview(gw, [v0, 0], [tv, h]), "weight_grad_final")
     if gx_acc is not gx:
-        _round_into(e, gx_acc, gx)
+        _round_into(e, gx_acc, gx, "input_grad_final")
     for buf in {id(b): b for b in (z_buf, g_buf, saved, w_packed, gw_acc, None if gx_acc is gx else gx_acc) if b is not None}.values():
         e.dealloc(buf)
 

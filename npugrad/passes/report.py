@@ -25,9 +25,10 @@ from npugrad.dialect.npu import AllocLocalOp, BlockDimOp, BlockIdxOp, CopyOp, el
 from npugrad.passes.check_capacity import footprint
 from npugrad.targets import Target, TargetError
 
-# Ops interpreted per function before loops of more than FALLBACK_TRIPS trips are counted as
-# trips x one iteration at full tile size (an upper bound) instead of being run.
-BUDGET = 400_000
+# Ops interpreted per function (all blocks) before loops of more than FALLBACK_TRIPS trips are
+# counted as trips x one iteration instead of being run (exact where the sizes do not depend on
+# the loop, an upper bound where they do).
+BUDGET = 500_000
 FALLBACK_TRIPS = 8
 
 
@@ -37,6 +38,7 @@ class Buffer:
     type: str
     bytes: int  # one copy, padded to the level's alignment
     copies: int  # 2 when double-buffered
+    unpadded: int
 
     @property
     def total(self) -> int:
@@ -61,6 +63,12 @@ class Move:
     exact: bool = True
     bounded: bool = True  # False: a trip count is unknown, so even `bytes` is no bound
 
+    def add(self, other: Move) -> None:
+        self.bytes += other.bytes
+        self.copies += other.copies
+        self.exact &= other.exact
+        self.bounded &= other.bounded
+
 
 @dataclass
 class FunctionReport:
@@ -71,20 +79,26 @@ class FunctionReport:
     argument_bytes: int = 0
     block_bytes: list[int] = field(default_factory=list)  # bytes moved by each block
     caveats: list[str] = field(default_factory=list)
-    untiled: list[str] = field(default_factory=list)  # grad ops still on global memory
+    untiled: list[str] = field(default_factory=list)  # grad ops with every operand in global memory
+    direct: dict[str, int] = field(default_factory=dict)  # other ops reaching into global memory
 
 
 class _OverBudget(Exception):
     pass
 
 
-def _bytes(t: MemRefType, shape: tuple[int | None, ...]) -> int | None:
+def _product(dims) -> int | None:
     n = 1
-    for d in shape:
+    for d in dims:
         if d is None:
             return None
         n *= d
-    return n * element_bytes(t.element_type)
+    return n
+
+
+def _bytes(element: int, shape: tuple[int | None, ...]) -> int | None:
+    n = _product(shape)
+    return None if n is None else n * element
 
 
 def _static(t) -> tuple[int | None, ...]:
@@ -125,124 +139,53 @@ _CMP = (operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operato
     operator.lt, operator.le, operator.gt, operator.ge)
 
 
-class _Interpreter:
-    """Runs one function's index arithmetic and loops on constants, adding up what copies move."""
+Step = Callable[["_Run"], None]
 
-    def __init__(self, f: func.FuncOp, target: Target, block: int, blocks: int, fallback: bool):
-        self.target = target
-        self.block, self.blocks = block, blocks
-        self.fallback = fallback
-        self.values: dict[SSAValue, int | None] = {}
-        self.shapes: dict[SSAValue, tuple[int | None, ...]] = {}
-        self.bounds: dict[SSAValue, int] = {}  # elements a view cannot exceed
-        self.moves: dict[tuple[str, str], Move] = {}
-        self.caveats: set[str] = set()
-        self.steps = 0
-        self.weight = 1  # times the op being interpreted runs (loops counted, not run)
-        self.bounded = True
-        for arg in f.body.block.args:
-            if isinstance(arg.type, MemRefType):
-                self._memref(arg, _static(arg.type))
-        self.run(f.body.block)
 
-    def _memref(self, v: SSAValue, shape: tuple[int | None, ...], bound: int | None = None) -> None:
-        self.shapes[v] = shape
-        n = 1
+@dataclass
+class _Body:
+    """A block compiled to Python closures, one per op (xDSL's accessors are too slow to walk
+    the IR on every trip)."""
+
+    steps: list[Step]
+    yields: list[SSAValue]
+
+
+@dataclass
+class _Run:
+    """Interpreting a function for one block (core): index values, the runtime shape of every
+    memref with the elements it cannot exceed, and what the copies moved."""
+
+    block: int
+    blocks: int
+    budget: int | None  # ops to interpret before _OverBudget; None: long loops are counted, not run
+    values: dict[SSAValue, int | None] = field(default_factory=dict)
+    memrefs: dict[SSAValue, tuple[tuple[int | None, ...], int | None]] = field(default_factory=dict)
+    moves: dict[tuple[str, str], Move] = field(default_factory=dict)
+    caveats: set[str] = field(default_factory=set)
+    steps: int = 0
+    weight: int = 1  # how many times the op being interpreted runs (loops counted, not run)
+    bounded: bool = True
+
+    def run(self, body: _Body) -> list[int | None]:
+        self.steps += len(body.steps)
+        if self.budget is not None and self.steps > self.budget:
+            raise _OverBudget
+        for step in body.steps:
+            step(self)
+        return [self.values.get(v) for v in body.yields]
+
+    def memref(self, v: SSAValue, shape: tuple[int | None, ...], bound: int | None = None) -> None:
+        n: int | None = 1
         for d in shape:
-            n = n * d if d is not None and n is not None else None  # type: ignore[operator]
-        self.bounds[v] = n if n is not None else bound if bound is not None else 0
+            n = n * d if n is not None and d is not None else None
+        self.memrefs[v] = (shape, n if n is not None else bound)
 
-    def run(self, block: Block) -> list[int | None]:
-        """Interpret a block; the values it yields."""
-        for op in block.ops:
-            self.steps += 1
-            if self.steps > BUDGET and not self.fallback:
-                raise _OverBudget
-            if op.name in ("scf.yield", "affine.yield"):
-                return [self.values.get(v) for v in op.operands]
-            self.op(op)
-        return []
-
-    def op(self, op: Operation) -> None:
-        get = self.values.get
-        name = op.name
-        if name == "arith.constant":
-            value = op.properties.get("value") or op.attributes.get("value")
-            self.values[op.results[0]] = value.value.data if isinstance(value, IntegerAttr) else None
-        elif name in _BINARY:
-            a, b = get(op.operands[0]), get(op.operands[1])
-            try:
-                self.values[op.results[0]] = None if a is None or b is None else _BINARY[name](a, b)
-            except (ZeroDivisionError, ValueError):
-                self.values[op.results[0]] = None
-        elif name in _CASTS:
-            self.values[op.results[0]] = get(op.operands[0])
-        elif name == "arith.cmpi":
-            a, b = get(op.operands[0]), get(op.operands[1])
-            p = op.properties["predicate"].value.data  # type: ignore[attr-defined]
-            self.values[op.results[0]] = None if a is None or b is None else int(_CMP[p](a, b))
-        elif name == "arith.select":
-            c, a, b = (get(v) for v in op.operands)
-            self.values[op.results[0]] = None if c is None else a if c else b
-        elif name in ("affine.apply", "affine.min", "affine.max"):
-            self._affine(op)
-        elif isinstance(op, BlockIdxOp):
-            self.values[op.result] = self.block
-        elif isinstance(op, BlockDimOp):
-            self.values[op.result] = self.blocks
-        elif name == "memref.dim":
-            shape, i = self.shapes.get(op.operands[0]), get(op.operands[1])
-            self.values[op.results[0]] = shape[i] if shape is not None and i is not None and 0 <= i < len(shape) else None
-        elif name == "memref.subview":
-            self._subview(op)
-        elif isinstance(op, CopyOp):
-            self._copy(op)
-        elif name == "scf.for":
-            self._for(op)
-        elif name == "scf.if":
-            self._if(op)
-        else:
-            self._other(op)
-
-    def _affine(self, op: Operation) -> None:
-        m = op.properties["map"].data  # type: ignore[attr-defined]
-        args = [self.values.get(v) for v in op.operands]
-        result = None
-        if None not in args:
-            try:
-                out = m.eval(args[: m.num_dims], args[m.num_dims :])  # type: ignore[arg-type]
-                result = out[0] if op.name == "affine.apply" else min(out) if op.name == "affine.min" else max(out)
-            except ZeroDivisionError:
-                pass
-        self.values[op.results[0]] = result
-
-    def _subview(self, op: Operation) -> None:
-        dynamic = iter(op.sizes)  # type: ignore[attr-defined]
-        sizes = [self.values.get(next(dynamic)) if s == DYNAMIC_INDEX else s for s in op.static_sizes.get_values()]  # type: ignore[attr-defined]
-        result = op.results[0]
-        kept = _drop_units(sizes, result.type.get_shape())  # type: ignore[attr-defined]
-        self._memref(result, kept if kept is not None else _static(result.type), self.bounds.get(op.operands[0]))
-
-    def _copy(self, op: CopyOp) -> None:
-        src, dst = self.shapes.get(op.source), self.shapes.get(op.target)
-        t = op.source.type
-        assert isinstance(t, MemRefType)
-        shape = tuple(a if a is not None else b for a, b in zip(src or (), dst or ())) if src and dst else src or dst or ()
-        size = _bytes(t, shape) if src is not None or dst is not None else None
-        exact = size is not None
-        if size is None:
-            size = min(self.bounds.get(op.source, 0), self.bounds.get(op.target, 0)) * element_bytes(t.element_type)
-            self.caveats.add("copy sizes that could not be evaluated are counted as their largest possible tile")
-        g = self.target.global_level.name
-        key = (level_of(op.source.type) or g, level_of(op.target.type) or g)
-        m = self.moves.setdefault(key, Move())
-        m.bytes += size * self.weight
-        m.copies += self.weight
-        m.exact &= exact
-        m.bounded &= self.bounded
+    def bound(self, v: SSAValue) -> int | None:
+        return self.memrefs[v][1] if v in self.memrefs else None
 
     @contextmanager
-    def _repeated(self, times: int | None, why: str) -> Iterator[None]:
+    def repeated(self, times: int | None, why: str) -> Iterator[None]:
         """Interpret a region once, standing for `times` runs of it (None: unknown). What it
         computes from the loop variable is unknown, so a copy whose size still evaluates has the
         same size on every run and its count stays exact."""
@@ -255,92 +198,254 @@ class _Interpreter:
         finally:
             self.weight, self.bounded = saved
 
-    def _for(self, op: Operation) -> None:
-        lb, ub, step = (self.values.get(v) for v in op.operands[:3])
-        carried = [self.values.get(v) for v in op.operands[3:]]
-        body = op.regions[0].block
-        iv, *args = body.args
-        trips = None if None in (lb, ub, step) or step <= 0 else max(0, -(-(ub - lb) // step))  # type: ignore[operator]
-        if trips is None or (self.fallback and trips > FALLBACK_TRIPS):
-            why = (f"loop at {_where(op)} has bounds that are not constants: its copies are counted once"
-                   if trips is None else
-                   f"loops of more than {FALLBACK_TRIPS} trips are counted as trips x one tile at full size "
-                   "(the exact count takes too long)")
-            with self._repeated(trips, why):
-                self.values[iv] = None
-                for a in args:
-                    self.values[a] = None
-                self.run(body)
-            for r in op.results:
-                self.values[r] = None
-            return
-        for k in range(trips):
-            self.values[iv] = lb + k * step  # type: ignore[operator]
-            for a, v in zip(args, carried):
-                self.values[a] = v
-            carried = self.run(body)
-        for r, v in zip(op.results, carried):
-            self.values[r] = v
 
-    def _if(self, op: Operation) -> None:
-        cond = self.values.get(op.operands[0])
-        regions = [r for r in op.regions if r.blocks]
-        if cond is not None:
-            region = op.regions[0] if cond else op.regions[1]
-            out = self.run(region.block) if region.blocks else []
-            for r, v in zip(op.results, out):
-                self.values[r] = v
-            return
-        # Both branches may run as far as we know: count the larger of the two.
-        saved, branches = self.moves, []
-        for region in regions:
-            self.moves = {}
-            self.run(region.block)
-            branches.append(self.moves)
-        self.moves = saved
-        for key in {k for b in branches for k in b}:
-            best = max((b.get(key, Move()) for b in branches), key=lambda m: m.bytes)
-            m = self.moves.setdefault(key, Move())
-            m.bytes += best.bytes
-            m.copies += best.copies
-            m.exact = False
-            m.bounded &= best.bounded
-        self.caveats.add(f"the condition of the scf.if at {_where(op)} is not a constant: the larger branch is counted")
-        for r in op.results:
-            self.values[r] = None
+class _Compiler:
+    def __init__(self, target: Target, moving: set[Operation]):
+        self.global_level = target.global_level.name
+        self.moving = moving  # the ops that hold copies
 
-    def _other(self, op: Operation) -> None:
-        for r in op.results:
-            if isinstance(r.type, MemRefType):
-                source = next((v for v in op.operands if isinstance(v.type, MemRefType)), None)
-                shape = _static(r.type)
-                if op.name == "memref.cast" and source is not None and len(self.shapes.get(source, ())) == len(shape):
-                    shape = self.shapes[source]
-                elif op.name == "memref.collapse_shape" and source is not None:
-                    shape = self._collapsed(op, source) or shape
-                self._memref(r, shape, self.bounds.get(source) if source is not None else None)
+    def body(self, block: Block) -> _Body:
+        steps: list[Step] = []
+        yields: list[SSAValue] = []
+        for op in block.ops:
+            if op.name in ("scf.yield", "affine.yield"):
+                yields = list(op.operands)
+            elif op.regions and op not in self.moving:
+                # Nothing in it copies (the element loop of a tile, say): what it computes is moot.
+                steps.append(_unknown(op.results))
             else:
-                self.values[r] = None
-        for region in op.regions:
-            for block in region.blocks:
-                with self._repeated(None, f"{op.name} at {_where(op)} is not interpreted: its copies are counted once"):
-                    for a in block.args:
-                        self.values[a] = None
-                    self.run(block)
+                steps.append(self.step(op))
+        return _Body(steps, yields)
 
-    def _collapsed(self, op: Operation, source: SSAValue) -> tuple[int | None, ...] | None:
-        shape = self.shapes.get(source)
-        groups = op.properties.get("reassociation") or op.attributes.get("reassociation")
-        if shape is None or groups is None:
-            return None
-        out: list[int | None] = []
-        for group in groups.data:  # type: ignore[attr-defined]
-            n: int | None = 1
-            for i in group.data:
-                d = shape[i.value.data]
-                n = n * d if n is not None and d is not None else None
-            out.append(n)
-        return tuple(out)
+    def step(self, op: Operation) -> Step:
+        name = op.name
+        if name == "arith.constant":
+            value = op.properties.get("value", op.attributes.get("value"))
+            return _const(op.results[0], value.value.data if isinstance(value, IntegerAttr) else None)
+        if name in _BINARY:
+            return _binary(_BINARY[name], *op.operands, op.results[0])
+        if name in _CASTS:
+            return _binary(lambda a, _: a, op.operands[0], op.operands[0], op.results[0])
+        if name == "arith.cmpi":
+            return _binary(_CMP[op.properties["predicate"].value.data], *op.operands, op.results[0])  # type: ignore[attr-defined]
+        if name == "arith.select":
+            return _select(*op.operands, op.results[0])
+        if name in ("affine.apply", "affine.min", "affine.max"):
+            return _affine(op)
+        if isinstance(op, BlockIdxOp | BlockDimOp):
+            return _block(op)
+        if name == "memref.dim":
+            return _dim(*op.operands, op.results[0])
+        if name == "memref.subview":
+            return _subview(op)
+        if isinstance(op, CopyOp):
+            return self.copy(op)
+        if name == "scf.for":
+            return self.loop(op)
+        if name == "scf.if":
+            return self.branch(op)
+        return self.other(op)
+
+    def copy(self, op: CopyOp) -> Step:
+        src, dst = op.source, op.target
+        t = src.type
+        assert isinstance(t, MemRefType)
+        element = element_bytes(t.element_type)
+        key = (level_of(src.type) or self.global_level, level_of(dst.type) or self.global_level)
+        where = _where(op)
+
+        def step(run: _Run) -> None:
+            a, b = run.memrefs.get(src), run.memrefs.get(dst)
+            shape = tuple(x if x is not None else y for x, y in zip(a[0], b[0])) if a and b else (a or b or ((None,), 0))[0]
+            size = _bytes(element, shape)
+            exact = bounded = size is not None
+            if size is None:
+                limits = [n for n in (run.bound(src), run.bound(dst)) if n is not None]
+                bounded = bool(limits)
+                size = min(limits, default=0) * element
+                run.caveats.add(
+                    "copies of sizes that could not be evaluated count as the largest tile they can be" if bounded
+                    else f"the copy at {where} has a size that could be neither evaluated nor bounded: it counts 0 B"
+                )
+            m = run.moves.setdefault(key, Move())
+            m.bytes += size * run.weight
+            m.copies += run.weight
+            m.exact &= exact
+            m.bounded &= run.bounded and bounded
+
+        return step
+
+    def loop(self, op: Operation) -> Step:
+        lb, ub, step_, *inits = op.operands
+        body = self.body(op.regions[0].block)
+        iv, *args = op.regions[0].block.args
+        results = list(op.results)
+        unknown = f"loop at {_where(op)} has bounds that are not constants: its copies are counted once"
+        long = (f"loops of more than {FALLBACK_TRIPS} trips are counted as trips x one trip, whose copies "
+                "count as the largest tile they can be (running them all takes too long)")
+
+        def step(run: _Run) -> None:
+            get = run.values.get
+            start, stop, by = get(lb), get(ub), get(step_)
+            carried = [get(v) for v in inits]
+            trips = None if start is None or stop is None or by is None or by <= 0 else max(0, -(-(stop - start) // by))
+            if trips is None or (run.budget is None and trips > FALLBACK_TRIPS):
+                with run.repeated(trips, unknown if trips is None else long):
+                    for a in (iv, *args):
+                        run.values[a] = None
+                    run.run(body)
+                carried = [None] * len(results)
+            else:
+                for k in range(trips):
+                    run.values[iv] = start + k * by  # type: ignore[operator]
+                    for a, v in zip(args, carried):
+                        run.values[a] = v
+                    carried = run.run(body)
+            for r, v in zip(results, carried):
+                run.values[r] = v
+
+        return step
+
+    def branch(self, op: Operation) -> Step:
+        cond = op.operands[0]
+        then, other = (self.body(r.block) if r.blocks else _Body([], []) for r in op.regions)
+        results = list(op.results)
+        why = f"the condition of the scf.if at {_where(op)} is not a constant: the larger branch is counted"
+
+        def step(run: _Run) -> None:
+            c = run.values.get(cond)
+            if c is not None:
+                out = run.run(then if c else other)
+            else:
+                # Either branch may run as far as we know: count the larger.
+                saved, branches = run.moves, []
+                for body in (then, other):
+                    run.moves = {}
+                    run.run(body)
+                    branches.append(run.moves)
+                run.moves = saved
+                for key in {k for b in branches for k in b}:
+                    m = run.moves.setdefault(key, Move())
+                    m.add(max((b.get(key, Move()) for b in branches), key=lambda m: m.bytes))
+                    m.exact = False
+                run.caveats.add(why)
+                out = [None] * len(results)
+            for r, v in zip(results, out):
+                run.values[r] = v
+
+        return step
+
+    def other(self, op: Operation) -> Step:
+        """Any other op: memref results get the shape of their type (or, for casts and
+        collapses, of their source), the rest is unknown; regions run once, as an unknown loop."""
+        source = next((v for v in op.operands if isinstance(v.type, MemRefType)), None)
+        groups = op.properties.get("reassociation", op.attributes.get("reassociation"))
+        collapse = [[i.value.data for i in g.data] for g in groups.data] if op.name == "memref.collapse_shape" and groups else None  # type: ignore[attr-defined]
+        bodies = [(self.body(b), list(b.args)) for r in op.regions for b in r.blocks]
+        why = f"{op.name} at {_where(op)} is not interpreted: its copies are counted once"
+
+        def step(run: _Run) -> None:
+            for r in op.results:
+                if not isinstance(r.type, MemRefType):
+                    run.values[r] = None
+                    continue
+                shape = _static(r.type)
+                known = run.memrefs.get(source)[0] if source in run.memrefs else None  # type: ignore[index]
+                if known is not None and op.name == "memref.cast" and len(known) == len(shape):
+                    shape = known
+                elif known is not None and collapse is not None:
+                    shape = tuple(_product(known[i] for i in g) for g in collapse)
+                run.memref(r, shape, run.bound(source) if source is not None else None)
+            for body, args in bodies:
+                with run.repeated(None, why):
+                    for a in args:
+                        run.values[a] = None
+                    run.run(body)
+
+        return step
+
+
+def _unknown(results) -> Step:
+    results = list(results)
+
+    def step(run: _Run) -> None:
+        for r in results:
+            run.values[r] = None
+
+    return step
+
+
+def _const(r: SSAValue, value: int | None) -> Step:
+    def step(run: _Run) -> None:
+        run.values[r] = value
+
+    return step
+
+
+def _binary(fn: Callable[[int, int], int], a: SSAValue, b: SSAValue, r: SSAValue) -> Step:
+    def step(run: _Run) -> None:
+        x, y = run.values.get(a), run.values.get(b)
+        try:
+            run.values[r] = None if x is None or y is None else int(fn(x, y))
+        except (ZeroDivisionError, ValueError):
+            run.values[r] = None
+
+    return step
+
+
+def _select(c: SSAValue, a: SSAValue, b: SSAValue, r: SSAValue) -> Step:
+    def step(run: _Run) -> None:
+        cond = run.values.get(c)
+        run.values[r] = None if cond is None else run.values.get(a if cond else b)
+
+    return step
+
+
+def _affine(op: Operation) -> Step:
+    m = op.properties["map"].data  # type: ignore[attr-defined]
+    args, r = list(op.operands), op.results[0]
+    pick = {"affine.apply": lambda out: out[0], "affine.min": min, "affine.max": max}[op.name]
+
+    def step(run: _Run) -> None:
+        values = [run.values.get(v) for v in args]
+        try:
+            run.values[r] = None if None in values else pick(m.eval(values[: m.num_dims], values[m.num_dims :]))
+        except ZeroDivisionError:
+            run.values[r] = None
+
+    return step
+
+
+def _block(op: BlockIdxOp | BlockDimOp) -> Step:
+    r, idx = op.result, isinstance(op, BlockIdxOp)
+
+    def step(run: _Run) -> None:
+        run.values[r] = run.block if idx else run.blocks
+
+    return step
+
+
+def _dim(v: SSAValue, i: SSAValue, r: SSAValue) -> Step:
+    def step(run: _Run) -> None:
+        shape, k = run.memrefs.get(v, ((), None))[0], run.values.get(i)
+        run.values[r] = shape[k] if k is not None and 0 <= k < len(shape) else None
+
+    return step
+
+
+def _subview(op: Operation) -> Step:
+    source, r = op.operands[0], op.results[0]
+    static = list(op.static_sizes.get_values())  # type: ignore[attr-defined]
+    dynamic = list(op.sizes)  # type: ignore[attr-defined]
+    want = r.type.get_shape()  # type: ignore[attr-defined]
+    fallback = _static(r.type)
+
+    def step(run: _Run) -> None:
+        given = iter(dynamic)
+        sizes = [run.values.get(next(given)) if s == DYNAMIC_INDEX else s for s in static]
+        run.memref(r, _drop_units(sizes, want) or fallback, run.bound(source))
+
+    return step
 
 
 def _drop_units(sizes: list[int | None], want: tuple[int, ...]) -> tuple[int | None, ...] | None:
@@ -365,7 +470,7 @@ def _argument_bytes(f: func.FuncOp) -> tuple[int, list[str]]:
     total, dynamic = 0, []
     for i, arg in enumerate(f.body.block.args):
         if isinstance(arg.type, MemRefType):
-            n = _bytes(arg.type, _static(arg.type))
+            n = _bytes(element_bytes(arg.type.element_type), _static(arg.type))
             if n is None:
                 dynamic.append(f"%{arg.name_hint or i}: {arg.type}")
             else:
@@ -385,13 +490,17 @@ def analyze(f: func.FuncOp, target: Target, names: dict[SSAValue, str] | None = 
             size, copies = buf.size_bytes(), 2 if buf.double_buffer is not None else 1
         level = levels.setdefault(name, Level(name, None))  # type: ignore[arg-type]
         label = names.get(buf.result) or buf.result.name_hint or "?"
-        level.buffers.append(Buffer(f"%{label}", str(buf.result.type), size, copies))
+        level.buffers.append(Buffer(f"%{label}", str(buf.result.type), size, copies, buf.size_bytes()))
     argument_bytes, dynamic = _argument_bytes(f)
     report = FunctionReport(f.sym_name.data, list(levels.values()), None, dynamic, argument_bytes)
-    report.untiled = [
-        o.name for o in f.walk()
-        if isinstance(o, GradOp) and any(level_of(v.type) is None for v in o.operands if isinstance(v.type, MemRefType))
-    ]
+    for o in f.walk():
+        if not (isinstance(o, GradOp) or o.name in ("memref.load", "memref.store")):
+            continue
+        spaces = [level_of(v.type) for v in o.operands if isinstance(v.type, MemRefType)]
+        if isinstance(o, GradOp) and all(s is None for s in spaces):
+            report.untiled.append(o.name)
+        elif None in spaces:
+            report.direct[o.name] = report.direct.get(o.name, 0) + 1
     if dynamic:
         return report
     blocks = target.cores if any(isinstance(o, BlockIdxOp | BlockDimOp) for o in f.walk()) else 1
@@ -400,20 +509,37 @@ def analyze(f: func.FuncOp, target: Target, names: dict[SSAValue, str] | None = 
     for run in runs:
         report.block_bytes.append(sum(m.bytes for m in run.moves.values()))
         for key, m in run.moves.items():
-            total = report.moves.setdefault(key, Move())
-            total.bytes += m.bytes
-            total.copies += m.copies
-            total.exact &= m.exact
-            total.bounded &= m.bounded
+            report.moves.setdefault(key, Move()).add(m)
         report.caveats += [c for c in sorted(run.caveats) if c not in report.caveats]
     return report
 
 
-def _interpret_blocks(f: func.FuncOp, target: Target, blocks: int) -> list[_Interpreter]:
+def _interpret_blocks(f: func.FuncOp, target: Target, blocks: int) -> list[_Run]:
+    moving: set[Operation] = set()
+    for copy in (o for o in f.walk() if isinstance(o, CopyOp)):
+        parent = copy.parent_op()
+        while parent is not None and parent not in moving:
+            moving.add(parent)
+            parent = parent.parent_op()
+    body = _Compiler(target, moving).body(f.body.block)
+
+    def interpret(block: int, budget: int | None) -> _Run:
+        run = _Run(block, blocks, budget)
+        for arg in f.body.block.args:
+            if isinstance(arg.type, MemRefType):
+                run.memref(arg, _static(arg.type))
+        run.run(body)
+        return run
+
+    runs: list[_Run] = []
+    budget = BUDGET
     try:
-        return [_Interpreter(f, target, b, blocks, fallback=False) for b in range(blocks)]
+        for b in range(blocks):
+            runs.append(interpret(b, budget))
+            budget -= runs[-1].steps
     except _OverBudget:
-        return [_Interpreter(f, target, b, blocks, fallback=True) for b in range(blocks)]
+        runs = [interpret(b, None) for b in range(blocks)]
+    return runs
 
 
 def _human(n: int) -> str:
@@ -423,10 +549,14 @@ def _human(n: int) -> str:
     return f"{n} B"
 
 
-def _amount(n: int, exact: bool, bounded: bool) -> str:
-    if not bounded:
-        return f"unknown ({n} B counting each loop with non-constant bounds once)"
-    return f"{n} B" if exact else f"<= {n} B"
+def _copies(n: int) -> str:
+    return f"{n} copy" if n == 1 else f"{n} copies"
+
+
+def _amount(m: Move) -> str:
+    if not m.bounded:
+        return f"unknown ({m.bytes} B counted; see below)"
+    return f"{m.bytes} B" if m.exact else f"<= {m.bytes} B"
 
 
 def format_report(r: FunctionReport, target: Target) -> list[str]:
@@ -434,17 +564,21 @@ def format_report(r: FunctionReport, target: Target) -> list[str]:
     lines = [f"report of @{r.name} on {target.name} ({target.cores} cores)", "local memory per core:"]
     for lv in r.levels:
         if lv.capacity is None:
-            lines.append(f"  {lv.name}: {lv.used} B, not a level of {target.name}")
+            lines.append(f"  {lv.name}: {lv.used} B, not a local level of {target.name}")
         else:
             lines.append(
                 f"  {lv.name}: {lv.used} B of {lv.capacity} B = {100 * lv.used / lv.capacity:.1f}% "
                 f"({_human(lv.used)} of {_human(lv.capacity)})"
             )
         for b in lv.buffers:
+            padded = f" ({b.unpadded} B aligned)" if b.unpadded != b.bytes else ""
             twice = f" x2 double-buffered = {b.total} B" if b.copies == 2 else ""
-            lines.append(f"    {b.name} : {b.type} {b.bytes} B{twice}")
+            lines.append(f"    {b.name} : {b.type} {b.bytes} B{padded}{twice}")
     for op in r.untiled:
         lines.append(f"untiled: {op} works on global memory directly, its traffic is not counted")
+    if r.direct:
+        ops = ", ".join(f"{n} {name}" for name, n in sorted(r.direct.items()))
+        lines.append(f"not counted: {ops} reading or writing {target.global_level.name} directly")
     if r.moves is None:
         lines.append("bytes moved: the report needs static shapes (dynamic: " + ", ".join(r.dynamic) + ")")
         return lines
@@ -453,31 +587,30 @@ def format_report(r: FunctionReport, target: Target) -> list[str]:
     if not r.moves:
         lines.append("  none (no npu.copy)")
     g = target.global_level.name
-    total, copies, exact, bounded, global_bytes = 0, 0, True, True, 0
+    total, global_ = Move(), Move()
     for (src, dst), m in sorted(r.moves.items()):
-        lines.append(f"  {src} -> {dst}: {_amount(m.bytes, m.exact, m.bounded)} in {m.copies} copies ({_human(m.bytes)})")
-        total += m.bytes
-        copies += m.copies
-        exact &= m.exact
-        bounded &= m.bounded
+        lines.append(f"  {src} -> {dst}: {_amount(m)} in {_copies(m.copies)} ({_human(m.bytes)})")
+        total.add(m)
         if g in (src, dst):
-            global_bytes += m.bytes
-    lines.append(f"  total: {_amount(total, exact, bounded)} in {copies} copies ({_human(total)})")
+            global_.add(m)
+    lines.append(f"  total: {_amount(total)} in {_copies(total.copies)} ({_human(total.bytes)})")
     if blocks > 1:
         busiest = max(range(blocks), key=r.block_bytes.__getitem__)
-        lines.append(f"  busiest block: {busiest} with {_amount(r.block_bytes[busiest], exact, bounded)}")
+        lines.append(f"  busiest block: {busiest} with {_amount(Move(r.block_bytes[busiest], 0, total.exact, total.bounded))}")
     if r.argument_bytes:
         # Flops are fixed by the shapes, so arithmetic intensity (flops per global byte) compares
         # two tilings as this ratio does.
-        intensity = f"{r.argument_bytes / global_bytes:.2f}" if global_bytes else "-"
+        intensity = f"{r.argument_bytes / global_.bytes:.2f}" if global_.bytes and global_.bounded else "-"
+        if not global_.exact and intensity != "-":
+            intensity = f">= {intensity}"
         lines.append(
-            f"global traffic: {_amount(global_bytes, exact, bounded)} = {global_bytes / r.argument_bytes:.2f}x "
-            f"the {r.argument_bytes} B of the arguments; intensity {intensity} argument bytes per global byte"
+            f"global traffic: {_amount(global_)} = {global_.bytes / r.argument_bytes:.2f}x the {r.argument_bytes} B "
+            f"of the arguments; intensity {intensity} argument bytes per global byte"
         )
-    if exact:
+    if total.exact and total.bounded:
         lines.append("exact: trip counts and tile sizes evaluated on the static shapes")
     else:
-        lines += ["upper bound:" if bounded else "not a bound:", *(f"  {c}" for c in r.caveats)]
+        lines += ["upper bound:" if total.bounded else "not a bound:", *(f"  {c}" for c in r.caveats)]
     return lines
 
 

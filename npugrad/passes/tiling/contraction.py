@@ -14,14 +14,21 @@ becomes
 
 from __future__ import annotations
 
+from xdsl.dialects import func
 from xdsl.dialects.builtin import MemRefType
 from xdsl.dialects.linalg.ops import GenericOp
 from xdsl.ir import SSAValue
-from xdsl.rewriter import Rewriter
+from xdsl.rewriter import InsertPoint, Rewriter
 
 from npugrad.dialect.npu import AllocLocalOp, CopyOp, local_type
 from npugrad.lowering.emit import Emitter
 from npugrad.targets import Target
+
+
+def _function_entry(op):
+    while not isinstance(op.parent_op(), func.FuncOp):
+        op = op.parent_op()
+    return op.parent
 
 
 def _dims_of(gen: GenericOp) -> list[list[int]]:
@@ -29,9 +36,12 @@ def _dims_of(gen: GenericOp) -> list[list[int]]:
     return [[r.position for r in m.data.results] for m in gen.indexing_maps.data]  # type: ignore[attr-defined]
 
 
-def tile_contraction(gen: GenericOp, sizes: list[int], target: Target, double_buffer: bool, name: str = "") -> None:
+def tile_contraction(gen: GenericOp, sizes: list[int], target: Target, double_buffer: bool, name: str,
+                     buffers: dict[str, SSAValue]) -> None:
     """Tile `gen` with `sizes` (one per loop dimension) into the matrix_a / matrix_b /
-    accumulator levels of `target`; the local buffers are named `<name>_lhs`, `_rhs`, `_acc`."""
+    accumulator levels of `target`. Its local buffers, `<name>_lhs`, `_rhs`, `_acc`, are
+    allocated at the function's entry, or taken from `buffers` when a contraction of the same
+    name was tiled before (the same buffers serve every copy of a contraction)."""
     e = Emitter.before(gen)
     a, b = gen.inputs
     (c,) = gen.outputs
@@ -45,12 +55,18 @@ def tile_contraction(gen: GenericOp, sizes: list[int], target: Target, double_bu
     parallel = [d for d in range(3) if d != reduction]
     roles = ("matrix_a", "matrix_b", "accumulator")
     locals_ = []
+    entry = _function_entry(gen)
     for value, dims, role, suffix in zip((a, b, c), operand_dims, roles, ("lhs", "rhs", "acc")):
-        t = value.type
-        assert isinstance(t, MemRefType)
-        buf = e.add(AllocLocalOp(local_type(t.element_type, [sizes[d] for d in dims], target.role(role).name), double_buffer))
-        buf.name_hint = f"{name}_{suffix}" if name else None
-        locals_.append(buf)
+        key = f"{name}_{suffix}"
+        if key not in buffers:
+            t = value.type
+            assert isinstance(t, MemRefType)
+            alloc = AllocLocalOp(local_type(t.element_type, [sizes[d] for d in dims], target.role(role).name), double_buffer)
+            alloc.location = gen.location
+            alloc.result.name_hint = key
+            Rewriter.insert_op(alloc, InsertPoint.at_start(entry))
+            buffers[key] = alloc.result
+        locals_.append(buffers[key])
 
     offsets: dict[int, SSAValue] = {}
     counts: dict[int, SSAValue] = {}

@@ -1,33 +1,35 @@
-"""Tiling of grad.embedding_dense_backward: row tiles of `out` dealt round-robin to the blocks;
-each block sorts the indices of its own rows into buckets (a stable counting sort, as the untiled
-lowering, restricted to those rows), then sums each row's bucket in float32, in index order, in a
-local accumulator tile, one d-chunk at a time, and copies the rounded tile out.
+"""Tiling of grad.embedding_dense_backward: row tiles of `out` dealt round-robin to the blocks.
+Each block sorts the indices of its own rows into buckets (the untiled lowering's stable counting
+sort, restricted to those rows), then, one d-chunk at a time, sums each row's bucket in float32,
+in index order, in a local accumulator tile, and copies the tile out, rounded once.
 
     grad.embedding_dense_backward grad(%g : memref<?x?xf16>) indices(%k : memref<?xi32>)
-        -> out(%o : memref<32000x?xf16>) {num_weights = 32000 : i64, tile_sizes = {rows = 7 : i64, d = 3072 : i64}}
+        -> out(%o : memref<32000x?xf16>) {num_weights = 32000 : i64, tile_sizes = {rows = 7 : i64, d = 1024 : i64}}
 becomes (target npu-a2)
     %bid = npu.block_idx
     %nblk = npu.block_dim
-    %acc = npu.alloc_local : memref<7x3072xf32, #npu.mem<ub>>
-    %out_tile = npu.alloc_local {double_buffer} : memref<7x3072xf16, #npu.mem<ub>>
-    %grad_row = npu.alloc_local {double_buffer} : memref<1x3072xf16, #npu.mem<ub>>
-    %off = memref.alloc(...) : memref<?xindex>        buckets of this block's rows only
-    counting sort of the indices k with (k / 7) mod %nblk = %bid into %off, %perm
-    scf.for %tile = %bid to 4572 step %nblk {                  rows [r0, r0 + rn)
-      scf.for %j0 = 0 to D step 3072 {                         columns [j0, j0 + dn)
+    %acc = npu.alloc_local : memref<7x1024xf32, #npu.mem<ub>>
+    %out_tile = npu.alloc_local {double_buffer} : memref<7x1024xf16, #npu.mem<ub>>
+    %grad_row = npu.alloc_local {double_buffer} : memref<1x1024xf16, #npu.mem<ub>>
+    %off, %perm = memref.alloc ...      the buckets of this block's rows (counting sort of %k)
+    scf.for %tile = %bid to 4572 step %nblk {                       rows [r0, r0 + rn)
+      scf.for %j0 = 0 to D step 1024 {                              columns [j0, j0 + dn)
         scf.for %i < rn {
           %acc[i, :dn] = 0
-          scf.for %p in bucket(r0 + i) { npu.copy %g[perm[p], j0:dn], %grad_row[0, :dn];  %acc[i, :dn] += %grad_row[0, :dn] }
+          scf.for %p in the bucket of row r0 + i {
+            npu.copy %g[%perm[p], j0:dn], %grad_row[0, :dn]
+            %acc[i, :dn] += %grad_row[0, :dn]                       (÷ count with scale_grad_by_freq)
+          }
         }
-        %out_tile[:rn, :dn] = trunc %acc[:rn, :dn]
+        %out_tile[:rn, :dn] = truncf %acc[:rn, :dn]
         npu.copy %out_tile[:rn, :dn], %o[r0:rn, j0:dn]
       }
-    }
+    } {tile_sizes = {rows = 7 : i64, d = 1024 : i64}}
 
-Every element of `out` is the same float32 sum, in the same order, as in the untiled kernel,
-whichever block computes it: results are bit-identical for any number of blocks. Sorting only a
-block's own rows costs each block one read of the indices, and scratch for its share of the rows
-and indices rather than a whole table. A float32 `out` is copied out from the accumulator itself.
+A float32 `out` is copied out of the accumulator itself. Every element of `out` is the same
+float32 sum, in the same order, as in the untiled kernel, whichever block computes it: results
+are bit-identical for any tiles and any number of blocks. No block waits for another: each reads
+all the indices, but its scratch holds only its share of the rows and of the indices.
 """
 
 from __future__ import annotations
@@ -44,47 +46,27 @@ from npugrad.dialect.checks import static_product
 from npugrad.dialect.npu import AllocLocalOp, CopyOp, local_type
 from npugrad.lowering.emit import Emitter, index
 from npugrad.lowering.grad_to_loops.embedding import _delinearize, _if
-from npugrad.passes.tiling.nll import block_range, tile_sizes
+from npugrad.passes.tiling.blocks import block_range, record_tile_sizes, tile_sizes
 from npugrad.passes.tiling.registry import TILINGS
 from npugrad.targets import Target
 
 
-def tile_embedding_dense_backward(op: EmbeddingDenseBackwardOp, target: Target) -> None:
+def _own_buckets(
+    e: Emitter, op: EmbeddingDenseBackwardOp, rows: int, bid: SSAValue, nblk: SSAValue
+) -> tuple[SSAValue, SSAValue]:
+    """(off, perm): the positions in `indices` of the rows of this block's tiles, by row. The
+    block's rows are numbered by slot, (its tile's rank among the block's tiles)·rows + row in
+    the tile; the bucket of slot s is perm[off[s]:off[s + 1]], positions in increasing order."""
     num_weights = op.prop_int("num_weights")
     padding = op.prop_int("padding_idx")
-    scale = op.prop_bool("scale_grad_by_freq")
-    g_type, k_type, out_type = op.grad.type, op.indices.type, op.out.type
-    assert isinstance(g_type, MemRefType) and isinstance(k_type, MemRefType) and isinstance(out_type, MemRefType)
-    g_shape, k_shape = ([None if s == DYNAMIC_INDEX else s for s in t.get_shape()] for t in (g_type, k_type))
-    if g_shape[-1] == 0:
-        Rewriter.erase_op(op)  # out is (num_weights, 0): nothing to write
-        return
-    sizes = tile_sizes(op, {"rows": num_weights, "d": g_shape[-1]})
-    rows, d_tile = sizes["rows"], sizes["d"]
-    f32_out = out_type.element_type == f32
-    level = target.role("vector").name
-
-    e = Emitter.before(op)
-    g_dims, k_dims = e.dims(op.grad), e.dims(op.indices)
-    lead, d = g_dims[:-1], g_dims[-1]
+    g_type, k_type = op.grad.type, op.indices.type
+    assert isinstance(g_type, MemRefType) and isinstance(k_type, MemRefType)
+    k_dims = e.dims(op.indices)
     one, c_rows = e.idx(1), e.idx(rows)
 
-    def local(name: str, element, shape: list[int], moved: bool) -> SSAValue:
-        # Tiles that take part in a DMA are double-buffered where the target overlaps them.
-        buf = e.add(AllocLocalOp(local_type(element, shape, level), moved and target.double_buffer))
-        buf.name_hint = name
-        return buf
-
-    bid, nblk = block_range(e)
-    acc = local("acc", f32, [rows, d_tile], moved=f32_out)
-    out_l = None if f32_out else local("out_tile", out_type.element_type, [rows, d_tile], moved=True)
-    # grad's row chunk keeps grad's rank (leading 1s): a window of grad with a dynamic length
-    # cannot drop dimensions.
-    unit = [1] * len(lead)
-    grad_l = local("grad_row", g_type.element_type, [*unit, d_tile], moved=True)
-
-    def each_valid_index(body: Callable[[list[SSAValue], SSAValue], None]) -> None:
-        """body(position in indices, row) for each index in [0, num_weights) other than padding_idx, in order."""
+    def each_own_index(body: Callable[[list[SSAValue], SSAValue], None]) -> None:
+        """body(position in indices, slot) for each index in [0, num_weights) other than
+        padding_idx whose row is this block's, in order."""
         with e.loop_nest(k_dims) as ivs:
             k = e.load(op.indices, ivs)
             if k.type != i64:
@@ -94,19 +76,11 @@ def tile_embedding_dense_backward(op: EmbeddingDenseBackwardOp, target: Target) 
             if 0 <= padding < num_weights:
                 valid = e.andi(valid, e.cmpi(k, e.const(padding, i64), "ne"))
             with e.if_(valid):
-                body(ivs, e.add(arith.IndexCastOp(k, index)))
-
-    def each_own_index(body: Callable[[list[SSAValue], SSAValue], None]) -> None:
-        """body(position in indices, slot) for the valid indices whose row is in one of this
-        block's tiles; slot numbers the block's rows: (its tile count so far)·rows + row in tile."""
-
-        def own(ivs: list[SSAValue], row: SSAValue) -> None:
-            tile = e.add(arith.DivUIOp(row, c_rows))
-            with e.if_(e.cmpi(e.add(arith.RemUIOp(tile, nblk)), bid, "eq")):
-                mine = e.add(arith.DivUIOp(tile, nblk))
-                body(ivs, e.addi(e.muli(mine, c_rows), e.add(arith.RemUIOp(row, c_rows))))
-
-        each_valid_index(own)
+                row = e.add(arith.IndexCastOp(k, index))
+                tile = e.add(arith.DivUIOp(row, c_rows))
+                with e.if_(e.cmpi(e.add(arith.RemUIOp(tile, nblk)), bid, "eq")):
+                    rank = e.add(arith.DivUIOp(tile, nblk))
+                    body(ivs, e.addi(e.muli(rank, c_rows), e.add(arith.RemUIOp(row, c_rows))))
 
     def count(ivs: list[SSAValue], slot: SSAValue) -> None:
         at = e.addi(slot, e.idx(2))
@@ -121,33 +95,71 @@ def tile_embedding_dense_backward(op: EmbeddingDenseBackwardOp, target: Target) 
         e.store(flat, perm, [pos])
         e.store(e.addi(pos, one), off, [at])
 
-    row_tiles = e.idx(-(-num_weights // rows))
-    # With D = 0 nothing is read or written, and num_weights need not be backed by any memory.
-    with _if(e, None if g_shape[-1] is not None else e.cmpi(d, e.idx(0), "ne")):
-        # Counts go to off[s + 2]; the prefix sum makes off[s + 1] the start of bucket s; placing
-        # advances it to the bucket's end, so bucket s is [off[s], off[s + 1]).
-        own_tiles = e.add(arith.DivUIOp(e.addi(row_tiles, e.subi(nblk, one)), nblk))
-        slots = e.muli(own_tiles, c_rows)
-        n_off = e.addi(slots, e.idx(2))
-        off = e.alloc([n_off], index)
-        with e.loop(n_off) as s:
-            e.store(e.idx(0), off, [s])
-        # n != indices.numel is rejected before launch; never index grad past its end regardless.
-        n_lead = static_product(g_shape[:-1])
-        same = None if n_lead is not None and n_lead == static_product(k_shape) else e.cmpi(
-            e.product(lead), e.product(k_dims), "eq"
-        )
-        with _if(e, same):
-            each_own_index(count)
-        with e.loop(e.addi(slots, one)) as s:
-            nxt = e.addi(s, one)
-            e.store(e.addi(e.load(off, [nxt]), e.load(off, [s])), off, [nxt])
-        perm = e.alloc([e.load(off, [e.addi(slots, one)])], index)
-        with _if(e, same):
-            each_own_index(place)
+    # Counts go to off[s + 2]; the prefix sum makes off[s + 1] the start of bucket s; placing
+    # advances it to the bucket's end, so bucket s is [off[s], off[s + 1]).
+    slots = e.muli(e.add(arith.CeilDivUIOp(e.idx(-(-num_weights // rows)), nblk)), c_rows)
+    n_off = e.addi(slots, e.idx(2))
+    off = e.alloc([n_off], index)
+    off.name_hint = "off"
+    with e.loop(n_off) as s:
+        e.store(e.idx(0), off, [s])
+    # n != indices.numel is rejected before launch; never index grad past its end regardless.
+    g_shape, k_shape = ([None if d == DYNAMIC_INDEX else d for d in t.get_shape()] for t in (g_type, k_type))
+    n_lead = static_product(g_shape[:-1])
+    same = n_lead is not None and n_lead == static_product(k_shape)
+    agree = None if same else e.cmpi(e.product(e.dims(op.grad)[:-1]), e.product(k_dims), "eq")
+    with _if(e, agree):
+        each_own_index(count)
+    last = e.addi(slots, one)
+    with e.loop(last) as s:
+        nxt = e.addi(s, one)
+        e.store(e.addi(e.load(off, [nxt]), e.load(off, [s])), off, [nxt])
+    perm = e.alloc([e.load(off, [last])], index)
+    perm.name_hint = "perm"
+    with _if(e, agree):
+        each_own_index(place)
+    return off, perm
 
+
+def tile_embedding_dense_backward(op: EmbeddingDenseBackwardOp, target: Target) -> None:
+    num_weights = op.prop_int("num_weights")
+    scale = op.prop_bool("scale_grad_by_freq")
+    g_type, out_type = op.grad.type, op.out.type
+    assert isinstance(g_type, MemRefType) and isinstance(out_type, MemRefType)
+    d_extent = g_type.get_shape()[-1]
+    if d_extent == 0:
+        Rewriter.erase_op(op)  # out is (num_weights, 0): nothing to write
+        return
+    sizes = tile_sizes(op, {"rows": num_weights, "d": None if d_extent == DYNAMIC_INDEX else d_extent})
+    rows, d_tile = sizes["rows"], sizes["d"]
+    f32_out = out_type.element_type == f32
+    level = target.role("vector").name
+
+    e = Emitter.before(op)
+    g_dims = e.dims(op.grad)
+    lead, d = g_dims[:-1], g_dims[-1]
+    one, c_rows = e.idx(1), e.idx(rows)
+
+    def local(name: str, element, shape: list[int], moved: bool) -> SSAValue:
+        # Tiles that take part in a DMA are double-buffered where the target overlaps them.
+        buf = e.add(AllocLocalOp(local_type(element, shape, level), moved and target.double_buffer))
+        buf.name_hint = name
+        return buf
+
+    bid, nblk = block_range(e)
+    acc = local("acc", f32, [rows, d_tile], moved=f32_out)
+    out_l = acc if f32_out else local("out_tile", out_type.element_type, [rows, d_tile], moved=True)
+    # grad's row chunk keeps grad's rank (leading 1s): a window of grad with a dynamic length
+    # cannot drop dimensions.
+    unit = [1] * len(lead)
+    grad_l = local("grad_row", g_type.element_type, [*unit, d_tile], moved=True)
+
+    # With D = 0 nothing is read or written, and num_weights need not be backed by any memory.
+    with _if(e, None if d_extent != DYNAMIC_INDEX else e.cmpi(d, e.idx(0), "ne")):
+        off, perm = _own_buckets(e, op, rows, bid, nblk)
         zero = e.f32(0.0)
-        with e.loop(row_tiles, lb=bid, step=nblk) as tile:
+        with e.loop(e.idx(-(-num_weights // rows)), lb=bid, step=nblk) as tile:
+            record_tile_sizes(tile, sizes)
             r0 = e.muli(tile, c_rows)
             rn = e.minsi(c_rows, e.subi(e.idx(num_weights), r0))
             first_slot = e.muli(e.add(arith.DivUIOp(tile, nblk)), c_rows)
@@ -162,17 +174,17 @@ def tile_embedding_dense_backward(op: EmbeddingDenseBackwardOp, target: Target) 
                     if scale:
                         cnt = e.index_to_f32(e.subi(hi, lo))
                     with e.loop(hi, lo) as p:
-                        at = _delinearize(e, e.load(perm, [p]), lead)
-                        e.add(CopyOp(e.subview(op.grad, [*at, j0], [*unit, dn]), e.subview(grad_l, [0] * len(g_dims), [*unit, dn])))
+                        src = e.subview(op.grad, [*_delinearize(e, e.load(perm, [p]), lead), j0], [*unit, dn])
+                        e.add(CopyOp(src, e.subview(grad_l, [0] * len(g_dims), [*unit, dn])))
                         with e.loop(dn) as j:
                             g = e.load_f32(grad_l, [*[e.idx(0)] * len(lead), j])
                             if scale:
                                 g = e.divf(g, cnt)
                             e.store(e.addf(e.load(acc, [i, j]), g), acc, [i, j])
-                if out_l is not None:
+                if out_l is not acc:
                     with e.loop(rn) as i, e.loop(dn) as j:
                         e.store_f32(e.load(acc, [i, j]), out_l, [i, j])
-                e.add(CopyOp(e.subview(out_l or acc, [0, 0], [rn, dn]), e.subview(op.out, [r0, j0], [rn, dn])))
+                e.add(CopyOp(e.subview(out_l, [0, 0], [rn, dn]), e.subview(op.out, [r0, j0], [rn, dn])))
         e.dealloc(perm)
         e.dealloc(off)
     Rewriter.erase_op(op)

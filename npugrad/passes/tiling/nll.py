@@ -4,23 +4,28 @@ its columns, and is copied out.
 
     grad.nll_loss_backward grad_output(%g : memref<f32>) ... target(%t : memref<?xi64>)
         weight(%w : memref<?xf32>) ... -> out(%o : memref<?x?xf32>)
-        {reduction = 1 : i64, tile_sizes = {rows = 23 : i64, c = 1000 : i64}}
+        {reduction = 1 : i64, tile_sizes = {rows = 4 : i64, c = 4096 : i64}}
 becomes (target npu-a2)
     %bid = npu.block_idx
     %nblk = npu.block_dim
-    %out_l = npu.alloc_local {double_buffer} : memref<23x1000xf32, #npu.mem<ub>>
-    %target_l = npu.alloc_local {double_buffer} : memref<23xi64, #npu.mem<ub>>
-    %weight_l = npu.alloc_local {double_buffer} : memref<1000xf32, #npu.mem<ub>>
-    %s = -(%g[] / %total_weight[0])                          (once, as the untiled lowering)
-    scf.for %tile = %bid to %ntiles step %nblk {             (rows [r0, r0+rn), columns [c0, c0+cn))
-      zero %out_l[:rn, :cn]
-      npu.copy %t[r0:rn], %target_l[:rn]      npu.copy %w[c0:cn], %weight_l[:cn]
-      scf.for %i < rn { y = %target_l[i]; if y != ignore_index && y − c0 <u cn { %out_l[i, y − c0] = %weight_l[y − c0]·%s } }
-      npu.copy %out_l[:rn, :cn], %o[r0:rn, c0:cn]
-    }
+    %out_tile = npu.alloc_local {double_buffer} : memref<4x4096xf32, #npu.mem<ub>>
+    %target_tile = npu.alloc_local {double_buffer} : memref<4xi64, #npu.mem<ub>>
+    %weight_tile = npu.alloc_local {double_buffer} : memref<4096xf32, #npu.mem<ub>>
+    %s = −(%g[] / %total_weight[0])                   once, as the untiled lowering computes it
+    scf.for %tile = %bid to %ntiles step %nblk {      rows [r0, r0 + rn), columns [c0, c0 + cn)
+      %out_tile[:rn, :cn] = 0
+      npu.copy %t[r0:rn], %target_tile[:rn]
+      npu.copy %w[c0:cn], %weight_tile[:cn]
+      scf.for %i < rn {
+        y = %target_tile[i]
+        if y != ignore_index && y − c0 <u cn { %out_tile[i, y − c0] = %weight_tile[y − c0]·%s }
+      }
+      npu.copy %out_tile[:rn, :cn], %o[r0:rn, c0:cn]
+    } {tile_sizes = {rows = 4 : i64, c = 4096 : i64}}
 
-With reduction none (2-D self) the rows' grad_output comes in as a third input tile; 1-D self
-is one row of C: tiles of c columns, its one target a 0-D tile.
+With reduction none (2-D self) the rows' grad_output comes in as one more tile; 1-D self is one
+row of C: tiles of c columns, and its one target a 0-D tile. Every element gets the value, and
+the rounding, of the untiled lowering, so results are bit-identical for any tiles and blocks.
 """
 
 from __future__ import annotations
@@ -30,38 +35,13 @@ from xdsl.dialects.builtin import MemRefType, i64
 from xdsl.ir import SSAValue
 from xdsl.rewriter import Rewriter
 
-from npugrad.diagnostics import PassFailure
 from npugrad.dialect import NLLLossBackwardOp
-from npugrad.dialect.npu import AllocLocalOp, BlockDimOp, BlockIdxOp, CopyOp, local_type
+from npugrad.dialect.npu import AllocLocalOp, CopyOp, local_type
 from npugrad.lowering.emit import Emitter, index
 from npugrad.lowering.grad_to_loops.nll import _load_scalar, _load_target
+from npugrad.passes.tiling.blocks import block_range, record_tile_sizes, tile_count, tile_sizes
 from npugrad.passes.tiling.registry import TILINGS
 from npugrad.targets import Target
-
-
-def tile_sizes(op, dims: dict[str, int | None]) -> dict[str, int]:
-    """The op's tile sizes for `dims` (name → static extent or None), each at most its extent:
-    a tile never needs more local memory than the whole operand (choose-tile-sizes clamps the
-    same way, so its footprint model is what is allocated)."""
-    given = op.tiles() or {}
-    if missing := [d for d in dims if d not in given]:
-        raise PassFailure(op, f"no tile size for {', '.join(missing)} (run choose-tile-sizes first, or set tile_sizes)")
-    return {d: given[d] if extent is None else max(1, min(given[d], extent)) for d, extent in dims.items()}
-
-
-def tile_count(e: Emitter, ref: SSAValue, axis: int, tile: int) -> SSAValue:
-    """How many tiles of `tile` cover dimension `axis` of `ref` (the last one partial)."""
-    extent = ref.type.get_shape()[axis]  # type: ignore[attr-defined]
-    if extent >= 0:
-        return e.idx(-(-extent // tile))
-    return e.add(arith.DivUIOp(e.addi(e.dim(ref, axis), e.idx(tile - 1)), e.idx(tile)))
-
-
-def block_range(e: Emitter) -> tuple[SSAValue, SSAValue]:
-    """(npu.block_idx, npu.block_dim)."""
-    bid, nblk = e.add(BlockIdxOp()), e.add(BlockDimOp())
-    bid.name_hint, nblk.name_hint = "bid", "nblk"
-    return bid, nblk
 
 
 def tile_nll_loss_backward(op: NLLLossBackwardOp, target: Target) -> None:
@@ -72,9 +52,9 @@ def tile_nll_loss_backward(op: NLLLossBackwardOp, target: Target) -> None:
     reduction = op.prop_int("reduction")
     per_sample = reduction == 0 and two_d
     shape = [None if d < 0 else d for d in out_t.get_shape()]
-    sizes = tile_sizes(op, {"rows": shape[0], "c": shape[-1]} if two_d else {"c": shape[0]})
+    sizes = tile_sizes(op, {"rows": shape[0], "c": shape[1]} if two_d else {"c": shape[0]})
     c_tile = sizes["c"]
-    lead_tile = [sizes["rows"]] if two_d else []
+    row_tile = [sizes["rows"]] if two_d else []  # the sample dimension, absent for 1-D self
     level = target.role("vector").name
 
     e = Emitter.before(op)
@@ -86,11 +66,11 @@ def tile_nll_loss_backward(op: NLLLossBackwardOp, target: Target) -> None:
         return buf
 
     bid, nblk = block_range(e)
-    out_l = local("out_tile", out_t.element_type, [*lead_tile, c_tile])
-    target_l = local("target_tile", op.target.type.element_type, lead_tile)  # type: ignore[attr-defined]
-    grad_l = local("grad_output_tile", out_t.element_type, lead_tile) if per_sample else None
+    out_l = local("out_tile", out_t.element_type, [*row_tile, c_tile])
+    target_l = local("target_tile", op.target.type.element_type, row_tile)  # type: ignore[attr-defined]
+    grad_l = local("grad_output_tile", out_t.element_type, row_tile) if per_sample else None
     weight_l = local("weight_tile", out_t.element_type, [c_tile])
-    if not per_sample:
+    if grad_l is None:
         scale = _load_scalar(e, op.grad_output)
         if reduction == 1:
             # total_weight as given: the forward pass defined it, and 0 follows IEEE rules.
@@ -100,25 +80,25 @@ def tile_nll_loss_backward(op: NLLLossBackwardOp, target: Target) -> None:
 
     c = e.dim(op.out, rank - 1)
     col_tiles = tile_count(e, op.out, rank - 1, c_tile)
-    tiles = e.muli(tile_count(e, op.out, 0, lead_tile[0]), col_tiles) if two_d else col_tiles
-    # Row-major over (row tile, column tile), dealt round-robin: block b takes b, b + nblk, ...
+    tiles = e.muli(tile_count(e, op.out, 0, row_tile[0]), col_tiles) if two_d else col_tiles
+    # Tiles numbered row-major over (row tile, column tile).
     with e.loop(tiles, lb=bid, step=nblk) as tile:
+        record_tile_sizes(tile, sizes)
         c0 = e.muli(e.add(arith.RemUIOp(tile, col_tiles)), e.idx(c_tile))
         cn = e.minsi(e.idx(c_tile), e.subi(c, c0))
+        r0: list[SSAValue] = []  # [first row of the tile], [] for 1-D self
+        rn: list[SSAValue] = []  # [rows in the tile]
         if two_d:
-            r0 = e.muli(e.add(arith.DivUIOp(tile, col_tiles)), e.idx(lead_tile[0]))
-            rows = [r0]
-            rn = [e.minsi(e.idx(lead_tile[0]), e.subi(e.dim(op.out, 0), r0))]
-        else:
-            rows, rn = [], []
+            r0 = [e.muli(e.add(arith.DivUIOp(tile, col_tiles)), e.idx(row_tile[0]))]
+            rn = [e.minsi(e.idx(row_tile[0]), e.subi(e.dim(op.out, 0), r0[0]))]
         out_tile = e.subview(out_l, [0] * rank, [*rn, cn])
         e.zeros(out_tile)
         if two_d:
-            e.add(CopyOp(e.subview(op.target, rows, rn), e.subview(target_l, [0], rn)))
-            if grad_l is not None:
-                e.add(CopyOp(e.subview(op.grad_output, rows, rn), e.subview(grad_l, [0], rn)))
+            e.add(CopyOp(e.subview(op.target, r0, rn), e.subview(target_l, [0], rn)))
         else:
             e.add(CopyOp(op.target, target_l))
+        if grad_l is not None:
+            e.add(CopyOp(e.subview(op.grad_output, r0, rn), e.subview(grad_l, [0], rn)))
         e.add(CopyOp(e.subview(op.weight, [c0], [cn]), e.subview(weight_l, [0], [cn])))
 
         def one_sample(sample: list[SSAValue]) -> None:
@@ -136,7 +116,7 @@ def tile_nll_loss_backward(op: NLLLossBackwardOp, target: Target) -> None:
                 one_sample([i])
         else:
             one_sample([])
-        e.add(CopyOp(out_tile, e.subview(op.out, [*rows, c0], [*rn, cn])))
+        e.add(CopyOp(out_tile, e.subview(op.out, [*r0, c0], [*rn, cn])))
     Rewriter.erase_op(op)
 
 

@@ -7,23 +7,38 @@
 // RUN: npugrad-opt %s --target npu-a2 --stage run | FileCheck %s --check-prefix=EXEC
 // RUN: npugrad-opt %s --target host --stage run | FileCheck %s --check-prefix=EXEC
 
+// All local buffers are allocated once, at entry; both phases share GEMM 1's.
+// NPU-DAG:   %gemm1_lhs = npu.alloc_local {double_buffer} : memref<128x64xbf16, #npu.mem<l0a>>
+// NPU-DAG:   %gemm1_rhs = npu.alloc_local {double_buffer} : memref<64x32xbf16, #npu.mem<l0b>>
+// NPU-DAG:   %gemm1_acc = npu.alloc_local {double_buffer} : memref<128x32xf32, #npu.mem<l0c>>
+// NPU-DAG:   %gemm2_acc = npu.alloc_local {double_buffer} : memref<128x64xf32, #npu.mem<l0c>>
+// NPU-DAG:   %gemm3_acc = npu.alloc_local {double_buffer} : memref<32x64xf32, #npu.mem<l0c>>
 // NPU-DAG:   %logits = npu.alloc_local {double_buffer} : memref<128x32xf32, #npu.mem<ub>>
 // NPU-DAG:   %grad_logits = npu.alloc_local {double_buffer} : memref<128x32xbf16, #npu.mem<ub>>
 // NPU-DAG:   %saved_logits = npu.alloc_local {double_buffer} : memref<128xf32, #npu.mem<ub>>
-// NPU:       scf.for
-// NPU:         %gemm1_lhs = npu.alloc_local {double_buffer} : memref<128x64xbf16, #npu.mem<l0a>>
-// NPU:         %gemm1_rhs = npu.alloc_local {double_buffer} : memref<64x32xbf16, #npu.mem<l0b>>
-// NPU:         %gemm1_acc = npu.alloc_local {double_buffer} : memref<128x32xf32, #npu.mem<l0c>>
+// NPU-DAG:   %[[BID:.*]] = npu.block_idx
+// NPU-DAG:   %[[NBLK:.*]] = npu.block_dim
+// Phase A: vocabulary tiles spread over the blocks (block-cyclic), computing dW.
+// NPU:       %[[VLB:.*]] = arith.muli %[[BID]], %[[VT:.*]] : index
+// NPU:       %[[VSTEP:.*]] = arith.muli %[[NBLK]], %[[VT]] : index
+// NPU:       scf.for %{{.*}} = %[[VLB]] to %{{.*}} step %[[VSTEP]] {
 // NPU:         npu.copy %{{.*}}, %{{.*}} : memref<?x?xf32, strided<[32, 1], offset: ?>, #npu.mem<ub>>, memref<?x?xf32, strided<[32, 1]>, #npu.mem<l0c>>
 // NPU:         npu.copy %{{.*}}, %{{.*}} : memref<?x?xbf16, strided<[48, 1], offset: ?>>, memref<?x?xbf16, strided<[64, 1]>, #npu.mem<l0a>>
 // NPU:         linalg.generic {{.*}} doc = "GEMM 1: logits tile Z = X_t * W_v^T"} ins({{.*}}#npu.mem<l0a>>, {{.*}}#npu.mem<l0b>>) outs({{.*}}#npu.mem<l0c>>)
 // NPU:         math.exp
-// NPU:         %gemm2_acc = npu.alloc_local {double_buffer} : memref<128x64xf32, #npu.mem<l0c>>
-// NPU:         %gemm3_acc = npu.alloc_local {double_buffer} : memref<32x64xf32, #npu.mem<l0c>>
+// NPU-NOT:     GEMM 2
+// NPU:         doc = "GEMM 3: weight grad tile dW_v += G^T * X_t"
+// NPU:       } {grad.tile_sizes = {bt = 128 : i64, v = 32 : i64, h = 64 : i64}}
+// Phase B: token tiles spread over the blocks, computing dX.
+// NPU:       scf.for
+// NPU:         scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} {
+// NPU:           doc = "GEMM 1: logits tile Z = X_t * W_v^T"
+// NPU-NOT:       GEMM 3
+// NPU:           doc = "GEMM 2: input grad tile dX_t += G * W_v"
 // NPU:       } {grad.tile_sizes = {bt = 128 : i64, v = 32 : i64, h = 64 : i64}}
 
 // HOST-DAG:  %logits = npu.alloc_local : memref<{{[0-9]+}}x{{[0-9]+}}xf32, #npu.mem<l2>>
-// HOST:      npu.alloc_local : memref<{{.*}}#npu.mem<l1>>
+// HOST-DAG:  %gemm1_acc = npu.alloc_local : memref<{{.*}}#npu.mem<l1>>
 // HOST:      } {grad.tile_sizes = {bt = {{[0-9]+}} : i64, v = {{[0-9]+}} : i64, h = {{[0-9]+}} : i64}}
 
 // EXEC:      input_grad_out {{.*}} bfloat16 {{.*}} ok
