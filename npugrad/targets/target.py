@@ -35,7 +35,12 @@ UNITS = ("cube", "vector", "scalar", "mte", "cpu")
 # accumulator = its float32 result.
 ROLES = ("vector", "stage", "matrix_a", "matrix_b", "accumulator")
 _SIZE = re.compile(r"^\s*(\d+)\s*([KMG]i?B|B)?\s*$", re.IGNORECASE)
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_$.]*$")
 _FACTORS = {None: 1, "b": 1, "kib": 1 << 10, "kb": 1 << 10, "mib": 1 << 20, "mb": 1 << 20, "gib": 1 << 30, "gb": 1 << 30}
+
+
+# Type names as a TOML file spells them.
+_TOML_TYPES = {int: "an integer", str: "a string", bool: "a boolean", list: "an array of tables", dict: "a table"}
 
 
 class TargetError(ValueError):
@@ -113,7 +118,8 @@ def _field(where: str, table: dict, name: str, kind, default=None, required: boo
     if kind is int and (not isinstance(value, int) or isinstance(value, bool)):
         raise TargetError(f"{where}: field '{name}' must be an integer, got {value!r}")
     if kind is not int and not isinstance(value, kind):
-        raise TargetError(f"{where}: field '{name}' must be a {kind.__name__}, got {value!r}")
+        names = " or ".join(_TOML_TYPES[k] for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise TargetError(f"{where}: field '{name}' must be {names}, got {value!r}")
     return value
 
 
@@ -138,6 +144,9 @@ def from_dict(data: dict, source: str = "<dict>") -> Target:
             raise TargetError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
         lname = _field(where, lv, "name", str)
         where = f"{source}: level '{lname}'"
+        # The name is written bare in IR, `#npu.mem<name>`, which must parse back.
+        if not _IDENTIFIER.match(lname):
+            raise TargetError(f"{where}: field 'name' must be an identifier (a letter or _, then letters, digits, _ $ .)")
         kind = _field(where, lv, "kind", str, "local", required=False)
         if kind not in ("global", "local"):
             raise TargetError(f"{where}: field 'kind' must be 'global' or 'local', got {kind!r}")
@@ -154,25 +163,37 @@ def from_dict(data: dict, source: str = "<dict>") -> Target:
         parent = _field(where, lv, "parent", str)
         levels.append(MemoryLevel(lname, capacity, alignment, unit, parent))
     names = [lv.name for lv in levels]
-    if len(set(names)) != len(names):
-        raise TargetError(f"{source}: level names must be unique, got {', '.join(names)}")
+    if dup := next((n for i, n in enumerate(names) if n in names[:i]), None):
+        raise TargetError(f"{source}: level '{dup}' is defined twice (field 'name' must be unique)")
     if sum(lv.is_global for lv in levels) != 1:
         raise TargetError(f"{source}: exactly one level must have kind = \"global\"")
+    parents = {lv.name: lv.parent for lv in levels}
     for lv in levels:
         if lv.parent is not None and lv.parent not in names:
             raise TargetError(f"{source}: level '{lv.name}' has parent '{lv.parent}', which is not a level")
+        seen, up = {lv.name}, lv.parent
+        while up is not None:
+            if up in seen:
+                raise TargetError(f"{source}: level '{lv.name}': field 'parent' makes a cycle, which never reaches global memory")
+            seen.add(up)
+            up = parents[up]
     roles = _field(source, data, "roles", dict)
-    for role in ROLES:
-        if role not in roles:
-            raise TargetError(f"{source}: [roles] needs '{role}' (the level holding {role} tiles)")
+    local = [lv.name for lv in levels if not lv.is_global]
+    # A misspelt role is named as such, before the role it was meant to be is missed.
     for role, level in roles.items():
         if role not in ROLES:
             raise TargetError(f"{source}: [roles] has unknown role '{role}' (known: {', '.join(ROLES)})")
-        if level not in names or next(lv for lv in levels if lv.name == level).is_global:
-            raise TargetError(f"{source}: [roles] {role} = {level!r} must name a local level ({', '.join(n for n in names)})")
+        if level not in local:
+            raise TargetError(f"{source}: [roles] {role} = {level!r} must name a local level ({', '.join(local)})")
+    for role in ROLES:
+        if role not in roles:
+            raise TargetError(f"{source}: [roles] needs '{role}' (the level holding {role} tiles)")
+    vector_registers = _field(source, data, "vector_registers", int, 0, required=False)
+    if vector_registers < 0:
+        raise TargetError(f"{source}: field 'vector_registers' must be >= 0, got {vector_registers}")
     return Target(
         name, cores, vector_bits, tuple(levels),
-        _field(source, data, "vector_registers", int, 0, required=False),
+        vector_registers,
         _field(source, data, "double_buffer", bool, False, required=False),
         tuple(sorted(roles.items())),
         source,
@@ -186,6 +207,8 @@ def load(path: str | os.PathLike) -> Target:
         text = p.read_text()
     except OSError as e:
         raise TargetError(f"cannot read target file {p}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise TargetError(f"{p}: not valid TOML: the file is not UTF-8 text") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -231,7 +254,7 @@ def host() -> Target:
         levels.append(MemoryLevel(f"l{lvl}", size, 64, "cpu", parent))
         parent = f"l{lvl}"
     # On a CPU "local buffers" are tiles sized to stay in a cache level of one core.
-    roles = {"vector": "l2", "stage": "l3", "matrix_a": "l2", "matrix_b": "l2", "accumulator": "l1"}
+    roles = {"vector": "l2", "stage": "l3", "matrix_a": "l2", "matrix_b": "l2", "accumulator": "l2"}
     return Target("host", cores, vector_bits, tuple(levels), registers, False, tuple(sorted(roles.items())), "host")
 
 
@@ -241,7 +264,8 @@ def get(name_or_path: str | os.PathLike) -> Target:
     if name == "host":
         return host()
     shipped = HERE / f"{name}.toml"
-    if shipped.exists():
+    # A path is never a shipped name (HERE / "/abs/x.toml" would be that absolute path).
+    if os.sep not in name and shipped.exists():
         return load(shipped)
     if os.path.exists(name):
         return load(name)

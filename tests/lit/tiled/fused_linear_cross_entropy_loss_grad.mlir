@@ -38,7 +38,7 @@
 // NPU:       } {grad.tile_sizes = {bt = 128 : i64, v = 32 : i64, h = 64 : i64}}
 
 // HOST-DAG:  %logits = npu.alloc_local : memref<{{[0-9]+}}x{{[0-9]+}}xf32, #npu.mem<l2>>
-// HOST-DAG:  %gemm1_acc = npu.alloc_local : memref<{{.*}}#npu.mem<l1>>
+// HOST-DAG:  %gemm1_acc = npu.alloc_local : memref<{{.*}}#npu.mem<l2>>
 // HOST:      } {grad.tile_sizes = {bt = {{[0-9]+}} : i64, v = {{[0-9]+}} : i64, h = {{[0-9]+}} : i64}}
 
 // EXEC:      input_grad_out {{.*}} bfloat16 {{.*}} ok
