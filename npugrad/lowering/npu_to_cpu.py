@@ -41,12 +41,13 @@ class _EraseMemorySpace(TypeConversionPattern):
 def _lower_copy(op: CopyOp) -> None:
     e = Emitter.before(op)
     with e.loop_nest(e.dims(op.target)) as ivs:
-        e.store(e.load(op.source, ivs), op.target, ivs)
+        # The raw element (no signless cast for unsigned integers): a copy moves bits.
+        e.store(e.add(memref.LoadOp.get(op.source, ivs)), op.target, ivs)
     Rewriter.erase_op(op)
 
 
 def _lower_function(f: func.FuncOp) -> None:
-    entry = f.body.block
+    entry = f.body.blocks[0]  # a function may have several blocks (cf branches), each with its return
     ops = list(f.walk())
     blocks = [o for o in ops if isinstance(o, BlockIdxOp | BlockDimOp)]
     if blocks:
