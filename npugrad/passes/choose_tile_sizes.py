@@ -28,6 +28,7 @@ from npugrad.dialect import (
     GradOp,
     NLLLossBackwardOp,
 )
+from npugrad.dialect.checks import static_product
 from npugrad.dialect.npu import element_bytes
 from npugrad.targets import Target, get
 
@@ -66,19 +67,22 @@ def elementwise_tiled_operands(op: BinaryCrossEntropyGradOp | ApplyFusedEmaAdamO
     local tile of n elements by its tiling (passes/tiling/elementwise.py); the others (a
     reduced dloss, step, hyperparameters) are read where they are."""
     if isinstance(op, BinaryCrossEntropyGradOp):
-        names = ["input_x", "input_y", "weight", "dx"] + (["dloss"] if op.prop_int("reduction") == 0 else [])
+        tiled = {"input_x", "input_y", "weight", "dx"} | ({"dloss"} if op.prop_int("reduction") == 0 else set())
     else:
-        names = ["grad", "var", "m", "v", "s"]
-    return [n for n in names if getattr(op, n) is not None]
+        tiled = {"grad", "var", "m", "v", "s"}
+    return [n for n in op.operand_names() if n in tiled and getattr(op, n) is not None]
 
 
 def _elementwise(op: BinaryCrossEntropyGradOp | ApplyFusedEmaAdamOp, target: Target) -> dict[str, int]:
     """n elements of every tiled operand fit the vector level. n is a multiple of the level's
-    alignment (so no tile is padded) and of a float32 vector."""
-    per_element = sum(_bytes(getattr(op, name)) for name in elementwise_tiled_operands(op))
+    alignment (so no tile is padded) and of a float32 vector, or all elements of a smaller
+    static shape."""
+    names = elementwise_tiled_operands(op)
+    per_element = sum(_bytes(getattr(op, name)) for name in names)
     n = _budget(target, "vector") // max(per_element, 1)
     multiple = math.lcm(target.role("vector").alignment, _vector_elements(target, 4))
-    return {"n": _round_down(min(n, MAX_ELEMENTWISE_TILE), multiple)}
+    shape = [None if d < 0 else d for d in getattr(op, names[0]).type.get_shape()]
+    return {"n": _clamp(_round_down(min(n, MAX_ELEMENTWISE_TILE), multiple), static_product(shape))}
 
 
 def _clamp(size: int, extent: int | None) -> int:

@@ -4,19 +4,18 @@ target's vector level, computed there by the same op, and copied back.
 
     grad.binary_cross_entropy_grad input_x(%x : memref<?x?xf32>) input_y(%y : memref<?x?xf32>)
         dloss(%d : memref<1xf32>) -> dx(%dx : memref<?x?xf32>) {reduction = 2 : i64, tile_sizes = {n = 8192 : i64}}
-becomes (npu-a2)
+becomes (target npu-a2)
     %bid = npu.block_idx
     %nblk = npu.block_dim
-    %input_x_ub = npu.alloc_local {double_buffer} : memref<8192xf32, #npu.mem<ub>>      // input_y, dx alike
-    %xf = memref.collapse_shape %x [[0, 1]] : memref<?x?xf32> into memref<?xf32>         // y, dx alike
-    %tiles = arith.ceildivui %N, %c8192 : index
-    scf.for %t = %bid to %tiles step %nblk {
-      %off = arith.muli %t, %c8192        %size = arith.minsi %c8192, (%N - %off)
-      npu.copy %xf[%off][%size] -> %input_x_ub[0][%size]                                // input_y alike
-      grad.binary_cross_entropy_grad input_x(%x_t : memref<?xf32, strided<[1]>, #npu.mem<ub>>) ...
-          dloss(%d : memref<1xf32>) -> dx(%dx_t : memref<?xf32, strided<[1]>, #npu.mem<ub>>) {reduction = 2 : i64}
-      npu.copy %dx_ub[0][%size] -> %dxf[%off][%size]
-    }
+    %input_x_tile = npu.alloc_local {double_buffer} : memref<8192xf32, #npu.mem<ub>>   // input_y, dx alike
+    %xf = memref.collapse_shape %x [[0, 1]] : memref<?x?xf32> into memref<?xf32>      // y, dx alike
+    scf.for %tile = %bid to ceildiv(N, 8192) step %nblk {     // elements [o, o + k) of the flat arrays:
+      npu.copy %xf[o:k], %input_x_tile[:k]                     // o = 8192·tile, k = min(8192, N − o)
+      npu.copy %yf[o:k], %input_y_tile[:k]
+      grad.binary_cross_entropy_grad input_x(%input_x_tile[:k] : memref<?xf32, strided<[1]>, #npu.mem<ub>>)
+          input_y(%input_y_tile[:k] : ...) dloss(%d : memref<1xf32>) -> dx(%dx_tile[:k] : ...) {reduction = 2 : i64}
+      npu.copy %dx_tile[:k], %dxf[o:k]
+    } {tile_sizes = {n = 8192 : i64}}
 
 Operands with one value per element are tiled (choose_tile_sizes.elementwise_tiled_operands,
 which its footprint model counts); a reduced dloss, `step` and `hyperparameters` are one to six
@@ -35,6 +34,8 @@ operations on every element, so tiled and untiled results are identical bit for 
 
 from __future__ import annotations
 
+import math
+
 from xdsl.dialects import arith, memref
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
@@ -47,12 +48,14 @@ from xdsl.dialects.builtin import (
     i64,
 )
 from xdsl.ir import SSAValue
+from xdsl.rewriter import Rewriter
 
 from npugrad.dialect import ApplyFusedEmaAdamOp, BinaryCrossEntropyGradOp
-from npugrad.dialect.npu import AllocLocalOp, BlockDimOp, BlockIdxOp, CopyOp, level_of, local_type
+from npugrad.dialect.npu import AllocLocalOp, CopyOp, level_of, local_type
 from npugrad.lowering.emit import Emitter
 from npugrad.lowering.grad_to_loops.bce import lower_elements, upstream
 from npugrad.passes.choose_tile_sizes import elementwise_tiled_operands
+from npugrad.passes.tiling.blocks import block_range, record_tile_sizes, tile_sizes
 from npugrad.passes.tiling.registry import TILINGS
 from npugrad.targets import Target
 
@@ -75,7 +78,7 @@ def _flat(e: Emitter, ref: SSAValue) -> SSAValue:
                 properties={"reassociation": ArrayAttr([]), "static_output_shape": DenseArrayBase.from_list(i64, [1])},
             )
         )
-    n = DYNAMIC_INDEX if DYNAMIC_INDEX in shape else _product(shape)
+    n = DYNAMIC_INDEX if DYNAMIC_INDEX in shape else math.prod(shape)
     return e.add(
         memref.CollapseShapeOp.build(
             operands=[ref],
@@ -83,13 +86,6 @@ def _flat(e: Emitter, ref: SSAValue) -> SSAValue:
             properties={"reassociation": ArrayAttr([ArrayAttr([IntegerAttr(d, i64) for d in range(len(shape))])])},
         )
     )
-
-
-def _product(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def _row_window(e: Emitter, ref: SSAValue, row: list[SSAValue], offset: SSAValue, size: SSAValue) -> SSAValue:
@@ -127,44 +123,47 @@ def _tile_op(op: ElementwiseOp, tiles: dict[str, SSAValue]) -> ElementwiseOp:
 
 def tile_elementwise(op: ElementwiseOp, target: Target) -> None:
     names = elementwise_tiled_operands(op)
-    if any(level_of(getattr(op, name).type) is not None for name in names):
-        return  # already a tile instance on local memory
+    refs = {name: getattr(op, name) for name in names}
+    if any(level_of(r.type) is not None for r in refs.values()):
+        return  # already a tile instance, on local memory
     in_place = isinstance(op, ApplyFusedEmaAdamOp)
     reads = [n for n in names if in_place or n in op.INPUTS]
     writes = [n for n in names if n in op.OUTPUTS]
-    n = op.tiles()["n"]  # type: ignore[index]
+    mean_bce = isinstance(op, BinaryCrossEntropyGradOp) and op.prop_int("reduction") == 1
     level = target.role("vector").name
+    first = refs[names[0]]  # every tiled operand has its shape
+    shape = first.type.get_shape()
+    contiguous = all(r.type.get_num_dims() <= 1 or isinstance(r.type.layout, NoneAttr) for r in refs.values())
+    # The extent cut into tiles: all elements when contiguous, else the innermost dimension.
+    extent = (DYNAMIC_INDEX if DYNAMIC_INDEX in shape else math.prod(shape)) if contiguous else shape[-1]
+    sizes = tile_sizes(op, {"n": None if extent == DYNAMIC_INDEX else extent})
+    n = sizes["n"]
 
     e = Emitter.before(op)
-    bid = e.add(BlockIdxOp())
-    bid.name_hint = "block_idx"
-    nblk = e.add(BlockDimOp())
-    nblk.name_hint = "block_dim"
+    bid, nblk = block_range(e)
     buffers = {}
     for name in names:
-        buf = e.add(AllocLocalOp(local_type(getattr(op, name).type.element_type, [n], level), target.double_buffer))
-        buf.name_hint = f"{name}_{level}"
+        buf = e.add(AllocLocalOp(local_type(refs[name].type.element_type, [n], level), target.double_buffer))
+        buf.name_hint = f"{name}_tile"
         buffers[name] = buf
-    mean_bce = isinstance(op, BinaryCrossEntropyGradOp) and op.prop_int("reduction") == 1
     u = upstream(op, e) if mean_bce else None
-
-    refs = {name: getattr(op, name) for name in names}
-    contiguous = all(r.type.get_num_dims() <= 1 or isinstance(r.type.layout, NoneAttr) for r in refs.values())
     if contiguous:
+        outer, inner = [], e.idx(extent) if extent != DYNAMIC_INDEX else e.numel(first)
         refs = {name: _flat(e, r) for name, r in refs.items()}
-    shape = e.dims(refs[names[0]])
-    outer, inner = shape[:-1], shape[-1]
-    tile = e.idx(n)
-    per_row = e.add(arith.CeilDivUIOp(inner, tile))
+    else:
+        outer, inner = e.dims(first)[:-1], e.dim(first, len(shape) - 1)
+    per_row = e.idx(-(-extent // n)) if extent != DYNAMIC_INDEX else e.add(arith.CeilDivUIOp(inner, e.idx(n)))
+    # Tiles numbered row-major over (row of the outer dimensions, piece of the innermost).
     count = e.muli(e.product(outer), per_row) if outer else per_row
-
-    with e.loop(count, lb=bid, step=nblk) as t:
+    with e.loop(count, lb=bid, step=nblk) as tile:
+        record_tile_sizes(tile, sizes)
         row: list[SSAValue] = []
+        piece = tile
         if outer:
-            row = _delinearize(e, e.add(arith.DivUIOp(t, per_row)), outer)
-            t = e.add(arith.RemUIOp(t, per_row))
-        offset = e.muli(t, tile)
-        size = e.minsi(tile, e.subi(inner, offset))
+            row = _delinearize(e, e.add(arith.DivUIOp(tile, per_row)), outer)
+            piece = e.add(arith.RemUIOp(tile, per_row))
+        offset = e.muli(piece, e.idx(n))
+        size = e.minsi(e.idx(n), e.subi(inner, offset))
         globals_ = {name: _row_window(e, refs[name], row, offset, size) for name in names}
         locals_ = {name: e.subview(buffers[name], [0], [size]) for name in names}
         for name in reads:
@@ -175,8 +174,7 @@ def tile_elementwise(op: ElementwiseOp, target: Target) -> None:
             e.add(_tile_op(op, locals_))
         for name in writes:
             e.add(CopyOp(locals_[name], globals_[name]))
-    op.detach()
-    op.erase()
+    Rewriter.erase_op(op)
 
 
 TILINGS[BinaryCrossEntropyGradOp] = tile_elementwise
