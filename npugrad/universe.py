@@ -1,4 +1,5 @@
-"""The `xdsl.universe` entry point: plain `xdsl-opt` sees the `grad` dialect and npugrad's passes."""
+"""The `xdsl.universe` entry point: plain `xdsl-opt` sees the `grad` and `npu` dialects and
+npugrad's passes."""
 
 from xdsl.ir import Dialect
 from xdsl.universe import Universe
@@ -12,4 +13,10 @@ def _grad() -> Dialect:
     return Grad
 
 
-NPUGRAD_UNIVERSE = Universe(all_dialects={"grad": _grad}, all_passes=dict(ALL_PASSES))
+def _npu() -> Dialect:
+    from npugrad.dialect.npu import Npu
+
+    return Npu
+
+
+NPUGRAD_UNIVERSE = Universe(all_dialects={"grad": _grad, "npu": _npu}, all_passes=dict(ALL_PASSES))

@@ -6,7 +6,7 @@
     npu.copy %x_tile, %ub : memref<64x128xf32, strided<[?, 1], offset: ?>>, memref<64x128xf32, #npu.mem<ub>>
 
 A memref in `#npu.mem<level>` lives in that level of the target (its capacity is checked by
-`npugrad-check-capacity`); a memref without a memory space is in global memory.
+`check-capacity`); a memref without a memory space is in global memory.
 """
 
 from __future__ import annotations
@@ -72,11 +72,11 @@ class AllocLocalOp(IRDLOperation):
         t = self.result.type
         assert isinstance(t, MemRefType)
         if not isinstance(t.memory_space, MemorySpaceAttr):
-            raise VerifyException(f"'{self.name}' op result must be in a local memory (#npu.mem<level>), got {t}")
+            raise VerifyException(f"'{self.name}' op result must be in a local memory level (#npu.mem<level>), got {t}")
         if any(d == DYNAMIC_INDEX for d in t.get_shape()):
-            raise VerifyException(f"'{self.name}' op local buffers have a static shape, got {t}")
+            raise VerifyException(f"'{self.name}' op result must have a static shape (a local buffer has a fixed size), got {t}")
         if not isinstance(t.layout, NoneAttr):
-            raise VerifyException(f"'{self.name}' op local buffers have the identity layout, got {t}")
+            raise VerifyException(f"'{self.name}' op result must have the identity layout (a local buffer is contiguous), got {t}")
 
     def size_bytes(self) -> int:
         t = self.result.type
@@ -110,11 +110,13 @@ class CopyOp(IRDLOperation):
         s, t = self.source.type, self.target.type
         assert isinstance(s, MemRefType) and isinstance(t, MemRefType)
         if s.element_type != t.element_type:
-            raise VerifyException(f"'{self.name}' op copies between element types {s.element_type} and {t.element_type}")
+            raise VerifyException(
+                f"'{self.name}' op source and target must have the same element type, got {s.element_type} and {t.element_type}"
+            )
         if s.get_num_dims() != t.get_num_dims() or any(
             a != b and DYNAMIC_INDEX not in (a, b) for a, b in zip(s.get_shape(), t.get_shape())
         ):
-            raise VerifyException(f"'{self.name}' op source and target shapes differ: {s} and {t}")
+            raise VerifyException(f"'{self.name}' op source and target must have the same shape, got {s} and {t}")
 
     def bytes(self) -> int | None:
         """Bytes moved, when the shape is static."""

@@ -36,7 +36,10 @@ def level_usage(f: func.FuncOp, target: Target) -> dict[str, list[tuple[AllocLoc
     """level -> [(buffer, bytes it takes with its copies)], in program order."""
     usage: dict[str, list[tuple[AllocLocalOp, int]]] = {}
     for buf in (o for o in f.walk() if isinstance(o, AllocLocalOp)):
-        size, copies = footprint(buf, target)
+        try:
+            size, copies = footprint(buf, target)
+        except TargetError as e:  # a level the target does not have
+            raise PassFailure(buf, str(e)) from None
         usage.setdefault(level_of(buf.result.type), []).append((buf, size * copies))  # type: ignore[arg-type]
     return usage
 
@@ -51,10 +54,7 @@ class CheckCapacityPass(ModulePass):
         target = get(self.target)
         for f in (o for o in op.walk() if isinstance(o, func.FuncOp)):
             for level_name, buffers in level_usage(f, target).items():
-                try:
-                    level = target.level(level_name)
-                except TargetError as e:
-                    raise PassFailure(buffers[0][0], str(e)) from None
+                level = target.level(level_name)
                 if level.is_global:
                     raise PassFailure(buffers[0][0], f"local buffer in '{level_name}', the global memory of target {target.name}")
                 total = 0

@@ -1,12 +1,18 @@
-"""The tiled kernel in numbers, to compare two tilings: per memory level the local buffers and
-how full the level is, and the bytes every `npu.copy` moves between levels over the whole run.
+"""The tiled kernel in numbers, to compare two tilings (`npugrad-opt FILE --target T --report`):
 
-    npugrad-opt bce.mlir --target npu-a2 --report
+- per memory level of the target: each local buffer (its SSA name as printed, type, bytes padded
+  to the level's alignment, x2 when double-buffered) and the level's total against its capacity;
+- the bytes every `npu.copy` moves over the whole run, grouped by (source level -> target level),
+  global memory being the memrefs without a memory space; the total, the busiest block, and the
+  global traffic against the bytes of the arguments (each moved once: 1.00x). With the flops
+  fixed by the shapes, arithmetic intensity is inversely proportional to the global traffic;
+  the report gives "intensity" as argument bytes per byte of global traffic.
 
 The bytes come from interpreting the index arithmetic of each function on its static shapes: the
 tile loops run (for every block: `block_idx` = 0 .. cores-1, `block_dim` = cores) and each copy
 adds the bytes of the sizes it has at that point, so partial tiles count what they move. Where a
-size or a trip count cannot be evaluated the figure is an upper bound and says so.
+size cannot be evaluated it counts as the largest it can be and the figure is an upper bound;
+where a trip count cannot, the figure is no bound; either way the report says why.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from dataclasses import dataclass, field
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerAttr, MemRefType, ModuleOp
-from xdsl.ir import Block, Operation, SSAValue
+from xdsl.ir import Block, BlockArgument, Operation, OpResult, SSAValue
 
 from npugrad.dialect import GradOp
 from npugrad.dialect.npu import AllocLocalOp, BlockDimOp, BlockIdxOp, CopyOp, element_bytes, level_of
@@ -136,7 +142,11 @@ _BINARY: dict[str, Callable[[int, int], int]] = {
 _CASTS = ("arith.index_cast", "arith.index_castui", "arith.extsi", "arith.extui", "arith.trunci")
 # arith.cmpi predicates: eq ne slt sle sgt sge ult ule ugt uge.
 _CMP = (operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge) + (
-    operator.lt, operator.le, operator.gt, operator.ge)
+    operator.lt,
+    operator.le,
+    operator.gt,
+    operator.ge,
+)
 
 
 Step = Callable[["_Run"], None]
@@ -200,9 +210,22 @@ class _Run:
 
 
 class _Compiler:
-    def __init__(self, target: Target, moving: set[Operation]):
+    """Compiles only what the bytes moved depend on: the ops holding copies, and the slice of
+    values that copy sizes, trip counts and branch conditions are computed from (not offsets,
+    not the element loops of a tile)."""
+
+    def __init__(self, f: func.FuncOp, target: Target):
         self.global_level = target.global_level.name
-        self.moving = moving  # the ops that hold copies
+        self.moving: set[Operation] = set()
+        for copy in (o for o in f.walk() if isinstance(o, CopyOp)):
+            parent = copy.parent_op()
+            while parent is not None and parent not in self.moving:
+                self.moving.add(parent)
+                parent = parent.parent_op()
+        self.relevant = _slice(f)
+        # A loop run once for a set of inputs is replayed, not rerun: inner tile loops recur with
+        # the same bounds and sizes for every outer tile, and for every block.
+        self.memo: dict[tuple, tuple[dict[tuple[str, str], Move], set[str], list[int | None]]] = {}
 
     def body(self, block: Block) -> _Body:
         steps: list[Step] = []
@@ -210,10 +233,7 @@ class _Compiler:
         for op in block.ops:
             if op.name in ("scf.yield", "affine.yield"):
                 yields = list(op.operands)
-            elif op.regions and op not in self.moving:
-                # Nothing in it copies (the element loop of a tile, say): what it computes is moot.
-                steps.append(_unknown(op.results))
-            else:
+            elif op in self.moving or isinstance(op, CopyOp) or any(r in self.relevant for r in op.results):
                 steps.append(self.step(op))
         return _Body(steps, yields)
 
@@ -256,7 +276,9 @@ class _Compiler:
 
         def step(run: _Run) -> None:
             a, b = run.memrefs.get(src), run.memrefs.get(dst)
-            shape = tuple(x if x is not None else y for x, y in zip(a[0], b[0])) if a and b else (a or b or ((None,), 0))[0]
+            shape = (
+                tuple(x if x is not None else y for x, y in zip(a[0], b[0])) if a and b else (a or b or ((None,), 0))[0]
+            )
             size = _bytes(element, shape)
             exact = bounded = size is not None
             if size is None:
@@ -264,7 +286,8 @@ class _Compiler:
                 bounded = bool(limits)
                 size = min(limits, default=0) * element
                 run.caveats.add(
-                    "copies of sizes that could not be evaluated count as the largest tile they can be" if bounded
+                    "copies of sizes that could not be evaluated count as the largest tile they can be"
+                    if bounded
                     else f"the copy at {where} has a size that could be neither evaluated nor bounded: it counts 0 B"
                 )
             m = run.moves.setdefault(key, Move())
@@ -281,26 +304,60 @@ class _Compiler:
         iv, *args = op.regions[0].block.args
         results = list(op.results)
         unknown = f"loop at {_where(op)} has bounds that are not constants: its copies are counted once"
-        long = (f"loops of more than {FALLBACK_TRIPS} trips are counted as trips x one trip, whose copies "
-                "count as the largest tile they can be (running them all takes too long)")
+        long = (
+            f"loops of more than {FALLBACK_TRIPS} trips are counted as trips x one trip, whose copies "
+            "count as the largest tile they can be (running them all takes too long)"
+        )
+        inputs = _inputs(op, self.relevant)
+        by_block = any(isinstance(o, BlockIdxOp | BlockDimOp) for o in op.walk())
+        memo = self.memo
 
-        def step(run: _Run) -> None:
-            get = run.values.get
-            start, stop, by = get(lb), get(ub), get(step_)
-            carried = [get(v) for v in inits]
+        def execute(run: _Run, start, stop, by, carried: list[int | None]) -> list[int | None]:
             trips = None if start is None or stop is None or by is None or by <= 0 else max(0, -(-(stop - start) // by))
             if trips is None or (run.budget is None and trips > FALLBACK_TRIPS):
                 with run.repeated(trips, unknown if trips is None else long):
                     for a in (iv, *args):
                         run.values[a] = None
                     run.run(body)
-                carried = [None] * len(results)
+                return [None] * len(results)
+            for k in range(trips):
+                run.values[iv] = start + k * by
+                for a, v in zip(args, carried):
+                    run.values[a] = v
+                carried = run.run(body)
+            return carried
+
+        def step(run: _Run) -> None:
+            get = run.values.get
+            start, stop, by = get(lb), get(ub), get(step_)
+            carried = [get(v) for v in inits]
+            key = (
+                op,
+                start,
+                stop,
+                by,
+                *carried,
+                *(run.memrefs.get(v) or get(v) for v in inputs),
+                *((run.block, run.blocks) if by_block else ()),
+            )
+            if key not in memo:
+                saved = run.moves, run.caveats, run.weight, run.bounded
+                run.moves, run.caveats, run.weight, run.bounded = {}, set(), 1, True
+                try:
+                    out = execute(run, start, stop, by, carried)
+                    memo[key] = (run.moves, run.caveats, out)
+                finally:
+                    run.moves, run.caveats, run.weight, run.bounded = saved
             else:
-                for k in range(trips):
-                    run.values[iv] = start + k * by  # type: ignore[operator]
-                    for a, v in zip(args, carried):
-                        run.values[a] = v
-                    carried = run.run(body)
+                run.steps += 1
+            moves, caveats, carried = memo[key]
+            for where, m in moves.items():
+                total = run.moves.setdefault(where, Move())
+                total.bytes += m.bytes * run.weight
+                total.copies += m.copies * run.weight
+                total.exact &= m.exact
+                total.bounded &= m.bounded and run.bounded
+            run.caveats |= caveats
             for r, v in zip(results, carried):
                 run.values[r] = v
 
@@ -340,7 +397,9 @@ class _Compiler:
         collapses, of their source), the rest is unknown; regions run once, as an unknown loop."""
         source = next((v for v in op.operands if isinstance(v.type, MemRefType)), None)
         groups = op.properties.get("reassociation", op.attributes.get("reassociation"))
-        collapse = [[i.value.data for i in g.data] for g in groups.data] if op.name == "memref.collapse_shape" and groups else None  # type: ignore[attr-defined]
+        collapse = None
+        if op.name == "memref.collapse_shape" and groups is not None:
+            collapse = [[i.value.data for i in g.data] for g in groups.data]  # type: ignore[attr-defined]
         bodies = [(self.body(b), list(b.args)) for r in op.regions for b in r.blocks]
         why = f"{op.name} at {_where(op)} is not interpreted: its copies are counted once"
 
@@ -363,16 +422,6 @@ class _Compiler:
                     run.run(body)
 
         return step
-
-
-def _unknown(results) -> Step:
-    results = list(results)
-
-    def step(run: _Run) -> None:
-        for r in results:
-            run.values[r] = None
-
-    return step
 
 
 def _const(r: SSAValue, value: int | None) -> Step:
@@ -448,6 +497,55 @@ def _subview(op: Operation) -> Step:
     return step
 
 
+def _slice(f: func.FuncOp) -> set[SSAValue]:
+    """The values the bytes moved depend on: the shapes of what is copied (not where from), trip
+    counts, branch conditions, and everything those are computed from."""
+    work: list[SSAValue] = []
+    for op in f.walk():
+        if isinstance(op, CopyOp):
+            work += [op.source, op.target]
+        elif op.name == "scf.for":
+            work += op.operands[:3]
+        elif op.name == "scf.if":
+            work.append(op.operands[0])
+    seen: set[SSAValue] = set()
+    while work:
+        v = work.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        if isinstance(v, OpResult):
+            op = v.op
+            if op.name == "memref.subview":
+                work += [op.operands[0], *op.sizes]  # type: ignore[attr-defined]
+            elif op.regions:  # a result of scf.for / scf.if: what is yielded, and where it starts
+                work += list(op.operands)
+                work += [y.operands[v.index] for y in op.walk() if y.name == "scf.yield" and y.parent_op() is op]
+            else:
+                work += list(op.operands)
+        elif isinstance(v, BlockArgument) and v.index > 0 and (loop := v.block.parent_op()) and loop.name == "scf.for":
+            # An iteration argument: its start and what each trip yields. (The loop variable is
+            # its bounds, which are in the slice already.)
+            work.append(loop.operands[2 + v.index])
+            work += [y.operands[v.index - 1] for y in loop.walk() if y.name == "scf.yield" and y.parent_op() is loop]
+    return seen
+
+
+def _inputs(op: Operation, relevant: set[SSAValue]) -> list[SSAValue]:
+    """The relevant values defined outside `op` that its regions read."""
+    inside: set[SSAValue] = set()
+    for o in op.walk():
+        inside.update(o.results)
+        for region in o.regions:
+            for block in region.blocks:
+                inside.update(block.args)
+    found: dict[SSAValue, None] = {}
+    for o in op.walk():
+        if o is not op:
+            found.update((v, None) for v in o.operands if v in relevant and v not in inside)
+    return list(found)
+
+
 def _drop_units(sizes: list[int | None], want: tuple[int, ...]) -> tuple[int | None, ...] | None:
     """The sizes a rank-reducing subview keeps: it drops unit sizes the result type has no room for."""
     out: list[int | None] = []
@@ -515,13 +613,8 @@ def analyze(f: func.FuncOp, target: Target, names: dict[SSAValue, str] | None = 
 
 
 def _interpret_blocks(f: func.FuncOp, target: Target, blocks: int) -> list[_Run]:
-    moving: set[Operation] = set()
-    for copy in (o for o in f.walk() if isinstance(o, CopyOp)):
-        parent = copy.parent_op()
-        while parent is not None and parent not in moving:
-            moving.add(parent)
-            parent = parent.parent_op()
-    body = _Compiler(target, moving).body(f.body.block)
+    compiler = _Compiler(f, target)
+    body = compiler.body(f.body.block)
 
     def interpret(block: int, budget: int | None) -> _Run:
         run = _Run(block, blocks, budget)
@@ -596,7 +689,9 @@ def format_report(r: FunctionReport, target: Target) -> list[str]:
     lines.append(f"  total: {_amount(total)} in {_copies(total.copies)} ({_human(total.bytes)})")
     if blocks > 1:
         busiest = max(range(blocks), key=r.block_bytes.__getitem__)
-        lines.append(f"  busiest block: {busiest} with {_amount(Move(r.block_bytes[busiest], 0, total.exact, total.bounded))}")
+        lines.append(
+            f"  busiest block: {busiest} with {_amount(Move(r.block_bytes[busiest], 0, total.exact, total.bounded))}"
+        )
     if r.argument_bytes:
         # Flops are fixed by the shapes, so arithmetic intensity (flops per global byte) compares
         # two tilings as this ratio does.

@@ -3,6 +3,7 @@
     npugrad-opt examples/bce_grad.mlir --stage loops      # print the IR at a stage
     npugrad-opt examples/bce_grad.mlir --stage run        # compile, run on random inputs, check
     npugrad-opt bad.mlir --verify-diagnostics --split-input-file   # expected-error annotations
+    npugrad-opt examples/bce_grad.mlir --target npu-a2 --report   # tiled IR, then its numbers
 
 Errors are reported as `file:line:col: error: message` with a non-zero exit, never a traceback
 (set NPUGRAD_TRACEBACK=1 to see one for an internal error).
@@ -25,10 +26,14 @@ from xdsl.utils.exceptions import ParseError, VerifyException
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from npugrad.compiler import STAGES, CompileError, Diagnostic, Pipeline, make_context, parse, verify
+from npugrad.compiler import _located as located
+from npugrad.diagnostics import PassFailure
 from npugrad.lowering.to_llvm import LoweringError
 from npugrad.passes import ALL_PASSES
-from npugrad.runtime.executable import Executable, signatures
+from npugrad.passes.report import report as report_of
+from npugrad.runtime.executable import Executable, block_kernels, signatures
 from npugrad.runtime.jit import JitError
+from npugrad.targets import get as get_target
 from npugrad.tools import run as runner
 
 EXPECTED = re.compile(r"//\s*expected-error(?:@([+-]\d+))?\s*\{\{(.*?)\}\}")
@@ -51,6 +56,12 @@ class NpugradOptMain(xDSLOptMain):
         self.register_all_arguments(arg_parser)
         self.args = arg_parser.parse_args(args=args)
         self.ctx.allow_unregistered = self.args.allow_unregistered_dialect
+        if self.args.target is not None:
+            get_target(self.args.target)  # a malformed target file is a usage error, before any input
+        if self.args.report and self.args.target is None:
+            raise ValueError("--report needs --target (host, npu-a2 or a target file)")
+        if self.args.report and self.args.stage not in (None, "tiled"):
+            raise ValueError(f"--report reports the tiled stage, not --stage {self.args.stage}")
         self.setup_pipeline()
 
     def register_all_passes(self) -> None:
@@ -69,7 +80,10 @@ class NpugradOptMain(xDSLOptMain):
         arg_parser.add_argument(
             "--report",
             action="store_true",
-            help="after tiling, print the local-buffer footprint per memory level and the bytes moved",
+            help="print the tiled IR (implies --stage tiled; needs --target and static shapes for the "
+            "bytes) followed by its report as // comment lines, so the output still parses: per memory "
+            "level the local buffers and their total against the capacity, and the bytes moved between "
+            "levels by all blocks",
         )
         arg_parser.add_argument(
             "--stage",
@@ -90,19 +104,28 @@ class NpugradOptMain(xDSLOptMain):
     def _pipeline(self) -> Pipeline:
         return Pipeline(fuse=not self.args.no_fuse, target=self.args.target)
 
-    def output_resulting_program(self, prog) -> str:
+    def _print(self, prog) -> tuple[str, Printer]:
         out = StringIO()
-        Printer(stream=out, print_generic_format=self.args.print_op_generic,
-                print_properties_as_attributes=self.args.print_no_properties,
-                print_debuginfo=self.args.print_debuginfo).print_op(prog)
-        return out.getvalue() + "\n"
+        printer = Printer(stream=out, print_generic_format=self.args.print_op_generic,
+                          print_properties_as_attributes=self.args.print_no_properties,
+                          print_debuginfo=self.args.print_debuginfo)
+        printer.print_op(prog)
+        return out.getvalue() + "\n", printer
+
+    def output_resulting_program(self, prog) -> str:
+        return self._print(prog)[0]
 
     # -- one chunk ------------------------------------------------------------------------------
     def _process(self, text: str, name: str) -> str:
         module = parse(text, name, self.ctx)
         if self.args.passes:
-            self.pipeline.apply(self.ctx, module)
+            try:
+                self.pipeline.apply(self.ctx, module)
+            except PassFailure as e:  # located at its op, as in the stage pipeline
+                raise CompileError([located(e.op, e.message, text, name)]) from None
             verify(module, text, name)
+        if self.args.report:
+            return self._report(module)
         stage = self.args.stage
         if stage is None:
             return self.output_resulting_program(module)
@@ -111,12 +134,18 @@ class NpugradOptMain(xDSLOptMain):
         result = self._pipeline().lower(module, stage, self.ctx)
         return str(result) + "\n" if isinstance(result, str) else self.output_resulting_program(result)
 
+    def _report(self, module) -> str:
+        tiled = self._pipeline().lower(module, "tiled", self.ctx)
+        text, printer = self._print(tiled)
+        # The report names buffers as the printed IR does, including the numbers of unnamed values.
+        return text + report_of(tiled, get_target(self.args.target), printer._ssa_values)
+
     def _run(self, module) -> str:
         entry, specs, arrays, found = runner.prepare_inputs(module, self.args.entry, self.args.inputs, self.args.seed)
         sigs = signatures(module)
         start = time.perf_counter()
         llvm_ir = self._pipeline().lower(module, "llvm-ir", self.ctx)
-        executable = Executable(llvm_ir, sigs)
+        executable = Executable(llvm_ir, sigs, block_kernels(module))  # `module` is at the loops stage now
         report = runner.run(executable, entry, specs, arrays, found, time.perf_counter() - start)
         if self.args.outputs:
             np.savez(self.args.outputs, **report.outputs)

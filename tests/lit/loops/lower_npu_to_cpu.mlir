@@ -1,0 +1,94 @@
+// lower-npu-to-cpu: NPU-shaped IR on this CPU. Local buffers become memref.alloc at function
+// entry (each call, so each thread, has its own) freed before every return; copies become loop
+// nests of loads and stores; block_idx / block_dim become two trailing index arguments and the
+// function is marked npu.blocks (the runtime calls it once per block); memory spaces are erased.
+// RUN: npugrad-opt %s -p lower-npu-to-cpu | FileCheck %s
+// RUN: npugrad-opt %s -p lower-npu-to-cpu | FileCheck %s --check-prefix=ERASED
+// RUN: xdsl-opt %s -p lower-npu-to-cpu | FileCheck %s
+
+// ERASED-NOT: {{npu\.(alloc_local|copy|block_idx|block_dim)}}
+// ERASED-NOT: #npu.mem
+
+// CHECK-LABEL: func.func @kernel(
+// CHECK-SAME:      %x: memref<100xf32>, %out: memref<100xf32>, %block_idx: index, %block_dim: index) attributes {npu.blocks} {
+// CHECK-NEXT:    %ub = memref.alloc() {alignment = 64 : i64} : memref<16xf32>
+// CHECK:         scf.for %t = %block_idx to %{{.*}} step %block_dim {
+// CHECK:           %src = memref.subview %x[%{{.*}}] [%{{.*}}] [1] : memref<100xf32> to memref<?xf32, strided<[1], offset: ?>>
+// CHECK-NEXT:      %tile = memref.subview %ub[0] [%{{.*}}] [1] : memref<16xf32> to memref<?xf32, strided<[1]>>
+// The copy in: a loop over the target's size.
+// CHECK:           %[[N:.*]] = memref.dim %tile, %{{.*}} : memref<?xf32, strided<[1]>>
+// CHECK:           scf.for %[[I:.*]] = %{{.*}} to %[[N]] step %{{.*}} {
+// CHECK-NEXT:        %[[V:.*]] = memref.load %src[%[[I]]] : memref<?xf32, strided<[1], offset: ?>>
+// CHECK-NEXT:        memref.store %[[V]], %tile[%[[I]]] : memref<?xf32, strided<[1]>>
+// CHECK-NEXT:      }
+// CHECK:           %dst = memref.subview %out
+// CHECK:           scf.for %[[J:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK-NEXT:        %[[W:.*]] = memref.load %tile[%[[J]]] : memref<?xf32, strided<[1]>>
+// CHECK-NEXT:        memref.store %[[W]], %dst[%[[J]]] : memref<?xf32, strided<[1], offset: ?>>
+// CHECK-NEXT:      }
+// CHECK-NEXT:    }
+// CHECK-NEXT:    memref.dealloc %ub : memref<16xf32>
+// CHECK-NEXT:    func.return
+func.func @kernel(%x: memref<100xf32>, %out: memref<100xf32>) {
+  %c16 = arith.constant 16 : index
+  %c100 = arith.constant 100 : index
+  %bid = npu.block_idx
+  %nblk = npu.block_dim
+  %ub = npu.alloc_local {double_buffer} : memref<16xf32, #npu.mem<ub>>
+  scf.for %t = %bid to %c100 step %nblk {
+    %off = arith.muli %t, %c16 : index
+    %rest = arith.subi %c100, %off : index
+    %n = arith.minsi %c16, %rest : index
+    %src = memref.subview %x[%off] [%n] [1] : memref<100xf32> to memref<?xf32, strided<[1], offset: ?>>
+    %tile = memref.subview %ub[0] [%n] [1] : memref<16xf32, #npu.mem<ub>> to memref<?xf32, strided<[1]>, #npu.mem<ub>>
+    npu.copy %src, %tile : memref<?xf32, strided<[1], offset: ?>>, memref<?xf32, strided<[1]>, #npu.mem<ub>>
+    %dst = memref.subview %out[%off] [%n] [1] : memref<100xf32> to memref<?xf32, strided<[1], offset: ?>>
+    npu.copy %tile, %dst : memref<?xf32, strided<[1]>, #npu.mem<ub>>, memref<?xf32, strided<[1], offset: ?>>
+  }
+  func.return
+}
+
+// Without block ops: no extra arguments, no npu.blocks. Every return frees the buffers; a 2-D
+// copy is a 2-D nest; memory spaces go from argument types too. A copy of unsigned integers
+// moves them unchanged.
+// CHECK-LABEL: func.func @two_returns(
+// CHECK-SAME:      %a: memref<4x8xui8>, %flag: i1, %l1: memref<4x8xui8>) {
+// CHECK-NEXT:    %buf = memref.alloc() {alignment = 64 : i64} : memref<4x8xui8>
+// CHECK:         scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK-NEXT:      scf.for %[[J:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK-NEXT:        %[[V:.*]] = memref.load %a[%[[I]], %[[J]]] : memref<4x8xui8>
+// CHECK-NEXT:        memref.store %[[V]], %buf[%[[I]], %[[J]]] : memref<4x8xui8>
+// CHECK:         cf.cond_br %flag, ^[[EARLY:.*]], ^[[LATE:.*]]
+// CHECK-NEXT:  ^[[EARLY]]:
+// CHECK-NEXT:    memref.dealloc %buf : memref<4x8xui8>
+// CHECK-NEXT:    func.return
+// CHECK-NEXT:  ^[[LATE]]:
+// CHECK:           memref.store %{{.*}}, %l1[%{{.*}}, %{{.*}}] : memref<4x8xui8>
+// CHECK:         memref.dealloc %buf : memref<4x8xui8>
+// CHECK-NEXT:    func.return
+func.func @two_returns(%a: memref<4x8xui8>, %flag: i1, %l1: memref<4x8xui8, #npu.mem<l1>>) {
+  %buf = npu.alloc_local : memref<4x8xui8, #npu.mem<l1>>
+  npu.copy %a, %buf : memref<4x8xui8>, memref<4x8xui8, #npu.mem<l1>>
+  cf.cond_br %flag, ^early, ^late
+^early:
+  func.return
+^late:
+  npu.copy %buf, %l1 : memref<4x8xui8, #npu.mem<l1>>, memref<4x8xui8, #npu.mem<l1>>
+  func.return
+}
+
+// Only block_dim used: both arguments are added all the same (one calling convention).
+// CHECK-LABEL: func.func @only_block_dim(
+// CHECK-SAME:      %r: memref<1xindex>, %block_idx: index, %block_dim: index) attributes {npu.blocks} {
+// CHECK-NEXT:    %{{.*}} = arith.constant 0 : index
+// CHECK-NEXT:    memref.store %block_dim, %r[%{{.*}}] : memref<1xindex>
+func.func @only_block_dim(%r: memref<1xindex>) {
+  %n = npu.block_dim
+  %c0 = arith.constant 0 : index
+  memref.store %n, %r[%c0] : memref<1xindex>
+  func.return
+}
+
+// Declarations lose memory spaces too.
+// CHECK-LABEL: func.func private @external(memref<4xf32>)
+func.func private @external(memref<4xf32, #npu.mem<ub>>)

@@ -1,0 +1,56 @@
+// The npu dialect prints what it parses: every op, and #npu.mem<level> wherever a memref type
+// goes (arguments, results, views), in the custom and the generic form, and plain xdsl-opt
+// knows it (through npugrad's xdsl.universe entry point).
+// RUN: npugrad-opt %s | npugrad-opt | FileCheck %s
+// RUN: npugrad-opt %s --print-op-generic | npugrad-opt | FileCheck %s
+// RUN: npugrad-opt %s --print-op-generic | FileCheck %s --check-prefix=GENERIC
+// RUN: xdsl-opt %s | xdsl-opt | FileCheck %s
+
+// CHECK-LABEL: func.func @every_op(
+// CHECK-SAME:      %x: memref<100x64xf32>, %l1: memref<64x64xbf16, #npu.mem<l1>>)
+// CHECK-NEXT:    %bid = npu.block_idx
+// CHECK-NEXT:    %n = npu.block_dim
+// CHECK-NEXT:    %ub = npu.alloc_local {double_buffer} : memref<16x64xf32, #npu.mem<ub>>
+// CHECK-NEXT:    %acc = npu.alloc_local : memref<16x64xf32, #npu.mem<l0c>>
+// CHECK-NEXT:    %s = npu.alloc_local : memref<f16, #npu.mem<ub>>
+// CHECK:         %tile = memref.subview %x[%{{.*}}, 0] [16, 64] [1, 1] : memref<100x64xf32> to memref<16x64xf32, strided<[64, 1], offset: ?>>
+// CHECK-NEXT:    npu.copy %tile, %ub : memref<16x64xf32, strided<[64, 1], offset: ?>>, memref<16x64xf32, #npu.mem<ub>>
+// CHECK-NEXT:    npu.copy %ub, %acc : memref<16x64xf32, #npu.mem<ub>>, memref<16x64xf32, #npu.mem<l0c>>
+// CHECK-NEXT:    %rows = arith.constant 4 : index
+// CHECK-NEXT:    %part = memref.subview %ub[0, 0] [%{{.*}}, 64] [1, 1] : memref<16x64xf32, #npu.mem<ub>> to memref<?x64xf32, strided<[64, 1]>, #npu.mem<ub>>
+// CHECK-NEXT:    %dst = memref.subview %x[0, 0] [%{{.*}}, 64] [1, 1] : memref<100x64xf32> to memref<?x64xf32, strided<[64, 1]>>
+// CHECK-NEXT:    npu.copy %part, %dst : memref<?x64xf32, strided<[64, 1]>, #npu.mem<ub>>, memref<?x64xf32, strided<[64, 1]>>
+// CHECK-NEXT:    npu.copy %s, %s : memref<f16, #npu.mem<ub>>, memref<f16, #npu.mem<ub>>
+// CHECK-NEXT:    func.return
+
+// GENERIC:       %bid = "npu.block_idx"() : () -> index
+// GENERIC-NEXT:  %n = "npu.block_dim"() : () -> index
+// GENERIC-NEXT:  %ub = "npu.alloc_local"() <{double_buffer}> : () -> memref<16x64xf32, #npu.mem<ub>>
+// GENERIC-NEXT:  %acc = "npu.alloc_local"() : () -> memref<16x64xf32, #npu.mem<l0c>>
+// GENERIC:       "npu.copy"(%tile, %ub) : (memref<16x64xf32, strided<[64, 1], offset: ?>>, memref<16x64xf32, #npu.mem<ub>>) -> ()
+func.func @every_op(%x: memref<100x64xf32>, %l1: memref<64x64xbf16, #npu.mem<l1>>) {
+  %bid = npu.block_idx
+  %n = npu.block_dim
+  %ub = npu.alloc_local {double_buffer} : memref<16x64xf32, #npu.mem<ub>>
+  %acc = npu.alloc_local : memref<16x64xf32, #npu.mem<l0c>>
+  %s = npu.alloc_local : memref<f16, #npu.mem<ub>>
+  %c16 = arith.constant 16 : index
+  %row = arith.muli %bid, %c16 : index
+  %tile = memref.subview %x[%row, 0] [16, 64] [1, 1] : memref<100x64xf32> to memref<16x64xf32, strided<[64, 1], offset: ?>>
+  npu.copy %tile, %ub : memref<16x64xf32, strided<[64, 1], offset: ?>>, memref<16x64xf32, #npu.mem<ub>>
+  npu.copy %ub, %acc : memref<16x64xf32, #npu.mem<ub>>, memref<16x64xf32, #npu.mem<l0c>>
+  %rows = arith.constant 4 : index
+  %part = memref.subview %ub[0, 0] [%rows, 64] [1, 1] : memref<16x64xf32, #npu.mem<ub>> to memref<?x64xf32, strided<[64, 1]>, #npu.mem<ub>>
+  %dst = memref.subview %x[0, 0] [%rows, 64] [1, 1] : memref<100x64xf32> to memref<?x64xf32, strided<[64, 1]>>
+  npu.copy %part, %dst : memref<?x64xf32, strided<[64, 1]>, #npu.mem<ub>>, memref<?x64xf32, strided<[64, 1]>>
+  npu.copy %s, %s : memref<f16, #npu.mem<ub>>, memref<f16, #npu.mem<ub>>
+  func.return
+}
+
+// A dynamic size on one side of a copy is checked against the other side at run time.
+// CHECK-LABEL: func.func @dynamic_copy(
+// CHECK-NEXT:    npu.copy %a, %b : memref<?xi64>, memref<8xi64, #npu.mem<ub>>
+func.func @dynamic_copy(%a: memref<?xi64>, %b: memref<8xi64, #npu.mem<ub>>) {
+  npu.copy %a, %b : memref<?xi64>, memref<8xi64, #npu.mem<ub>>
+  func.return
+}

@@ -1,0 +1,101 @@
+// The npu verifier: one chunk per rule, the error at the op's line, in MLIR's `'op' op ...` form.
+// RUN: npugrad-opt %s --split-input-file --verify-diagnostics
+// RUN: npugrad-opt %s --split-input-file --verify-diagnostics | FileCheck %s
+
+// Valid edge cases print: a 0-D buffer, a copy with a dynamic size on one side.
+// CHECK-LABEL: func.func @valid
+// CHECK-NEXT:    %b = npu.alloc_local : memref<f32, #npu.mem<ub>>
+// CHECK-NEXT:    npu.copy %a, %c : memref<?x4xf32>, memref<8x4xf32, #npu.mem<l1>>
+func.func @valid(%a: memref<?x4xf32>, %c: memref<8x4xf32, #npu.mem<l1>>) {
+  %b = npu.alloc_local : memref<f32, #npu.mem<ub>>
+  npu.copy %a, %c : memref<?x4xf32>, memref<8x4xf32, #npu.mem<l1>>
+  func.return
+}
+
+// -----
+
+func.func @alloc_in_global_memory() {
+  // expected-error@+1 {{'npu.alloc_local' op result must be in a local memory level (#npu.mem<level>), got memref<16xf32>}}
+  %b = npu.alloc_local : memref<16xf32>
+  func.return
+}
+
+// -----
+
+func.func @alloc_in_another_memory_space() {
+  // expected-error@+1 {{'npu.alloc_local' op result must be in a local memory level (#npu.mem<level>), got memref<16xf32, 1 : i64>}}
+  %b = npu.alloc_local : memref<16xf32, 1>
+  func.return
+}
+
+// -----
+
+func.func @alloc_dynamic_shape() {
+  // expected-error@+1 {{'npu.alloc_local' op result must have a static shape (a local buffer has a fixed size), got memref<?x16xf32, #npu.mem<ub>>}}
+  %b = npu.alloc_local : memref<?x16xf32, #npu.mem<ub>>
+  func.return
+}
+
+// -----
+
+func.func @alloc_strided_layout() {
+  // expected-error@+1 {{'npu.alloc_local' op result must have the identity layout (a local buffer is contiguous), got memref<16x16xf32, strided<[32, 1]>, #npu.mem<ub>>}}
+  %b = npu.alloc_local : memref<16x16xf32, strided<[32, 1]>, #npu.mem<ub>>
+  func.return
+}
+
+// -----
+
+func.func @alloc_not_a_memref() {
+  // expected-error@+1 {{'npu.alloc_local' op result 'result' at position 0 does not verify}}
+  %b = "npu.alloc_local"() : () -> tensor<16xf32>
+  func.return
+}
+
+// -----
+
+func.func @copy_element_types(%a: memref<16xf32>, %b: memref<16xf16, #npu.mem<ub>>) {
+  // expected-error@+1 {{'npu.copy' op source and target must have the same element type, got f32 and f16}}
+  npu.copy %a, %b : memref<16xf32>, memref<16xf16, #npu.mem<ub>>
+  func.return
+}
+
+// -----
+
+func.func @copy_shapes(%a: memref<16x8xf32>, %b: memref<8x16xf32, #npu.mem<ub>>) {
+  // expected-error@+1 {{'npu.copy' op source and target must have the same shape, got memref<16x8xf32> and memref<8x16xf32, #npu.mem<ub>>}}
+  npu.copy %a, %b : memref<16x8xf32>, memref<8x16xf32, #npu.mem<ub>>
+  func.return
+}
+
+// -----
+
+func.func @copy_ranks(%a: memref<128xf32>, %b: memref<8x16xf32, #npu.mem<ub>>) {
+  // expected-error@+1 {{'npu.copy' op source and target must have the same shape, got memref<128xf32> and memref<8x16xf32, #npu.mem<ub>>}}
+  npu.copy %a, %b : memref<128xf32>, memref<8x16xf32, #npu.mem<ub>>
+  func.return
+}
+
+// -----
+
+func.func @copy_not_a_memref(%a: tensor<16xf32>, %b: memref<16xf32, #npu.mem<ub>>) {
+  // expected-error@+1 {{'npu.copy' op operand 'source' at position 0 does not verify}}
+  "npu.copy"(%a, %b) : (tensor<16xf32>, memref<16xf32, #npu.mem<ub>>) -> ()
+  func.return
+}
+
+// -----
+
+func.func @block_idx_not_index() {
+  // expected-error@+1 {{'npu.block_idx' op result 'result' at position 0 does not verify}}
+  %b = "npu.block_idx"() : () -> i32
+  func.return
+}
+
+// -----
+
+func.func @memory_space_not_an_identifier() {
+  // expected-error@+1 {{identifier expected (a memory level name)}}
+  %b = npu.alloc_local : memref<16xf32, #npu.mem<"ub">>
+  func.return
+}

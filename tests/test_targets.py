@@ -1,0 +1,350 @@
+"""Targets as data: the shipped npu-a2 figures, `host` read off this machine, user files, and a
+clear TargetError (naming the file and the field) for every way a file can be malformed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from npugrad.targets import TargetError, get, load
+from npugrad.targets.target import from_dict, host
+
+BIN = Path(sys.executable).parent
+KiB = 1024
+
+USER = """\
+name = "my-npu"
+cores = 4
+vector_bits = 512
+vector_registers = 8
+double_buffer = true
+
+[roles]
+vector = "vec"
+stage = "stage"
+matrix_a = "stage"
+matrix_b = "stage"
+accumulator = "vec"
+
+[[level]]
+name = "hbm"
+kind = "global"
+
+[[level]]
+name = "stage"
+capacity = "1MiB"
+alignment = 64
+unit = "mte"
+parent = "hbm"
+
+[[level]]
+name = "vec"
+capacity = 65536
+alignment = 32
+unit = "vector"
+parent = "stage"
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "t.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+# -- shipped -----------------------------------------------------------------------------------
+
+
+def test_npu_a2_figures():
+    t = get("npu-a2")
+    assert (t.name, t.cores, t.vector_bits, t.double_buffer) == ("npu-a2", 20, 2048, True)
+    assert t.global_level.name == "gm"
+    capacities = {lv.name: lv.capacity for lv in t.local_levels()}
+    assert capacities == {"l1": 512 * KiB, "l0a": 64 * KiB, "l0b": 64 * KiB, "l0c": 128 * KiB, "ub": 192 * KiB}
+    assert {lv.alignment for lv in t.local_levels()} == {32}
+    assert {lv.name: lv.unit for lv in t.local_levels()} == {
+        "l1": "mte",
+        "l0a": "cube",
+        "l0b": "cube",
+        "l0c": "cube",
+        "ub": "vector",
+    }
+    assert {lv.name: lv.parent for lv in t.local_levels()} == {
+        "l1": "gm",
+        "l0a": "l1",
+        "l0b": "l1",
+        "l0c": "gm",
+        "ub": "gm",
+    }
+    assert dict(t.roles) == {"vector": "ub", "stage": "l1", "matrix_a": "l0a", "matrix_b": "l0b", "accumulator": "l0c"}
+    assert t.role("vector").capacity == 192 * KiB
+
+
+def _sys_cache(level: int) -> int:
+    """One CPU's share of the level-`level` data cache, as /sys lists it."""
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        if int((index / "level").read_text()) == level and (index / "type").read_text().strip() != "Instruction":
+            size = (index / "size").read_text().strip()
+            factor = {"K": KiB, "M": KiB * KiB}.get(size[-1], 1)
+            shared = 0
+            for part in (index / "shared_cpu_list").read_text().strip().split(","):
+                lo, _, hi = part.partition("-")
+                shared += int(hi or lo) - int(lo) + 1
+            return int(size.rstrip("KM")) * factor // shared
+    pytest.skip(f"/sys lists no level-{level} data cache")
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        pytest.skip("no /proc/cpuinfo")
+    return next((set(line.split(":", 1)[1].split()) for line in text.splitlines() if line.startswith("flags")), set())
+
+
+def test_host_cores():
+    assert host().cores == len(os.sched_getaffinity(0))
+
+
+@pytest.mark.parametrize("level", [1, 2])
+def test_host_cache_sizes_match_sys(level):
+    assert host().level(f"l{level}").capacity == _sys_cache(level)
+
+
+def test_host_vector_width():
+    flags = _cpu_flags()
+    want = 512 if "avx512f" in flags else 256 if flags & {"avx2", "avx"} else 128
+    assert host().vector_bits == want
+
+
+def test_host_shape():
+    t = get("host")
+    assert t is host()  # read once
+    assert t.global_level.name == "dram"
+    assert [lv.name for lv in t.local_levels()] == ["l3", "l2", "l1"]
+    assert [lv.parent for lv in t.levels] == [None, "dram", "l3", "l2"]
+    assert not t.double_buffer
+
+
+# -- user files --------------------------------------------------------------------------------
+
+
+def test_user_file_round_trip(tmp_path):
+    path = write(tmp_path, USER)
+    t = load(path)
+    assert (t.name, t.cores, t.vector_bits, t.vector_registers, t.double_buffer) == ("my-npu", 4, 512, 8, True)
+    assert [(lv.name, lv.capacity, lv.alignment, lv.unit, lv.parent) for lv in t.levels] == [
+        ("hbm", None, 1, "mte", None),
+        ("stage", 1 << 20, 64, "mte", "hbm"),
+        ("vec", 65536, 32, "vector", "stage"),
+    ]
+    assert t.role("vector").name == "vec" and t.role("matrix_a").name == "stage"
+    assert t.source == str(path)
+    assert get(str(path)) == t  # a path works wherever a target name does
+    assert get(path).key() == t.key()
+
+
+@pytest.mark.parametrize(
+    "size, want",
+    [("65536", 65536), ("64KiB", 64 * KiB), ("64 kib", 64 * KiB), ("2MiB", 2 << 20), ("1GiB", 1 << 30), ("512B", 512)],
+)
+def test_size_strings(tmp_path, size, want):
+    t = load(write(tmp_path, USER.replace('capacity = "1MiB"', f'capacity = "{size}"')))
+    assert t.level("stage").capacity == want
+
+
+def test_user_target_drives_the_compiler(tmp_path):
+    path = write(tmp_path, USER)
+    mlir = write(
+        tmp_path,
+        "func.func @f(%x: memref<64xf32>, %y: memref<64xf32>, %d: memref<1xf32>, %dx: memref<64xf32>) {\n"
+        "  grad.binary_cross_entropy_grad input_x(%x : memref<64xf32>) input_y(%y : memref<64xf32>)\n"
+        "      dloss(%d : memref<1xf32>) -> dx(%dx : memref<64xf32>)\n"
+        "  func.return\n}\n",
+        "f.mlir",
+    )
+    result = subprocess.run(
+        [BIN / "npugrad-opt", mlir, "--target", path, "--report"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "// report of @f on my-npu (4 cores)" in result.stdout
+    assert "//   vec: " in result.stdout
+
+
+# -- malformed files ---------------------------------------------------------------------------
+
+MALFORMED = [
+    # (what, edit of USER, the field the message names, a piece of the message)
+    ("missing field", lambda s: s.replace("cores = 4\n", ""), "'cores'", "missing field 'cores'"),
+    (
+        "missing level field",
+        lambda s: s.replace('unit = "vector"\n', ""),
+        "'unit'",
+        "level 'vec': missing field 'unit'",
+    ),
+    ("wrong type", lambda s: s.replace("cores = 4", 'cores = "four"'), "'cores'", "must be an integer"),
+    (
+        "wrong type of a bool",
+        lambda s: s.replace("double_buffer = true", "double_buffer = 1"),
+        "'double_buffer'",
+        "must be a boolean, got 1",
+    ),
+    (
+        "capacity of the wrong type",
+        lambda s: s.replace("capacity = 65536", "capacity = 1.5"),
+        "'capacity'",
+        "must be an integer or a string, got 1.5",
+    ),
+    ("bad size string", lambda s: s.replace('"1MiB"', '"1 megabyte"'), "'capacity'", "must be a size in bytes"),
+    ("zero size", lambda s: s.replace('"1MiB"', '"0KiB"'), "'capacity'", "must be positive"),
+    (
+        "alignment not a power of two",
+        lambda s: s.replace("alignment = 64", "alignment = 48"),
+        "'alignment'",
+        "power of two, got 48",
+    ),
+    ("unknown unit", lambda s: s.replace('unit = "vector"', 'unit = "gpu"'), "'unit'", "must be one of"),
+    (
+        "unknown role",
+        lambda s: s.replace('vector = "vec"', 'vector = "vec"\nvectr = "vec"'),
+        "'vectr'",
+        "unknown role 'vectr'",
+    ),
+    ("missing role", lambda s: s.replace('accumulator = "vec"\n', ""), "'accumulator'", "[roles] needs 'accumulator'"),
+    (
+        "role naming the global level",
+        lambda s: s.replace('vector = "vec"', 'vector = "hbm"'),
+        "vector = 'hbm'",
+        "must name a local level (stage, vec)",
+    ),
+    (
+        "role naming no level",
+        lambda s: s.replace('vector = "vec"', 'vector = "l9"'),
+        "vector = 'l9'",
+        "must name a local level",
+    ),
+    ("duplicate level", lambda s: s.replace('name = "vec"', 'name = "stage"'), "'stage'", "defined twice"),
+    (
+        "two global levels",
+        lambda s: s.replace('name = "stage"\ncapacity = "1MiB"', 'name = "stage"\nkind = "global"\ncapacity = "1MiB"'),
+        'kind = "global"',
+        "exactly one level",
+    ),
+    (
+        "no global level",
+        lambda s: s.replace('[[level]]\nname = "hbm"\nkind = "global"\n\n', ""),
+        'kind = "global"',
+        "exactly one level",
+    ),
+    ("unknown kind", lambda s: s.replace('kind = "global"', 'kind = "remote"'), "'kind'", "'global' or 'local'"),
+    (
+        "level name not an identifier",
+        lambda s: s.replace('name = "vec"', 'name = "v-ec"'),
+        "'name'",
+        "must be an identifier",
+    ),
+    ("unknown parent", lambda s: s.replace('parent = "stage"', 'parent = "l2"'), "parent 'l2'", "which is not a level"),
+    ("parent cycle", lambda s: s.replace('parent = "hbm"', 'parent = "vec"'), "'parent'", "cycle"),
+    ("unknown field", lambda s: s.replace("cores = 4", "cores = 4\nclock = 3"), "clock", "unknown field"),
+    (
+        "unknown level field",
+        lambda s: s.replace("alignment = 32", "alignment = 32\nbanks = 4"),
+        "banks",
+        "unknown field",
+    ),
+    (
+        "levels not an array of tables",
+        lambda s: "level = 3\n" + s.split("[[level]]")[0],
+        "'level'",
+        "must be an array of tables",
+    ),
+    (
+        "bad vector width",
+        lambda s: s.replace("vector_bits = 512", "vector_bits = 100"),
+        "'vector_bits'",
+        "multiple of 32",
+    ),
+    ("no cores", lambda s: s.replace("cores = 4", "cores = 0"), "'cores'", ">= 1"),
+]
+
+
+@pytest.mark.parametrize("what, edit, field, message", MALFORMED, ids=[m[0] for m in MALFORMED])
+def test_malformed_file(tmp_path, what, edit, field, message):
+    text = edit(USER)
+    assert text != USER, "the edit did not apply"
+    path = write(tmp_path, text)
+    with pytest.raises(TargetError) as e:
+        load(path)
+    assert str(path) in str(e.value)
+    assert field in str(e.value)
+    assert message in str(e.value)
+
+
+def test_invalid_toml(tmp_path):
+    path = write(tmp_path, USER.replace('name = "my-npu"', "name = my-npu"))
+    with pytest.raises(TargetError, match=r"not valid TOML") as e:
+        load(path)
+    assert str(path) in str(e.value)
+
+
+def test_not_utf8(tmp_path):
+    path = tmp_path / "t.toml"
+    path.write_bytes(b'name = "\xff"\n')
+    with pytest.raises(TargetError, match=r"not UTF-8") as e:
+        load(path)
+    assert str(path) in str(e.value)
+
+
+def test_unreadable_file(tmp_path):
+    # A directory cannot be read as a file, even by root (whom file permissions do not stop).
+    with pytest.raises(TargetError, match=r"cannot read target file .*: Is a directory"):
+        get(str(tmp_path))
+    with pytest.raises(TargetError, match=r"cannot read target file .*missing.toml"):
+        load(tmp_path / "missing.toml")
+
+
+def test_unknown_target_name():
+    with pytest.raises(
+        TargetError, match=r"unknown target 'npu-z9': neither a shipped target \(host, npu-a2\) nor a file"
+    ):
+        get("npu-z9")
+
+
+def test_a_path_names_a_file_not_a_shipped_target(tmp_path):
+    path = write(tmp_path, USER, "npu-a2.toml")
+    assert get(str(path)).name == "my-npu"
+    # Not taken for a shipped name either (the shipped folder joined with an absolute path is
+    # that path: this found tmp_path/npu-a2.toml).
+    with pytest.raises(TargetError, match="unknown target"):
+        get(str(tmp_path / "npu-a2"))
+
+
+def test_from_dict_names_its_source():
+    with pytest.raises(TargetError, match=r"^<dict>: missing field 'name'"):
+        from_dict({})
+
+
+def test_driver_reports_a_malformed_target(tmp_path):
+    bad = write(tmp_path, USER.replace("alignment = 64", "alignment = 48"), "bad.toml")
+    mlir = write(tmp_path, "func.func @f() {\n  func.return\n}\n", "f.mlir")
+    result = subprocess.run(
+        [BIN / "npugrad-opt", mlir, "--target", bad, "--stage", "tiled"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip() == (
+        f"npugrad-opt: error: {bad}: level 'stage': field 'alignment' must be a power of two, got 48"
+    )
+    assert result.stdout == ""
