@@ -27,13 +27,13 @@ from npugrad.dialect import Grad
 from npugrad.dialect.npu import Npu
 from npugrad.lowering.grad_to_loops import ConvertGradToLoopsPass
 from npugrad.lowering.npu_to_cpu import LowerNpuToCpuPass
+from npugrad.lowering.to_llvm import to_llvm_dialect, to_llvm_ir
 from npugrad.passes.check_capacity import CheckCapacityPass
 from npugrad.passes.choose_tile_sizes import ChooseTileSizesPass
-from npugrad.passes.tile_for_target import TileForTargetPass
-from npugrad.targets import get as get_target
-from npugrad.lowering.to_llvm import to_llvm_dialect, to_llvm_ir
 from npugrad.passes.fuse_linear_cross_entropy_grad import FuseLinearCrossEntropyGradPass
+from npugrad.passes.tile_for_target import TileForTargetPass
 from npugrad.runtime import jit
+from npugrad.targets import get as get_target
 
 STAGES = ("grad", "fused", "tiled", "loops", "llvm-dialect", "llvm-ir", "asm")
 XDSL_STAGES = ("grad", "fused", "tiled", "loops")

@@ -27,6 +27,7 @@ from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerAttr, MemRefType, Module
 from xdsl.ir import Block, BlockArgument, Operation, OpResult, SSAValue
 
 from npugrad.dialect import GradOp
+from npugrad.dialect.checks import static_product
 from npugrad.dialect.npu import AllocLocalOp, BlockDimOp, BlockIdxOp, CopyOp, element_bytes, level_of
 from npugrad.passes.check_capacity import footprint
 from npugrad.targets import Target, TargetError
@@ -93,17 +94,10 @@ class _OverBudget(Exception):
     pass
 
 
-def _product(dims) -> int | None:
-    n = 1
-    for d in dims:
-        if d is None:
-            return None
-        n *= d
-    return n
 
 
 def _bytes(element: int, shape: tuple[int | None, ...]) -> int | None:
-    n = _product(shape)
+    n = static_product(shape)
     return None if n is None else n * element
 
 
@@ -413,7 +407,7 @@ class _Compiler:
                 if known is not None and op.name == "memref.cast" and len(known) == len(shape):
                     shape = known
                 elif known is not None and collapse is not None:
-                    shape = tuple(_product(known[i] for i in g) for g in collapse)
+                    shape = tuple(static_product(known[i] for i in g) for g in collapse)
                 run.memref(r, shape, run.bound(source) if source is not None else None)
             for body, args in bodies:
                 with run.repeated(None, why):

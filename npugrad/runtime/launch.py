@@ -20,7 +20,6 @@ from npugrad.dialect.checks import Checker, SignatureTypeError
 from npugrad.runtime.kernel import Kernel
 from npugrad.runtime.specialize import OperandClass, compile_op
 
-
 _PIPELINE: contextvars.ContextVar[Pipeline | None] = contextvars.ContextVar("npugrad_pipeline", default=None)
 
 

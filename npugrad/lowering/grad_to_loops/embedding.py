@@ -51,6 +51,24 @@ def _if(e: Emitter, cond: SSAValue | None) -> Iterator[None]:
             yield
 
 
+def count_index(e: Emitter, off: SSAValue, slot: SSAValue) -> None:
+    """Counting-sort step 1: one more index in bucket `slot` (counts live at off[slot + 2])."""
+    at = e.addi(slot, e.idx(2))
+    e.store(e.addi(e.load(off, [at]), e.idx(1)), off, [at])
+
+
+def place_index(e: Emitter, off: SSAValue, perm: SSAValue, ivs, k_dims, slot: SSAValue) -> None:
+    """Counting-sort step 3: append the flat position of `ivs` to bucket `slot` (after the
+    prefix sum, off[slot + 1] is the bucket's next free place)."""
+    flat = e.idx(0)
+    for i, (iv, size) in enumerate(zip(ivs, k_dims)):
+        flat = iv if i == 0 else e.addi(e.muli(flat, size), iv)
+    at = e.addi(slot, e.idx(1))
+    pos = e.load(off, [at])
+    e.store(flat, perm, [pos])
+    e.store(e.addi(pos, e.idx(1)), off, [at])
+
+
 def lower_embedding_dense_backward(op: EmbeddingDenseBackwardOp, e: Emitter) -> None:
     num_weights = op.prop_int("num_weights")
     padding = op.prop_int("padding_idx")
@@ -78,17 +96,10 @@ def lower_embedding_dense_backward(op: EmbeddingDenseBackwardOp, e: Emitter) -> 
                 body(ivs, e.add(arith.IndexCastOp(k, index)))
 
     def count(ivs: list[SSAValue], row: SSAValue) -> None:
-        slot = e.addi(row, e.idx(2))
-        e.store(e.addi(e.load(off, [slot]), one), off, [slot])
+        count_index(e, off, row)
 
     def place(ivs: list[SSAValue], row: SSAValue) -> None:
-        flat = e.idx(0)
-        for i, (iv, size) in enumerate(zip(ivs, k_dims)):
-            flat = iv if i == 0 else e.addi(e.muli(flat, size), iv)
-        slot = e.addi(row, one)
-        at = e.load(off, [slot])
-        e.store(flat, perm, [at])
-        e.store(e.addi(at, one), off, [slot])
+        place_index(e, off, perm, ivs, k_dims, row)
 
     # With D = 0 nothing is read or written, and num_weights need not be backed by any memory.
     with _if(e, None if g_shape[-1] is not None else e.cmpi(d, e.idx(0), "ne")):

@@ -45,7 +45,7 @@ from npugrad.dialect import EmbeddingDenseBackwardOp
 from npugrad.dialect.checks import static_product
 from npugrad.dialect.npu import AllocLocalOp, CopyOp, local_type
 from npugrad.lowering.emit import Emitter, index
-from npugrad.lowering.grad_to_loops.embedding import _delinearize, _if
+from npugrad.lowering.grad_to_loops.embedding import _delinearize, _if, count_index, place_index
 from npugrad.passes.tiling.blocks import block_range, record_tile_sizes, tile_sizes
 from npugrad.passes.tiling.registry import TILINGS
 from npugrad.targets import Target
@@ -83,17 +83,10 @@ def _own_buckets(
                     body(ivs, e.addi(e.muli(rank, c_rows), e.add(arith.RemUIOp(row, c_rows))))
 
     def count(ivs: list[SSAValue], slot: SSAValue) -> None:
-        at = e.addi(slot, e.idx(2))
-        e.store(e.addi(e.load(off, [at]), one), off, [at])
+        count_index(e, off, slot)
 
     def place(ivs: list[SSAValue], slot: SSAValue) -> None:
-        flat = e.idx(0)
-        for i, (iv, size) in enumerate(zip(ivs, k_dims)):
-            flat = iv if i == 0 else e.addi(e.muli(flat, size), iv)
-        at = e.addi(slot, one)
-        pos = e.load(off, [at])
-        e.store(flat, perm, [pos])
-        e.store(e.addi(pos, one), off, [at])
+        place_index(e, off, perm, ivs, k_dims, slot)
 
     # Counts go to off[s + 2]; the prefix sum makes off[s + 1] the start of bucket s; placing
     # advances it to the bucket's end, so bucket s is [off[s], off[s + 1]).
