@@ -9,6 +9,9 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 from conftest import FLOAT_DTYPES, assert_close
+from test_nll import _call as _nll
+from test_nll import _operands as _nll_operands
+from test_nll import _want as _nll_want
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
@@ -68,28 +71,6 @@ def assert_bits(got: np.ndarray, want: np.ndarray) -> None:
 
 NLL = "nll_loss_backward"
 NLL_OP = NLLLossBackwardOp.name
-
-
-def _nll_operands(rng, n, c, dtype, target_dtype=np.int64, reduction=1, ignore_index=-100, one_d=False):
-    per_sample = reduction == 0 and not one_d
-    shapes = {
-        "grad_output": (n,) if per_sample else (),
-        "self": (c,) if one_d else (n, c),
-        "target": () if one_d else (n,),
-        "weight": (c,),
-        "total_weight": (1,),
-    }
-    dts = dict.fromkeys(shapes, dtype) | {"target": target_dtype}
-    return harness.random_operands(NLL, shapes, dts, {"ignore_index": ignore_index}, rng)
-
-
-def _nll(a, reduction, ignore_index=-100, **kw):
-    return ops.nll_loss_backward(a["grad_output"], a["self"], a["target"], a["weight"], reduction, ignore_index,
-                                 a["total_weight"], **kw)
-
-
-def _nll_want(a, reduction, ignore_index=-100):
-    return harness.expected(NLL, a, {"reduction": reduction, "ignore_index": ignore_index})["out"]
 
 
 def _nll_tiled(a, reduction, p: Pipeline, ignore_index=-100):

@@ -51,6 +51,20 @@ def _if(e: Emitter, cond: SSAValue | None) -> Iterator[None]:
             yield
 
 
+def load_index(e: Emitter, op: EmbeddingDenseBackwardOp, ivs) -> tuple[SSAValue, SSAValue]:
+    """(indices[ivs] as an index, whether it names a row that receives gradient: inside
+    [0, num_weights) and not padding_idx)."""
+    num_weights, padding = op.prop_int("num_weights"), op.prop_int("padding_idx")
+    k = e.load(op.indices, ivs)
+    if k.type != i64:
+        k = e.add(arith.ExtSIOp(k, i64))
+    # Unsigned: a negative index is a huge unsigned one, so one compare bounds both ends.
+    valid = e.cmpi(k, e.const(num_weights, i64), "ult")
+    if 0 <= padding < num_weights:
+        valid = e.andi(valid, e.cmpi(k, e.const(padding, i64), "ne"))
+    return e.add(arith.IndexCastOp(k, index)), valid
+
+
 def count_index(e: Emitter, off: SSAValue, slot: SSAValue) -> None:
     """Counting-sort step 1: one more index in bucket `slot` (counts live at off[slot + 2])."""
     at = e.addi(slot, e.idx(2))
@@ -71,7 +85,6 @@ def place_index(e: Emitter, off: SSAValue, perm: SSAValue, ivs, k_dims, slot: SS
 
 def lower_embedding_dense_backward(op: EmbeddingDenseBackwardOp, e: Emitter) -> None:
     num_weights = op.prop_int("num_weights")
-    padding = op.prop_int("padding_idx")
     scale = op.prop_bool("scale_grad_by_freq")
     g_type, k_type, out_type = op.grad.type, op.indices.type, op.out.type
     assert isinstance(g_type, MemRefType) and isinstance(k_type, MemRefType) and isinstance(out_type, MemRefType)
@@ -85,15 +98,9 @@ def lower_embedding_dense_backward(op: EmbeddingDenseBackwardOp, e: Emitter) -> 
     def each_valid_index(body: Callable[[list[SSAValue], SSAValue], None]) -> None:
         """body(position in indices, row) for each index in [0, num_weights) other than padding_idx, in order."""
         with e.loop_nest(k_dims) as ivs:
-            k = e.load(op.indices, ivs)
-            if k.type != i64:
-                k = e.add(arith.ExtSIOp(k, i64))
-            # Unsigned: a negative index is a huge unsigned one, so one compare bounds both ends.
-            valid = e.cmpi(k, e.const(num_weights, i64), "ult")
-            if 0 <= padding < num_weights:
-                valid = e.andi(valid, e.cmpi(k, e.const(padding, i64), "ne"))
+            row, valid = load_index(e, op, ivs)
             with e.if_(valid):
-                body(ivs, e.add(arith.IndexCastOp(k, index)))
+                body(ivs, row)
 
     def count(ivs: list[SSAValue], row: SSAValue) -> None:
         count_index(e, off, row)

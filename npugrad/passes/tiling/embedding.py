@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from xdsl.dialects import arith
-from xdsl.dialects.builtin import DYNAMIC_INDEX, MemRefType, f32, i64
+from xdsl.dialects.builtin import DYNAMIC_INDEX, MemRefType, f32
 from xdsl.ir import SSAValue
 from xdsl.rewriter import Rewriter
 
@@ -45,7 +45,7 @@ from npugrad.dialect import EmbeddingDenseBackwardOp
 from npugrad.dialect.checks import static_product
 from npugrad.dialect.npu import AllocLocalOp, CopyOp, local_type
 from npugrad.lowering.emit import Emitter, index
-from npugrad.lowering.grad_to_loops.embedding import _delinearize, _if, count_index, place_index
+from npugrad.lowering.grad_to_loops.embedding import _delinearize, _if, count_index, load_index, place_index
 from npugrad.passes.tiling.blocks import block_range, record_tile_sizes, tile_sizes
 from npugrad.passes.tiling.registry import TILINGS
 from npugrad.targets import Target
@@ -58,7 +58,6 @@ def _own_buckets(
     block's rows are numbered by slot, (its tile's rank among the block's tiles)·rows + row in
     the tile; the bucket of slot s is perm[off[s]:off[s + 1]], positions in increasing order."""
     num_weights = op.prop_int("num_weights")
-    padding = op.prop_int("padding_idx")
     g_type, k_type = op.grad.type, op.indices.type
     assert isinstance(g_type, MemRefType) and isinstance(k_type, MemRefType)
     k_dims = e.dims(op.indices)
@@ -68,15 +67,8 @@ def _own_buckets(
         """body(position in indices, slot) for each index in [0, num_weights) other than
         padding_idx whose row is this block's, in order."""
         with e.loop_nest(k_dims) as ivs:
-            k = e.load(op.indices, ivs)
-            if k.type != i64:
-                k = e.add(arith.ExtSIOp(k, i64))
-            # Unsigned: a negative index is a huge unsigned one, so one compare bounds both ends.
-            valid = e.cmpi(k, e.const(num_weights, i64), "ult")
-            if 0 <= padding < num_weights:
-                valid = e.andi(valid, e.cmpi(k, e.const(padding, i64), "ne"))
+            row, valid = load_index(e, op, ivs)
             with e.if_(valid):
-                row = e.add(arith.IndexCastOp(k, index))
                 tile = e.add(arith.DivUIOp(row, c_rows))
                 with e.if_(e.cmpi(e.add(arith.RemUIOp(tile, nblk)), bid, "eq")):
                     rank = e.add(arith.DivUIOp(tile, nblk))

@@ -29,8 +29,8 @@
 // CHECK-NEXT:            %[[INB:.*]] = arith.cmpi ult, %[[K64]], %[[NW]] : i64
 // CHECK-NEXT:            %[[NOPAD:.*]] = arith.cmpi ne, %[[K64]], %[[PAD]] : i64
 // CHECK-NEXT:            %[[VALID:.*]] = arith.andi %[[INB]], %[[NOPAD]] : i1
+// CHECK-NEXT:            %[[ROW:.*]] = arith.index_cast %[[K64]] : i64 to index
 // CHECK-NEXT:            scf.if %[[VALID]] {
-// CHECK-NEXT:              %[[ROW:.*]] = arith.index_cast %[[K64]] : i64 to index
 // CHECK-NEXT:              %[[SLOT:.*]] = arith.addi %[[ROW]], %{{.*}} : index
 // CHECK-NEXT:              %[[C:.*]] = memref.load %[[OFF]][%[[SLOT]]] : memref<12xindex>
 // CHECK-NEXT:              %[[C1:.*]] = arith.addi %[[C]], %{{.*}} : index
