@@ -87,6 +87,7 @@ func.func @scaled_padded(%g: memref<?x?x?xf16>, %i: memref<?x?xi32>, %out: memre
 // CHECK:         %[[PERM:.*]] = memref.alloc() {alignment = 64 : i64} : memref<7xindex>
 // CHECK:         %[[K:.*]] = memref.load %{{.*}}[%{{.*}}] : memref<7xi64>
 // CHECK-NEXT:    arith.cmpi ult, %[[K]], %{{.*}} : i64
+// CHECK-NEXT:    arith.index_cast %[[K]] : i64 to index
 // CHECK-NEXT:    scf.if
 // CHECK:         memref.store %{{.*}}, %[[PERM]]
 // CHECK-NOT:     memref.alloc
