@@ -1,9 +1,10 @@
 """The stage ladder: every stage of the pipeline can be reached, printed and fed back in.
 
-    grad ──fuse-linear-cross-entropy-grad──▶ fused ──convert-grad-to-loops, convert-linalg-to-loops──▶
-    loops ──upstream MLIR──▶ llvm-dialect ──translate──▶ llvm-ir ──llvmlite O3──▶ asm / JIT ──▶ run
+    grad ──fuse-linear-cross-entropy-grad──▶ fused ──tile-for-target──▶ tiled ──vectorize-contractions──▶
+    vectorized ──convert-grad-to-loops, convert-linalg-to-loops──▶ loops ──upstream MLIR──▶
+    llvm-dialect ──translate──▶ llvm-ir ──llvmlite O3──▶ asm / JIT ──▶ run
 
-`grad`, `fused` and `loops` are xDSL modules; from `llvm-dialect` on the IR is text produced by the
+`grad` to `loops` are xDSL modules; from `llvm-dialect` on the IR is text produced by the
 upstream MLIR bindings and llvmlite. Errors carry source locations (`file:line:col: error: ...`).
 """
 
@@ -32,11 +33,12 @@ from npugrad.passes.check_capacity import CheckCapacityPass
 from npugrad.passes.choose_tile_sizes import ChooseTileSizesPass
 from npugrad.passes.fuse_linear_cross_entropy_grad import FuseLinearCrossEntropyGradPass
 from npugrad.passes.tile_for_target import TileForTargetPass
+from npugrad.passes.vectorize_contractions import VectorizeContractionsPass
 from npugrad.runtime import jit
 from npugrad.targets import get as get_target
 
-STAGES = ("grad", "fused", "tiled", "loops", "llvm-dialect", "llvm-ir", "asm")
-XDSL_STAGES = ("grad", "fused", "tiled", "loops")
+STAGES = ("grad", "fused", "tiled", "vectorized", "loops", "llvm-dialect", "llvm-ir", "asm")
+XDSL_STAGES = ("grad", "fused", "tiled", "vectorized", "loops")
 
 
 @dataclass(frozen=True)
@@ -176,13 +178,16 @@ class Pipeline:
 
         grad ─(choose-tile-sizes)─ fuse-linear-cross-entropy-grad ─▶ fused
              ─ tile-for-target, check-capacity ─▶ tiled
+             ─ vectorize-contractions ─▶ vectorized
              ─ convert-grad-to-loops, convert-linalg-to-loops, lower-npu-to-cpu ─▶ loops
 
-    Without a `target` nothing is tiled (`tiled` is `fused`). `fuse=False` keeps the linear
+    Without a `target` nothing is tiled (`tiled` is `fused`) and contractions are vectorised for
+    the host; `vectorize=False` leaves them to the scalar loops. `fuse=False` keeps the linear
     cross-entropy gradient unfused: it then reaches `loops` through its reference lowering."""
 
     fuse: bool = True
     target: str | None = None  # "host", a shipped target's name, or a target file
+    vectorize: bool = True
     fused_passes: list[ModulePass] = field(default_factory=lambda: [FuseLinearCrossEntropyGradPass()])
     loops_passes: list[ModulePass] = field(
         default_factory=lambda: [ConvertGradToLoopsPass(), ConvertLinalgToLoopsPass(), LowerNpuToCpuPass()]
@@ -191,7 +196,7 @@ class Pipeline:
     def key(self) -> tuple:
         """Identifies the pipeline in compile caches."""
         target = get_target(self.target).key() if self.target is not None else None
-        return (self.fuse, target, *(repr(p) for p in (*self.fused_passes, *self.loops_passes)))
+        return (self.fuse, target, self.vectorize, *(repr(p) for p in (*self.fused_passes, *self.loops_passes)))
 
     def passes_to(self, stage: str) -> list[ModulePass]:
         order = XDSL_STAGES.index(stage)
@@ -203,12 +208,14 @@ class Pipeline:
                 passes += self.fused_passes
         if order >= XDSL_STAGES.index("tiled") and self.target is not None:
             passes += [TileForTargetPass(self.target), CheckCapacityPass(self.target)]
+        if order >= XDSL_STAGES.index("vectorized") and self.vectorize:
+            passes.append(VectorizeContractionsPass(self.target or "host"))
         if order >= XDSL_STAGES.index("loops"):
             passes += self.loops_passes
         return passes
 
     def to_xdsl_stage(self, module: ModuleOp, stage: str, ctx: Context | None = None) -> ModuleOp:
-        """Run the xDSL passes in place up to `stage` (`grad`, `fused`, `tiled` or `loops`)."""
+        """Run the xDSL passes in place up to `stage` (one of XDSL_STAGES)."""
         ctx = ctx or make_context()
         for p in self.passes_to(stage):
             try:

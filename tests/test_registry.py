@@ -18,6 +18,7 @@ PASSES = [
     "fuse-linear-cross-entropy-grad",
     "tile-for-target",
     "check-capacity",
+    "vectorize-contractions",
     "convert-grad-to-loops",
     "lower-npu-to-cpu",
 ]

@@ -19,6 +19,7 @@ from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     AffineMapAttr,
     ArrayAttr,
+    DenseIntOrFPElementsAttr,
     FloatAttr,
     IndexType,
     IntegerAttr,
@@ -28,6 +29,7 @@ from xdsl.dialects.builtin import (
     StringAttr,
     UnknownLoc,
     UnrealizedConversionCastOp,
+    VectorType,
     f32,
     i1,
 )
@@ -94,7 +96,9 @@ class Emitter:
     def const(self, value: int | float | bool, type_: Attribute) -> SSAValue:
         key = (value, str(type_))
         if key not in self._consts:
-            if isinstance(type_, IntegerType | IndexType):
+            if isinstance(type_, VectorType):
+                attr = DenseIntOrFPElementsAttr.from_list(type_, [value])  # a splat
+            elif isinstance(type_, IntegerType | IndexType):
                 attr = IntegerAttr(int(value), type_)
             else:
                 attr = FloatAttr(float(value), type_)

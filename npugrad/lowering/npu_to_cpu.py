@@ -79,7 +79,17 @@ class LowerNpuToCpuPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for f in [o for o in op.walk() if isinstance(o, func.FuncOp) and not o.is_declaration]:
             _lower_function(f)
-        PatternRewriteWalker(_EraseMemorySpace(recursive=True)).rewrite_module(op)
+        # Rewriting every op's types is slow on large modules: only do it when a level is named.
+        if any(_in_local_level(v) for o in op.walk() for v in (*o.results, *_block_args(o))):
+            PatternRewriteWalker(_EraseMemorySpace(recursive=True)).rewrite_module(op)
+
+
+def _block_args(op: Operation):
+    return (a for r in op.regions for b in r.blocks for a in b.args)
+
+
+def _in_local_level(value) -> bool:
+    return isinstance(value.type, MemRefType) and isinstance(value.type.memory_space, MemorySpaceAttr)
 
 
 def uses_blocks(op: Operation) -> bool:

@@ -19,6 +19,8 @@ TO_LLVM_PASSES = (
     "convert-math-to-llvm",
     "expand-strided-metadata",
     "lower-affine",
+    # The micro-kernels of vectorize-contractions: vector loads, stores, masks and FMAs.
+    "convert-vector-to-llvm",
     "finalize-memref-to-llvm",
     "convert-arith-to-llvm",
     "convert-index-to-llvm",

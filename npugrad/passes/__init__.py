@@ -37,6 +37,12 @@ def _check_capacity() -> type[ModulePass]:
     return CheckCapacityPass
 
 
+def _vectorize_contractions() -> type[ModulePass]:
+    from npugrad.passes.vectorize_contractions import VectorizeContractionsPass
+
+    return VectorizeContractionsPass
+
+
 def _lower_npu_to_cpu() -> type[ModulePass]:
     from npugrad.lowering.npu_to_cpu import LowerNpuToCpuPass
 
@@ -48,6 +54,7 @@ ALL_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "fuse-linear-cross-entropy-grad": _fuse_linear_cross_entropy_grad,
     "tile-for-target": _tile_for_target,
     "check-capacity": _check_capacity,
+    "vectorize-contractions": _vectorize_contractions,
     "convert-grad-to-loops": _convert_grad_to_loops,
     "lower-npu-to-cpu": _lower_npu_to_cpu,
 }

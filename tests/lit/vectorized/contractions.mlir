@@ -1,0 +1,135 @@
+// vectorize-contractions: a contraction linalg.generic becomes a register-blocked micro-kernel.
+// With 32 registers of 16 float32 lanes (Inputs/zmm.toml) the block is 6 rows x 4 vectors: 24
+// accumulators loaded once, carried through the reduction loop, stored once. The reduction runs
+// in chunks of 192 steps: 192 rows of 64 float32 columns of B fill the 48 KiB L1.
+// RUN: npugrad-opt %s -p 'vectorize-contractions{target="%S/Inputs/zmm.toml"}' | FileCheck %s
+// A target without vector registers keeps its contractions as they are.
+// RUN: npugrad-opt %s -p 'vectorize-contractions{target=npu-a2}' | FileCheck %s --check-prefix=NPU
+// In the pipeline: the stage after `tiled`, every GEMM of the fused nest vectorised for the host.
+// RUN: npugrad-opt %examples/flce_grad_fused.mlir --stage vectorized | FileCheck %s --check-prefix=STAGE
+
+// CHECK-LABEL: func.func @gemm
+// CHECK-DAG:     %[[C0:.*]] = arith.constant 0 : index
+// CHECK-DAG:     %[[WIDE:.*]] = arith.constant 64 : index
+// CHECK-DAG:     %[[MR:.*]] = arith.constant 6 : index
+// CHECK-DAG:     %[[LANES:.*]] = arith.constant 16 : index
+// CHECK-DAG:     %[[KC:.*]] = arith.constant 192 : index
+// CHECK:         scf.for %[[K0:.*]] = %[[C0]] to %{{.*}} step %[[KC]] {
+// CHECK-NEXT:      %[[K0_KC:.*]] = arith.addi %[[K0]], %[[KC]] : index
+// CHECK-NEXT:      %[[K1:.*]] = arith.minsi %[[K0_KC]], %{{.*}} : index
+// CHECK:           scf.for %[[J:.*]] = %[[C0]] to %{{.*}} step %[[WIDE]] {
+// CHECK:             scf.for %[[I:.*]] = %[[C0]] to %{{.*}} step %[[MR]] {
+// CHECK-COUNT-24:    vector.load %c[%{{.*}}, %{{.*}}] : memref<?x?xf32>, vector<16xf32>
+// CHECK-NEXT:        %sum, {{.*}}, %sum_23 = scf.for %[[K:.*]] = %[[K0]] to %[[K1]] step %{{.*}} iter_args(%acc = {{.*}}, %acc_23 = {{.*}}) -> (vector<16xf32>{{.*}}) {
+// CHECK-COUNT-4:       vector.load %b[%[[K]], %{{.*}}] : memref<?x?xf32>, vector<16xf32>
+// CHECK-NEXT:          %[[A:.*]] = memref.load %a[%[[I]], %[[K]]] : memref<?x?xf32>
+// CHECK-NEXT:          %[[AV:.*]] = vector.broadcast %[[A]] : f32 to vector<16xf32>
+// CHECK-COUNT-4:       vector.fma %[[AV]], %{{.*}}, %{{.*}} : vector<16xf32>
+// CHECK-COUNT-5:       vector.broadcast
+// CHECK:               scf.yield
+// CHECK-COUNT-24:    vector.store %{{.*}}, %c[%{{.*}}, %{{.*}}] : memref<?x?xf32>, vector<16xf32>
+// CHECK-NEXT:        }
+// The rows left over (M mod 6) in blocks of 4, 2 and 1 rows.
+// CHECK:           scf.if
+// CHECK-COUNT-16:    vector.load %c
+// CHECK:           scf.if
+// CHECK-COUNT-8:     vector.load %c
+// CHECK:           scf.if
+// CHECK-COUNT-4:     vector.load %c
+// The columns left over, one vector at a time, masked to the columns left.
+// CHECK:         scf.for %[[J1:.*]] = %{{.*}} to %{{.*}} step %[[LANES]] {
+// CHECK:           %[[LEFT:.*]] = arith.subi %{{.*}}, %[[J1]] : index
+// CHECK-NEXT:      %[[MASK:.*]] = vector.create_mask %[[LEFT]] : vector<16xi1>
+// CHECK:           vector.maskedload %c[%{{.*}}, %[[J1]]], %[[MASK]], %{{.*}} : memref<?x?xf32>, vector<16xi1>, vector<16xf32> into vector<16xf32>
+// CHECK:           vector.fma
+// CHECK:           vector.maskedstore %c[%{{.*}}, %[[J1]]], %[[MASK]], %{{.*}} : memref<?x?xf32>, vector<16xi1>, vector<16xf32>
+// CHECK-NOT:     linalg.generic
+// CHECK:         func.return
+
+// bfloat16 operands widen to float32 as they are loaded; A is read transposed (A[k, i]).
+// CHECK-LABEL: func.func @gemm_bf16_transposed_lhs
+// CHECK:         scf.for %[[K:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(
+// CHECK:           %[[B:.*]] = vector.load %b[%[[K]], %{{.*}}] : memref<64x100xbf16>, vector<16xbf16>
+// CHECK-NEXT:      arith.extf %[[B]] : vector<16xbf16> to vector<16xf32>
+// CHECK:           %[[A:.*]] = memref.load %a[%[[K]], %{{.*}}] : memref<64x50xbf16>
+// CHECK-NEXT:      %[[AF:.*]] = arith.extf %[[A]] : bf16 to f32
+// CHECK-NEXT:      vector.broadcast %[[AF]] : f32 to vector<16xf32>
+// CHECK-NOT:     linalg.generic
+// CHECK:         func.return
+
+// float16 A is broadcast first, then widened as a vector (one vcvtph2ps).
+// CHECK-LABEL: func.func @gemm_f16
+// CHECK:         %[[A:.*]] = memref.load %a[%{{.*}}, %{{.*}}] : memref<50x64xf16>
+// CHECK-NEXT:    %[[AH:.*]] = vector.broadcast %[[A]] : f16 to vector<16xf16>
+// CHECK-NEXT:    arith.extf %[[AH]] : vector<16xf16> to vector<16xf32>
+
+// Not a multiply-accumulate: left alone.
+// CHECK-LABEL: func.func @not_a_contraction
+// CHECK:         linalg.generic
+// CHECK-NOT:     vector.fma
+
+// NPU-LABEL: func.func @gemm
+// NPU:         linalg.generic
+// NPU-NOT:     vector.
+
+// STAGE-LABEL: func.func @flce
+// STAGE-NOT:     linalg.generic
+// STAGE:         math.exp
+// STAGE:         vector.fma %{{.*}}, %{{.*}}, %{{.*}} : vector<{{[0-9]+}}xf32>
+// STAGE-NOT:     linalg.generic
+
+func.func @gemm(%a: memref<?x?xf32>, %b: memref<?x?xf32>, %c: memref<?x?xf32>) {
+  linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d1, d2)>,
+                                   affine_map<(d0, d1, d2) -> (d0, d2)>],
+                  iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%a, %b : memref<?x?xf32>, memref<?x?xf32>) outs(%c : memref<?x?xf32>) {
+  ^bb0(%x: f32, %y: f32, %z: f32):
+    %p = arith.mulf %x, %y : f32
+    %s = arith.addf %z, %p : f32
+    linalg.yield %s : f32
+  }
+  func.return
+}
+
+func.func @gemm_bf16_transposed_lhs(%a: memref<64x50xbf16>, %b: memref<64x100xbf16>, %c: memref<50x100xf32>) {
+  linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d1, d0)>, affine_map<(d0, d1, d2) -> (d1, d2)>,
+                                   affine_map<(d0, d1, d2) -> (d0, d2)>],
+                  iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%a, %b : memref<64x50xbf16>, memref<64x100xbf16>) outs(%c : memref<50x100xf32>) {
+  ^bb0(%x: bf16, %y: bf16, %z: f32):
+    %xf = arith.extf %x : bf16 to f32
+    %yf = arith.extf %y : bf16 to f32
+    %p = arith.mulf %xf, %yf : f32
+    %s = arith.addf %z, %p : f32
+    linalg.yield %s : f32
+  }
+  func.return
+}
+
+func.func @gemm_f16(%a: memref<50x64xf16>, %b: memref<64x100xf16>, %c: memref<50x100xf32>) {
+  linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d1, d2)>,
+                                   affine_map<(d0, d1, d2) -> (d0, d2)>],
+                  iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%a, %b : memref<50x64xf16>, memref<64x100xf16>) outs(%c : memref<50x100xf32>) {
+  ^bb0(%x: f16, %y: f16, %z: f32):
+    %xf = arith.extf %x : f16 to f32
+    %yf = arith.extf %y : f16 to f32
+    %p = arith.mulf %xf, %yf : f32
+    %s = arith.addf %z, %p : f32
+    linalg.yield %s : f32
+  }
+  func.return
+}
+
+func.func @not_a_contraction(%a: memref<?x?xf32>, %b: memref<?x?xf32>, %c: memref<?x?xf32>) {
+  linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d1, d2)>,
+                                   affine_map<(d0, d1, d2) -> (d0, d2)>],
+                  iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%a, %b : memref<?x?xf32>, memref<?x?xf32>) outs(%c : memref<?x?xf32>) {
+  ^bb0(%x: f32, %y: f32, %z: f32):
+    %p = arith.mulf %x, %y : f32
+    %s = arith.maximumf %z, %p : f32
+    linalg.yield %s : f32
+  }
+  func.return
+}
