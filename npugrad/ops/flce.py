@@ -49,7 +49,10 @@ def fused_linear_cross_entropy_loss_grad(
 
 def _check_targets(target_mask: np.ndarray, masked_target: np.ndarray, bt: int, v: int) -> None:
     """0 ≤ masked_target[t] < V on every row whose target is in this shard (the device faults)."""
-    rows = np.flatnonzero(unpack_target_mask(target_mask, bt) == 0)
+    if target_mask.dtype == np.bool_:  # as unpack_target_mask reads it, without its float copy
+        rows = np.flatnonzero(~target_mask)
+    else:
+        rows = np.flatnonzero(unpack_target_mask(target_mask, bt) == 0)
     targets = masked_target[rows].astype(np.int64)
     bad = np.flatnonzero((targets < 0) | (targets >= v))
     if bad.size:

@@ -2,20 +2,26 @@
 
 Each argument is checked against the memref type it binds to (dtype, rank, static sizes, and
 layout: an identity-layout memref needs a C-contiguous array, a strided one takes any strides).
-The descriptors are built by the MLIR bindings' own `runtime` module; the call goes through
-ctypes, which releases the GIL while the kernel runs.
+Each memref is passed as its descriptor (MLIR's C interface: allocated and aligned pointers,
+offset, sizes, strides in elements), built as one ctypes array of 64-bit words per argument: the
+bindings' `runtime.get_ranked_memref_descriptor` builds a Structure class per call, which cost
+more than the rest of a call. The call goes through ctypes, which releases the GIL while the
+kernel runs.
 """
 
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from npugrad.lowering.mlir_bindings import runtime
 from npugrad.runtime import pool
+
+# Pointers, offsets, sizes and strides are all 64-bit on the hosts the JIT targets.
+_WORD = ctypes.c_int64
+assert ctypes.sizeof(ctypes.c_void_p) == ctypes.sizeof(_WORD)
 
 
 class ArgumentError(ValueError):
@@ -31,29 +37,41 @@ class MemRefSpec:
     shape: tuple[int | None, ...]
     strides: tuple[int | None, ...] | None  # None: identity layout (C-contiguous)
 
+    def __post_init__(self) -> None:
+        # The static sizes and strides by axis, so that a call compares only those.
+        object.__setattr__(self, "_static_shape", tuple((i, s) for i, s in enumerate(self.shape) if s is not None))
+        strides = self.strides or ()
+        object.__setattr__(self, "_static_strides", tuple((i, s) for i, s in enumerate(strides) if s is not None))
+
     def check(self, kernel: str, array: np.ndarray) -> None:
-        where = f"{kernel}: argument '{self.name}'"
         if not isinstance(array, np.ndarray):
-            raise ArgumentError(f"{where} must be a numpy array, got {type(array).__name__}")
+            raise ArgumentError(f"{kernel}: argument '{self.name}' must be a numpy array, got {type(array).__name__}")
         if array.dtype != self.dtype:
-            raise ArgumentError(f"{where} must have dtype {self.dtype}, got {array.dtype}")
-        if array.ndim != len(self.shape) or any(
-            s is not None and s != a for s, a in zip(self.shape, array.shape)
-        ):
+            raise ArgumentError(f"{kernel}: argument '{self.name}' must have dtype {self.dtype}, got {array.dtype}")
+        shape = array.shape
+        if len(shape) != len(self.shape) or (self._static_shape and any(shape[i] != s for i, s in self._static_shape)):
             want = tuple("?" if s is None else s for s in self.shape)
-            raise ArgumentError(f"{where} must have shape {want}, got {array.shape}")
-        if any(s % array.itemsize for s in array.strides):
-            raise ArgumentError(f"{where} has strides that are not a multiple of its element size")
+            raise ArgumentError(f"{kernel}: argument '{self.name}' must have shape {want}, got {shape}")
+        itemsize = array.itemsize
+        strides = array.strides
+        for stride in strides:
+            if stride % itemsize:
+                raise ArgumentError(
+                    f"{kernel}: argument '{self.name}' has strides that are not a multiple of its element size"
+                )
         if self.strides is None:
             if not array.flags.c_contiguous:
                 raise ArgumentError(
-                    f"{where} is not C-contiguous, and the kernel was compiled for contiguous memory"
+                    f"{kernel}: argument '{self.name}' is not C-contiguous, and the kernel was compiled for "
+                    "contiguous memory"
                 )
-        elif array.size > 1 and any(
-            s is not None and s != a // array.itemsize and n > 1
-            for s, a, n in zip(self.strides, array.strides, array.shape)
+        elif self._static_strides and array.size > 1 and any(
+            s != strides[i] // itemsize and shape[i] > 1 for i, s in self._static_strides
         ):
-            raise ArgumentError(f"{where} has strides {array.strides} (bytes); the kernel expects {self.strides} (elements)")
+            raise ArgumentError(
+                f"{kernel}: argument '{self.name}' has strides {strides} (bytes); the kernel expects "
+                f"{self.strides} (elements)"
+            )
 
 
 class Kernel:
@@ -70,16 +88,24 @@ class Kernel:
         address = jit.address(f"_mlir_ciface_{name}")
         extra = [ctypes.c_int64, ctypes.c_int64] if blocks else []
         self._fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(self.args), *extra)(address)
+        self._descriptors = [(_WORD * (3 + 2 * len(spec.shape)), spec.dtype.itemsize) for spec in self.args]
 
     def __call__(self, *arrays: np.ndarray, threads: int | None = None) -> None:
+        self.bind(*arrays, threads=threads)()
+
+    def bind(self, *arrays: np.ndarray, threads: int | None = None) -> Callable[[], None]:
+        """Check the arrays and build their descriptors once; the result runs the machine code
+        alone (what benchmarks time as "the kernel itself")."""
         if len(arrays) != len(self.args):
             raise ArgumentError(f"{self.name}: expected {len(self.args)} arrays, got {len(arrays)}")
         for spec, array in zip(self.args, arrays):
             spec.check(self.name, array)
-        descriptors = [runtime.get_ranked_memref_descriptor(a) for a in arrays]
-        pointers = [ctypes.addressof(d) for d in descriptors]
+        descriptors = []
+        for (words, itemsize), array in zip(self._descriptors, arrays):
+            data = array.ctypes.data
+            descriptors.append(words(data, data, 0, *array.shape, *[s // itemsize for s in array.strides]))
+        fn = self._fn
         if not self.blocks:
-            self._fn(*pointers)
-            return
+            return lambda: fn(*descriptors)
         n = threads or pool.threads()
-        pool.run_blocks(lambda block: self._fn(*pointers, block, n), n)
+        return lambda: pool.run_blocks(lambda block: fn(*descriptors, block, n), n)

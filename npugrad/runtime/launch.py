@@ -18,7 +18,7 @@ from npugrad.compiler import Pipeline
 from npugrad.dialect import GradOp
 from npugrad.dialect.checks import Checker, SignatureTypeError
 from npugrad.runtime.kernel import Kernel
-from npugrad.runtime.specialize import OperandClass, compile_op
+from npugrad.runtime.specialize import OperandClass, compile_op, dtype_name
 
 _PIPELINE: contextvars.ContextVar[Pipeline | None] = contextvars.ContextVar("npugrad_pipeline", default=None)
 
@@ -72,7 +72,7 @@ def check(
         f"{op_cls.short_name()}:",
         "parameter",
         {k: v.shape for k, v in present.items()},
-        {k: str(v.dtype) for k, v in present.items()},
+        {k: dtype_name(v.dtype) for k, v in present.items()},
         full,
         display,
     )
@@ -121,6 +121,10 @@ class Call:
             self.value_check()
         self.kernel(*self._ordered)
         return self.result
+
+    def bind(self) -> Callable[[], None]:
+        """The kernel bound to this call's arrays, without the value checks: the machine code alone."""
+        return self.kernel.bind(*self._ordered)
 
 
 def two_phase(plan: Callable[..., Call]) -> Callable:

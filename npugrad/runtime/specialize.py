@@ -40,10 +40,24 @@ class OperandClass:
     shape: tuple[int | None, ...]  # None: dynamic
     strided: bool  # any strides (else C-contiguous)
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.dtype, self.shape, self.strided)))
+
+    def __hash__(self) -> int:
+        # Every cached call hashes its operands' classes in the cache key.
+        return self._hash
+
     @classmethod
     def of(cls, array: np.ndarray, static: bool) -> OperandClass:
-        shape = tuple(array.shape) if static else (None,) * array.ndim
-        return cls(str(array.dtype), shape, not array.flags.c_contiguous)
+        strided = not array.flags.c_contiguous
+        if static:
+            return cls(dtype_name(array.dtype), tuple(array.shape), strided)
+        # Dynamic classes are few and built on every API call: reuse them.
+        key = (array.dtype, array.ndim, strided)
+        found = _DYNAMIC_CLASSES.get(key)
+        if found is None:
+            found = _DYNAMIC_CLASSES[key] = cls(dtype_name(array.dtype), (None,) * array.ndim, strided)
+        return found
 
     def memref_type(self) -> MemRefType:
         shape = [DYNAMIC_INDEX if d is None else d for d in self.shape]
@@ -51,6 +65,18 @@ class OperandClass:
         if self.strided and shape:
             return MemRefType(element, shape, StridedLayoutAttr([None] * len(shape), None))
         return MemRefType(element, shape)
+
+
+_DYNAMIC_CLASSES: dict[tuple[np.dtype, int, bool], OperandClass] = {}
+_DTYPE_NAMES: dict[np.dtype, str] = {}
+
+
+def dtype_name(dtype: np.dtype) -> str:
+    """str(dtype), memoised: numpy computes the name afresh on every call."""
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype)
+    return name
 
 
 def _property(value: int | float | bool, declared: Attribute | None) -> Attribute:
@@ -84,6 +110,18 @@ def build_module(
 
 _CACHE: dict[tuple, Kernel] = {}
 _LOCK = threading.Lock()
+_DEFAULT_PIPELINE: tuple[Pipeline, tuple] | None = None
+
+
+def _pipeline_and_key(pipeline: Pipeline | None) -> tuple[Pipeline, tuple]:
+    # The default pipeline's key is rebuilt from pass reprs otherwise: compute it once.
+    global _DEFAULT_PIPELINE
+    if pipeline is not None:
+        return pipeline, pipeline.key()
+    if _DEFAULT_PIPELINE is None:
+        default = Pipeline()
+        _DEFAULT_PIPELINE = (default, default.key())
+    return _DEFAULT_PIPELINE
 
 
 def compile_op(
@@ -94,8 +132,9 @@ def compile_op(
 ) -> Kernel:
     """The kernel for this specialisation, compiled on first use. Its arguments are the present
     operands in the op's operand order."""
-    pipeline = pipeline or Pipeline()
-    key = (op_cls, tuple(sorted(operands.items())), tuple(sorted(props.items())), pipeline.key())
+    pipeline, pipeline_key = _pipeline_and_key(pipeline)
+    # Unsorted: the API builds these mappings in a fixed order; another order only costs a compile.
+    key = (op_cls, tuple(operands.items()), tuple(props.items()), pipeline_key)
     kernel = _CACHE.get(key)
     if kernel is not None:
         return kernel

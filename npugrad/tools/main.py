@@ -1,8 +1,10 @@
-"""The `npugrad` command: `npugrad demo` compiles every op, runs it and checks it against the reference."""
+"""The `npugrad` command: `npugrad demo` compiles every op, runs it and checks it against the reference;
+`npugrad bench` times every op against NumPy and PyTorch (bench/ops.py, from a source checkout)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -12,11 +14,31 @@ def main(argv: Sequence[str] | None = None) -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="compile, run and check every op (every mode and dtype)")
     demo.add_argument("--seed", type=int, default=None, help="fix the random inputs (default: fresh ones)")
+    bench = sub.add_parser("bench", help="time every op against NumPy and PyTorch (bench/ops.py)")
+    ops_bench = _bench_module()
+    if ops_bench is not None:
+        ops_bench.add_arguments(bench)
     args = parser.parse_args(argv)
+    if args.command == "bench":
+        if ops_bench is None:
+            sys.exit("npugrad bench: needs a source checkout (bench/ops.py next to the npugrad package)")
+        ops_bench.run(args)
     if args.command == "demo":
         from npugrad.tools.demo import run_demo
 
         sys.exit(0 if run_demo(seed=args.seed) else 1)
+
+
+def _bench_module():
+    """bench/ops.py of the checkout this package was installed from (it is not packaged)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if not os.path.isfile(os.path.join(root, "bench", "ops.py")):
+        return None
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from bench import ops
+
+    return ops
 
 
 if __name__ == "__main__":

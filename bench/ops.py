@@ -1,0 +1,500 @@
+"""Every op at the issue's standard sizes against NumPy and PyTorch (when installed), then the
+compile time: `npugrad bench` (or `python bench/ops.py`).
+
+Each contender runs in its own child process (bench/common.py): the first call is the warm-up
+and measures peak extra memory, then `--repeats` timed calls give the median. The main table
+preallocates (and pre-touches) every contender's outputs; the second lets each allocate them
+(npugrad's API without `out=`, the functional NumPy/PyTorch forms). The PyTorch contenders are
+those of /work/shared/perf/measure_baselines.py: naive FLCE (logits materialised),
+aten.embedding_dense_backward, aten.nll_loss_backward, aten.binary_cross_entropy_backward,
+AdamW(fused=True) + _foreach_lerp_ EMA.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib.util
+import math
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+from bench.common import Result, measure  # noqa: E402
+
+SEED = 1234
+IGNORE = -100
+LR, BETA1, BETA2, EPS, WEIGHT_DECAY, EMA_DECAY, STEP = 1e-3, 0.9, 0.999, 1e-8, 0.01, 0.999, 10
+
+
+@dataclass(frozen=True)
+class Case:
+    """One row group: an op at one size. `work` is FLOPs (FLCE) or bytes read + written."""
+
+    op: str
+    label: str
+    size: dict
+    work: float
+    unit: str  # "GFLOP/s" or "GB/s"
+
+
+def cases(quick: bool) -> list[Case]:
+    """The issue's standard sizes, or tiny ones (a smoke test) with `quick`."""
+    flce = [(64, 32, 128)] if quick else [(4096, 4096, 8192), (2048, 2048, 32000)]
+    emb = (64, 16, 100) if quick else (16384, 4096, 32000)
+    nll = (256, 10) if quick else (65536, 1000)
+    n = 4096 if quick else 16 << 20
+    out = []
+    for bt, h, v in flce:
+        for dtype in ("float32", "bfloat16"):
+            size = {"bt": bt, "h": h, "v": v, "dtype": dtype}
+            out.append(Case("flce", f"flce {dtype} BT={bt} H={h} V={v}", size, 6.0 * bt * v * h, "GFLOP/s"))
+    t, d, rows = emb
+    out.append(Case("embedding", f"embedding {t}x{d} -> {rows} rows", {"t": t, "d": d, "rows": rows},
+                    4.0 * (t * d + rows * d), "GB/s"))
+    out.append(Case("nll", f"nll N={nll[0]} C={nll[1]}", {"n": nll[0], "c": nll[1]}, 4.0 * nll[0] * nll[1], "GB/s"))
+    out.append(Case("bce", f"bce {n} elements", {"n": n}, 4.0 * 4 * n, "GB/s"))
+    out.append(Case("ema_adam", f"ema_adam {n} parameters", {"n": n}, 4.0 * 9 * n, "GB/s"))
+    return out
+
+
+TINY = {"flce": {"bt": 4, "h": 8, "v": 8}, "embedding": {"t": 4, "d": 8, "rows": 5},
+        "nll": {"n": 4, "c": 8}, "bce": {"n": 16}, "ema_adam": {"n": 16}}
+
+
+def warmed(setup: Callable) -> Callable:
+    """Run the contender once on tiny inputs of the same dtypes first, so that one-time costs
+    (npugrad's compile: shapes are dynamic, so it is the same kernel; PyTorch's lazy start-up)
+    count neither in the measured calls nor in peak extra memory."""
+
+    @functools.wraps(setup)
+    def setup_warm(alloc: bool, **size):
+        op = setup.__name__.rsplit("_", 1)[0]
+        setup(alloc=alloc, **{**size, **TINY[op]})()
+        return setup(alloc=alloc, **size)
+
+    return setup_warm
+
+
+def _touched(shape, dtype) -> np.ndarray:
+    # Written once so that the measured call does not pay (or count) first-touch page faults.
+    return np.full(shape, 1, dtype)
+
+
+# ---- FLCE: memory-saving mode, every target in this shard -----------------------------------
+
+
+def _flce_inputs(bt: int, h: int, v: int, dtype: str):
+    rng = np.random.default_rng(SEED)
+    x = rng.standard_normal((bt, h), dtype=np.float32) * np.float32(h**-0.5)
+    w = rng.standard_normal((v, h), dtype=np.float32) * np.float32(0.02)
+    t = rng.integers(0, v, bt)
+    g = ((rng.random(bt, dtype=np.float32) + np.float32(0.5)) / np.float32(bt)).astype(np.float32)
+    if dtype == "bfloat16":
+        from npugrad.dtypes import BFLOAT16
+
+        x, w = x.astype(BFLOAT16), w.astype(BFLOAT16)
+    return g, x, w, t
+
+
+def _flce_stats(x: np.ndarray, w: np.ndarray):
+    """The row max and sum of exp of x @ w.T, as the forward pass leaves them (in chunks)."""
+    xf, wf = x.astype(np.float32), w.astype(np.float32)
+    lm, se = np.empty(len(x), np.float32), np.empty(len(x), np.float32)
+    for s in range(0, len(x), 512):
+        z = xf[s:s + 512] @ wf.T
+        lm[s:s + 512] = z.max(1)
+        se[s:s + 512] = np.exp(z - lm[s:s + 512, None]).sum(1)
+    return lm, se
+
+
+@warmed
+def flce_npugrad(bt, h, v, dtype, alloc):
+    from npugrad import ops
+
+    g, x, w, t = _flce_inputs(bt, h, v, dtype)
+    lm, se = _flce_stats(x, w)
+    mask = np.zeros(bt, np.bool_)
+    if alloc:
+        return lambda: ops.fused_linear_cross_entropy_loss_grad(g, x, w, mask, t, logits_max=lm, sum_exp_logits=se)
+    gx, gw = _touched(x.shape, x.dtype), _touched(w.shape, w.dtype)
+    return lambda: ops.fused_linear_cross_entropy_loss_grad(
+        g, x, w, mask, t, logits_max=lm, sum_exp_logits=se, input_grad_out=gx, weight_grad_out=gw)
+
+
+@warmed
+def flce_numpy(bt, h, v, dtype, alloc):
+    g, x, w, t = _flce_inputs(bt, h, v, "float32")  # NumPy has no bfloat16 matmul
+    rows = np.arange(bt)
+    gx, gw = (None, None) if alloc else (_touched(x.shape, x.dtype), _touched(w.shape, w.dtype))
+
+    def run():
+        p = x @ w.T
+        p -= p.max(axis=1, keepdims=True)
+        np.exp(p, out=p)
+        p /= p.sum(axis=1, keepdims=True)
+        p[rows, t] -= 1.0
+        p *= g[:, None]
+        return np.matmul(p, w, out=gx), np.matmul(p.T, x, out=gw)
+
+    return run
+
+
+@warmed
+def flce_torch(bt, h, v, dtype, alloc):
+    import torch
+
+    g, x, w, t = (torch.from_numpy(a) for a in _flce_inputs(bt, h, v, "float32"))
+    if dtype == "bfloat16":
+        x, w = x.bfloat16(), w.bfloat16()
+    rows = torch.arange(bt)
+    gx, gw = (None, None) if alloc else (torch.ones_like(x), torch.ones_like(w))
+
+    def run():
+        p = torch.softmax(x @ w.T, dim=1)
+        p[rows, t] -= 1.0
+        p.mul_(g[:, None].to(p.dtype))
+        if alloc:
+            return p @ w, p.T @ x
+        torch.mm(p, w, out=gx)
+        torch.mm(p.T, x, out=gw)
+
+    return run
+
+
+# ---- embedding dense backward --------------------------------------------------------------
+
+
+def _emb_inputs(t, d, rows):
+    rng = np.random.default_rng(SEED)
+    return rng.standard_normal((t, d), dtype=np.float32), rng.integers(0, rows, t)
+
+
+@warmed
+def embedding_npugrad(t, d, rows, alloc):
+    from npugrad import ops
+
+    grad, idx = _emb_inputs(t, d, rows)
+    out = None if alloc else _touched((rows, d), np.float32)
+    return lambda: ops.embedding_dense_backward(grad, idx, rows, -1, False, out=out)
+
+
+@warmed
+def embedding_numpy(t, d, rows, alloc):
+    grad, idx = _emb_inputs(t, d, rows)
+    out = None if alloc else _touched((rows, d), np.float32)
+
+    def run():
+        o = np.zeros((rows, d), np.float32) if alloc else out
+        if not alloc:
+            o.fill(0)
+        np.add.at(o, idx, grad)
+        return o
+
+    return run
+
+
+@warmed
+def embedding_torch(t, d, rows, alloc):
+    import torch
+
+    grad, idx = (torch.from_numpy(a) for a in _emb_inputs(t, d, rows))
+    if alloc:
+        return lambda: torch.ops.aten.embedding_dense_backward(grad, idx, rows, -1, False)
+    out = torch.ones(rows, d)
+    return lambda: torch.ops.aten.embedding_dense_backward.out(grad, idx, rows, -1, False, out=out)
+
+
+# ---- NLL loss backward: mean, class weights, 5% ignored ------------------------------------
+
+
+def _nll_inputs(n, c):
+    rng = np.random.default_rng(SEED)
+    z = rng.standard_normal((n, c), dtype=np.float32)
+    logp = (z - np.log(np.exp(z).sum(1, keepdims=True))).astype(np.float32)
+    w = (rng.random(c, dtype=np.float32) + np.float32(0.5)).astype(np.float32)
+    t = rng.integers(0, c, n)
+    t[rng.random(n) < 0.05] = IGNORE
+    total = np.array(w[t[t != IGNORE]].sum(dtype=np.float32), np.float32)
+    return np.array(0.75, np.float32), logp, t, w, total
+
+
+@warmed
+def nll_npugrad(n, c, alloc):
+    from npugrad import ops
+
+    go, logp, t, w, total = _nll_inputs(n, c)
+    out = None if alloc else _touched((n, c), np.float32)
+    return lambda: ops.nll_loss_backward(go, logp, t, w, 1, IGNORE, total, out=out)
+
+
+@warmed
+def nll_numpy(n, c, alloc):
+    go, _, t, w, total = _nll_inputs(n, c)
+    out = None if alloc else _touched((n, c), np.float32)
+
+    def run():
+        o = np.zeros((n, c), np.float32) if alloc else out
+        if not alloc:
+            o.fill(0)
+        rows = np.flatnonzero(t != IGNORE)
+        o[rows, t[rows]] = -w[t[rows]] * (go / total)
+        return o
+
+    return run
+
+
+@warmed
+def nll_torch(n, c, alloc):
+    import torch
+
+    go, logp, t, w, total = (torch.from_numpy(np.asarray(a)) for a in _nll_inputs(n, c))
+    if alloc:
+        return lambda: torch.ops.aten.nll_loss_backward(go, logp, t, w, 1, IGNORE, total)
+    out = torch.ones(n, c)
+    return lambda: torch.ops.aten.nll_loss_backward.grad_input(go, logp, t, w, 1, IGNORE, total, grad_input=out)
+
+
+# ---- BCE gradient: class weights, mean ------------------------------------------------------
+
+
+def _bce_inputs(n):
+    rng = np.random.default_rng(SEED)
+    x = (rng.random(n, dtype=np.float32) * np.float32(0.98) + np.float32(0.01)).astype(np.float32)
+    y = (rng.random(n, dtype=np.float32) < 0.5).astype(np.float32)
+    w = (rng.random(n, dtype=np.float32) + np.float32(0.5)).astype(np.float32)
+    return x, y, w, np.array(0.75, np.float32)
+
+
+@warmed
+def bce_npugrad(n, alloc):
+    from npugrad import ops
+
+    x, y, w, go = _bce_inputs(n)
+    out = None if alloc else _touched(n, np.float32)
+    return lambda: ops.binary_cross_entropy_grad(x, y, go, w, 1, out=out)
+
+
+@warmed
+def bce_numpy(n, alloc):
+    x, y, w, go = _bce_inputs(n)
+    out = None if alloc else _touched(n, np.float32)
+
+    def run():
+        dx = np.subtract(x, y, out=out)
+        dx /= np.maximum((np.float32(1) - x) * x, np.float32(1e-12))
+        dx *= w
+        dx *= go / np.float32(n)
+        return dx
+
+    return run
+
+
+@warmed
+def bce_torch(n, alloc):
+    import torch
+
+    x, y, w, go = (torch.from_numpy(a) for a in _bce_inputs(n))
+    if alloc:
+        return lambda: torch.ops.aten.binary_cross_entropy_backward(go, x, y, w, 1)
+    out = torch.ones(n)
+    return lambda: torch.ops.aten.binary_cross_entropy_backward.grad_input(go, x, y, w, 1, grad_input=out)
+
+
+# ---- EMA-Adam: in place, so both tables measure the same call -------------------------------
+
+
+def _adam_state(n):
+    rng = np.random.default_rng(SEED)
+    var = rng.standard_normal(n, dtype=np.float32) * np.float32(0.02)
+    grad = rng.standard_normal(n, dtype=np.float32) * np.float32(1e-3)
+    m = rng.standard_normal(n, dtype=np.float32) * np.float32(1e-4)
+    v = (rng.random(n, dtype=np.float32) * np.float32(1e-6) + np.float32(1e-8)).astype(np.float32)
+    return grad, var, m, v, var + np.float32(1e-4)
+
+
+@warmed
+def ema_adam_npugrad(n, alloc):
+    from npugrad import ops
+
+    grad, var, m, v, s = _adam_state(n)
+    return lambda: ops.apply_fused_ema_adam(grad, var, m, v, s, STEP, lr=LR, ema_decay=EMA_DECAY, beta1=BETA1,
+                                            beta2=BETA2, eps=EPS, mode=1, weight_decay=WEIGHT_DECAY)
+
+
+@warmed
+def ema_adam_numpy(n, alloc):
+    grad, var, m, v, s = _adam_state(n)
+    tmp = _touched(n, np.float32)
+    bc1, bc2 = 1 - BETA1**STEP, 1 - BETA2**STEP
+
+    def run():
+        np.multiply(var, np.float32(1 - LR * WEIGHT_DECAY), out=var)
+        np.multiply(m, np.float32(BETA1), out=m)
+        np.add(m, np.multiply(grad, np.float32(1 - BETA1), out=tmp), out=m)
+        np.multiply(v, np.float32(BETA2), out=v)
+        np.multiply(grad, grad, out=tmp)
+        np.multiply(tmp, np.float32(1 - BETA2), out=tmp)
+        np.add(v, tmp, out=v)
+        np.sqrt(v, out=tmp)
+        np.multiply(tmp, np.float32(1 / math.sqrt(bc2)), out=tmp)
+        np.add(tmp, np.float32(EPS), out=tmp)
+        np.divide(m, tmp, out=tmp)
+        np.multiply(tmp, np.float32(LR / bc1), out=tmp)
+        np.subtract(var, tmp, out=var)
+        np.multiply(s, np.float32(EMA_DECAY), out=s)
+        np.add(s, np.multiply(var, np.float32(1 - EMA_DECAY), out=tmp), out=s)
+
+    return run
+
+
+@warmed
+def ema_adam_torch(n, alloc):
+    import torch
+
+    grad, var, _, _, s = (torch.from_numpy(a) for a in _adam_state(n))  # AdamW keeps its own m, v
+    p = torch.nn.Parameter(var)
+    p.grad = grad
+    opt = torch.optim.AdamW([p], lr=LR, betas=(BETA1, BETA2), eps=EPS, weight_decay=WEIGHT_DECAY, fused=True)
+    opt.step()  # creates the moment buffers outside the measurement
+    data = p.detach()
+
+    def run():
+        opt.step()
+        torch._foreach_lerp_([s], [data], 1.0 - EMA_DECAY)
+
+    return run
+
+
+# ---- compile time and per-call overhead, on tiny inputs -------------------------------------
+
+
+def api_call(op: str):
+    """The API call on tiny inputs, not yet compiled: its first call compiles."""
+    size = {**TINY[op], **({"dtype": "float32"} if op == "flce" else {})}
+    return globals()[f"{op}_npugrad"].__wrapped__(alloc=False, **size)
+
+
+def kernel_call(op: str):
+    """The compiled machine code alone for the same call (arguments checked and bound once)."""
+    from npugrad.runtime import launch
+
+    captured = []
+    original = launch.Call.run
+
+    def capture(self):
+        captured.append(self.bind())
+        return original(self)
+
+    launch.Call.run = capture
+    try:
+        api_call(op)()
+    finally:
+        launch.Call.run = original
+    return captured[0]
+
+
+# ---- the command ---------------------------------------------------------------------------
+
+OPS = ("flce", "embedding", "nll", "bce", "ema_adam")
+
+
+def torch_available() -> bool:
+    return importlib.util.find_spec("torch") is not None
+
+
+def _fmt_ratio(other: Result | None, ours: Result) -> str:
+    if other is None or other.error or ours.error:
+        return "-"
+    return f"{other.median / ours.median:.2f}x"
+
+
+def run_table(title: str, selected: Sequence[Case], alloc: bool, repeats: int, threads: int,
+              contenders: Sequence[str], log: Callable[[str], None]) -> str:
+    ratio_cols = [c for c in contenders if c != "npugrad"]
+    header = f"{'case':<40} {'contender':<9} {'median ms':>10} {'rate':>14} {'peak extra MiB':>15}" + "".join(
+        f" {'vs ' + c:>10}" for c in ratio_cols)
+    lines = [title, header, "-" * len(header)]
+    for case in selected:
+        results = {}
+        for c in contenders:
+            log(f"  {case.label}: {c}")
+            warmup = 0 if case.op == "flce" else 1  # an FLCE call takes seconds: the first call is its warm-up
+            results[c] = measure(c, f"bench.ops:{case.op}_{c}", {**case.size, "alloc": alloc}, repeats, warmup, threads)
+        ours = results["npugrad"]
+        for c in contenders:
+            r = results[c]
+            name = case.label if c == "npugrad" else ""
+            if r.error:
+                lines.append(f"{name:<40} {c:<9} failed: {r.error}")
+                continue
+            rate = f"{case.work / r.median / 1e9:8.1f} {case.unit}"
+            ratios = "".join(f" {_fmt_ratio(results[o], ours):>10}" for o in ratio_cols) if c == "npugrad" else ""
+            lines.append(f"{name:<40} {c:<9} {r.median * 1e3:>10.2f} {rate:>14} {r.peak_mib:>15.1f}{ratios}")
+    return "\n".join(lines)
+
+
+def compile_table(ops: Sequence[str], threads: int, calls: int, log: Callable[[str], None]) -> str:
+    header = f"{'op':<10} {'cold compile ms':>16} {'cached call us':>15} {'kernel us':>10} {'overhead us':>12}"
+    title = ("Compile time (fresh process, tiny inputs): cold = first call minus a cached call; "
+             "overhead = cached API call minus the bound kernel")
+    lines = [title, header, "-" * len(header)]
+    for op in ops:
+        log(f"  compile: {op}")
+        api = measure(op, "bench.ops:api_call", {"op": op}, calls, calls // 10, threads)
+        kernel = measure(op, "bench.ops:kernel_call", {"op": op}, calls, calls // 10, threads)
+        if api.error or kernel.error:
+            lines.append(f"{op:<10} failed: {api.error or kernel.error}")
+            continue
+        lines.append(f"{op:<10} {(api.first - api.median) * 1e3:>16.1f} {api.median * 1e6:>15.1f} "
+                     f"{kernel.median * 1e6:>10.1f} {(api.median - kernel.median) * 1e6:>12.1f}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="npugrad bench", description=__doc__.splitlines()[0])
+    add_arguments(ap)
+    run(ap.parse_args(argv))
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--ops", default=",".join(OPS), help=f"comma-separated subset of {','.join(OPS)}")
+    ap.add_argument("--repeats", type=int, default=5, help="timed calls after the warm-up call (default 5)")
+    ap.add_argument("--threads", type=int, default=2, help="threads for every contender (default 2)")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test, not a measurement")
+
+
+def run(args: argparse.Namespace) -> None:
+    ops = [o.strip() for o in args.ops.split(",") if o.strip()]
+    unknown = sorted(set(ops) - set(OPS))
+    if unknown:
+        raise SystemExit(f"npugrad bench: unknown op(s) {', '.join(unknown)}; ops are {', '.join(OPS)}")
+    if args.repeats < 1:
+        raise SystemExit("npugrad bench: --repeats must be at least 1")
+    contenders = ["npugrad", "numpy", *(["torch"] if torch_available() else [])]
+    selected = [c for c in cases(args.quick) if c.op in ops]
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    setting = (f"{args.threads} thread(s) per contender, each in its own process, warmed on tiny inputs; "
+               f"median of {args.repeats} timed call(s) after a first call (which measures peak extra memory) "
+               "and, except FLCE, one more warm-up call; ratios are the contender's time / npugrad's (>1: npugrad faster)")
+    print(f"npugrad bench{' --quick (tiny sizes)' if args.quick else ''}: {setting}")
+    print("FLCE: memory-saving mode; NumPy computes in float32 for the bfloat16 rows; "
+          "rates: FLCE 6*BT*V*H FLOP, others bytes read + written\n")
+    print(run_table("Outputs preallocated (and pre-touched) for every contender", selected, False,
+                    args.repeats, args.threads, contenders, log), "\n", flush=True)
+    print(run_table("Outputs allocated by every contender (npugrad without out=, functional NumPy/PyTorch; "
+                    "EMA-Adam is in place in both tables)", selected, True, args.repeats, args.threads, contenders, log),
+          "\n", flush=True)
+    print(compile_table(ops, args.threads, 300 if args.quick else 5000, log))
+
+
+if __name__ == "__main__":
+    main()
