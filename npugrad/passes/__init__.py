@@ -1,60 +1,28 @@
-"""Every pass npugrad registers with its drivers (`npugrad-opt`, and `xdsl-opt` via the universe)."""
+"""Every pass npugrad registers with its drivers (`npugrad-opt`, and `xdsl-opt` via the universe).
+Passes are imported only when used, so listing them stays cheap."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 
 from xdsl.passes import ModulePass
 
-
-def _convert_grad_to_loops() -> type[ModulePass]:
-    from npugrad.lowering.grad_to_loops import ConvertGradToLoopsPass
-
-    return ConvertGradToLoopsPass
-
-
-def _fuse_linear_cross_entropy_grad() -> type[ModulePass]:
-    from npugrad.passes.fuse_linear_cross_entropy_grad import FuseLinearCrossEntropyGradPass
-
-    return FuseLinearCrossEntropyGradPass
-
-
-def _choose_tile_sizes() -> type[ModulePass]:
-    from npugrad.passes.choose_tile_sizes import ChooseTileSizesPass
-
-    return ChooseTileSizesPass
-
-
-def _tile_for_target() -> type[ModulePass]:
-    from npugrad.passes.tile_for_target import TileForTargetPass
-
-    return TileForTargetPass
-
-
-def _check_capacity() -> type[ModulePass]:
-    from npugrad.passes.check_capacity import CheckCapacityPass
-
-    return CheckCapacityPass
-
-
-def _vectorize_contractions() -> type[ModulePass]:
-    from npugrad.passes.vectorize_contractions import VectorizeContractionsPass
-
-    return VectorizeContractionsPass
-
-
-def _lower_npu_to_cpu() -> type[ModulePass]:
-    from npugrad.lowering.npu_to_cpu import LowerNpuToCpuPass
-
-    return LowerNpuToCpuPass
-
-
-ALL_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
-    "choose-tile-sizes": _choose_tile_sizes,
-    "fuse-linear-cross-entropy-grad": _fuse_linear_cross_entropy_grad,
-    "tile-for-target": _tile_for_target,
-    "check-capacity": _check_capacity,
-    "vectorize-contractions": _vectorize_contractions,
-    "convert-grad-to-loops": _convert_grad_to_loops,
-    "lower-npu-to-cpu": _lower_npu_to_cpu,
+# pass name -> "module:class", in pipeline order
+_PASSES = {
+    "choose-tile-sizes": "npugrad.passes.choose_tile_sizes:ChooseTileSizesPass",
+    "fuse-linear-cross-entropy-grad": "npugrad.passes.fuse_linear_cross_entropy_grad:FuseLinearCrossEntropyGradPass",
+    "tile-for-target": "npugrad.passes.tile_for_target:TileForTargetPass",
+    "check-capacity": "npugrad.passes.check_capacity:CheckCapacityPass",
+    "vectorize-contractions": "npugrad.passes.vectorize_contractions:VectorizeContractionsPass",
+    "convert-grad-to-loops": "npugrad.lowering.grad_to_loops:ConvertGradToLoopsPass",
+    "lower-npu-to-cpu": "npugrad.lowering.npu_to_cpu:LowerNpuToCpuPass",
 }
+
+
+def _loader(path: str) -> Callable[[], type[ModulePass]]:
+    module, name = path.split(":")
+    return lambda: getattr(importlib.import_module(module), name)
+
+
+ALL_PASSES: dict[str, Callable[[], type[ModulePass]]] = {name: _loader(path) for name, path in _PASSES.items()}
