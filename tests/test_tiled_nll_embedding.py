@@ -9,6 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 from conftest import FLOAT_DTYPES, assert_close
+from test_embedding import _expected as _emb_want
+from test_embedding import _operands as _emb_operands
 from test_nll import _call as _nll
 from test_nll import _operands as _nll_operands
 from test_nll import _want as _nll_want
@@ -22,7 +24,6 @@ from npugrad.dialect import EmbeddingDenseBackwardOp, NLLLossBackwardOp
 from npugrad.dtypes import BFLOAT16
 from npugrad.passes.choose_tile_sizes import tile_sizes_attr
 from npugrad.passes.fuse_linear_cross_entropy_grad import FuseLinearCrossEntropyGradPass
-from npugrad.reference import harness
 from npugrad.runtime import pool
 from npugrad.runtime.launch import launch, using
 
@@ -174,19 +175,7 @@ def test_nll_one_and_two_threads_agree(rng, threads, target, reduction):
 
 # -- embedding_dense_backward ---------------------------------------------------------------------
 
-EMB = "embedding_dense_backward"
 EMB_OP = EmbeddingDenseBackwardOp.name
-
-
-def _emb_operands(rng, grad_shape, indices_shape, num_weights, dtype=F32, index_dtype=np.int64, padding_idx=-1):
-    shapes = {"grad": grad_shape, "indices": indices_shape}
-    dts = {"grad": dtype, "indices": index_dtype}
-    return harness.random_operands(EMB, shapes, dts, {"num_weights": num_weights, "padding_idx": padding_idx}, rng)
-
-
-def _emb_want(a, num_weights, padding_idx=-1, scale=False):
-    props = {"num_weights": num_weights, "padding_idx": padding_idx, "scale_grad_by_freq": scale}
-    return harness.expected(EMB, a, props)["out"]
 
 
 def _emb_tiled(a, num_weights, p: Pipeline, padding_idx=-1, scale=False, out_dtype=None):
