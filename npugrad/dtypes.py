@@ -59,13 +59,6 @@ def is_float(t: Attribute) -> bool:
     return isinstance(t, FLOATS)
 
 
-def is_signless_int(t: Attribute, *widths: int) -> bool:
-    return (
-        isinstance(t, IntegerType)
-        and t.signedness.data == Signedness.SIGNLESS
-        and t.width.data in widths
-    )
-
 
 def is_uint8(t: Attribute) -> bool:
     return isinstance(t, IntegerType) and t.width.data == 8 and t.signedness.data == Signedness.UNSIGNED

@@ -31,7 +31,6 @@ from xdsl.dialects.builtin import (
     UnrealizedConversionCastOp,
     VectorType,
     f32,
-    i1,
 )
 from xdsl.dialects.linalg.attrs import IteratorTypeAttr
 from xdsl.dialects.linalg.ops import FillOp, GenericOp, YieldOp
@@ -323,6 +322,3 @@ class Emitter:
 
     def select(self, cond: SSAValue, a: SSAValue, b: SSAValue) -> SSAValue:
         return self.add(arith.SelectOp(cond, a, b))
-
-    def true(self) -> SSAValue:
-        return self.const(True, i1)

@@ -90,7 +90,3 @@ def _block_args(op: Operation):
 
 def _in_local_level(value) -> bool:
     return isinstance(value.type, MemRefType) and isinstance(value.type.memory_space, MemorySpaceAttr)
-
-
-def uses_blocks(op: Operation) -> bool:
-    return BLOCKS_ATTR in op.attributes

@@ -152,11 +152,6 @@ def _optimised(llvm_ir: str) -> llvm.ModuleRef:
     return module
 
 
-def optimise(llvm_ir: str) -> str:
-    """The O3-optimised LLVM IR for the host CPU."""
-    with _LOCK:
-        return str(_optimised(llvm_ir))
-
 
 def assembly(llvm_ir: str) -> str:
     """Host assembly of the O3-optimised module."""

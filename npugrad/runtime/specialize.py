@@ -8,7 +8,7 @@ attribute values, pipeline): a second call with the same key reuses the machine 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -146,7 +146,3 @@ def compile_op(
             llvm_ir = pipeline.lower(module, "llvm-ir")  # leaves `module` at the loops stage
             _CACHE[key] = Executable(llvm_ir, sigs, block_kernels(module))[op_cls.short_name()]
         return _CACHE[key]
-
-
-def operand_order(op_cls: type[GradOp], present: Sequence[str]) -> list[str]:
-    return [n for n in op_cls.operand_names() if n in present]
