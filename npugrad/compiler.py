@@ -1,10 +1,10 @@
 """The stage ladder: every stage of the pipeline can be reached, printed and fed back in.
 
-    grad ──fuse-linear-cross-entropy-grad──▶ fused ──tile-for-target──▶ tiled ──vectorize-contractions──▶
-    vectorized ──convert-grad-to-loops, convert-linalg-to-loops──▶ loops ──upstream MLIR──▶
-    llvm-dialect ──translate──▶ llvm-ir ──llvmlite O3──▶ asm / JIT ──▶ run
+    grad ──fuse-linear-cross-entropy-grad──▶ fused ──tile-for-target / distribute-over-cores──▶ tiled
+    ──convert-grad-to-loops──▶ loops ──vectorize-contractions, vectorize-elementwise-loops──▶ vectorized
+    ──upstream MLIR──▶ llvm-dialect ──translate──▶ llvm-ir ──llvmlite O3──▶ asm / JIT ──▶ run
 
-`grad` to `loops` are xDSL modules; from `llvm-dialect` on the IR is text produced by the
+`grad` to `vectorized` are xDSL modules; from `llvm-dialect` on the IR is text produced by the
 upstream MLIR bindings and llvmlite. Errors carry source locations (`file:line:col: error: ...`).
 """
 
@@ -31,14 +31,16 @@ from npugrad.lowering.npu_to_cpu import LowerNpuToCpuPass
 from npugrad.lowering.to_llvm import to_llvm_dialect, to_llvm_ir
 from npugrad.passes.check_capacity import CheckCapacityPass
 from npugrad.passes.choose_tile_sizes import ChooseTileSizesPass
+from npugrad.passes.distribute_over_cores import DistributeOverCoresPass
 from npugrad.passes.fuse_linear_cross_entropy_grad import FuseLinearCrossEntropyGradPass
 from npugrad.passes.tile_for_target import TileForTargetPass
 from npugrad.passes.vectorize_contractions import VectorizeContractionsPass
+from npugrad.passes.vectorize_elementwise import VectorizeElementwiseLoopsPass
 from npugrad.runtime import jit
 from npugrad.targets import get as get_target
 
-STAGES = ("grad", "fused", "tiled", "vectorized", "loops", "llvm-dialect", "llvm-ir", "asm")
-XDSL_STAGES = ("grad", "fused", "tiled", "vectorized", "loops")
+STAGES = ("grad", "fused", "tiled", "loops", "vectorized", "llvm-dialect", "llvm-ir", "asm")
+XDSL_STAGES = ("grad", "fused", "tiled", "loops", "vectorized")
 
 
 @dataclass(frozen=True)
@@ -177,26 +179,28 @@ class Pipeline:
     """The passes between stages:
 
         grad ─(choose-tile-sizes)─ fuse-linear-cross-entropy-grad ─▶ fused
-             ─ tile-for-target, check-capacity ─▶ tiled
-             ─ vectorize-contractions ─▶ vectorized
-             ─ convert-grad-to-loops, convert-linalg-to-loops, lower-npu-to-cpu ─▶ loops
+             ─ tile-for-target, check-capacity ─▶ tiled       (with a target)
+             ─ distribute-over-cores ─▶ tiled                 (without: nothing tiled, work spread)
+             ─ convert-grad-to-loops ─▶ loops                 (contractions stay linalg.generic)
+             ─ vectorize-contractions, vectorize-elementwise-loops,
+               convert-linalg-to-loops, lower-npu-to-cpu ─▶ vectorized   (what goes upstream)
 
-    Without a `target` nothing is tiled (`tiled` is `fused`) and contractions are vectorised for
-    the host; `vectorize=False` leaves them to the scalar loops. `fuse=False` keeps the linear
-    cross-entropy gradient unfused: it then reaches `loops` through its reference lowering."""
+    Without a `target` code is vectorised for the host; `vectorize=False` leaves it scalar,
+    `distribute=False` keeps each op on one core. `fuse=False` keeps the linear cross-entropy
+    gradient unfused: it then reaches `loops` through its reference lowering."""
 
     fuse: bool = True
     target: str | None = None  # "host", a shipped target's name, or a target file
     vectorize: bool = True
+    distribute: bool = True
     fused_passes: list[ModulePass] = field(default_factory=lambda: [FuseLinearCrossEntropyGradPass()])
-    loops_passes: list[ModulePass] = field(
-        default_factory=lambda: [ConvertGradToLoopsPass(), ConvertLinalgToLoopsPass(), LowerNpuToCpuPass()]
-    )
+    loops_passes: list[ModulePass] = field(default_factory=lambda: [ConvertGradToLoopsPass()])
+    final_passes: list[ModulePass] = field(default_factory=lambda: [ConvertLinalgToLoopsPass(), LowerNpuToCpuPass()])
 
     def key(self) -> tuple:
         """Identifies the pipeline in compile caches."""
         target = get_target(self.target).key() if self.target is not None else None
-        return (self.fuse, target, self.vectorize, *(repr(p) for p in (*self.fused_passes, *self.loops_passes)))
+        return (self.fuse, target, self.vectorize, self.distribute, *(repr(p) for p in (*self.fused_passes, *self.loops_passes, *self.final_passes)))
 
     def passes_to(self, stage: str) -> list[ModulePass]:
         order = XDSL_STAGES.index(stage)
@@ -206,12 +210,18 @@ class Pipeline:
                 passes.append(ChooseTileSizesPass(self.target))
             if self.fuse:
                 passes += self.fused_passes
-        if order >= XDSL_STAGES.index("tiled") and self.target is not None:
-            passes += [TileForTargetPass(self.target), CheckCapacityPass(self.target)]
-        if order >= XDSL_STAGES.index("vectorized") and self.vectorize:
-            passes.append(VectorizeContractionsPass(self.target or "host"))
+        if order >= XDSL_STAGES.index("tiled"):
+            if self.target is not None:
+                passes += [TileForTargetPass(self.target), CheckCapacityPass(self.target)]
+            elif self.distribute:
+                passes.append(DistributeOverCoresPass())
         if order >= XDSL_STAGES.index("loops"):
             passes += self.loops_passes
+        if order >= XDSL_STAGES.index("vectorized"):
+            if self.vectorize:
+                target = self.target or "host"
+                passes += [VectorizeContractionsPass(target), VectorizeElementwiseLoopsPass(target)]
+            passes += self.final_passes
         return passes
 
     def to_xdsl_stage(self, module: ModuleOp, stage: str, ctx: Context | None = None) -> ModuleOp:
@@ -226,12 +236,12 @@ class Pipeline:
         return module
 
     def lower(self, module: ModuleOp, stage: str, ctx: Context | None = None) -> ModuleOp | str:
-        """The IR at `stage`: an xDSL module for grad/loops, text for the later stages."""
+        """The IR at `stage`: an xDSL module up to `vectorized`, text for the later stages."""
         if stage not in STAGES:
             raise ValueError(f"unknown stage '{stage}'; stages are {', '.join(STAGES)}")
         if stage in XDSL_STAGES:
             return self.to_xdsl_stage(module, stage, ctx)
-        llvm_dialect = to_llvm_dialect(str(self.to_xdsl_stage(module, "loops", ctx)))
+        llvm_dialect = to_llvm_dialect(str(self.to_xdsl_stage(module, "vectorized", ctx)))
         if stage == "llvm-dialect":
             return llvm_dialect
         llvm_ir = to_llvm_ir(llvm_dialect)

@@ -17,8 +17,10 @@ PASSES = [
     "choose-tile-sizes",
     "fuse-linear-cross-entropy-grad",
     "tile-for-target",
+    "distribute-over-cores",
     "check-capacity",
     "vectorize-contractions",
+    "vectorize-elementwise-loops",
     "convert-grad-to-loops",
     "lower-npu-to-cpu",
 ]

@@ -28,8 +28,8 @@ def _run(a, pipeline=None):
 
 
 def test_default_pipeline_vectorizes():
-    assert any(isinstance(p, VectorizeContractionsPass) for p in Pipeline().passes_to("loops"))
-    assert not any(isinstance(p, VectorizeContractionsPass) for p in Pipeline(vectorize=False).passes_to("loops"))
+    assert any(isinstance(p, VectorizeContractionsPass) for p in Pipeline().passes_to("vectorized"))
+    assert not any(isinstance(p, VectorizeContractionsPass) for p in Pipeline(vectorize=False).passes_to("vectorized"))
 
 
 @pytest.mark.parametrize(("bt", "h", "v"), SIZES, ids=str)

@@ -10,22 +10,26 @@ context managers, loads that widen to float32 and stores that round once to the 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from math import prod
 
 from xdsl.builder import Builder
-from xdsl.dialects import arith, math, memref, scf
+from xdsl.dialects import arith, math, memref, scf, vector
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     AffineMapAttr,
     ArrayAttr,
+    BoolAttr,
     DenseIntOrFPElementsAttr,
     FloatAttr,
     IndexType,
     IntegerAttr,
     IntegerType,
     MemRefType,
+    NoneAttr,
     Signedness,
+    StridedLayoutAttr,
     StringAttr,
     UnknownLoc,
     UnrealizedConversionCastOp,
@@ -41,7 +45,15 @@ from xdsl.rewriter import InsertPoint
 from npugrad import dtypes
 
 index = IndexType()
-LOOP_DIMS_ATTR = "grad.loop_dims"  # on a contraction: the names of its three loop dimensions
+LOOP_DIMS_ATTR = "grad.loop_dims"
+LINE_BYTES = 64  # a cache line
+STREAM_BYTES = 8 << 20  # zero fills at least this large bypass the caches (Emitter.zeros_flat)  # on a contraction: the names of its three loop dimensions
+
+
+def _unit_stride(t: MemRefType) -> bool:
+    """The innermost dimension is contiguous."""
+    layout = t.layout
+    return isinstance(layout, NoneAttr) or (isinstance(layout, StridedLayoutAttr) and layout.get_strides()[-1] == 1)
 
 
 class Emitter:
@@ -180,6 +192,19 @@ class Emitter:
         finally:
             self.b.insertion_point = outer
 
+    def if_else(self, cond: SSAValue, then: Callable[[], object], otherwise: Callable[[], object]) -> None:
+        """`scf.if cond { then() } else { otherwise() }`, each emitting its branch's code."""
+        blocks = [Block(), Block()]
+        self.add(scf.IfOp(cond, [], Region(blocks[0]), Region(blocks[1])))
+        outer = self.b.insertion_point
+        try:
+            for emit, block in zip((then, otherwise), blocks):
+                self.b.insertion_point = InsertPoint.at_end(block)
+                emit()
+                self.add(scf.YieldOp())
+        finally:
+            self.b.insertion_point = outer
+
     # -- memory -------------------------------------------------------------------------------
     def load(self, ref: SSAValue, indices: Sequence[SSAValue]) -> SSAValue:
         value = self.add(memref.LoadOp.get(ref, indices))
@@ -261,9 +286,100 @@ class Emitter:
         return self.add(arith.SubiOp(a, b))
 
     def zeros(self, ref: SSAValue) -> None:
+        """ref = 0. Rows that follow each other in memory are zeroed as one flat range (see
+        `zeros_flat`); a window whose rows do not (known only at run time for a strided memref)
+        row by row."""
+        t = ref.type
+        assert isinstance(t, MemRefType)
+        rank = t.get_num_dims()
+        if rank == 1 and _unit_stride(t):
+            self.zeros_flat(ref, self.dim(ref, 0))
+            return
+        if rank >= 2 and isinstance(t.layout, NoneAttr):
+            flat = self.collapse(ref)
+            self.zeros_flat(flat, self.dim(flat, 0))
+            return
+        if rank < 2 or not _unit_stride(t):
+            self._zeros_nest(ref)
+            return
+        meta = memref.ExtractStridedMetaDataOp(ref)
+        self.add(meta)
+        sizes, strides = list(meta.sizes), list(meta.strides)
+        dense = self.cmpi(strides[-2], sizes[-1], "eq")
+        for a in range(rank - 3, -1, -1):
+            dense = self.andi(dense, self.cmpi(strides[a], self.muli(strides[a + 1], sizes[a + 1]), "eq"))
+        flat_t = MemRefType(t.element_type, [DYNAMIC_INDEX], StridedLayoutAttr([1], None), t.memory_space)
+
+        def flat() -> None:
+            n = self.product(sizes)
+            view = memref.ReinterpretCastOp.from_dynamic(meta.base_buffer, [meta.offset], [n], [1], flat_t)
+            self.zeros_flat(self.add(view), n)
+
+        self.if_else(dense, flat, lambda: self._zeros_nest(ref))
+
+    def _zeros_nest(self, ref: SSAValue) -> None:
         zero = self.const(0.0, ref.type.element_type)  # type: ignore[attr-defined]
         with self.loop_nest(self.dims(ref)) as ivs:
             self.store(zero, ref, ivs)
+
+    def zeros_flat(self, ref: SSAValue, n: SSAValue) -> None:
+        """The n elements of a unit-stride 1-D memref = 0. Up to STREAM_BYTES a plain loop (LLVM
+        makes it a memset: the lines stay in cache for whoever reads them next); above, lines
+        that no cache could keep anyway are written with non-temporal stores, which skip
+        reading each line before overwriting it (half the memory traffic): scalar stores up to
+        the first 64-byte boundary, aligned 64-byte non-temporal vector stores, scalar tail."""
+        t = ref.type
+        assert isinstance(t, MemRefType)
+        zero = self.const(0.0, t.element_type)
+        width = t.element_type.bitwidth // 8  # type: ignore[attr-defined]
+        if LINE_BYTES % width:
+            with self.loop(n) as i:
+                self.store(zero, ref, [i])
+            return
+        lanes = LINE_BYTES // width
+        def plain() -> None:
+            with self.loop(n) as i:
+                self.store(zero, ref, [i])
+
+        def stream() -> None:
+            meta = memref.ExtractStridedMetaDataOp(ref)
+            self.add(meta)
+            base = self.add(memref.ExtractAlignedPointerAsIndexOp.build(operands=[ref], result_types=[index]))
+            first_byte = self.addi(base, self.muli(meta.offset, self.idx(width)))
+            misaligned = self.add(arith.RemUIOp(first_byte, self.idx(LINE_BYTES)))
+            gap = self.add(arith.RemUIOp(self.subi(self.idx(LINE_BYTES), misaligned), self.idx(LINE_BYTES)))
+            head = self.minsi(n, self.add(arith.DivUIOp(gap, self.idx(width))))
+            lines = self.add(arith.DivUIOp(self.subi(n, head), self.idx(lanes)))
+            body_end = self.addi(head, self.muli(lines, self.idx(lanes)))
+            with self.loop(head) as i:
+                self.store(zero, ref, [i])
+            zeros = self.const(0.0, VectorType(t.element_type, [lanes]))
+            with self.loop(body_end, lb=head, step=self.idx(lanes)) as i:
+                store = vector.StoreOp(zeros, ref, [i], nontemporal=BoolAttr.from_bool(True))
+                store.attributes["alignment"] = IntegerAttr(LINE_BYTES, 64)  # upstream's vector.store attribute
+                self.add(store)
+            with self.loop(n, lb=body_end) as i:
+                self.store(zero, ref, [i])
+
+        known = self._static.get(n)
+        if known is None:
+            self.if_else(self.cmpi(n, self.idx(STREAM_BYTES // width), "uge"), stream, plain)
+        else:
+            (stream if known * width >= STREAM_BYTES else plain)()
+
+    def collapse(self, ref: SSAValue) -> SSAValue:
+        """An identity-layout memref as one dimension."""
+        t = ref.type
+        assert isinstance(t, MemRefType)
+        shape = t.get_shape()
+        n = DYNAMIC_INDEX if DYNAMIC_INDEX in shape else prod(shape)
+        return self.add(
+            memref.CollapseShapeOp.build(
+                operands=[ref],
+                result_types=[MemRefType(t.element_type, [n], NoneAttr(), t.memory_space)],
+                properties={"reassociation": ArrayAttr([ArrayAttr([IntegerAttr(d, 64) for d in range(len(shape))])])},
+            )
+        )
 
     # -- conversions --------------------------------------------------------------------------
     def to_f32(self, value: SSAValue) -> SSAValue:

@@ -1,8 +1,8 @@
 """Loop-level IR → LLVM dialect → LLVM IR, with the upstream MLIR pass pipeline.
 
-xDSL prints the loop-level module; upstream MLIR parses it, runs the standard conversions, and
+xDSL prints the (vectorised) loop-level module; upstream MLIR parses it, runs the standard conversions, and
 translates the LLVM dialect to LLVM IR text. (xDSL cannot parse upstream's LLVM dialect output,
-so everything after the loops stage stays on the upstream side.)
+so everything after the vectorized stage stays on the upstream side.)
 """
 
 from __future__ import annotations

@@ -13,8 +13,10 @@ _PASSES = {
     "choose-tile-sizes": "npugrad.passes.choose_tile_sizes:ChooseTileSizesPass",
     "fuse-linear-cross-entropy-grad": "npugrad.passes.fuse_linear_cross_entropy_grad:FuseLinearCrossEntropyGradPass",
     "tile-for-target": "npugrad.passes.tile_for_target:TileForTargetPass",
+    "distribute-over-cores": "npugrad.passes.distribute_over_cores:DistributeOverCoresPass",
     "check-capacity": "npugrad.passes.check_capacity:CheckCapacityPass",
     "vectorize-contractions": "npugrad.passes.vectorize_contractions:VectorizeContractionsPass",
+    "vectorize-elementwise-loops": "npugrad.passes.vectorize_elementwise:VectorizeElementwiseLoopsPass",
     "convert-grad-to-loops": "npugrad.lowering.grad_to_loops:ConvertGradToLoopsPass",
     "lower-npu-to-cpu": "npugrad.lowering.npu_to_cpu:LowerNpuToCpuPass",
 }

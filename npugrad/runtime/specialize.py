@@ -143,6 +143,6 @@ def compile_op(
             module = build_module(op_cls, operands, props)
             module.verify()
             sigs = signatures(module)
-            llvm_ir = pipeline.lower(module, "llvm-ir")  # leaves `module` at the loops stage
+            llvm_ir = pipeline.lower(module, "llvm-ir")  # leaves `module` at the vectorized stage
             _CACHE[key] = Executable(llvm_ir, sigs, block_kernels(module))[op_cls.short_name()]
         return _CACHE[key]

@@ -96,13 +96,18 @@ class NpugradOptMain(xDSLOptMain):
             action="store_true",
             help="lower the linear cross-entropy gradient with its unfused reference lowering",
         )
+        arg_parser.add_argument(
+            "--no-distribute",
+            action="store_true",
+            help="without --target, keep each op on one core (no distribute-over-cores)",
+        )
         arg_parser.add_argument("--entry", default=None, help="function to run (--stage run)")
         arg_parser.add_argument("--inputs", default=None, help=".npz with one array per argument (--stage run)")
         arg_parser.add_argument("--outputs", default=None, help="save all arguments after the run to this .npz")
         arg_parser.add_argument("--seed", type=int, default=0, help="seed for random inputs (--stage run)")
 
     def _pipeline(self) -> Pipeline:
-        return Pipeline(fuse=not self.args.no_fuse, target=self.args.target)
+        return Pipeline(fuse=not self.args.no_fuse, target=self.args.target, distribute=not self.args.no_distribute)
 
     def _print(self, prog) -> tuple[str, Printer]:
         out = StringIO()
@@ -145,7 +150,7 @@ class NpugradOptMain(xDSLOptMain):
         sigs = signatures(module)
         start = time.perf_counter()
         llvm_ir = self._pipeline().lower(module, "llvm-ir", self.ctx)
-        executable = Executable(llvm_ir, sigs, block_kernels(module))  # `module` is at the loops stage now
+        executable = Executable(llvm_ir, sigs, block_kernels(module))  # `module` is at the vectorized stage now
         report = runner.run(executable, entry, specs, arrays, found, time.perf_counter() - start)
         if self.args.outputs:
             np.savez(self.args.outputs, **report.outputs)

@@ -41,7 +41,6 @@ from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     ArrayAttr,
     DenseArrayBase,
-    IntegerAttr,
     MemRefType,
     NoneAttr,
     StridedLayoutAttr,
@@ -78,14 +77,7 @@ def _flat(e: Emitter, ref: SSAValue) -> SSAValue:
                 properties={"reassociation": ArrayAttr([]), "static_output_shape": DenseArrayBase.from_list(i64, [1])},
             )
         )
-    n = DYNAMIC_INDEX if DYNAMIC_INDEX in shape else math.prod(shape)
-    return e.add(
-        memref.CollapseShapeOp.build(
-            operands=[ref],
-            result_types=[MemRefType(t.element_type, [n])],
-            properties={"reassociation": ArrayAttr([ArrayAttr([IntegerAttr(d, i64) for d in range(len(shape))])])},
-        )
-    )
+    return e.collapse(ref)
 
 
 def _row_window(e: Emitter, ref: SSAValue, row: list[SSAValue], offset: SSAValue, size: SSAValue) -> SSAValue:

@@ -9,10 +9,11 @@
 // CHECK:        %[[K:.*]] = sext i32 %{{.*}} to i64
 // CHECK-NEXT:   icmp ult i64 %[[K]], 50
 // CHECK-NEXT:   icmp ne i64 %[[K]], 0
-// CHECK:        store float 0.000000e+00
+// Along the embedding dimension, 16 floats at a time: the zero fill and the scaled sums.
+// CHECK:        store <16 x float> zeroinitializer
 // CHECK:        %[[CNT:.*]] = sitofp i64 %{{.*}} to float
-// CHECK:        %[[S:.*]] = fdiv float %{{.*}}, %[[CNT]]
-// CHECK:        fadd float %{{.*}}, %[[S]]
+// CHECK:        %[[S:.*]] = fdiv <16 x float> %{{.*}}, %{{.*}}
+// CHECK:        fadd <16 x float> %{{.*}}, %[[S]]
 // CHECK:        call void @free(
 // CHECK:        call void @free(
 // CHECK:      define void @_mlir_ciface_embedding_dense_backward(ptr %{{.*}}, ptr %{{.*}}, ptr %{{.*}})

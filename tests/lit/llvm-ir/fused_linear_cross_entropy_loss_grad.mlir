@@ -1,6 +1,7 @@
 // LLVM IR of the unfused reference lowering of the example: heap accumulators (16×32 and 256×32
 // float32, plus alignment slack), the mask bit shift, exp of the recomputed logit, G rounded to
-// bf16 in integer arithmetic (round to nearest even), and the C-interface wrapper.
+// bf16 in integer arithmetic (round to nearest even), and the C-interface wrapper. The zero
+// fills, the accumulations into dX/dW and their final rounding are vector loops (16 lanes).
 // RUN: npugrad-opt %examples/flce_grad.mlir -p convert-grad-to-loops --stage llvm-ir | FileCheck %s
 
 // CHECK:      declare void @free(ptr)
@@ -14,13 +15,14 @@
 // CHECK-NEXT:   fdiv float %[[E]], %{{.*}}
 // CHECK:        add i32 %{{.*}}, 32767
 // CHECK:        bitcast i16 %{{.*}} to bfloat
-// CHECK:        fadd float
-// CHECK:        store float
-// CHECK:        fadd float
-// CHECK:        store float
-// CHECK:        store bfloat
+// CHECK:        fadd <16 x float>
+// CHECK:        store <16 x float>
+// CHECK:        fadd <16 x float>
+// CHECK:        store <16 x float>
+// CHECK:        add <16 x i32> %{{.*}}, splat (i32 32767)
+// CHECK:        store <16 x bfloat>
 // CHECK:        call void @free(
-// CHECK:        store bfloat
+// CHECK:        store <16 x bfloat>
 // CHECK:        call void @free(
 // CHECK:      define void @_mlir_ciface_flce_grad(ptr %{{.*}}, ptr %{{.*}}, ptr %{{.*}}, ptr %{{.*}}, ptr %{{.*}}, ptr %{{.*}}, ptr %{{.*}}, ptr %{{.*}}, ptr %{{.*}})
 // CHECK:        call void @flce_grad(

@@ -1,7 +1,7 @@
 // convert-grad-to-loops on apply_fused_ema_adam: the per-call scalars (1 - β, c = 1 - β^k with a
 // float32 power of the step) before one loop nest that reads grad, var, m, v, s once each and
 // stores var', m', v', s' once each, rounded to the stored type.
-// RUN: npugrad-opt %s --stage loops | FileCheck %s
+// RUN: npugrad-opt %s --stage loops --no-distribute | FileCheck %s
 // RUN: npugrad-opt %s -p convert-grad-to-loops | FileCheck %s
 
 // Properties as constants; AdamW (mode 1) with bias correction, bf16 state, dynamic shape.

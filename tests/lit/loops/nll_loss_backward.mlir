@@ -1,6 +1,7 @@
-// convert-grad-to-loops on nll_loss_backward: a zero-fill nest over out, then per sample the
-// ignore_index compare and the bounds check guarding one store of −w[y]·scale.
-// RUN: npugrad-opt %s --stage loops | FileCheck %s
+// convert-grad-to-loops on nll_loss_backward: a zero fill of out as one flat range (streamed
+// past the caches when it is 8 MiB or more), then per sample the ignore_index compare and the
+// bounds check guarding one store of −w[y]·scale.
+// RUN: npugrad-opt %s --stage loops --no-distribute | FileCheck %s
 // RUN: npugrad-opt %s -p convert-grad-to-loops | FileCheck %s
 
 // Reduction none, 2-D: per-sample upstream gradient; a uint8 target is zero-extended.
@@ -10,9 +11,14 @@
 // CHECK-DAG:     %[[C:.*]] = memref.dim %o, %[[C1]]
 // CHECK-DAG:     %[[IGNORE:.*]] = arith.constant -100 : i64
 // CHECK-DAG:     %[[ZERO:.*]] = arith.constant 0.000000e+00 : f16
-// CHECK:         scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
-// CHECK-NEXT:      scf.for %[[J:.*]] = %{{.*}} to %[[C]] step %{{.*}} {
-// CHECK-NEXT:        memref.store %[[ZERO]], %o[%[[I]], %[[J]]] : memref<?x?xf16>
+// CHECK:         %[[FLAT:.*]] = memref.collapse_shape %o {{\[\[}}0 : i64, 1 : i64]] : memref<?x?xf16> into memref<?xf16>
+// CHECK:         %[[N:.*]] = memref.dim %[[FLAT]]
+// CHECK:         %[[LARGE:.*]] = arith.cmpi uge, %[[N]], %{{.*}} : index
+// CHECK:         scf.if %[[LARGE]] {
+// CHECK:           vector.store %{{.*}}, %[[FLAT]][%{{.*}}] {alignment = 64 : i64, nontemporal = true} : memref<?xf16>, vector<32xf16>
+// CHECK:         } else {
+// CHECK-NEXT:      scf.for %[[I:.*]] = %{{.*}} to %[[N]] step %{{.*}} {
+// CHECK-NEXT:        memref.store %[[ZERO]], %[[FLAT]][%[[I]]] : memref<?xf16>
 // CHECK:         scf.for %[[N:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
 // CHECK-NEXT:      %[[T:.*]] = memref.load %t[%[[N]]] : memref<?xui8>
 // CHECK-NEXT:      %[[T8:.*]] = builtin.unrealized_conversion_cast %[[T]] : ui8 to i8

@@ -1,0 +1,260 @@
+"""vectorize-elementwise-loops{target=host}: every innermost elementwise `scf.for` (step 1, no
+iter_args, a body of scalar memref.load / memref.store / arith / math ops whose memory accesses
+all have the induction variable as their last, unit-stride index) runs L lanes per step in the
+`vector` dialect (L = the target's vector bits / 32: 16 on AVX-512), then the original scalar
+loop does the iterations left over.
+
+    scf.for %i = %lb to %ub step %c1 {
+      %x = memref.load %a[%r, %i] : memref<?x?xbf16>
+      %s = memref.load %scale[%c0] : memref<1xf32>                 // uniform: no %i
+      %y = arith.extf %x : bf16 to f32
+      %z = arith.mulf %y, %s : f32
+      memref.store %z, %b[%r, %i] : memref<?x?xf32> }
+becomes
+    %n = arith.maxsi (%ub - %lb), 0;  %main = %ub - %n mod 16
+    scf.for %i = %lb to %main step %c16 {                          // {grad.vectorized}
+      %x = vector.load %a[%r, %i] : memref<?x?xbf16>, vector<16xbf16>
+      %s = memref.load %scale[%c0] : memref<1xf32>
+      %y = arith.extf %x : vector<16xbf16> to vector<16xf32>
+      %sv = vector.broadcast %s : f32 to vector<16xf32>
+      %z = arith.mulf %y, %sv : vector<16xf32>
+      vector.store %z, %b[%r, %i] : memref<?x?xf32>, vector<16xf32> }
+    scf.for %i = %main to %ub step %c1 { ...the scalar body... }
+
+Values that do not depend on the induction variable (defined outside the loop, or computed in
+it from such values and from loads without it) stay scalar and are broadcast where a vector op
+uses them. Each lane computes what one scalar iteration did, with the same ops in the same
+order, so results are bit-identical to the scalar loop. A loop is left as it is when anything
+else is in it: other ops or nested regions, the induction variable in arithmetic or in another
+index position, a store not indexed by it, an index or i1 memref (i1 vectors are bit-packed in
+memory, i1 memrefs are not), an op xDSL does not define on vectors (arith.cmpf/cmpi results and
+the arith.select condition are scalar i1 only in xDSL 0.74), or a stored memref accessed with
+two different index lists (a lane could then read what another lane writes). Distinct memref operands are assumed not to overlap
+partially, as in the scalar loop's lowering to LLVM (exactly the same buffer is fine).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.builder import Builder
+from xdsl.context import Context
+from xdsl.dialects import arith, memref, scf, vector
+from xdsl.dialects.builtin import (
+    IndexType,
+    IntegerAttr,
+    IntegerType,
+    MemRefType,
+    ModuleOp,
+    NoneAttr,
+    Signedness,
+    StridedLayoutAttr,
+    UnitAttr,
+    VectorType,
+    bf16,
+    f16,
+    f32,
+    f64,
+)
+from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint
+from xdsl.utils.exceptions import VerifyException
+
+from npugrad.targets import get
+
+VECTORIZED_ATTR = "grad.vectorized"  # on the main loop of a vectorised elementwise loop
+
+_MEMORY_ELEMENTS = (f16, bf16, f32, f64) + tuple(IntegerType(w) for w in (8, 16, 32, 64))
+_LANE_ELEMENTS = (*_MEMORY_ELEMENTS, IntegerType(1))
+index = IndexType()
+
+
+def _unit_innermost_stride(t: MemRefType) -> bool:
+    layout = t.layout
+    if isinstance(layout, NoneAttr):
+        return True
+    return isinstance(layout, StridedLayoutAttr) and layout.get_strides()[-1] == 1
+
+
+def _is_constant_one(value: SSAValue) -> bool:
+    owner = value.owner
+    return (
+        isinstance(owner, arith.ConstantOp)
+        and isinstance(owner.value, IntegerAttr)
+        and owner.value.value.data == 1
+    )
+
+
+def _contiguous(ref: SSAValue) -> bool:
+    t = ref.type
+    return (
+        isinstance(t, MemRefType)
+        and t.element_type in _MEMORY_ELEMENTS
+        and (not isinstance(t.element_type, IntegerType) or t.element_type.signedness.data == Signedness.SIGNLESS)
+        and _unit_innermost_stride(t)
+    )
+
+
+def _vector_op(op: Operation, operands: list[SSAValue], lanes: int) -> Operation:
+    """`op` on vectors of `lanes` elements."""
+    return type(op).create(
+        operands=operands,
+        result_types=[VectorType(r.type, [lanes]) for r in op.results],
+        properties=dict(op.properties),
+        attributes=dict(op.attributes),
+    )
+
+
+def _has_vector_form(op: Operation, lanes: int) -> bool:
+    """Whether the op is defined on vectors of its (scalar) types. xDSL 0.74 defines
+    arith.cmpf/cmpi results and the arith.select condition as scalar i1 only: loops that compare
+    lanes stay scalar."""
+    types = [v.type for v in (*op.operands, *op.results)]
+    if not all(t in _LANE_ELEMENTS for t in types):
+        return False
+    lanes_in = Block(arg_types=[VectorType(v.type, [lanes]) for v in op.operands])
+    probe = _vector_op(op, list(lanes_in.args), lanes)
+    try:
+        probe.verify()
+    except VerifyException:
+        return False
+    finally:
+        probe.drop_all_references()
+    return True
+
+
+def _varying_values(loop: scf.ForOp, lanes: int) -> set[SSAValue] | None:
+    """The values of the loop body that differ from lane to lane, or None if the loop does not
+    qualify."""
+    if not _is_constant_one(loop.step) or loop.iter_args:
+        return None
+    body = loop.body.block
+    iv = body.args[0]
+    *ops, terminator = body.ops
+    if terminator.operands:
+        return None
+    varying: set[SSAValue] = set()
+    accesses: dict[SSAValue, set[tuple[SSAValue, ...]]] = {}
+    stored: set[SSAValue] = set()
+    for op in ops:
+        if op.regions:
+            return None
+        if isinstance(op, memref.LoadOp | memref.StoreOp):
+            *outer, last = op.indices or (None,)
+            if any(i is iv or i in varying for i in outer):
+                return None
+            if last is iv:
+                if not _contiguous(op.memref):
+                    return None
+                if isinstance(op, memref.LoadOp):
+                    varying.add(op.res)
+            elif isinstance(op, memref.StoreOp) or last in varying:
+                return None
+            accesses.setdefault(op.memref, set()).add(tuple(op.indices))
+            if isinstance(op, memref.StoreOp):
+                stored.add(op.memref)
+        elif op.dialect_name() in ("arith", "math"):
+            if iv in op.operands:
+                return None
+            if any(v in varying for v in op.operands):
+                if not _has_vector_form(op, lanes):
+                    return None
+                varying.update(op.results)
+        else:
+            return None
+    if not stored or any(len(accesses[ref]) > 1 for ref in stored):
+        return None
+    return varying
+
+
+class _Vectorizer:
+    def __init__(self, loop: scf.ForOp, varying: set[SSAValue], lanes: int):
+        self.loop = loop
+        self.varying = varying
+        self.lanes = lanes
+        self.outside = Builder(InsertPoint.before(loop))  # hoisted: bounds, broadcasts
+        self.mapping: dict[SSAValue, SSAValue] = {}
+        self.broadcasts: dict[SSAValue, SSAValue] = {}
+
+    def _hoist(self, op: Operation) -> SSAValue:
+        op.location = self.loop.location
+        return self.outside.insert(op).results[0]
+
+    def _vector_type(self, element: Attribute) -> VectorType:
+        return VectorType(element, [self.lanes])
+
+    def _vector(self, value: SSAValue, inside: Builder) -> SSAValue:
+        """The lanes of `value`: itself vectorised, or a uniform value broadcast once."""
+        if value in self.varying:
+            return self.mapping[value]
+        if value not in self.broadcasts:
+            op = vector.BroadcastOp(self.mapping.get(value, value), self._vector_type(value.type))
+            if value in self.mapping:  # computed in the loop
+                op.location = value.owner.location  # type: ignore[union-attr]
+                inside.insert(op)
+            else:
+                self._hoist(op)
+            self.broadcasts[value] = op.results[0]
+        return self.broadcasts[value]
+
+    def _main_bound(self) -> SSAValue:
+        """ub minus the iterations left over: the trip count (none if ub < lb) mod lanes."""
+        lb, ub = self.loop.lb, self.loop.ub
+        zero = self._hoist(arith.ConstantOp(IntegerAttr(0, index)))
+        trips = self._hoist(arith.MaxSIOp(self._hoist(arith.SubiOp(ub, lb)), zero))
+        return self._hoist(arith.SubiOp(ub, self._hoist(arith.RemUIOp(trips, self.step))))
+
+    def _emit_op(self, op: Operation, inside: Builder) -> None:
+        if isinstance(op, memref.LoadOp) and op.res in self.varying:
+            new = vector.LoadOp(op.memref, self._indices(op), self._vector_type(op.res.type))
+        elif isinstance(op, memref.StoreOp):
+            new = vector.StoreOp(self._vector(op.value, inside), op.memref, self._indices(op))
+        elif any(r in self.varying for r in op.results):
+            new = _vector_op(op, [self._vector(v, inside) for v in op.operands], self.lanes)
+        else:  # uniform: the same scalar op
+            inside.insert(op.clone(self.mapping))
+            return
+        new.location = op.location
+        inside.insert(new)
+        for old, result in zip(op.results, new.results):
+            result.name_hint = old.name_hint
+            self.mapping[old] = result
+
+    def _indices(self, op: memref.LoadOp | memref.StoreOp) -> list[SSAValue]:
+        return [self.mapping.get(i, i) for i in op.indices]
+
+    def emit(self) -> None:
+        loop = self.loop
+        self.step = self._hoist(arith.ConstantOp(IntegerAttr(self.lanes, index)))
+        main_bound = self._main_bound()
+        body = Block(arg_types=[index])
+        old_iv = loop.body.block.args[0]
+        body.args[0].name_hint = old_iv.name_hint
+        self.mapping[old_iv] = body.args[0]
+        main = scf.ForOp(loop.lb, main_bound, self.step, [], body)
+        main.location = loop.location
+        main.attributes[VECTORIZED_ATTR] = UnitAttr()
+        self.outside.insert(main)
+        self.outside = Builder(InsertPoint.before(main))  # broadcasts go before the main loop
+        inside = Builder(InsertPoint.at_end(body))
+        *ops, terminator = loop.body.block.ops
+        for op in ops:
+            self._emit_op(op, inside)
+        inside.insert(terminator.clone())
+        loop.operands[0] = main_bound  # the scalar loop does the rest
+
+
+@dataclass(frozen=True)
+class VectorizeElementwiseLoopsPass(ModulePass):
+    name = "vectorize-elementwise-loops"
+
+    target: str = "host"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        lanes = get(self.target).vector_bits // 32
+        if lanes < 2:
+            return
+        for loop in [o for o in op.walk() if isinstance(o, scf.ForOp)]:
+            if (varying := _varying_values(loop, lanes)) is not None:
+                _Vectorizer(loop, varying, lanes).emit()

@@ -1,0 +1,104 @@
+// distribute-over-cores: with no --target the `tiled` stage spreads each op over the cores, one
+// contiguous range per block, computed in place (no local buffers, no copies).
+// RUN: npugrad-opt %s --stage tiled | FileCheck %s --check-prefixes=CHECK,FLCE
+// RUN: npugrad-opt %s -p distribute-over-cores | FileCheck %s
+// --no-distribute keeps every op whole, on one core.
+// RUN: npugrad-opt %s --stage tiled --no-distribute | FileCheck %s --check-prefix=ONE
+
+// BCE: elements of the flat arrays, whole cache lines (64 elements) per block, as many blocks
+// as have 65536 elements each; mean BCE divides by the whole N once, before the split.
+// CHECK-LABEL: func.func @bce_mean
+// CHECK-DAG:     %[[MIN:.*]] = arith.constant 65536 : index
+// CHECK-DAG:     %[[LINE:.*]] = arith.constant 64 : index
+// CHECK:         %[[BID:.*]] = npu.block_idx
+// CHECK-NEXT:    %[[NBLK:.*]] = npu.block_dim
+// CHECK:         %[[U:.*]] = arith.divf
+// CHECK:         %[[XF:.*]] = memref.collapse_shape %x {{\[\[}}0 : i64, 1 : i64]] : memref<?x?xf32> into memref<?xf32>
+// CHECK:         %[[N:.*]] = memref.dim %[[XF]]
+// CHECK:         %[[WANT:.*]] = arith.ceildivui %[[N]], %[[MIN]] : index
+// CHECK:         %[[ACTIVE:.*]] = arith.minsi %[[NBLK]], %{{.*}} : index
+// CHECK:         %[[PER:.*]] = arith.ceildivui %[[N]], %[[ACTIVE]] : index
+// CHECK:         %[[LINES:.*]] = arith.ceildivui %[[PER]], %[[LINE]] : index
+// CHECK:         %[[CHUNK:.*]] = arith.muli %[[LINES]], %[[LINE]] : index
+// CHECK:         %[[LO:.*]] = arith.muli %[[BID]], %[[CHUNK]] : index
+// CHECK:         %[[ANY:.*]] = arith.cmpi ult, %[[LO]], %[[N]] : index
+// CHECK:         scf.if %[[ANY]] {
+// CHECK:           %[[X:.*]] = memref.subview %[[XF]][%[[LO]]] [%{{.*}}] [1]
+// CHECK:           scf.for
+// CHECK:             arith.mulf %[[U]]
+// CHECK-NOT:     npu.copy
+// CHECK-NOT:     npu.alloc_local
+// ONE-LABEL: func.func @bce_mean
+// ONE-NOT:     npu.block_idx
+// ONE:         grad.binary_cross_entropy_grad
+func.func @bce_mean(%x: memref<?x?xf32>, %y: memref<?x?xf32>, %d: memref<1xf32>, %dx: memref<?x?xf32>) {
+  grad.binary_cross_entropy_grad input_x(%x : memref<?x?xf32>) input_y(%y : memref<?x?xf32>)
+      dloss(%d : memref<1xf32>) -> dx(%dx : memref<?x?xf32>) {reduction = 1 : i64}
+  func.return
+}
+
+// NLL: whole rows, enough of them for 65536 elements of out per block; each block's op zeroes
+// and fills its own rows.
+// CHECK-LABEL: func.func @nll_none
+// CHECK:         %[[BID:.*]] = npu.block_idx
+// CHECK:         %[[R0:.*]] = arith.muli %[[BID]], %[[CHUNK:.*]] : index
+// CHECK:         scf.if
+// CHECK:           %[[RN:.*]] = arith.minsi %[[CHUNK]], %{{.*}} : index
+// CHECK:           %[[T:.*]] = memref.subview %t[%[[R0]]] [%[[RN]]] [1]
+// CHECK:           %[[OUT:.*]] = memref.subview %out[%[[R0]], 0] [%[[RN]], %{{.*}}] [1, 1]
+// CHECK:           %[[G:.*]] = memref.subview %g[%[[R0]]] [%[[RN]]] [1]
+// CHECK:           grad.nll_loss_backward grad_output(%[[G]] : {{.*}}) {{.*}} target(%[[T]] : {{.*}}) {{.*}} -> out(%[[OUT]] : {{.*}}) {reduction = 0 : i64}
+func.func @nll_none(%g: memref<?xf32>, %self: memref<?x?xf32>, %t: memref<?xi64>, %w: memref<?xf32>,
+                    %tw: memref<1xf32>, %out: memref<?x?xf32>) {
+  grad.nll_loss_backward grad_output(%g : memref<?xf32>) self(%self : memref<?x?xf32>) target(%t : memref<?xi64>)
+      weight(%w : memref<?xf32>) total_weight(%tw : memref<1xf32>) -> out(%out : memref<?x?xf32>) {reduction = 0 : i64}
+  func.return
+}
+
+// Static sizes below two blocks' worth of work stay whole.
+// CHECK-LABEL: func.func @small
+// CHECK-NOT:     npu.block_idx
+// CHECK:         grad.binary_cross_entropy_grad
+func.func @small(%x: memref<8x10xf32>, %y: memref<8x10xf32>, %d: memref<1xf32>, %dx: memref<8x10xf32>) {
+  grad.binary_cross_entropy_grad input_x(%x : memref<8x10xf32>) input_y(%y : memref<8x10xf32>)
+      dloss(%d : memref<1xf32>) -> dx(%dx : memref<8x10xf32>) {reduction = 2 : i64}
+  func.return
+}
+
+// The fused linear cross-entropy gradient (fused first: the --stage run only): two phases over the blocks (vocabulary tiles → dW,
+// then token tiles → dX) when more than one block runs and BT·V ≥ 65536; otherwise block 0
+// runs the one-phase nest.
+// FLCE-LABEL: func.func @flce
+// FLCE:         %[[BID:.*]] = npu.block_idx
+// FLCE-NEXT:    %[[NBLK:.*]] = npu.block_dim
+// FLCE:         %[[V:.*]] = memref.dim %w, %{{.*}}
+// FLCE:         %[[BT:.*]] = memref.dim %x, %{{.*}}
+// FLCE:         %[[LOGITS:.*]] = arith.muli %[[V]], %[[BT]] : index
+// FLCE:         %[[MANY:.*]] = arith.cmpi ugt, %[[NBLK]], %{{.*}} : index
+// FLCE:         %[[BIG:.*]] = arith.cmpi uge, %[[LOGITS]], %{{.*}} : index
+// FLCE:         %[[SPREAD:.*]] = arith.andi %[[MANY]], %[[BIG]] : i1
+// FLCE:         %[[FIRST:.*]] = arith.cmpi eq, %[[BID]], %{{.*}} : index
+// FLCE:         scf.if %[[SPREAD]] {
+// Phase A: this block's vocabulary tiles, GEMM 2 (dX) dropped.
+// FLCE:           scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} {
+// FLCE:             doc = "GEMM 1
+// FLCE-NOT:         doc = "GEMM 2
+// FLCE:             doc = "GEMM 3
+// Phase B: this block's token tiles, GEMM 3 (dW) dropped.
+// FLCE:             doc = "GEMM 1
+// FLCE-NOT:         doc = "GEMM 3
+// FLCE:             doc = "GEMM 2
+// FLCE:         } else {
+// FLCE-NEXT:      scf.if %[[FIRST]] {
+// FLCE:             doc = "GEMM 1
+// FLCE:             doc = "GEMM 2
+// FLCE:             doc = "GEMM 3
+func.func @flce(%grad: memref<?xf32>, %x: memref<?x?xf32>, %w: memref<?x?xf32>, %mask: memref<?xi1>,
+                %target: memref<?xi64>, %max: memref<?xf32>, %sum: memref<?xf32>,
+                %dx: memref<?x?xf32>, %dw: memref<?x?xf32>) {
+  grad.fused_linear_cross_entropy_loss_grad grad(%grad : memref<?xf32>) input(%x : memref<?x?xf32>)
+      weight(%w : memref<?x?xf32>) target_mask(%mask : memref<?xi1>) masked_target(%target : memref<?xi64>)
+      logits_max(%max : memref<?xf32>) sum_exp_logits(%sum : memref<?xf32>)
+      -> input_grad_out(%dx : memref<?x?xf32>) weight_grad_out(%dw : memref<?x?xf32>)
+  func.return
+}

@@ -1,0 +1,154 @@
+"""The default pipeline spreads each op over the cores (distribute-over-cores): at sizes large
+enough to be split, results match the reference and are bit for bit the same for 1, 2 and 3
+threads and for the one-core pipeline (`distribute=False`); the IR shows what each block does.
+Large zero fills stream past the caches (Emitter.zeros_flat): checked on outputs whose start is
+not 64-byte aligned and whose length is not a multiple of a cache line."""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import pytest
+from conftest import FLOAT_DTYPES, assert_close
+from test_nll import _call as _nll
+from test_nll import _operands as _nll_operands
+from test_nll import _want as _nll_want
+from test_tiled_elementwise import STATES, _bce, _bce_operands, _ema, _ema_operands, assert_same_bits
+from test_tiled_flce import _call as _flce
+from test_tiled_flce import _operands as _flce_operands
+
+from npugrad.compiler import Pipeline, parse
+from npugrad.dialect.npu import BlockIdxOp
+from npugrad.lowering.emit import STREAM_BYTES
+from npugrad.passes.distribute_over_cores import MIN_ELEMENTS, MIN_LOGITS
+from npugrad.reference import harness
+from npugrad.runtime import pool
+from npugrad.runtime.launch import using
+
+THREADS = (1, 2, 3)
+
+
+@pytest.fixture
+def threads():
+    before = pool.threads()
+    yield pool.set_threads
+    pool.set_threads(before)
+
+
+def _per_thread_count(threads, run):
+    """run() under the default pipeline for each thread count, then on one core undistributed."""
+    results = []
+    for n in THREADS:
+        threads(n)
+        results.append(run())
+    with using(Pipeline(distribute=False)):
+        results.append(run())
+    return results
+
+
+def _all_same(results) -> None:
+    first = results[0]
+    for other in results[1:]:
+        for x, y in zip(first, other, strict=True):
+            assert_same_bits(x, y)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("reduction", [0, 1, 2])
+def test_bce_split_over_blocks(rng, threads, dtype, reduction):
+    n = 3 * MIN_ELEMENTS + 77  # three blocks' worth, not a whole number of cache lines
+    a = _bce_operands(rng, (n // 7, 7), dtype, reduction, weighted=reduction == 1)
+    results = _per_thread_count(threads, lambda: (_bce(a, reduction),))
+    _all_same(results)
+    want = harness.expected("binary_cross_entropy_grad", a, {"reduction": reduction})["dx"]
+    assert_close(results[0][0], want)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("mode", [0, 1])
+def test_ema_adam_split_over_blocks(rng, threads, dtype, mode):
+    a = _ema_operands(rng, (2 * MIN_ELEMENTS + 5,), dtype)
+    props = {"lr": 0.01, "ema_decay": 0.99, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "mode": mode, "weight_decay": 0.1}
+    results = _per_thread_count(threads, lambda: tuple(_ema(a, props)[k] for k in STATES))
+    _all_same(results)
+    want = harness.expected("apply_fused_ema_adam", a, props)
+    for k, got in zip(STATES, results[0], strict=True):
+        assert_close(got, want[k])
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("reduction", [0, 1, 2])
+def test_nll_rows_split_over_blocks(rng, threads, dtype, reduction):
+    # float32 out: each of three blocks' rows is past STREAM_BYTES (a streamed zero fill).
+    c = 1003
+    n = 3 * STREAM_BYTES // (4 * c) + 11
+    a = _nll_operands(rng, n, c, dtype, reduction=reduction)
+    results = _per_thread_count(threads, lambda: (_nll(a, reduction),))
+    _all_same(results)
+    assert_close(results[0][0], _nll_want(a, reduction))
+
+
+@pytest.mark.parametrize("offset", [0, 1, 13])
+def test_streamed_zero_fill_of_unaligned_output(rng, threads, offset):
+    """An `out=` view starting `offset` floats into its buffer (not on a cache line), with a
+    guard before and after it: every element of out is written, nothing around it."""
+    c = 517
+    n = 2 * STREAM_BYTES // (4 * c) + 3  # each of two blocks' rows past STREAM_BYTES
+    a = _nll_operands(rng, n, c, np.dtype(np.float32), reduction=2)
+    threads(2)
+    buf = np.full(n * c + offset + 64, 7.0, np.float32)
+    out = buf[offset:offset + n * c].reshape(n, c)
+    _nll(a, 2, out=out)
+    assert_close(out, _nll_want(a, 2))
+    assert (buf[:offset] == 7.0).all() and (buf[offset + n * c:] == 7.0).all()
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("hp", [False, True], ids=["memory-saving", "high-performance"])
+def test_flce_two_phases_over_blocks(rng, threads, dtype, hp):
+    bt, v = 300, MIN_LOGITS // 300 + 37  # enough logits to be spread; not multiples of the tiles
+    a = _flce_operands(rng, bt, 24, v, dtype, hp, packed=not hp)
+    results = _per_thread_count(threads, lambda: _flce(a))
+    _all_same(results)
+    want = harness.expected("fused_linear_cross_entropy_loss_grad", a, {})
+    assert_close(results[0][0], want["input_grad_out"])
+    assert_close(results[0][1], want["weight_grad_out"])
+
+
+BCE_IR = """
+func.func @bce(%x: memref<?x?xf32>, %y: memref<?x?xf32>, %d: memref<1xf32>, %dx: memref<?x?xf32>) {
+  grad.binary_cross_entropy_grad input_x(%x : memref<?x?xf32>) input_y(%y : memref<?x?xf32>)
+      dloss(%d : memref<1xf32>) -> dx(%dx : memref<?x?xf32>) {reduction = 1 : i64}
+  func.return
+}
+"""
+
+
+def _blocks(text: str, pipeline: Pipeline) -> int:
+    return sum(isinstance(o, BlockIdxOp) for o in pipeline.lower(parse(text), "tiled").walk())
+
+
+def test_tiled_stage_shows_the_split_and_opting_out_keeps_one_block():
+    assert _blocks(BCE_IR, Pipeline()) == 1
+    assert _blocks(BCE_IR, Pipeline(distribute=False)) == 0
+    # Static sizes too small to be worth a second thread stay on one block.
+    small = BCE_IR.replace("?x?", "8x10")
+    assert _blocks(small, Pipeline()) == 0
+
+
+def test_two_ops_in_one_function_are_not_split():
+    """Blocks do not wait for each other: a function whose second op could read what the first
+    wrote keeps both on one block."""
+    body = BCE_IR.split("func.return")[0].split("{\n", 1)[1]
+    two = BCE_IR.replace("  func.return", body + "  func.return")
+    assert _blocks(two, Pipeline()) == 0
+
+
+@pytest.mark.parametrize("pipeline", [Pipeline(), Pipeline(distribute=False)], ids=["distributed", "one-core"])
+def test_small_inputs_still_right(rng, pipeline):
+    """Below the split sizes every block but the first has nothing to do."""
+    a = _bce_operands(rng, (5, 3), np.dtype(np.float32), 1, weighted=False)
+    with using(pipeline) if pipeline else contextlib.nullcontext():
+        got = _bce(a, 1)
+    assert_close(got, harness.expected("binary_cross_entropy_grad", a, {"reduction": 1})["dx"])
