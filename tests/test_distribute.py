@@ -21,7 +21,7 @@ from test_tiled_flce import _operands as _flce_operands
 from npugrad.compiler import Pipeline, parse
 from npugrad.dialect.npu import BlockIdxOp
 from npugrad.lowering.emit import STREAM_BYTES
-from npugrad.passes.distribute_over_cores import MIN_ELEMENTS, MIN_LOGITS
+from npugrad.passes.distribute_over_cores import MIN_ELEMENTS
 from npugrad.reference import harness
 from npugrad.runtime import pool
 from npugrad.runtime.launch import using
@@ -107,7 +107,7 @@ def test_streamed_zero_fill_of_unaligned_output(rng, threads, offset):
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 @pytest.mark.parametrize("hp", [False, True], ids=["memory-saving", "high-performance"])
 def test_flce_two_phases_over_blocks(rng, threads, dtype, hp):
-    bt, v = 300, MIN_LOGITS // 300 + 37  # enough logits to be spread; not multiples of the tiles
+    bt, v = 300, 2 * MIN_ELEMENTS // 24 + 37  # weight past kernel.SMALL; not multiples of the tiles
     a = _flce_operands(rng, bt, 24, v, dtype, hp, packed=not hp)
     results = _per_thread_count(threads, lambda: _flce(a))
     _all_same(results)

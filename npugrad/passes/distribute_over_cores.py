@@ -18,14 +18,15 @@ becomes
   op on one block). Mean BCE divides by the whole N, once per block, as its tiling does.
 - NLL backward (2-D self): rows; each block zeroes and fills its own rows of `out`.
 - The fused linear cross-entropy gradient: the two phases of passes/tiling/flce.py (vocabulary
-  tiles → dW, then token tiles → dX) when more than one block runs and the work is large;
-  otherwise block 0 runs the one-phase nest. Either way every sum runs in the same order, so
-  results are bit-identical for any number of threads.
+  tiles → dW, then token tiles → dX); every sum runs in the order of the one-phase nest, so
+  results are bit-identical to it for any number of threads. The price, GEMM 1 done twice, is
+  why the runtime compiles without this pass when it runs on one thread (runtime/specialize.py).
 - Embedding backward stays on one block (its counting sort spans all indices).
 
 Only a function holding exactly one such op is distributed: blocks do not wait for each other,
 so two ops where one reads what the other writes must not be split. Ops whose static sizes are
-below one block's worth of work are left alone.
+below one block's worth of work are left alone. A distributed function is marked
+`grad.distributed`: the runtime may run it as one block (small arrays, runtime/kernel.py).
 """
 
 from __future__ import annotations
@@ -35,23 +36,22 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, scf
-from xdsl.dialects.builtin import DYNAMIC_INDEX, MemRefType, ModuleOp, NoneAttr, StringAttr
-from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.dialects.builtin import DYNAMIC_INDEX, MemRefType, ModuleOp, NoneAttr, UnitAttr
+from xdsl.ir import SSAValue
 from xdsl.passes import ModulePass
-from xdsl.rewriter import InsertPoint, Rewriter
-from xdsl.traits import is_side_effect_free
+from xdsl.rewriter import Rewriter
 
 from npugrad.dialect import ApplyFusedEmaAdamOp, BinaryCrossEntropyGradOp, GradOp, NLLLossBackwardOp
 from npugrad.lowering.emit import Emitter
 from npugrad.lowering.grad_to_loops.bce import lower_elements, upstream
 from npugrad.passes.choose_tile_sizes import elementwise_tiled_operands
-from npugrad.passes.fuse_linear_cross_entropy_grad import ROLE_ATTR, TILE_ATTR
+from npugrad.passes.fuse_linear_cross_entropy_grad import TILE_ATTR
 from npugrad.passes.tiling.blocks import block_range
 from npugrad.passes.tiling.elementwise import _flat, _tile_op
 from npugrad.passes.tiling.flce import split_over_blocks
 
 MIN_ELEMENTS = 1 << 16  # per block, for the memory-bound ops: below this a thread costs more than it saves
-MIN_LOGITS = 1 << 16  # the linear cross-entropy gradient (BT·V): below this a second phase costs more
+DISTRIBUTED_ATTR = "grad.distributed"  # on a function: its blocks split work that one block could do
 LINE = 64  # elements per block range are a multiple of this: no cache line is shared by two blocks
 
 
@@ -125,43 +125,9 @@ def _distribute_nll(op: NLLLossBackwardOp) -> bool:
 
 
 def _distribute_fused_nest(nest: scf.ForOp) -> None:
-    """scf.if (blocks > 1 and enough logits) { phase A; phase B } else { block 0: the nest };
-    the function's code moves into the branches, the spread branch gets a copy."""
-    top = nest.parent
-    assert top is not None
-    ops = [o for o in top.ops if not isinstance(o, func.ReturnOp)]
-    token_loop = next(o for o in nest.walk() if o.attributes.get(ROLE_ATTR) == StringAttr("token_loop"))
-    e = Emitter.before(ops[0])
-    bid, nblk = block_range(e)
-    logits = e.muli(_recompute(e, nest.ub, ops), _recompute(e, token_loop.ub, ops))  # type: ignore[attr-defined]
-    spread = e.andi(e.cmpi(nblk, e.idx(1), "ugt"), e.cmpi(logits, e.idx(MIN_LOGITS), "uge"))
-    is_first = e.cmpi(bid, e.idx(0), "eq")
-    many, one, first = Block(), Block(), Block()
-    Rewriter.insert_op(scf.IfOp(spread, [], Region(many), Region(one)), InsertPoint.before(ops[0]))
-    one.add_ops([scf.IfOp(is_first, [], Region(first)), scf.YieldOp()])
-    mapping: dict[SSAValue, SSAValue] = {}
-    for o in ops:
-        o.detach()
-        first.add_op(o)
-        many.add_op(o.clone(value_mapper=mapping))
-    first.add_op(scf.YieldOp())
-    many.add_op(scf.YieldOp())
-    spread_nest = next(o for o in many.ops if isinstance(o, scf.ForOp) and TILE_ATTR in o.attributes)
-    tiles = {k: v.value.data for k, v in spread_nest.attributes[TILE_ATTR].data.items()}  # type: ignore[attr-defined]
-    split_over_blocks(spread_nest, tiles)
-
-
-def _recompute(e: Emitter, value: SSAValue, moving: list) -> SSAValue:
-    """`value` before the code that moves into branches: the pure ops computing it (sizes and
-    constants of the loop bounds) cloned there."""
-    op = value.owner
-    if not isinstance(op, Operation) or op not in moving:
-        return value
-    assert is_side_effect_free(op) and not op.regions, op.name
-    clone = op.clone_without_regions()
-    for i, operand in enumerate(op.operands):
-        clone.operands[i] = _recompute(e, operand, moving)
-    return e.add(clone)
+    """The two phases of passes/tiling/flce.py: vocabulary tiles → dW, then token tiles → dX."""
+    tiles = {k: v.value.data for k, v in nest.attributes[TILE_ATTR].data.items()}  # type: ignore[attr-defined]
+    split_over_blocks(nest, tiles)
 
 
 def _distribute(f: func.FuncOp) -> None:
@@ -171,10 +137,15 @@ def _distribute(f: func.FuncOp) -> None:
         return
     if nests:
         _distribute_fused_nest(nests[0])
+        done = True
     elif isinstance(grads[0], BinaryCrossEntropyGradOp | ApplyFusedEmaAdamOp):
-        _distribute_elementwise(grads[0])
+        done = _distribute_elementwise(grads[0])
     elif isinstance(grads[0], NLLLossBackwardOp):
-        _distribute_nll(grads[0])
+        done = _distribute_nll(grads[0])
+    else:
+        done = False
+    if done:
+        f.attributes[DISTRIBUTED_ATTR] = UnitAttr()
 
 
 @dataclass(frozen=True)

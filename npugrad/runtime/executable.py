@@ -8,6 +8,7 @@ from xdsl.dialects.builtin import MemRefType, ModuleOp, NoneAttr, StridedLayoutA
 
 from npugrad import dtypes
 from npugrad.lowering.npu_to_cpu import BLOCKS_ATTR
+from npugrad.passes.distribute_over_cores import DISTRIBUTED_ATTR
 from npugrad.runtime.jit import JitModule
 from npugrad.runtime.kernel import Kernel, MemRefSpec
 
@@ -41,16 +42,20 @@ def signatures(module: ModuleOp) -> dict[str, list[MemRefSpec]]:
     return result
 
 
-def block_kernels(module: ModuleOp) -> set[str]:
-    """The functions of a loop-level module that run as blocks (see lower-npu-to-cpu)."""
-    return {op.sym_name.data for op in module.walk() if isinstance(op, func.FuncOp) and BLOCKS_ATTR in op.attributes}
+def block_kernels(module: ModuleOp) -> dict[str, bool]:
+    """The functions of a loop-level module that run as blocks (see lower-npu-to-cpu), each
+    with whether distribute-over-cores made it one (then one block may do all the work)."""
+    return {op.sym_name.data: DISTRIBUTED_ATTR in op.attributes
+            for op in module.walk() if isinstance(op, func.FuncOp) and BLOCKS_ATTR in op.attributes}
 
 
 class Executable:
-    def __init__(self, llvm_ir: str, sigs: dict[str, list[MemRefSpec]], blocks: set[str] = frozenset()):
+    def __init__(self, llvm_ir: str, sigs: dict[str, list[MemRefSpec]], blocks: dict[str, bool] | None = None):
         self.llvm_ir = llvm_ir
         self._jit = JitModule(llvm_ir)
-        self.kernels = {name: Kernel(self._jit, name, specs, name in blocks) for name, specs in sigs.items()}
+        blocks = blocks or {}
+        self.kernels = {name: Kernel(self._jit, name, specs, name in blocks, blocks.get(name, False))
+                        for name, specs in sigs.items()}
 
     def __getitem__(self, name: str) -> Kernel:
         return self.kernels[name]

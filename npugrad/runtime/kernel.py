@@ -24,6 +24,9 @@ _WORD = ctypes.c_int64
 assert ctypes.sizeof(ctypes.c_void_p) == ctypes.sizeof(_WORD)
 
 
+SMALL = 1 << 17  # elements of the largest array below which a block kernel runs as one block
+
+
 class ArgumentError(ValueError):
     """An array that does not fit the kernel's signature."""
 
@@ -78,13 +81,15 @@ class Kernel:
     """A compiled function `name` of a JitModule, called with one array per memref argument.
 
     A block kernel (`blocks=True`) takes two more arguments, its block index and the block
-    count; calling it runs every block, on `threads` threads (default: the pool's size)."""
+    count; calling it runs every block, on `threads` threads (default: the pool's size; one block
+    for a `distributed` kernel whose arrays all have fewer than SMALL elements)."""
 
-    def __init__(self, jit, name: str, args: Sequence[MemRefSpec], blocks: bool = False):
+    def __init__(self, jit, name: str, args: Sequence[MemRefSpec], blocks: bool = False, distributed: bool = False):
         self._jit = jit  # keeps the machine code alive
         self.name = name
         self.args = tuple(args)
         self.blocks = blocks
+        self.distributed = distributed
         address = jit.address(f"_mlir_ciface_{name}")
         extra = [ctypes.c_int64, ctypes.c_int64] if blocks else []
         self._fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(self.args), *extra)(address)
@@ -105,7 +110,10 @@ class Kernel:
             data = array.ctypes.data
             descriptors.append(words(data, data, 0, *array.shape, *[s // itemsize for s in array.strides]))
         fn = self._fn
-        if not self.blocks:
-            return lambda: fn(*descriptors)
         n = threads or pool.threads()
+        # Waking a second thread costs tens of microseconds: unless `threads` says otherwise,
+        # work that distribute-over-cores split runs as one block on small arrays.
+        small = self.distributed and threads is None and max((a.size for a in arrays), default=0) < SMALL
+        if not self.blocks or (n > 1 and small):
+            return (lambda: fn(*descriptors, 0, 1)) if self.blocks else (lambda: fn(*descriptors))
         return lambda: pool.run_blocks(lambda block: fn(*descriptors, block, n), n)

@@ -7,9 +7,10 @@ attribute values, pipeline): a second call with the same key reuses the machine 
 
 from __future__ import annotations
 
+
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from xdsl.dialects import func
@@ -28,6 +29,7 @@ from xdsl.ir import Attribute, Block, Region
 from npugrad import dtypes
 from npugrad.compiler import Pipeline
 from npugrad.dialect import GradOp
+from npugrad.runtime import pool
 from npugrad.runtime.executable import Executable, block_kernels, signatures
 from npugrad.runtime.kernel import Kernel
 
@@ -110,18 +112,23 @@ def build_module(
 
 _CACHE: dict[tuple, Kernel] = {}
 _LOCK = threading.Lock()
-_DEFAULT_PIPELINE: tuple[Pipeline, tuple] | None = None
+_DEFAULT_PIPELINES: dict[bool, tuple[Pipeline, tuple]] = {}
 
 
 def _pipeline_and_key(pipeline: Pipeline | None) -> tuple[Pipeline, tuple]:
-    # The default pipeline's key is rebuilt from pass reprs otherwise: compute it once.
-    global _DEFAULT_PIPELINE
+    """The pipeline to compile with and its cache key. On one thread nothing is spread over
+    cores (distribute-over-cores would only add the linear cross-entropy gradient's second
+    phase), so the kernel compiled depends on the thread count, and so does the key."""
+    one_thread = pool.threads() == 1
     if pipeline is not None:
+        if one_thread and pipeline.distribute:
+            pipeline = replace(pipeline, distribute=False)
         return pipeline, pipeline.key()
-    if _DEFAULT_PIPELINE is None:
-        default = Pipeline()
-        _DEFAULT_PIPELINE = (default, default.key())
-    return _DEFAULT_PIPELINE
+    # The default pipeline's key is rebuilt from pass reprs otherwise: compute it once.
+    if one_thread not in _DEFAULT_PIPELINES:
+        default = Pipeline(distribute=not one_thread)
+        _DEFAULT_PIPELINES[one_thread] = (default, default.key())
+    return _DEFAULT_PIPELINES[one_thread]
 
 
 def compile_op(

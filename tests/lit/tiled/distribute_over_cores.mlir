@@ -65,34 +65,22 @@ func.func @small(%x: memref<8x10xf32>, %y: memref<8x10xf32>, %d: memref<1xf32>, 
   func.return
 }
 
-// The fused linear cross-entropy gradient (fused first: the --stage run only): two phases over the blocks (vocabulary tiles → dW,
-// then token tiles → dX) when more than one block runs and BT·V ≥ 65536; otherwise block 0
-// runs the one-phase nest.
+// The fused linear cross-entropy gradient (fused first: the --stage run only): two phases over
+// the blocks, vocabulary tiles → dW, then token tiles → dX.
 // FLCE-LABEL: func.func @flce
 // FLCE:         %[[BID:.*]] = npu.block_idx
 // FLCE-NEXT:    %[[NBLK:.*]] = npu.block_dim
-// FLCE:         %[[V:.*]] = memref.dim %w, %{{.*}}
-// FLCE:         %[[BT:.*]] = memref.dim %x, %{{.*}}
-// FLCE:         %[[LOGITS:.*]] = arith.muli %[[V]], %[[BT]] : index
-// FLCE:         %[[MANY:.*]] = arith.cmpi ugt, %[[NBLK]], %{{.*}} : index
-// FLCE:         %[[BIG:.*]] = arith.cmpi uge, %[[LOGITS]], %{{.*}} : index
-// FLCE:         %[[SPREAD:.*]] = arith.andi %[[MANY]], %[[BIG]] : i1
-// FLCE:         %[[FIRST:.*]] = arith.cmpi eq, %[[BID]], %{{.*}} : index
-// FLCE:         scf.if %[[SPREAD]] {
 // Phase A: this block's vocabulary tiles, GEMM 2 (dX) dropped.
-// FLCE:           scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} {
-// FLCE:             doc = "GEMM 1
-// FLCE-NOT:         doc = "GEMM 2
-// FLCE:             doc = "GEMM 3
+// FLCE:         %[[VA:.*]] = arith.muli %[[BID]], %{{.*}} : index
+// FLCE:         scf.for %{{.*}} = %[[VA]] to %{{.*}} step %{{.*}} {
+// FLCE:           doc = "GEMM 1
+// FLCE-NOT:       doc = "GEMM 2
+// FLCE:           doc = "GEMM 3
 // Phase B: this block's token tiles, GEMM 3 (dW) dropped.
-// FLCE:             doc = "GEMM 1
-// FLCE-NOT:         doc = "GEMM 3
-// FLCE:             doc = "GEMM 2
-// FLCE:         } else {
-// FLCE-NEXT:      scf.if %[[FIRST]] {
-// FLCE:             doc = "GEMM 1
-// FLCE:             doc = "GEMM 2
-// FLCE:             doc = "GEMM 3
+// FLCE:           doc = "GEMM 1
+// FLCE-NOT:       doc = "GEMM 3
+// FLCE:           doc = "GEMM 2
+// FLCE:         func.return
 func.func @flce(%grad: memref<?xf32>, %x: memref<?x?xf32>, %w: memref<?x?xf32>, %mask: memref<?xi1>,
                 %target: memref<?xi64>, %max: memref<?xf32>, %sum: memref<?xf32>,
                 %dx: memref<?x?xf32>, %dw: memref<?x?xf32>) {
