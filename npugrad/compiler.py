@@ -200,7 +200,8 @@ class Pipeline:
     def key(self) -> tuple:
         """Identifies the pipeline in compile caches."""
         target = get_target(self.target).key() if self.target is not None else None
-        return (self.fuse, target, self.vectorize, self.distribute, *(repr(p) for p in (*self.fused_passes, *self.loops_passes, *self.final_passes)))
+        passes = (*self.fused_passes, *self.loops_passes, *self.final_passes)
+        return (self.fuse, target, self.vectorize, self.distribute, *(repr(p) for p in passes))
 
     def passes_to(self, stage: str) -> list[ModulePass]:
         order = XDSL_STAGES.index(stage)

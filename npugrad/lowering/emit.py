@@ -45,9 +45,9 @@ from xdsl.rewriter import InsertPoint
 from npugrad import dtypes
 
 index = IndexType()
-LOOP_DIMS_ATTR = "grad.loop_dims"
+LOOP_DIMS_ATTR = "grad.loop_dims"  # on a contraction: the names of its three loop dimensions
 LINE_BYTES = 64  # a cache line
-STREAM_BYTES = 8 << 20  # zero fills at least this large bypass the caches (Emitter.zeros_flat)  # on a contraction: the names of its three loop dimensions
+STREAM_BYTES = 8 << 20  # zero fills at least this large bypass the caches (Emitter.zeros_flat)
 
 
 def _unit_stride(t: MemRefType) -> bool:
@@ -310,12 +310,12 @@ class Emitter:
             dense = self.andi(dense, self.cmpi(strides[a], self.muli(strides[a + 1], sizes[a + 1]), "eq"))
         flat_t = MemRefType(t.element_type, [DYNAMIC_INDEX], StridedLayoutAttr([1], None), t.memory_space)
 
-        def flat() -> None:
+        def as_one_range() -> None:
             n = self.product(sizes)
             view = memref.ReinterpretCastOp.from_dynamic(meta.base_buffer, [meta.offset], [n], [1], flat_t)
             self.zeros_flat(self.add(view), n)
 
-        self.if_else(dense, flat, lambda: self._zeros_nest(ref))
+        self.if_else(dense, as_one_range, lambda: self._zeros_nest(ref))
 
     def _zeros_nest(self, ref: SSAValue) -> None:
         zero = self.const(0.0, ref.type.element_type)  # type: ignore[attr-defined]
@@ -332,14 +332,15 @@ class Emitter:
         assert isinstance(t, MemRefType)
         zero = self.const(0.0, t.element_type)
         width = t.element_type.bitwidth // 8  # type: ignore[attr-defined]
-        if LINE_BYTES % width:
-            with self.loop(n) as i:
-                self.store(zero, ref, [i])
-            return
         lanes = LINE_BYTES // width
+
         def plain() -> None:
             with self.loop(n) as i:
                 self.store(zero, ref, [i])
+
+        if LINE_BYTES % width:
+            plain()
+            return
 
         def stream() -> None:
             meta = memref.ExtractStridedMetaDataOp(ref)

@@ -31,7 +31,6 @@ below one block's worth of work are left alone. A distributed function is marked
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -42,22 +41,24 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
 from npugrad.dialect import ApplyFusedEmaAdamOp, BinaryCrossEntropyGradOp, GradOp, NLLLossBackwardOp
+from npugrad.dialect.checks import static_product
 from npugrad.lowering.emit import Emitter
 from npugrad.lowering.grad_to_loops.bce import lower_elements, upstream
 from npugrad.passes.choose_tile_sizes import elementwise_tiled_operands
 from npugrad.passes.fuse_linear_cross_entropy_grad import TILE_ATTR
 from npugrad.passes.tiling.blocks import block_range
-from npugrad.passes.tiling.elementwise import _flat, _tile_op
-from npugrad.passes.tiling.flce import split_over_blocks
+from npugrad.passes.tiling.elementwise import flat, tile_op
+from npugrad.passes.tiling.flce import nest_tiles, split_over_blocks
 
 MIN_ELEMENTS = 1 << 16  # per block, for the memory-bound ops: below this a thread costs more than it saves
 DISTRIBUTED_ATTR = "grad.distributed"  # on a function: its blocks split work that one block could do
 LINE = 64  # elements per block range are a multiple of this: no cache line is shared by two blocks
 
 
-def _static_numel(ref: SSAValue) -> int | None:
-    shape = ref.type.get_shape()  # type: ignore[attr-defined]
-    return None if DYNAMIC_INDEX in shape else math.prod(shape)
+def _too_small(ref: SSAValue) -> bool:
+    """Static sizes with less than two blocks' worth of elements."""
+    n = static_product([None if d == DYNAMIC_INDEX else d for d in ref.type.get_shape()])  # type: ignore[attr-defined]
+    return n is not None and n < 2 * MIN_ELEMENTS
 
 
 def _range(e: Emitter, bid: SSAValue, nblk: SSAValue, n: SSAValue, min_units: SSAValue, line: int):
@@ -74,23 +75,22 @@ def _distribute_elementwise(op: BinaryCrossEntropyGradOp | ApplyFusedEmaAdamOp) 
     refs = {name: getattr(op, name) for name in names}
     if any(r.type.get_num_dims() > 1 and not isinstance(r.type.layout, NoneAttr) for r in refs.values()):
         return False
-    static = _static_numel(refs[names[0]])
-    if static is not None and static < 2 * MIN_ELEMENTS:
+    if _too_small(refs[names[0]]):
         return False
     e = Emitter.before(op)
     bid, nblk = block_range(e)
     mean_bce = isinstance(op, BinaryCrossEntropyGradOp) and op.prop_int("reduction") == 1
     u = upstream(op, e) if mean_bce else None
-    flat = {name: _flat(e, r) for name, r in refs.items()}
-    n = e.numel(flat[names[0]])
+    flats = {name: flat(e, r) for name, r in refs.items()}
+    n = e.numel(flats[names[0]])
     lo, chunk = _range(e, bid, nblk, n, e.idx(MIN_ELEMENTS), LINE)
     with e.if_(e.cmpi(lo, n, "ult")):
         size = e.minsi(chunk, e.subi(n, lo))
-        windows = {name: e.subview(r, [lo], [size]) for name, r in flat.items()}
+        windows = {name: e.subview(r, [lo], [size]) for name, r in flats.items()}
         if mean_bce:
             lower_elements(e, windows["input_x"], windows["input_y"], u, op.dloss, windows.get("weight"), windows["dx"])
         else:
-            e.add(_tile_op(op, windows))
+            e.add(tile_op(op, windows))
     Rewriter.erase_op(op)
     return True
 
@@ -100,8 +100,7 @@ def _distribute_nll(op: NLLLossBackwardOp) -> bool:
     assert isinstance(out_t, MemRefType)
     if out_t.get_num_dims() != 2:
         return False
-    static = _static_numel(op.out)
-    if static is not None and static < 2 * MIN_ELEMENTS:
+    if _too_small(op.out):
         return False
     e = Emitter.before(op)
     bid, nblk = block_range(e)
@@ -119,15 +118,22 @@ def _distribute_nll(op: NLLLossBackwardOp) -> bool:
         }
         if per_sample:
             windows["grad_output"] = e.subview(op.grad_output, [r0], [rn])
-        e.add(_tile_op(op, windows))
+        e.add(tile_op(op, windows))
     Rewriter.erase_op(op)
     return True
 
 
-def _distribute_fused_nest(nest: scf.ForOp) -> None:
+def _distribute_fused_nest(nest: scf.ForOp) -> bool:
     """The two phases of passes/tiling/flce.py: vocabulary tiles → dW, then token tiles → dX."""
-    tiles = {k: v.value.data for k, v in nest.attributes[TILE_ATTR].data.items()}  # type: ignore[attr-defined]
-    split_over_blocks(nest, tiles)
+    split_over_blocks(nest, nest_tiles(nest))
+    return True
+
+
+SPLITS = {
+    BinaryCrossEntropyGradOp: _distribute_elementwise,
+    ApplyFusedEmaAdamOp: _distribute_elementwise,
+    NLLLossBackwardOp: _distribute_nll,
+}
 
 
 def _distribute(f: func.FuncOp) -> None:
@@ -136,14 +142,10 @@ def _distribute(f: func.FuncOp) -> None:
     if len(nests) + len(grads) != 1:
         return
     if nests:
-        _distribute_fused_nest(nests[0])
-        done = True
-    elif isinstance(grads[0], BinaryCrossEntropyGradOp | ApplyFusedEmaAdamOp):
-        done = _distribute_elementwise(grads[0])
-    elif isinstance(grads[0], NLLLossBackwardOp):
-        done = _distribute_nll(grads[0])
+        done = _distribute_fused_nest(nests[0])
     else:
-        done = False
+        split = SPLITS.get(type(grads[0]))
+        done = split is not None and split(grads[0])
     if done:
         f.attributes[DISTRIBUTED_ATTR] = UnitAttr()
 

@@ -29,8 +29,9 @@ else is in it: other ops or nested regions, the induction variable in arithmetic
 index position, a store not indexed by it, an index or i1 memref (i1 vectors are bit-packed in
 memory, i1 memrefs are not), an op xDSL does not define on vectors (arith.cmpf/cmpi results and
 the arith.select condition are scalar i1 only in xDSL 0.74), or a stored memref accessed with
-two different index lists (a lane could then read what another lane writes). Distinct memref operands are assumed not to overlap
-partially, as in the scalar loop's lowering to LLVM (exactly the same buffer is fine).
+two different index lists (a lane could then read what another lane writes). Distinct memref
+operands are assumed not to overlap partially, as in the scalar loop's lowering to LLVM
+(exactly the same buffer is fine).
 """
 
 from __future__ import annotations

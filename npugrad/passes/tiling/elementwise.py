@@ -61,7 +61,7 @@ from npugrad.targets import Target
 ElementwiseOp = BinaryCrossEntropyGradOp | ApplyFusedEmaAdamOp
 
 
-def _flat(e: Emitter, ref: SSAValue) -> SSAValue:
+def flat(e: Emitter, ref: SSAValue) -> SSAValue:
     """A contiguous memref as one dimension."""
     t = ref.type
     assert isinstance(t, MemRefType)
@@ -105,7 +105,7 @@ def _delinearize(e: Emitter, linear: SSAValue, dims: list[SSAValue]) -> list[SSA
     return [linear, *reversed(indices)]
 
 
-def _tile_op(op: ElementwiseOp, tiles: dict[str, SSAValue]) -> ElementwiseOp:
+def tile_op(op: ElementwiseOp, tiles: dict[str, SSAValue]) -> ElementwiseOp:
     """The op itself on the tiles (operands not tiled stay global), without its tile sizes: it
     is a tile instance that convert-grad-to-loops lowers as any other."""
     properties = {k: v for k, v in op.properties.items() if k not in ("tile_sizes", "operandSegmentSizes")}
@@ -141,7 +141,7 @@ def tile_elementwise(op: ElementwiseOp, target: Target) -> None:
     u = upstream(op, e) if mean_bce else None
     if contiguous:
         outer, inner = [], e.idx(extent) if extent != DYNAMIC_INDEX else e.numel(first)
-        refs = {name: _flat(e, r) for name, r in refs.items()}
+        refs = {name: flat(e, r) for name, r in refs.items()}
     else:
         outer, inner = e.dims(first)[:-1], e.dim(first, len(shape) - 1)
     per_row = e.idx(-(-extent // n)) if extent != DYNAMIC_INDEX else e.add(arith.CeilDivUIOp(inner, e.idx(n)))
@@ -163,7 +163,7 @@ def tile_elementwise(op: ElementwiseOp, target: Target) -> None:
         if mean_bce:
             lower_elements(e, locals_["input_x"], locals_["input_y"], u, op.dloss, locals_.get("weight"), locals_["dx"])
         else:
-            e.add(_tile_op(op, locals_))
+            e.add(tile_op(op, locals_))
         for name in writes:
             e.add(CopyOp(locals_[name], globals_[name]))
     Rewriter.erase_op(op)

@@ -120,8 +120,13 @@ def split_over_blocks(nest: scf.ForOp, tiles: dict[str, int]) -> scf.ForOp:
     return phase_b
 
 
+def nest_tiles(nest: scf.ForOp) -> dict[str, int]:
+    """The tile sizes fuse-linear-cross-entropy-grad put on its nest."""
+    return {k: v.value.data for k, v in nest.attributes[TILE_ATTR].data.items()}  # type: ignore[attr-defined]
+
+
 def tile_fused_flce(nest: scf.ForOp, target: Target) -> None:
-    tiles = {k: v.value.data for k, v in nest.attributes[TILE_ATTR].data.items()}  # type: ignore[attr-defined]
+    tiles = nest_tiles(nest)
     phase_b = split_over_blocks(nest, tiles)
     buffers: dict = {}
     for gen in [o for n in (nest, phase_b) for o in n.walk() if isinstance(o, GenericOp) and LOOP_DIMS_ATTR in o.attributes]:
