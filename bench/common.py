@@ -2,7 +2,9 @@
 its own. A contender is `module:function(**args)` returning a zero-argument callable (inputs
 allocated, kernels compiled). The child resets the RSS high-water mark (`/proc/self/clear_refs`),
 makes one call and reports VmHWM − VmRSS before it as "peak extra" memory, then times `repeats`
-calls after `warmup` and reports the median.
+calls after `warmup` and reports the median. `combine` pools the calls of several such runs
+(rounds in which the contenders take turns, so that a slow spell of a shared machine falls on
+all of them rather than on one).
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ def child(spec: str, args: dict, repeats: int, warmup: int) -> dict:
         fn()
         times.append(time.perf_counter() - start)
     return {"median": statistics.median(times) if times else first, "min": min(times or [first]),
-            "first": first, "peak_mib": max(peak, 0) / 1024, "exact_peak": exact}
+            "first": first, "peak_mib": max(peak, 0) / 1024, "exact_peak": exact, "times": times}
 
 
 @dataclass
@@ -66,6 +68,18 @@ class Result:
     first: float
     peak_mib: float
     error: str | None = None
+    times: tuple[float, ...] = ()
+
+
+def combine(runs: list[Result]) -> Result:
+    """One result from several runs of a contender: the median of all their timed calls, the
+    first run's first call, the largest peak; the first error if any run failed."""
+    failed = next((r for r in runs if r.error), None)
+    if failed is not None:
+        return failed
+    times = tuple(t for r in runs for t in r.times)
+    median = statistics.median(times) if times else runs[0].median
+    return Result(runs[0].name, median, runs[0].first, max(r.peak_mib for r in runs), None, times)
 
 
 def measure(name: str, spec: str, args: dict, repeats: int = 3, warmup: int = 1, threads: int | None = None) -> Result:
@@ -82,7 +96,7 @@ def measure(name: str, spec: str, args: dict, repeats: int = 3, warmup: int = 1,
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT"):
             r = json.loads(line[len("RESULT"):])
-            return Result(name, r["median"], r["first"], r["peak_mib"])
+            return Result(name, r["median"], r["first"], r["peak_mib"], None, tuple(r["times"]))
     tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
     return Result(name, float("nan"), float("nan"), float("nan"), tail[0])
 

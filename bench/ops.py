@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
-from bench.common import Result, measure  # noqa: E402
+from bench.common import Result, combine, measure  # noqa: E402
 
 SEED = 1234
 IGNORE = -100
@@ -415,17 +415,21 @@ def _fmt_ratio(other: Result | None, ours: Result) -> str:
 
 
 def run_table(title: str, selected: Sequence[Case], alloc: bool, repeats: int, threads: int,
-              contenders: Sequence[str], log: Callable[[str], None]) -> str:
+              contenders: Sequence[str], log: Callable[[str], None], rounds: int = 1) -> str:
     ratio_cols = [c for c in contenders if c != "npugrad"]
     header = f"{'case':<40} {'contender':<9} {'median ms':>10} {'rate':>14} {'peak extra MiB':>15}" + "".join(
         f" {'vs ' + c:>10}" for c in ratio_cols)
     lines = [title, header, "-" * len(header)]
     for case in selected:
-        results = {}
-        for c in contenders:
-            log(f"  {case.label}: {c}")
-            warmup = 0 if case.op == "flce" else 1  # an FLCE call takes seconds: the first call is its warm-up
-            results[c] = measure(c, f"bench.ops:{case.op}_{c}", {**case.size, "alloc": alloc}, repeats, warmup, threads)
+        runs: dict[str, list[Result]] = {c: [] for c in contenders}
+        # An FLCE call takes seconds: its first call is its warm-up, and it runs one round.
+        warmup, case_rounds = (0, 1) if case.op == "flce" else (1, rounds)
+        for turn in range(case_rounds):
+            for c in contenders:
+                log(f"  {case.label}: {c}" + (f" (round {turn + 1} of {case_rounds})" if case_rounds > 1 else ""))
+                spec = f"bench.ops:{case.op}_{c}"
+                runs[c].append(measure(c, spec, {**case.size, "alloc": alloc}, repeats, warmup, threads))
+        results = {c: combine(r) for c, r in runs.items()}
         ours = results["npugrad"]
         for c in contenders:
             r = results[c]
@@ -465,6 +469,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--ops", default=",".join(OPS), help=f"comma-separated subset of {','.join(OPS)}")
     ap.add_argument("--repeats", type=int, default=5, help="timed calls after the warm-up call (default 5)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="times the contenders take turns on each case except FLCE, each time in a fresh process; "
+                         "the median is over all their timed calls (default 3)")
     ap.add_argument("--threads", type=int, default=2, help="threads for every contender (default 2)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test, not a measurement")
 
@@ -476,6 +483,8 @@ def run(args: argparse.Namespace) -> None:
         raise SystemExit(f"npugrad bench: unknown op(s) {', '.join(unknown)}; ops are {', '.join(OPS)}")
     if args.repeats < 1:
         raise SystemExit("npugrad bench: --repeats must be at least 1")
+    if args.rounds < 1:
+        raise SystemExit("npugrad bench: --rounds must be at least 1")
     contenders = ["npugrad", "numpy", *(["torch"] if torch_available() else [])]
     selected = [c for c in cases(args.quick) if c.op in ops]
 
@@ -484,14 +493,16 @@ def run(args: argparse.Namespace) -> None:
 
     setting = (f"{args.threads} thread(s) per contender, each in its own process, warmed on tiny inputs; "
                f"median of {args.repeats} timed call(s) after a first call (which measures peak extra memory) "
-               "and, except FLCE, one more warm-up call; ratios are the contender's time / npugrad's (>1: npugrad faster)")
+               f"and, except FLCE, one more warm-up call, pooled over {args.rounds} round(s) in which the contenders "
+               "take turns (FLCE: one round); ratios are the contender's time / npugrad's (>1: npugrad faster)")
     print(f"npugrad bench{' --quick (tiny sizes)' if args.quick else ''}: {setting}")
     print("FLCE: memory-saving mode; NumPy computes in float32 for the bfloat16 rows; "
           "rates: FLCE 6*BT*V*H FLOP, others bytes read + written\n")
     print(run_table("Outputs preallocated (and pre-touched) for every contender", selected, False,
-                    args.repeats, args.threads, contenders, log), "\n", flush=True)
+                    args.repeats, args.threads, contenders, log, args.rounds), "\n", flush=True)
     print(run_table("Outputs allocated by every contender (npugrad without out=, functional NumPy/PyTorch; "
-                    "EMA-Adam is in place in both tables)", selected, True, args.repeats, args.threads, contenders, log),
+                    "EMA-Adam is in place in both tables)", selected, True, args.repeats, args.threads, contenders, log,
+                    args.rounds),
           "\n", flush=True)
     print(compile_table(ops, args.threads, 300 if args.quick else 5000, log))
 

@@ -13,6 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from bench import ops as bench_ops  # noqa: E402
+from bench.common import Result, combine  # noqa: E402
 from npugrad.runtime import specialize  # noqa: E402
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
@@ -26,11 +27,12 @@ def _tables(stdout: str) -> list[list[str]]:
 
 def test_quick_bench_prints_every_op_with_ratio_columns():
     proc = subprocess.run(
-        [sys.executable, "-m", "npugrad.tools.main", "bench", "--quick", "--repeats", "1"],
+        [sys.executable, "-m", "npugrad.tools.main", "bench", "--quick", "--repeats", "1", "--rounds", "2"],
         check=False, capture_output=True, text=True, timeout=300, cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stderr
-    assert "median of 1 timed call(s)" in proc.stdout
+    assert "median of 1 timed call(s)" in proc.stdout and "pooled over 2 round(s)" in proc.stdout
+    assert "(round 2 of 2)" in proc.stderr
     main, allocating, compile_times = _tables(proc.stdout)
     assert "preallocated" in main[0] and "allocated by every contender" in allocating[0]
     contenders = ["npugrad", "numpy", *(["torch"] if HAS_TORCH else [])]
@@ -60,3 +62,12 @@ def test_cached_call_does_not_recompile(op):
         call()
     bench_ops.api_call(op)()  # fresh arrays of the same class
     assert len(specialize._CACHE) == size
+
+
+def test_rounds_pool_every_timed_call():
+    runs = [Result("npugrad", 0.0, 5.0, 10.0, None, (3.0, 1.0)), Result("npugrad", 0.0, 6.0, 12.0, None, (2.0, 9.0, 4.0))]
+    pooled = combine(runs)
+    assert pooled.median == 3.0 and pooled.first == 5.0 and pooled.peak_mib == 12.0
+    assert sorted(pooled.times) == [1.0, 2.0, 3.0, 4.0, 9.0] and pooled.error is None
+    failed = Result("npugrad", float("nan"), float("nan"), float("nan"), "MemoryError")
+    assert combine([runs[0], failed]).error == "MemoryError"

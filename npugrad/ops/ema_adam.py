@@ -24,6 +24,8 @@ def _step(step) -> np.ndarray:
 
 
 def _real(name: str, value) -> float:
+    if type(value) is float:  # the common case, without the ABC check
+        return value
     if not isinstance(value, numbers.Real) or isinstance(value, bool | np.bool_):
         raise SignatureTypeError(f"{OP}: property '{name}' must be a real number, got {type(value).__name__}")
     return float(value)

@@ -37,8 +37,8 @@ def current_pipeline() -> Pipeline | None:
     return _PIPELINE.get()
 
 
-def defaults(op_cls: type[GradOp]) -> dict[str, int | float | bool]:
-    """The op's property defaults as Python values."""
+@functools.cache
+def _defaults(op_cls: type[GradOp]) -> dict[str, int | float | bool]:
     values = {}
     for name, prop in op_cls.get_irdl_definition().properties.items():
         attr = prop.default_value
@@ -47,6 +47,11 @@ def defaults(op_cls: type[GradOp]) -> dict[str, int | float | bool]:
         data = attr.value.data  # type: ignore[attr-defined]
         values[name] = data != 0 if getattr(attr.type, "width", None) is not None and attr.type.width.data == 1 else data  # type: ignore[attr-defined]
     return values
+
+
+def defaults(op_cls: type[GradOp]) -> dict[str, int | float | bool]:
+    """The op's property defaults as Python values."""
+    return dict(_defaults(op_cls))
 
 
 def as_input(op: str, name: str, value) -> np.ndarray:
@@ -65,9 +70,17 @@ def check(
     display: Mapping[str, str] | None = None,
 ) -> dict:
     """Run the op's metadata rules on the arrays; return the full property values. `display`
-    renames operands in messages to the API's parameter names (e.g. dx -> out)."""
-    full = {**defaults(op_cls), **props}
+    renames operands in messages to the API's parameter names (e.g. dx -> out).
+
+    The rules see only shapes, dtypes and properties, so a signature that passed once passes
+    again: it is remembered (a bounded table) and the rules are not run twice."""
     present = {k: v for k, v in arrays.items() if v is not None}
+    key = (op_cls, tuple([(k, v.shape, v.dtype) for k, v in present.items()]), tuple(props.items()),
+           tuple(display.items()) if display else None)
+    full = _PASSED.get(key)
+    if full is not None:
+        return dict(full)
+    full = {**_defaults(op_cls), **props}
     checker = Checker(
         f"{op_cls.short_name()}:",
         "parameter",
@@ -77,7 +90,14 @@ def check(
         display,
     )
     op_cls.check(checker)
-    return full
+    if len(_PASSED) >= _PASSED_MAX:  # e.g. a learning-rate schedule: a new signature each step
+        _PASSED.clear()
+    _PASSED[key] = full
+    return dict(full)
+
+
+_PASSED: dict[tuple, dict] = {}
+_PASSED_MAX = 4096
 
 
 def launch(
