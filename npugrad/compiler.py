@@ -187,7 +187,12 @@ class Pipeline:
 
     Without a `target` code is vectorised for the host; `vectorize=False` leaves it scalar,
     `distribute=False` keeps each op on one core. `fuse=False` keeps the linear cross-entropy
-    gradient unfused: it then reaches `loops` through its reference lowering."""
+    gradient unfused: it then reaches `loops` through its reference lowering.
+
+    `verify_each` (MLIR's -verify-each) verifies the module after every pass, so that a pass
+    that breaks the IR is named; without it the module is verified once, after the last pass,
+    by xDSL for the xDSL stages, by the upstream parser for the later ones. It does not change
+    the code, only the time to compile (xDSL's verifier is most of it)."""
 
     fuse: bool = True
     target: str | None = None  # "host", a shipped target's name, or a target file
@@ -196,6 +201,7 @@ class Pipeline:
     fused_passes: list[ModulePass] = field(default_factory=lambda: [FuseLinearCrossEntropyGradPass()])
     loops_passes: list[ModulePass] = field(default_factory=lambda: [ConvertGradToLoopsPass()])
     final_passes: list[ModulePass] = field(default_factory=lambda: [ConvertLinalgToLoopsPass(), LowerNpuToCpuPass()])
+    verify_each: bool = field(default=True, compare=False)
 
     def key(self) -> tuple:
         """Identifies the pipeline in compile caches."""
@@ -225,14 +231,19 @@ class Pipeline:
             passes += self.final_passes
         return passes
 
-    def to_xdsl_stage(self, module: ModuleOp, stage: str, ctx: Context | None = None) -> ModuleOp:
-        """Run the xDSL passes in place up to `stage` (one of XDSL_STAGES)."""
+    def to_xdsl_stage(self, module: ModuleOp, stage: str, ctx: Context | None = None, verify_last: bool = True) -> ModuleOp:
+        """Run the xDSL passes in place up to `stage` (one of XDSL_STAGES). `verify_last=False`:
+        whoever reads the result verifies it (the upstream parser does)."""
         ctx = ctx or make_context()
-        for p in self.passes_to(stage):
+        passes = self.passes_to(stage)
+        for p in passes:
             try:
                 p.apply(ctx, module)
             except PassFailure as e:
                 raise CompileError([_located(e.op, f"{p.name}: {e.message}", "", "")]) from None
+            if self.verify_each:
+                verify(module)
+        if passes and verify_last and not self.verify_each:
             verify(module)
         return module
 
@@ -242,7 +253,7 @@ class Pipeline:
             raise ValueError(f"unknown stage '{stage}'; stages are {', '.join(STAGES)}")
         if stage in XDSL_STAGES:
             return self.to_xdsl_stage(module, stage, ctx)
-        llvm_dialect = to_llvm_dialect(str(self.to_xdsl_stage(module, "vectorized", ctx)))
+        llvm_dialect = to_llvm_dialect(str(self.to_xdsl_stage(module, "vectorized", ctx, verify_last=False)))
         if stage == "llvm-dialect":
             return llvm_dialect
         llvm_ir = to_llvm_ir(llvm_dialect)

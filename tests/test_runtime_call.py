@@ -3,6 +3,8 @@ signature, descriptors, and the table of signatures that passed the metadata rul
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -130,6 +132,29 @@ def test_signatures_that_passed_are_remembered_and_not_confused(rng, monkeypatch
     with pytest.raises(SignatureError, match="property 'reduction'"):
         ops.binary_cross_entropy_grad(x, y, d, reduction=5)
     assert len(runs) == 4
+
+
+def test_equal_property_values_of_other_types_are_other_signatures():
+    # 1 == 1.0 == True, but a rule may accept one and reject another: each is checked.
+    class Strict:
+        @staticmethod
+        def short_name():
+            return "strict"
+
+        @staticmethod
+        def get_irdl_definition():
+            return SimpleNamespace(properties={})
+
+        @staticmethod
+        def check(c):
+            if type(c.prop("k")) is not int:
+                c.fail(f"property 'k' must be an int, got {type(c.prop('k')).__name__}")
+
+    launch._PASSED.clear()
+    assert launch.check(Strict, {}, {"k": 1}) == {"k": 1}
+    for other in (1.0, True):
+        with pytest.raises(SignatureError, match="property 'k' must be an int"):
+            launch.check(Strict, {}, {"k": other})
 
 
 def test_the_table_of_passed_signatures_is_bounded(rng, monkeypatch):

@@ -75,8 +75,9 @@ def check(
     The rules see only shapes, dtypes and properties, so a signature that passed once passes
     again: it is remembered (a bounded table) and the rules are not run twice."""
     present = {k: v for k, v in arrays.items() if v is not None}
-    key = (op_cls, tuple([(k, v.shape, v.dtype) for k, v in present.items()]), tuple(props.items()),
-           tuple(display.items()) if display else None)
+    # Property values with their types: 1, 1.0 and True are equal keys but not the same input.
+    key = (op_cls, tuple([(k, v.shape, v.dtype) for k, v in present.items()]),
+           tuple([(k, type(v), v) for k, v in props.items()]), tuple(display.items()) if display else None)
     full = _PASSED.get(key)
     if full is not None:
         return dict(full)

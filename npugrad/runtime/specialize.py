@@ -8,6 +8,7 @@ attribute values, pipeline): a second call with the same key reuses the machine 
 from __future__ import annotations
 
 
+import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -118,7 +119,11 @@ _DEFAULT_PIPELINES: dict[bool, tuple[Pipeline, tuple]] = {}
 def _pipeline_and_key(pipeline: Pipeline | None) -> tuple[Pipeline, tuple]:
     """The pipeline to compile with and its cache key. On one thread nothing is spread over
     cores (distribute-over-cores would only add the linear cross-entropy gradient's second
-    phase), so the kernel compiled depends on the thread count, and so does the key."""
+    phase), so the kernel compiled depends on the thread count, and so does the key.
+
+    The default pipeline verifies the module once, after its last pass (the op was built and
+    verified here, and the upstream parser verifies what it reads); NPUGRAD_VERIFY_EACH=1 makes
+    it verify after every pass, to find the pass that breaks the IR."""
     one_thread = pool.threads() == 1
     if pipeline is not None:
         if one_thread and pipeline.distribute:
@@ -126,7 +131,7 @@ def _pipeline_and_key(pipeline: Pipeline | None) -> tuple[Pipeline, tuple]:
         return pipeline, pipeline.key()
     # The default pipeline's key is rebuilt from pass reprs otherwise: compute it once.
     if one_thread not in _DEFAULT_PIPELINES:
-        default = Pipeline(distribute=not one_thread)
+        default = Pipeline(distribute=not one_thread, verify_each=os.environ.get("NPUGRAD_VERIFY_EACH") == "1")
         _DEFAULT_PIPELINES[one_thread] = (default, default.key())
     return _DEFAULT_PIPELINES[one_thread]
 
