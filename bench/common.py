@@ -89,10 +89,11 @@ def measure(name: str, spec: str, args: dict, repeats: int = 3, warmup: int = 1,
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NPUGRAD_THREADS"):
             env[var] = str(threads)
     code = (
-        "import json, sys; sys.path.insert(0, %r); from bench.common import child; "
-        "print('RESULT' + json.dumps(child(%r, json.loads(sys.argv[1]), %d, %d)))" % (ROOT, spec, repeats, warmup)
+        f"import json, sys; sys.path.insert(0, {ROOT!r}); from bench.common import child; "
+        f"print('RESULT' + json.dumps(child({spec!r}, json.loads(sys.argv[1]), {repeats:d}, {warmup:d})))"
     )
-    proc = subprocess.run([sys.executable, "-c", code, json.dumps(args)], capture_output=True, text=True, env=env)
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps(args)], capture_output=True, text=True, env=env,
+                          check=False)
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT"):
             r = json.loads(line[len("RESULT"):])

@@ -13,9 +13,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from bench.common import measure, table  # noqa: E402
+from bench.common import measure, table
 
 
 def _inputs(bt: int, h: int, v: int, seed: int = 0):
@@ -80,7 +80,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
-    size = dict(bt=args.bt, h=args.h, v=args.v)
+    size = {"bt": args.bt, "h": args.h, "v": args.v}
     flops = 6.0 * args.bt * args.h * args.v
     logits_mib = args.bt * args.v * 4 / 2**20
     rows = [

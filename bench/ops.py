@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from bench.common import Result, combine, measure  # noqa: E402
+from bench.common import Result, combine, measure
 
 SEED = 1234
 IGNORE = -100

@@ -14,13 +14,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from npugrad import ops  # noqa: E402
-from npugrad.compiler import Pipeline  # noqa: E402
-from npugrad.reference import harness  # noqa: E402
-from npugrad.runtime import pool  # noqa: E402
-from npugrad.runtime.launch import using  # noqa: E402
+from npugrad import ops
+from npugrad.compiler import Pipeline
+from npugrad.reference import harness
+from npugrad.runtime import pool
+from npugrad.runtime.launch import using
 
 F32, I64 = np.dtype(np.float32), np.dtype(np.int64)
 
@@ -33,7 +33,7 @@ def _cases(rng):
     dts = {k: F32 for k in shapes} | {"target_mask": np.dtype(np.bool_), "masked_target": I64}
     f = harness.random_operands("fused_linear_cross_entropy_loss_grad", shapes, dts, {}, rng)
     gi, gw = np.empty((bt, h), F32), np.empty((v, h), F32)
-    yield (f"FLCE f32 memory-saving", f"BT={bt} H={h} V={v}",
+    yield ("FLCE f32 memory-saving", f"BT={bt} H={h} V={v}",
            lambda: ops.fused_linear_cross_entropy_loss_grad(f["grad"], f["input"], f["weight"], f["target_mask"],
                                                             f["masked_target"], 0.0, f["logits_max"], f["sum_exp_logits"],
                                                             input_grad_out=gi, weight_grad_out=gw))

@@ -6,7 +6,7 @@ from conftest import FLOAT_DTYPES, assert_close
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import npugrad.ops as ops
+from npugrad import ops
 from npugrad.reference import harness
 
 

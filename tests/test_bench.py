@@ -12,9 +12,9 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from bench import ops as bench_ops  # noqa: E402
-from bench.common import Result, combine  # noqa: E402
-from npugrad.runtime import specialize  # noqa: E402
+from bench import ops as bench_ops
+from bench.common import Result, combine
+from npugrad.runtime import specialize
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 

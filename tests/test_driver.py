@@ -315,7 +315,7 @@ def test_verify_diagnostics_fails_on_the_wrong_message(tmp_path):
 def test_verify_diagnostics_per_chunk(tmp_path):
     """Each chunk is checked on its own: one failing chunk fails the file."""
     good = _annotated(bce(m="15"), EXPECTED)
-    path = write(tmp_path, "// -----\n".join([good, bce(), good]))
+    path = write(tmp_path, "// -----\n".join([good, bce(), good]))  # noqa: FLY002 - like the next case
     assert run("npugrad-opt", path, "--verify-diagnostics", "--split-input-file").returncode == 0
     path = write(tmp_path, "// -----\n".join([good, _annotated(bce(), EXPECTED), good]))
     result = run("npugrad-opt", path, "--verify-diagnostics", "--split-input-file")

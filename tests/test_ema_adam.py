@@ -7,7 +7,7 @@ from conftest import FLOAT_DTYPES, assert_close
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import npugrad.ops as ops
+from npugrad import ops
 from npugrad.dialect import ApplyFusedEmaAdamOp
 from npugrad.reference import harness
 from npugrad.reference import ops as ref
@@ -141,7 +141,7 @@ def test_one_kernel_for_every_float_hyperparameter(rng):
     size = len(specialize._CACHE)
     values = [(0.1, 0.5, 0.8, 0.99, 1e-6, 0.1), (3e-4, 0.999, 0.0, 0.5, 0.0, 0.0), (0.0, 1.0, 0.95, 0.9, 1e-3, 1.0)]
     for lr, d, b1, b2, eps, wd in values:
-        props = dict(lr=lr, ema_decay=d, beta1=b1, beta2=b2, eps=eps, weight_decay=wd)
+        props = {"lr": lr, "ema_decay": d, "beta1": b1, "beta2": b2, "eps": eps, "weight_decay": wd}
         got = _run(a, **props)
         want = harness.expected(OP, a, props)
         for k in STATES:
@@ -154,8 +154,8 @@ def test_one_kernel_for_every_float_hyperparameter(rng):
 @pytest.mark.parametrize(
     "props",
     [
-        pytest.param(dict(lr=1e-4, beta2=0.95, weight_decay=0.01), id="adamw"),
-        pytest.param(dict(mode=0, bias_correction=False, lr=0.01, beta2=0.95, weight_decay=0.01), id="adam-l2"),
+        pytest.param({"lr": 1e-4, "beta2": 0.95, "weight_decay": 0.01}, id="adamw"),
+        pytest.param({"mode": 0, "bias_correction": False, "lr": 0.01, "beta2": 0.95, "weight_decay": 0.01}, id="adam-l2"),
         pytest.param({}, id="spec-defaults"),  # 0.999 etc.: decimal literals the seam must round
     ],
 )
@@ -179,7 +179,7 @@ def test_lr_zero_and_ema_extremes(rng):
     np.testing.assert_array_equal(got["s"], got["var"])
 
 
-FINITE = dict(allow_nan=False, allow_infinity=False)
+FINITE = {"allow_nan": False, "allow_infinity": False}
 
 
 @settings(max_examples=30, deadline=None)
@@ -199,8 +199,8 @@ FINITE = dict(allow_nan=False, allow_infinity=False)
 )
 def test_hypothesis(shape, dtype, mode, bias_correction, lr, ema_decay, beta1, beta2, eps, weight_decay, step, seed):
     a = _operands(np.random.default_rng(seed), shape, dtype, step)
-    props = dict(mode=mode, bias_correction=bias_correction, lr=lr, ema_decay=ema_decay, beta1=beta1,
-                 beta2=beta2, eps=eps, weight_decay=weight_decay)
+    props = {"mode": mode, "bias_correction": bias_correction, "lr": lr, "ema_decay": ema_decay, "beta1": beta1,
+                 "beta2": beta2, "eps": eps, "weight_decay": weight_decay}
     got = _run(a, **props)
     want = harness.expected(OP, a, props)
     for k in STATES:

@@ -3,13 +3,15 @@ autograd, the spec's rejects, and the mask encodings. Numerical tests run both t
 kernel and the unfused reference lowering (Pipeline(fuse=False))."""
 
 
+import itertools
+
 import numpy as np
 import pytest
 from conftest import FLOAT_DTYPES, assert_close
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import npugrad.ops as ops
+from npugrad import ops
 from npugrad.compiler import Pipeline
 from npugrad.dialect import FusedLinearCrossEntropyLossGradOp
 from npugrad.dtypes import BFLOAT16
@@ -329,7 +331,7 @@ def test_matches_torch_autograd(rng, fuse, mode, tp, dtype):
     bounds = np.linspace(0, v, tp + 1).astype(int)
     results = [
         _run(_shard_operands(x, w, target, scale, lo, hi, row_max, row_sum, mode, dtype), fuse)
-        for lo, hi in zip(bounds[:-1], bounds[1:])
+        for lo, hi in itertools.pairwise(bounds)
     ]
     input_grad = sum(np.asarray(gi, np.float32) for gi, _ in results)  # the TP all-reduce
     weight_grad = np.concatenate([gw for _, gw in results]).astype(np.float32)

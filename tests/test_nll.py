@@ -6,9 +6,9 @@ from conftest import FLOAT_DTYPES, assert_close
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-import npugrad.ops as ops
-from npugrad.dtypes import BFLOAT16
+from npugrad import ops
 from npugrad.dialect import NLLLossBackwardOp
+from npugrad.dtypes import BFLOAT16
 from npugrad.reference import harness
 from npugrad.runtime.launch import launch
 

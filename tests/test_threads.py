@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from conftest import assert_close
 
-import npugrad.ops as ops
+from npugrad import ops
 from npugrad.tools.demo import all_cases
 
 

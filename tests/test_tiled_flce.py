@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from conftest import FLOAT_DTYPES, assert_close
 
-import npugrad.ops as ops
+from npugrad import ops
 from npugrad.compiler import CompileError, Pipeline
 from npugrad.reference import harness
 from npugrad.runtime import pool

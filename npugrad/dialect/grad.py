@@ -267,7 +267,7 @@ class EmbeddingDenseBackwardOp(GradOp):
     @classmethod
     def check(cls, c: Checker) -> None:
         c.rank("grad", range(1, MAX_RANK + 1))
-        c.rank("indices", range(0, MAX_RANK + 1))
+        c.rank("indices", range(MAX_RANK + 1))
         c.rank("out", [2])
         c.element("grad", FLOATS)
         c.element("indices", ["int32", "int64"])
@@ -413,7 +413,7 @@ class BinaryCrossEntropyGradOp(GradOp):
     @classmethod
     def check(cls, c: Checker) -> None:
         reduction = _check_reduction(c)
-        c.rank("input_x", range(0, MAX_RANK + 1))
+        c.rank("input_x", range(MAX_RANK + 1))
         c.element("input_x", FLOATS)
         shape = c.dims("input_x")
         same_shape = ["input_y", "dx"] + (["weight"] if c.present("weight") else [])

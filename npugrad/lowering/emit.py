@@ -104,7 +104,7 @@ class Emitter:
         return owner not in self._emitted and owner.parent is self.anchor.parent
 
     # -- constants and shapes ----------------------------------------------------------------
-    def const(self, value: int | float | bool, type_: Attribute) -> SSAValue:
+    def const(self, value: float | bool, type_: Attribute) -> SSAValue:
         key = (value, str(type_))
         if key not in self._consts:
             if isinstance(type_, VectorType):

@@ -50,7 +50,7 @@ def run_blocks(fn, n: int) -> None:
         fn(0)
         return
     with _lock:
-        if _pool is None or _pool._max_workers < n - 1:  # noqa: SLF001
+        if _pool is None or _pool._max_workers < n - 1:
             _pool = ThreadPoolExecutor(max_workers=max(n - 1, threads() - 1), thread_name_prefix="npugrad")
         pool = _pool
     futures = [pool.submit(fn, b) for b in range(1, n)]

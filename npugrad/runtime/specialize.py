@@ -7,7 +7,6 @@ attribute values, pipeline): a second call with the same key reuses the machine 
 
 from __future__ import annotations
 
-
 import os
 import threading
 from collections.abc import Mapping
@@ -82,7 +81,7 @@ def dtype_name(dtype: np.dtype) -> str:
     return name
 
 
-def _property(value: int | float | bool, declared: Attribute | None) -> Attribute:
+def _property(value: float | bool, declared: Attribute | None) -> Attribute:
     if isinstance(value, bool | np.bool_):
         return IntegerAttr(-1 if value else 0, IntegerType(1))
     if isinstance(declared, FloatAttr) or isinstance(value, float):

@@ -127,7 +127,7 @@ def run(executable: Executable, name: str, specs, arrays, found, compile_seconds
     if want is None:
         lines.append("no single grad op with argument operands: outputs not checked against a reference")
         for s, a in zip(specs, arrays):
-            lines.append(f"  {s.name:<16} {str(a.shape):<16} {str(a.dtype):<9} sum={float(np.sum(a, dtype=np.float64)):.6g}")
+            lines.append(f"  {s.name:<16} {a.shape!s:<16} {a.dtype!s:<9} sum={float(np.sum(a, dtype=np.float64)):.6g}")
         return RunReport(lines, ok, outputs)
     lines.append(f"  {'operand':<16} {'shape':<16} {'dtype':<9} {'max error':>10} {'tolerance':>10}")
     for n, expect in want.items():
@@ -136,5 +136,5 @@ def run(executable: Executable, name: str, specs, arrays, found, compile_seconds
         tol = harness.tolerance(got.dtype)
         good = err <= tol
         ok &= good
-        lines.append(f"  {n:<16} {str(got.shape):<16} {str(got.dtype):<9} {err:>10.2e} {tol:>10.1e}  {'ok' if good else 'MISMATCH'}")
+        lines.append(f"  {n:<16} {got.shape!s:<16} {got.dtype!s:<9} {err:>10.2e} {tol:>10.1e}  {'ok' if good else 'MISMATCH'}")
     return RunReport(lines, ok, outputs)

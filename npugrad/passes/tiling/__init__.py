@@ -5,7 +5,7 @@ loop over tiles in local buffers (see passes/tile_for_target.py)."""
 from __future__ import annotations
 
 # Importing a module registers its tilings.
-from npugrad.passes.tiling import elementwise, embedding, flce, nll  # noqa: E402,F401
+from npugrad.passes.tiling import elementwise, embedding, flce, nll  # noqa: F401
 from npugrad.passes.tiling.registry import TILINGS
 
 __all__ = ["TILINGS"]

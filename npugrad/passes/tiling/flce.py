@@ -91,9 +91,8 @@ def split_over_blocks(nest: scf.ForOp, tiles: dict[str, int]) -> scf.ForOp:
     for gen in [o for o in nest.walk() if isinstance(o, GenericOp) and o.doc and o.doc.data.startswith("GEMM 2")]:
         Rewriter.erase_op(gen)
     for op in list(phase_b.walk()):
-        if isinstance(op, GenericOp) and op.doc and op.doc.data.startswith("GEMM 3"):
-            Rewriter.erase_op(op)
-        elif _role(op) in ("weight_grad_init", "weight_grad_final"):
+        gemm3 = isinstance(op, GenericOp) and op.doc is not None and op.doc.data.startswith("GEMM 3")
+        if gemm3 or _role(op) in ("weight_grad_init", "weight_grad_final"):
             Rewriter.erase_op(op)
     _spread(nest, bid, nblk)
     _spread(next(o for o in phase_b.walk() if _role(o) == "token_loop"), bid, nblk)
@@ -103,7 +102,7 @@ def split_over_blocks(nest: scf.ForOp, tiles: dict[str, int]) -> scf.ForOp:
         if _role(op) == "input_grad_init":
             acc = op.outputs[0]
             at = Emitter.before(phase_b)
-            _token_rows(at, bid, nblk, acc, tiles["bt"], lambda t0, n, h: at.fill(0.0, at.subview(acc, [t0, 0], [n, h])))
+            _token_rows(at, bid, nblk, acc, tiles["bt"], lambda t0, n, h, at=at, acc=acc: at.fill(0.0, at.subview(acc, [t0, 0], [n, h])))
         else:
             load = next(o for o in op.walk() if isinstance(o, memref.LoadOp))
             store = next(o for o in op.walk() if isinstance(o, memref.StoreOp))
