@@ -109,17 +109,16 @@ class Kernel:
         alone (what benchmarks time as "the kernel itself")."""
         if len(arrays) != len(self.args):
             raise ArgumentError(f"{self.name}: expected {len(self.args)} arrays, got {len(arrays)}")
-        for spec, array in zip(self.args, arrays):
-            spec.check(self.name, array)
         descriptors = []
-        for (pack, itemsize), array in zip(self._descriptors, arrays):
+        for spec, (pack, itemsize), array in zip(self.args, self._descriptors, arrays):
+            spec.check(self.name, array)
             data = data_address(array)
             descriptors.append(pack(data, data, 0, *array.shape, *[s // itemsize for s in array.strides]))
         fn = self._fn
         n = threads or pool.threads()
         # Waking a second thread costs tens of microseconds: unless `threads` says otherwise,
         # work that distribute-over-cores split runs as one block on small arrays.
-        small = self.distributed and threads is None and max((a.size for a in arrays), default=0) < SMALL
-        if not self.blocks or (n > 1 and small):
+        small = self.distributed and threads is None and n > 1 and max([a.size for a in arrays], default=0) < SMALL
+        if not self.blocks or small:
             return (lambda: fn(*descriptors, 0, 1)) if self.blocks else (lambda: fn(*descriptors))
         return lambda: pool.run_blocks(lambda block: fn(*descriptors, block, n), n)
