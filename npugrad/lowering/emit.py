@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from math import prod
 
 from xdsl.builder import Builder
-from xdsl.dialects import arith, math, memref, scf, vector
+from xdsl.dialects import arith, func, math, memref, scf, vector
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     AffineMapAttr,
@@ -27,6 +27,7 @@ from xdsl.dialects.builtin import (
     IntegerAttr,
     IntegerType,
     MemRefType,
+    ModuleOp,
     NoneAttr,
     Signedness,
     StridedLayoutAttr,
@@ -50,10 +51,15 @@ LINE_BYTES = 64  # a cache line
 STREAM_BYTES = 8 << 20  # zero fills at least this large bypass the caches (Emitter.zeros_flat)
 
 
-def _unit_stride(t: MemRefType) -> bool:
-    """The innermost dimension is contiguous."""
+def unit_innermost_stride(t: MemRefType) -> bool:
+    """The innermost dimension is contiguous (identity layout, or a strided one whose last stride is 1)."""
     layout = t.layout
     return isinstance(layout, NoneAttr) or (isinstance(layout, StridedLayoutAttr) and layout.get_strides()[-1] == 1)
+
+
+def defined_functions(module: ModuleOp) -> list[func.FuncOp]:
+    """The functions of `module` that have a body."""
+    return [op for op in module.walk() if isinstance(op, func.FuncOp) and not op.is_declaration]
 
 
 class Emitter:
@@ -292,14 +298,14 @@ class Emitter:
         t = ref.type
         assert isinstance(t, MemRefType)
         rank = t.get_num_dims()
-        if rank == 1 and _unit_stride(t):
+        if rank == 1 and unit_innermost_stride(t):
             self.zeros_flat(ref, self.dim(ref, 0))
             return
         if rank >= 2 and isinstance(t.layout, NoneAttr):
             flat = self.collapse(ref)
             self.zeros_flat(flat, self.dim(flat, 0))
             return
-        if rank < 2 or not _unit_stride(t):
+        if rank < 2 or not unit_innermost_stride(t):
             self._zeros_nest(ref)
             return
         meta = memref.ExtractStridedMetaDataOp(ref)

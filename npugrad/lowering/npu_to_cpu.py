@@ -25,7 +25,7 @@ from xdsl.pattern_rewriter import PatternRewriteWalker, TypeConversionPattern, a
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from npugrad.dialect.npu import AllocLocalOp, BlockDimOp, BlockIdxOp, CopyOp, MemorySpaceAttr
-from npugrad.lowering.emit import Emitter, index
+from npugrad.lowering.emit import Emitter, defined_functions, index
 
 BLOCKS_ATTR = "npu.blocks"
 
@@ -77,7 +77,7 @@ class LowerNpuToCpuPass(ModulePass):
     name = "lower-npu-to-cpu"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for f in [o for o in op.walk() if isinstance(o, func.FuncOp) and not o.is_declaration]:
+        for f in defined_functions(op):
             _lower_function(f)
         # Rewriting every op's types is slow on large modules: only do it when a level is named.
         if any(_in_local_level(v) for o in op.walk() for v in (*o.results, *_block_args(o))):

@@ -42,7 +42,7 @@ from xdsl.rewriter import Rewriter
 
 from npugrad.dialect import ApplyFusedEmaAdamOp, BinaryCrossEntropyGradOp, GradOp, NLLLossBackwardOp
 from npugrad.dialect.checks import static_product
-from npugrad.lowering.emit import Emitter
+from npugrad.lowering.emit import Emitter, defined_functions
 from npugrad.lowering.grad_to_loops.bce import lower_elements, upstream
 from npugrad.passes.choose_tile_sizes import elementwise_tiled_operands
 from npugrad.passes.fuse_linear_cross_entropy_grad import TILE_ATTR
@@ -155,6 +155,6 @@ class DistributeOverCoresPass(ModulePass):
     name = "distribute-over-cores"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for f in [o for o in op.walk() if isinstance(o, func.FuncOp) and not o.is_declaration]:
+        for f in defined_functions(op):
             _distribute(f)
 

@@ -29,6 +29,7 @@ from xdsl.ir import Block, BlockArgument, Operation, OpResult, SSAValue
 from npugrad.dialect import GradOp
 from npugrad.dialect.checks import static_product
 from npugrad.dialect.npu import AllocLocalOp, BlockDimOp, BlockIdxOp, CopyOp, element_bytes, level_of
+from npugrad.lowering.emit import defined_functions
 from npugrad.passes.check_capacity import footprint
 from npugrad.targets import Target, TargetError
 
@@ -706,6 +707,6 @@ def format_report(r: FunctionReport, target: Target) -> list[str]:
 def report(module: ModuleOp, target: Target, names: dict[SSAValue, str] | None = None) -> str:
     """The report of every function with a body, as `//` comment lines (the output stays MLIR)."""
     out: list[str] = []
-    for f in (o for o in module.walk() if isinstance(o, func.FuncOp) and not o.is_declaration):
+    for f in defined_functions(module):
         out += format_report(analyze(f, target, names), target)
     return "".join(f"// {line}\n" for line in out)

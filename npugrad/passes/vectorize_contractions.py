@@ -34,8 +34,6 @@ from xdsl.dialects import arith, scf, vector
 from xdsl.dialects.builtin import (
     MemRefType,
     ModuleOp,
-    NoneAttr,
-    StridedLayoutAttr,
     VectorType,
     bf16,
     f16,
@@ -47,7 +45,7 @@ from xdsl.ir import Block, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
-from npugrad.lowering.emit import Emitter, index
+from npugrad.lowering.emit import Emitter, index, unit_innermost_stride
 from npugrad.targets import Target, get
 
 _OPERAND_TYPES = (f32, f16, bf16)
@@ -69,13 +67,6 @@ def reduction_chunk(target: Target, columns: int) -> int:
     return max(16, smallest // (4 * columns))
 
 
-def _unit_innermost_stride(t: MemRefType) -> bool:
-    layout = t.layout
-    if isinstance(layout, NoneAttr):
-        return True
-    return isinstance(layout, StridedLayoutAttr) and layout.get_strides()[-1] == 1
-
-
 @dataclass(frozen=True)
 class _Contraction:
     """C[i, j] += A[i, k]·B[k, j] (or A[k, i]): which operand index is which."""
@@ -95,7 +86,7 @@ def _match(gen: GenericOp) -> _Contraction | None:
         return None
     if types[2].element_type != f32 or not all(t.element_type in _OPERAND_TYPES for t in types[:2]):
         return None
-    if not (_unit_innermost_stride(types[1]) and _unit_innermost_stride(types[2])):
+    if not (unit_innermost_stride(types[1]) and unit_innermost_stride(types[2])):
         return None
     kinds = [str(it.data) for it in gen.iterator_types.data]
     if len(kinds) != 3 or kinds.count("reduction") != 1:

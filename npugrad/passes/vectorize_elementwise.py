@@ -47,9 +47,7 @@ from xdsl.dialects.builtin import (
     IntegerType,
     MemRefType,
     ModuleOp,
-    NoneAttr,
     Signedness,
-    StridedLayoutAttr,
     UnitAttr,
     VectorType,
     bf16,
@@ -62,6 +60,7 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint
 from xdsl.utils.exceptions import VerifyException
 
+from npugrad.lowering.emit import unit_innermost_stride
 from npugrad.targets import get
 
 VECTORIZED_ATTR = "grad.vectorized"  # on the main loop of a vectorised elementwise loop
@@ -69,13 +68,6 @@ VECTORIZED_ATTR = "grad.vectorized"  # on the main loop of a vectorised elementw
 _MEMORY_ELEMENTS = (f16, bf16, f32, f64) + tuple(IntegerType(w) for w in (8, 16, 32, 64))
 _LANE_ELEMENTS = (*_MEMORY_ELEMENTS, IntegerType(1))
 index = IndexType()
-
-
-def _unit_innermost_stride(t: MemRefType) -> bool:
-    layout = t.layout
-    if isinstance(layout, NoneAttr):
-        return True
-    return isinstance(layout, StridedLayoutAttr) and layout.get_strides()[-1] == 1
 
 
 def _is_constant_one(value: SSAValue) -> bool:
@@ -93,7 +85,7 @@ def _contiguous(ref: SSAValue) -> bool:
         isinstance(t, MemRefType)
         and t.element_type in _MEMORY_ELEMENTS
         and (not isinstance(t.element_type, IntegerType) or t.element_type.signedness.data == Signedness.SIGNLESS)
-        and _unit_innermost_stride(t)
+        and unit_innermost_stride(t)
     )
 
 

@@ -31,9 +31,10 @@ def _layout_holds() -> bool:
     return all(_from_struct(a) == a.ctypes.data for a in samples)
 
 
+def _documented(array: np.ndarray) -> int:
+    return array.ctypes.data
+
+
 _FAST = _layout_holds()
-
-
-def data_address(array: np.ndarray) -> int:
-    """The address of `array`'s first element (what `array.ctypes.data` says)."""
-    return (_read_pointer(id(array) + _HEADER).value or 0) if _FAST else array.ctypes.data
+# The address of an array's first element (what `array.ctypes.data` says).
+data_address = _from_struct if _FAST else _documented

@@ -7,6 +7,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import MemRefType, ModuleOp, NoneAttr, StridedLayoutAttr
 
 from npugrad import dtypes
+from npugrad.lowering.emit import defined_functions
 from npugrad.lowering.npu_to_cpu import BLOCKS_ATTR
 from npugrad.passes.distribute_over_cores import DISTRIBUTED_ATTR
 from npugrad.runtime.jit import JitModule
@@ -33,12 +34,9 @@ def _spec(name: str, t) -> MemRefSpec:
 def signatures(module: ModuleOp) -> dict[str, list[MemRefSpec]]:
     """The argument specs of every function in the module, named after the SSA names if any."""
     result = {}
-    for op in module.walk():
-        if isinstance(op, func.FuncOp) and not op.is_declaration:
-            args = op.body.block.args
-            result[op.sym_name.data] = [
-                _spec(a.name_hint or f"arg{i}", a.type) for i, a in enumerate(args)
-            ]
+    for op in defined_functions(module):
+        args = op.body.block.args
+        result[op.sym_name.data] = [_spec(a.name_hint or f"arg{i}", a.type) for i, a in enumerate(args)]
     return result
 
 

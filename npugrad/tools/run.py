@@ -17,6 +17,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 from npugrad.dialect import GradOp
 from npugrad.dialect.checks import Checker
+from npugrad.lowering.emit import defined_functions
 from npugrad.reference import harness
 from npugrad.runtime.executable import Executable, signatures
 from npugrad.runtime.kernel import MemRefSpec
@@ -37,7 +38,7 @@ class RunReport:
 
 
 def _entry(module: ModuleOp, name: str | None) -> func.FuncOp:
-    funcs = [op for op in module.walk() if isinstance(op, func.FuncOp) and not op.is_declaration]
+    funcs = defined_functions(module)
     if name is not None:
         for f in funcs:
             if f.sym_name.data == name:
