@@ -185,7 +185,8 @@ class Pipeline:
              ─ vectorize-contractions, vectorize-elementwise-loops,
                convert-linalg-to-loops, lower-npu-to-cpu ─▶ vectorized   (what goes upstream)
 
-    Without a `target` code is vectorised for the host; `vectorize=False` leaves it scalar,
+    Without a `target` code is vectorised for `cpu` (the host, or a target file describing
+    another CPU, whose instruction set the `asm` stage then prints); `vectorize=False` leaves it scalar,
     `distribute=False` keeps each op on one core. `fuse=False` keeps the linear cross-entropy
     gradient unfused: it then reaches `loops` through its reference lowering.
 
@@ -196,6 +197,7 @@ class Pipeline:
 
     fuse: bool = True
     target: str | None = None  # "host", a shipped target's name, or a target file
+    cpu: str = "host"  # what the untiled pipeline shapes its kernels for
     vectorize: bool = True
     distribute: bool = True
     fused_passes: list[ModulePass] = field(default_factory=lambda: [FuseLinearCrossEntropyGradPass()])
@@ -207,7 +209,8 @@ class Pipeline:
         """Identifies the pipeline in compile caches."""
         target = get_target(self.target).key() if self.target is not None else None
         passes = (*self.fused_passes, *self.loops_passes, *self.final_passes)
-        return (self.fuse, target, self.vectorize, self.distribute, *(repr(p) for p in passes))
+        cpu = get_target(self.cpu).key()
+        return (self.fuse, target, cpu, self.vectorize, self.distribute, *(repr(p) for p in passes))
 
     def passes_to(self, stage: str) -> list[ModulePass]:
         order = XDSL_STAGES.index(stage)
@@ -226,7 +229,7 @@ class Pipeline:
             passes += self.loops_passes
         if order >= XDSL_STAGES.index("vectorized"):
             if self.vectorize:
-                target = self.target or "host"
+                target = self.target or self.cpu
                 passes += [VectorizeContractionsPass(target), VectorizeElementwiseLoopsPass(target)]
             passes += self.final_passes
         return passes
@@ -259,4 +262,5 @@ class Pipeline:
         llvm_ir = to_llvm_ir(llvm_dialect)
         if stage == "llvm-ir":
             return llvm_ir
-        return jit.assembly(llvm_ir)
+        cpu = get_target(self.cpu)
+        return jit.assembly(llvm_ir, cpu.llvm_cpu, cpu.llvm_features)

@@ -128,9 +128,25 @@ class _Kernels:
         vt = VectorType(ref.type.element_type, [self.lanes])  # type: ignore[attr-defined]
         if mask is None:
             v = e.add(vector.LoadOp(ref, indices, vt))
+        elif vt.element_type == bf16:
+            return self._clamped_lanes(ref, indices)
         else:
             v = e.add(vector.MaskedLoadOp(ref, indices, mask, e.const(0.0, vt)))
         return v if vt == self.f32x else e.add(arith.ExtFOp(v, self.f32x))
+
+    def _clamped_lanes(self, ref: SSAValue, indices: list[SSAValue]) -> SSAValue:
+        """A row tail of B (bfloat16) as float32 lanes, one scalar load each at column
+        min(j + lane, N − 1): always in bounds, and the lanes past N feed only accumulator lanes
+        that the masked store drops. (A bfloat16 masked load would do, but LLVM legalises it
+        through float on CPUs without AVX512-BF16, calling a rounding routine for every lane.)"""
+        e = self.e
+        *outer, j = indices
+        last = e.subi(self.n, e.idx(1))
+        lanes = e.const(0.0, self.f32x)
+        for lane in range(self.lanes):
+            column = e.minsi(e.addi(j, e.idx(lane)), last) if lane else j
+            lanes = e.add(vector.InsertOp(e.load_f32(ref, [*outer, column]), lanes, [lane]))
+        return lanes
 
     def _broadcast(self, scalar: SSAValue) -> SSAValue:
         """A scalar of A in every float32 lane. bfloat16 widens as a scalar (an integer shift);

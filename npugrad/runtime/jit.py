@@ -22,10 +22,50 @@ class JitError(RuntimeError):
 def _init() -> None:
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
+    _define_support_functions()
+
+
+# Library functions LLVM's code generator calls where the CPU has no instruction for an
+# operation, and which the process need not provide (libgcc has them only from GCC 13 on): an
+# unresolved one becomes a call to address 0. `__truncsfbf2` rounds float to bfloat16 on CPUs
+# without AVX512-BF16, where LLVM legalises a bfloat16 vector op (a masked load's lanes) through
+# float. Round to nearest even, NaNs kept quiet, as compiler-rt does.
+_SUPPORT_IR = """
+define bfloat @__truncsfbf2(float %x) {
+  %bits = bitcast float %x to i32
+  %magnitude = and i32 %bits, 2147483647
+  %nan = icmp ugt i32 %magnitude, 2139095040
+  %odd = lshr i32 %bits, 16
+  %lsb = and i32 %odd, 1
+  %bias = add i32 %lsb, 32767
+  %rounded = add i32 %bits, %bias
+  %quiet = or i32 %bits, 4194304
+  %pick = select i1 %nan, i32 %quiet, i32 %rounded
+  %high = lshr i32 %pick, 16
+  %half = trunc i32 %high to i16
+  %result = bitcast i16 %half to bfloat
+  ret bfloat %result
+}
+"""
+_SUPPORT: list = []  # the engine holding the support functions, alive as long as the process
+
+
+def _define_support_functions() -> None:
+    module = llvm.parse_assembly(_SUPPORT_IR)
+    engine = llvm.create_mcjit_compiler(module, _host_machine())
+    engine.finalize_object()
+    for name in ("__truncsfbf2",):
+        if not llvm.address_of_symbol(name):
+            llvm.add_symbol(name, engine.get_function_address(name))
+    _SUPPORT.append(engine)
 
 
 def _new_target_machine() -> llvm.TargetMachine:
     _init()
+    return _host_machine()
+
+
+def _host_machine() -> llvm.TargetMachine:
     target = llvm.Target.from_default_triple()
     return target.create_target_machine(
         cpu=llvm.get_host_cpu_name(),
@@ -137,14 +177,14 @@ def to_llvmlite_syntax(llvm_ir: str) -> str:
     )
 
 
-def _optimised(llvm_ir: str) -> llvm.ModuleRef:
+def _optimised(llvm_ir: str, tm: llvm.TargetMachine | None = None) -> llvm.ModuleRef:
     _init()
     try:
         module = llvm.parse_assembly(to_llvmlite_syntax(llvm_ir))
         module.verify()
     except RuntimeError as e:
         raise JitError(f"llvmlite (LLVM {llvm_version()}) rejected the LLVM IR: {e}") from None
-    tm = host_target_machine()
+    tm = tm or host_target_machine()
     module.triple = tm.triple
     module.data_layout = str(tm.target_data)
     builder = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=3))
@@ -153,10 +193,15 @@ def _optimised(llvm_ir: str) -> llvm.ModuleRef:
 
 
 
-def assembly(llvm_ir: str) -> str:
-    """Host assembly of the O3-optimised module."""
+def assembly(llvm_ir: str, cpu: str = "", features: str = "") -> str:
+    """Assembly of the O3-optimised module, for the host or for the CPU LLVM calls `cpu` with
+    `features` (e.g. "x86-64-v3" and "": no need to run on it to see its code)."""
     with _LOCK:
-        return host_target_machine().emit_assembly(_optimised(llvm_ir))
+        if not cpu:
+            return host_target_machine().emit_assembly(_optimised(llvm_ir))
+        _init()
+        machine = llvm.Target.from_default_triple().create_target_machine(cpu=cpu, features=features, opt=3)
+        return machine.emit_assembly(_optimised(llvm_ir, machine))
 
 
 class JitModule:

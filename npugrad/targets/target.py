@@ -70,6 +70,10 @@ class Target:
     double_buffer: bool = False
     roles: tuple[tuple[str, str], ...] = ()
     source: str = field(default="", compare=False)
+    # The instruction set of a CPU target, as LLVM names it (e.g. "x86-64-v3", "+avx512bf16"):
+    # what the `asm` stage prints code for. Empty: the machine running npugrad.
+    llvm_cpu: str = ""
+    llvm_features: str = ""
 
     def role(self, role: str) -> MemoryLevel:
         """The level that holds `role` (one of ROLES)."""
@@ -94,7 +98,8 @@ class Target:
 
     def key(self) -> tuple:
         """What compiled code depends on (for compile caches)."""
-        return (self.name, self.cores, self.vector_bits, self.vector_registers, self.double_buffer, self.levels, self.roles)
+        return (self.name, self.cores, self.vector_bits, self.vector_registers, self.double_buffer, self.levels,
+                self.roles, self.llvm_cpu, self.llvm_features)
 
 
 def _size(where: str, value) -> int:
@@ -124,7 +129,8 @@ def _field(where: str, table: dict, name: str, kind, default=None, required: boo
 
 
 def from_dict(data: dict, source: str = "<dict>") -> Target:
-    known = {"name", "cores", "vector_bits", "vector_registers", "double_buffer", "level", "roles"}
+    known = {"name", "cores", "vector_bits", "vector_registers", "double_buffer", "level", "roles", "llvm_cpu",
+             "llvm_features"}
     if unknown := set(data) - known:
         raise TargetError(f"{source}: unknown field(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(known))})")
     name = _field(source, data, "name", str)
@@ -197,6 +203,8 @@ def from_dict(data: dict, source: str = "<dict>") -> Target:
         _field(source, data, "double_buffer", bool, False, required=False),
         tuple(sorted(roles.items())),
         source,
+        _field(source, data, "llvm_cpu", str, "", required=False),
+        _field(source, data, "llvm_features", str, "", required=False),
     )
 
 
@@ -255,7 +263,8 @@ def host() -> Target:
         parent = f"l{lvl}"
     # On a CPU "local buffers" are tiles sized to stay in a cache level of one core.
     roles = {"vector": "l2", "stage": "l3", "matrix_a": "l2", "matrix_b": "l2", "accumulator": "l2"}
-    return Target("host", cores, vector_bits, tuple(levels), registers, False, tuple(sorted(roles.items())), "host")
+    return Target("host", cores, vector_bits, tuple(levels), registers, False, tuple(sorted(roles.items())), "host",
+                  llvm.get_host_cpu_name(), features.flatten())
 
 
 def get(name_or_path: str | os.PathLike) -> Target:

@@ -56,8 +56,9 @@ class NpugradOptMain(xDSLOptMain):
         self.register_all_arguments(arg_parser)
         self.args = arg_parser.parse_args(args=args)
         self.ctx.allow_unregistered = self.args.allow_unregistered_dialect
-        if self.args.target is not None:
-            get_target(self.args.target)  # a malformed target file is a usage error, before any input
+        for target in (self.args.target, self.args.cpu):
+            if target is not None:
+                get_target(target)  # a malformed target file is a usage error, before any input
         if self.args.report and self.args.target is None:
             raise ValueError("--report needs --target (host, npu-a2 or a target file)")
         if self.args.report and self.args.stage not in (None, "tiled"):
@@ -76,6 +77,12 @@ class NpugradOptMain(xDSLOptMain):
             "--target",
             default=None,
             help="hardware target to tile for: host, npu-a2, or a target .toml file (default: no tiling)",
+        )
+        arg_parser.add_argument(
+            "--cpu",
+            default="host",
+            help="without --target: the CPU to shape kernels for (vector width, registers, caches) and, at "
+            "--stage asm, to print assembly for: host (default) or a target .toml file",
         )
         arg_parser.add_argument(
             "--report",
@@ -107,7 +114,8 @@ class NpugradOptMain(xDSLOptMain):
         arg_parser.add_argument("--seed", type=int, default=0, help="seed for random inputs (--stage run)")
 
     def _pipeline(self) -> Pipeline:
-        return Pipeline(fuse=not self.args.no_fuse, target=self.args.target, distribute=not self.args.no_distribute)
+        return Pipeline(fuse=not self.args.no_fuse, target=self.args.target, cpu=self.args.cpu,
+                        distribute=not self.args.no_distribute)
 
     def _print(self, prog) -> tuple[str, Printer]:
         out = StringIO()

@@ -1,7 +1,6 @@
 // Host assembly after llvmlite's O3: the BCE loop is vectorised (vectorize-elementwise-loops):
 // 16 floats per instruction in zmm registers.
-// REQUIRES: avx512
-// RUN: npugrad-opt %examples/bce_grad.mlir --stage asm | FileCheck %s
+// RUN: npugrad-opt %examples/bce_grad.mlir --stage asm --cpu %inputs/avx512.toml | FileCheck %s
 
 // CHECK-LABEL: {{^}}bce_grad:
 // CHECK: vmaxps{{.*}}%zmm

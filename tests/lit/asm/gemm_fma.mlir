@@ -1,8 +1,7 @@
 // Host assembly of the fused linear cross-entropy gradient: the GEMM micro-kernels of
 // vectorize-contractions run on 512-bit registers. The 6x4 block's inner loop is 24 FMAs
 // (llvmlite may unroll it), and no contraction is left to narrower or scalar FMAs.
-// REQUIRES: avx512
-// RUN: npugrad-opt %examples/flce_grad_fused.mlir --stage asm | FileCheck %s
+// RUN: npugrad-opt %examples/flce_grad_fused.mlir --stage asm --cpu %inputs/avx512.toml | FileCheck %s
 
 // CHECK-LABEL: {{^}}flce:
 // CHECK-NOT:       vfmadd{{.*}}{{xmm|ymm}}

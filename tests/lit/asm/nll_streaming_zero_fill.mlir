@@ -1,7 +1,6 @@
 // Zero fills of at least 8 MiB stream past the caches: aligned 64-byte non-temporal stores
 // (no read of each line before it is overwritten); smaller ones stay a memset.
-// REQUIRES: avx512
-// RUN: npugrad-opt %s --stage asm | FileCheck %s
+// RUN: npugrad-opt %s --stage asm --cpu %inputs/avx512.toml | FileCheck %s
 // RUN: npugrad-opt %s --stage loops --no-distribute | FileCheck %s --check-prefix=LOOPS
 
 // CHECK-LABEL: {{^}}nll:

@@ -1,7 +1,7 @@
 // LLVM IR as translated by the upstream bindings: the two float32 powers β^k of the step, hoisted
 // above the loop, then plain (uncontracted) float arithmetic and four bfloat stores, 16 elements
 // at a time (48 columns: three vector steps per row, no remainder).
-// RUN: npugrad-opt %examples/apply_fused_ema_adam.mlir --stage llvm-ir | FileCheck %s
+// RUN: npugrad-opt %examples/apply_fused_ema_adam.mlir --stage llvm-ir --cpu %inputs/avx512.toml | FileCheck %s
 
 // CHECK:      define void @apply_fused_ema_adam(ptr %{{.*}}, ptr %{{.*}}, i64 %{{.*}},
 // CHECK:        %[[K:.*]] = load i64, ptr %{{.*}}

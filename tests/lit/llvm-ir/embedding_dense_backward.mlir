@@ -1,7 +1,7 @@
 // LLVM IR of the embedding gradient: malloc'd scratch for the counting sort, sign-extended i32
 // indices bounded by one unsigned compare plus the padding compare, the float32 sums
 // (frequency-scaled), and the scratch freed.
-// RUN: npugrad-opt %examples/embedding_dense_backward.mlir --stage llvm-ir | FileCheck %s
+// RUN: npugrad-opt %examples/embedding_dense_backward.mlir --stage llvm-ir --cpu %inputs/avx512.toml | FileCheck %s
 
 // CHECK:      define void @embedding_dense_backward(ptr %{{.*}}, ptr %{{.*}}, i64 %{{.*}}, i64 %{{.*}},
 // CHECK:        call ptr @malloc(i64 {{[0-9]+}})

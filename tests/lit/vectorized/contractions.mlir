@@ -2,7 +2,7 @@
 // With 32 registers of 16 float32 lanes (Inputs/zmm.toml) the block is 6 rows x 4 vectors: 24
 // accumulators loaded once, carried through the reduction loop, stored once. The reduction runs
 // in chunks of 192 steps: 192 rows of 64 float32 columns of B fill the 48 KiB L1.
-// RUN: npugrad-opt %s -p 'vectorize-contractions{target="%S/Inputs/zmm.toml"}' | FileCheck %s
+// RUN: npugrad-opt %s -p 'vectorize-contractions{target="%inputs/avx512.toml"}' | FileCheck %s
 // A target without vector registers keeps its contractions as they are.
 // RUN: npugrad-opt %s -p 'vectorize-contractions{target=npu-a2}' | FileCheck %s --check-prefix=NPU
 // In the pipeline: the stage after `tiled`, every GEMM of the fused nest vectorised for the host.

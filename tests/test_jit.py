@@ -1,0 +1,50 @@
+"""The JIT's support functions: library routines that LLVM's code generator calls on CPUs without
+an instruction for an operation (float -> bfloat16 rounding without AVX512-BF16), which the process
+need not define. Unresolved, such a call jumps to address 0."""
+
+from __future__ import annotations
+
+import ctypes
+
+import ml_dtypes
+import numpy as np
+
+from npugrad.runtime.jit import JitModule
+
+# A float -> bfloat16 rounding in plain LLVM IR: a native instruction where the CPU has one, a
+# call to __truncsfbf2 where it has not.
+TRUNCATE = """
+define void @truncate(ptr %src, ptr %dst, i64 %n) {
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %next, %body ]
+  %more = icmp slt i64 %i, %n
+  br i1 %more, label %body, label %done
+body:
+  %p = getelementptr float, ptr %src, i64 %i
+  %x = load float, ptr %p
+  %y = fptrunc float %x to bfloat
+  %q = getelementptr bfloat, ptr %dst, i64 %i
+  store bfloat %y, ptr %q
+  %next = add i64 %i, 1
+  br label %loop
+done:
+  ret void
+}
+"""
+
+
+def test_float_to_bfloat16_rounds_to_nearest_even_on_any_cpu(rng):
+    module = JitModule(TRUNCATE)
+    truncate = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(module.address("truncate"))
+    ties = np.array([0x3F808000, 0x3F818000, 0x3F80FFFF, 0xBF808000], np.uint32).view(np.float32)
+    specials = np.array([0.0, -0.0, np.inf, -np.inf, 1e-40, -3e38, 3.4e38], np.float32)
+    src = np.concatenate([rng.standard_normal(1000).astype(np.float32) * 1e3, ties, specials])
+    dst = np.zeros(src.size, ml_dtypes.bfloat16)
+    truncate(src.ctypes.data, dst.ctypes.data, src.size)
+    assert dst.view(np.uint16).tolist() == src.astype(ml_dtypes.bfloat16).view(np.uint16).tolist()
+    nan = np.array([np.nan], np.float32)
+    out = np.zeros(1, ml_dtypes.bfloat16)
+    truncate(nan.ctypes.data, out.ctypes.data, 1)
+    assert np.isnan(out.astype(np.float32))[0]
