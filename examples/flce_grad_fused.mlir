@@ -6,6 +6,6 @@ func.func @flce(%g: memref<100xf32>, %x: memref<100x48xf32>, %w: memref<520x48xf
       weight(%w : memref<520x48xf32>) target_mask(%mask : memref<100xi1>) masked_target(%t : memref<100xi32>)
       logits_max(%lm : memref<100xf32>) sum_exp_logits(%se : memref<100xf32>)
       -> input_grad_out(%gx : memref<100x48xf32>) weight_grad_out(%gw : memref<520x48xf32>)
-      {tile_sizes = {bt = 32 : i64, v = 128 : i64}}
+      {tile_sizes = #grad.tiles<bt = 32, v = 128>}
   func.return
 }

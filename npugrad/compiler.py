@@ -24,8 +24,8 @@ from xdsl.utils.exceptions import ParseError, VerifyException
 from xdsl.utils.lexer import Span
 
 from npugrad.diagnostics import PassFailure
-from npugrad.dialect import Grad
-from npugrad.dialect.npu import Npu
+from npugrad.dialect import Grad, Npu, verify_attributes
+from npugrad.lowering import machine_code
 from npugrad.lowering.grad_to_loops import ConvertGradToLoopsPass
 from npugrad.lowering.npu_to_cpu import LowerNpuToCpuPass
 from npugrad.lowering.to_llvm import to_llvm_dialect, to_llvm_ir
@@ -36,7 +36,6 @@ from npugrad.passes.fuse_linear_cross_entropy_grad import FuseLinearCrossEntropy
 from npugrad.passes.tile_for_target import TileForTargetPass
 from npugrad.passes.vectorize_contractions import VectorizeContractionsPass
 from npugrad.passes.vectorize_elementwise import VectorizeElementwiseLoopsPass
-from npugrad.runtime import jit
 from npugrad.targets import get as get_target
 
 STAGES = ("grad", "fused", "tiled", "loops", "vectorized", "llvm-dialect", "llvm-ir", "asm")
@@ -161,11 +160,13 @@ def _located(op: Operation, message: str, text: str, name: str) -> Diagnostic:
 
 
 def verify(module: ModuleOp, text: str = "", name: str = "<stdin>") -> None:
-    """Verify op by op, innermost first, so the diagnostic points at the op that is wrong.
+    """Verify op by op, innermost first, so the diagnostic points at the op that is wrong; the
+    grad.* and npu.* attributes an op carries must be declared by the dialects and well typed.
     `text` and `name` are the source the module was parsed from, to quote the offending line."""
     for op in module.walk(reverse=True):
         try:
             op.verify(verify_nested_ops=False)
+            verify_attributes(op)
         except VerifyException as e:
             raise CompileError([_located(op, _about_op(op.name, str(e)), text, name)]) from None
     try:
@@ -263,4 +264,4 @@ class Pipeline:
         if stage == "llvm-ir":
             return llvm_ir
         cpu = get_target(self.cpu)
-        return jit.assembly(llvm_ir, cpu.llvm_cpu, cpu.llvm_features)
+        return machine_code.assembly(llvm_ir, cpu.llvm_cpu, cpu.llvm_features)

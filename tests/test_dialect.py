@@ -55,7 +55,7 @@ def flce(r: random.Random) -> tuple[Operands, dict[str, str]]:
         ops["softmax"] = ((bt, v), "f32")
     props = {}
     if r.random() < 0.3:
-        props["tile_sizes"] = f"{{bt = {r.randint(1, 64)} : i64, v = {r.randint(1, 512)} : i64}}"
+        props["tile_sizes"] = f"#grad.tiles<bt = {r.randint(1, 64)}, v = {r.randint(1, 512)}>"
     return ops, props
 
 
@@ -163,8 +163,9 @@ def instance(op: type[GradOp], r: random.Random) -> tuple[str, dict[str, str]]:
         for name, (shape, element) in ops.items()
     }
     args = ", ".join(f"%{name}: {t}" for name, t in types.items())
-    operands = [f"{name}(%{name} : {types[name]})" for name in op.INPUTS if name in types]
-    operands += ["->", *(f"{name}(%{name} : {types[name]})" for name in op.OUTPUTS)]
+    roles = op.operand_roles()
+    operands = [f"{name}(%{name} : {types[name]})" for name, role in roles.items() if role == "in" and name in types]
+    operands += ["->", *(f"{name}(%{name} : {types[name]})" for name, role in roles.items() if role != "in")]
     attrs = f" {{{', '.join(f'{k} = {v}' for k, v in props.items())}}}" if props else ""
     return f"func.func @f({args}) {{\n  {op.name} {' '.join(operands)}{attrs}\n  func.return\n}}\n", props
 

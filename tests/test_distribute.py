@@ -20,8 +20,8 @@ from test_tiled_flce import _operands as _flce_operands
 
 from npugrad.compiler import Pipeline, parse
 from npugrad.dialect.npu import BlockIdxOp
-from npugrad.lowering.emit import STREAM_BYTES
-from npugrad.passes.distribute_over_cores import MIN_ELEMENTS
+from npugrad.lowering.fills import STREAM_BYTES
+from npugrad.passes.tiling.blocks import MIN_ELEMENTS
 from npugrad.reference import harness
 from npugrad.runtime import pool
 from npugrad.runtime.launch import using

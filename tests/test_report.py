@@ -1,4 +1,4 @@
-"""The report of a tiled kernel (npugrad.passes.report): footprints per level and bytes moved,
+"""The report of a tiled kernel (npugrad.analysis.report): footprints per level and bytes moved,
 exact where the index arithmetic evaluates on the static shapes, an upper bound (and said so)
 where it does not."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from npugrad.analysis import report as rep
 from npugrad.compiler import parse
-from npugrad.passes import report as rep
 from npugrad.targets import get
 from npugrad.targets.target import from_dict
 

@@ -15,11 +15,11 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from npugrad.lowering import mlir_bindings
+from npugrad.lowering import machine_code, mlir_bindings
+from npugrad.lowering.machine_code import to_llvmlite_syntax
 from npugrad.lowering.to_llvm import LoweringError, to_llvm_dialect, to_llvm_ir
-from npugrad.runtime import jit
 from npugrad.runtime.executable import Executable
-from npugrad.runtime.jit import to_llvmlite_syntax
+from npugrad.runtime.jit import JitModule
 from npugrad.runtime.kernel import MemRefSpec
 
 
@@ -36,7 +36,7 @@ def bindings_llvm_version() -> str:
 
 
 def test_llvm_versions():
-    bindings, llvmlite = bindings_llvm_version(), jit.llvm_version()
+    bindings, llvmlite = bindings_llvm_version(), machine_code.llvm_version()
     print(f"MLIR bindings ({mlir_bindings.PROVIDER}): LLVM {bindings}; llvmlite: LLVM {llvmlite}")
     assert bindings and llvmlite
     assert re.fullmatch(r"\d+\.\d+\.\d+", llvmlite)
@@ -152,10 +152,10 @@ def test_a_freed_engine_leaves_the_shared_target_machine_alone(seam):
     """An MCJIT engine owns (and frees) the target machine it is given; the cached one that
     optimises and prints assembly for every module must survive engines that come and go."""
     for _ in range(3):
-        jit.JitModule(seam[0])
+        JitModule(seam[0])
         gc.collect()
-    assert jit.host_target_machine().triple == llvm.get_default_triple()
-    assert "constants:" in jit.assembly(seam[0])
+    assert machine_code.host_target_machine().triple == llvm.get_default_triple()
+    assert "constants:" in machine_code.assembly(seam[0])
 
 
 # -- to_llvmlite_syntax on hand-written lines ---------------------------------------------------

@@ -11,9 +11,9 @@ from conftest import FLOAT_DTYPES, assert_close
 from npugrad import ops
 from npugrad.compiler import Pipeline
 from npugrad.dialect import ApplyFusedEmaAdamOp, BinaryCrossEntropyGradOp
+from npugrad.dialect.attributes import TileSizesAttr
 from npugrad.dialect.npu import AllocLocalOp, level_of
 from npugrad.dtypes import BFLOAT16
-from npugrad.passes.choose_tile_sizes import tile_sizes_attr
 from npugrad.reference import harness
 from npugrad.runtime import pool
 from npugrad.runtime.executable import Executable, block_kernels, signatures
@@ -201,7 +201,7 @@ def test_thread_count_does_not_change_results(rng, target, threads):
 def _kernel(op_cls, arrays, props, target, n):
     """The op compiled for `target` with tile_sizes = {n = n} written by hand."""
     module = build_module(op_cls, {k: OperandClass.of(v, False) for k, v in arrays.items()}, props)
-    next(o for o in module.walk() if isinstance(o, op_cls)).tile_sizes = tile_sizes_attr({"n": n})
+    next(o for o in module.walk() if isinstance(o, op_cls)).tile_sizes = TileSizesAttr({"n": n})
     sigs = signatures(module)
     executable = Executable(Pipeline(target=target).lower(module, "llvm-ir"), sigs, block_kernels(module))
     return executable[op_cls.short_name()]

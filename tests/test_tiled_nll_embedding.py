@@ -21,8 +21,8 @@ from xdsl.passes import ModulePass
 from npugrad import ops
 from npugrad.compiler import Pipeline
 from npugrad.dialect import EmbeddingDenseBackwardOp, NLLLossBackwardOp
+from npugrad.dialect.attributes import TileSizesAttr
 from npugrad.dtypes import BFLOAT16
-from npugrad.passes.choose_tile_sizes import tile_sizes_attr
 from npugrad.passes.fuse_linear_cross_entropy_grad import FuseLinearCrossEntropyGradPass
 from npugrad.runtime import pool
 from npugrad.runtime.launch import launch, using
@@ -44,7 +44,7 @@ class SetTiles(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for g in op.walk():
             if g.name == self.op:
-                g.tile_sizes = tile_sizes_attr(dict(self.tiles))
+                g.tile_sizes = TileSizesAttr(dict(self.tiles))
 
 
 def pipeline(target: str, op: str | None = None, **tiles: int) -> Pipeline:

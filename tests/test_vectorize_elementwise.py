@@ -14,10 +14,11 @@ from xdsl.transforms.convert_linalg_to_loops import ConvertLinalgToLoopsPass
 
 from npugrad import ops
 from npugrad.compiler import Pipeline, make_context, parse
+from npugrad.dialect.attributes import VECTORIZED
 from npugrad.lowering.grad_to_loops import ConvertGradToLoopsPass
 from npugrad.lowering.npu_to_cpu import LowerNpuToCpuPass
 from npugrad.passes.vectorize_contractions import VectorizeContractionsPass
-from npugrad.passes.vectorize_elementwise import VECTORIZED_ATTR, VectorizeElementwiseLoopsPass
+from npugrad.passes.vectorize_elementwise import VectorizeElementwiseLoopsPass
 from npugrad.reference import harness
 from npugrad.runtime.launch import using
 from npugrad.targets import get as get_target
@@ -135,7 +136,7 @@ def _vectorized(text: str, target: str = "host"):
 
 
 def _main_loops(module) -> list[scf.ForOp]:
-    return [op for op in module.walk() if isinstance(op, scf.ForOp) and VECTORIZED_ATTR in op.attributes]
+    return [op for op in module.walk() if isinstance(op, scf.ForOp) and VECTORIZED.on(op)]
 
 
 def _vector_loads(module) -> list[vector.LoadOp]:

@@ -9,18 +9,23 @@ state operands in place. Every operand is printed with its name, so a 10-operand
 Properties take the spec's defaults and are elided from the output when they hold them.
 Shapes may be dynamic (`?`): each op's `check` holds the spec's metadata rules once; the verifier
 runs it on the static dimensions, the runtime on the concrete arrays before a launch.
+
+Each operand is declared with what the op does to it: `input_def` (read), `output_def`
+(written), `updated_def` (read, then written in place). The printed form, the op's memory
+effects and every list of inputs or outputs the pipeline uses come from those declarations.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
 from typing import ClassVar
 
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     I64,
     BoolAttr,
-    DictionaryAttr,
     Float64Type,
     FloatAttr,
     IntegerAttr,
@@ -29,20 +34,26 @@ from xdsl.dialects.builtin import (
     NoneAttr,
     StridedLayoutAttr,
 )
-from xdsl.ir import Dialect
+from xdsl.ir import Attribute, Dialect
 from xdsl.irdl import (
     AttrSizedOperandSegments,
+    BaseAttr,
     IRDLOperation,
+    OperandDef,
+    OptOperandDef,
     ParsePropInAttrDict,
+    VerificationContext,
     irdl_op_definition,
-    operand_def,
-    opt_operand_def,
     opt_prop_def,
     prop_def,
+    traits_def,
 )
+from xdsl.irdl.operations import _OperandFieldDef  # the field type operand_def returns (xDSL 0.74)
+from xdsl.traits import EffectInstance, MemoryEffect, MemoryEffectKind
 from xdsl.utils.exceptions import VerifyException
 
 from npugrad import dtypes
+from npugrad.dialect.attributes import GRAD_ATTRIBUTES, TileSizesAttr
 from npugrad.dialect.checks import FLOATS, Checker, Dim, static_product
 from npugrad.dialect.npu import MemorySpaceAttr
 
@@ -62,31 +73,132 @@ def _bool(value: bool) -> IntegerAttr:
     return IntegerAttr(-1 if value else 0, IntegerType(1))
 
 
-def _format(inputs: Sequence[str], optional: set[str], outputs: Sequence[str]) -> str:
-    def one(name: str) -> str:
-        if name in optional:
+@dataclass(init=False)
+class _WrittenDef(OperandDef):
+    """An operand the op writes and does not read (an output)."""
+
+
+@dataclass(init=False)
+class _UpdatedDef(OperandDef):
+    """An operand the op reads, then writes in place."""
+
+
+@dataclass(frozen=True)
+class _MemRefOperand(BaseAttr):
+    """A memref type, with an error that names the operand (grad_op gives each its name)."""
+
+    operand: str = ""
+
+    def verify(self, attr: Attribute, constraint_context: VerificationContext) -> None:
+        if not isinstance(attr, MemRefType):
+            raise VerifyException(f"operand '{self.operand}' must be a memref, got {attr}")
+
+
+def input_def():
+    """A memref the op reads."""
+    return _OperandFieldDef(OperandDef, _MemRefOperand(MemRefType))
+
+
+def opt_input_def():
+    """A memref the op reads, when it is given."""
+    return _OperandFieldDef(OptOperandDef, _MemRefOperand(MemRefType))
+
+
+def output_def():
+    """A memref the op writes (every element, without reading it first)."""
+    return _OperandFieldDef(_WrittenDef, _MemRefOperand(MemRefType))
+
+
+def updated_def():
+    """A memref the op reads and then writes in place."""
+    return _OperandFieldDef(_UpdatedDef, _MemRefOperand(MemRefType))
+
+
+def _roles(cls: type[IRDLOperation]) -> list[tuple[str, str, bool]]:
+    """(name, "in" | "out" | "inout", optional) of each operand, in definition order, read off
+    the class body (the IRDL definition does not exist yet when the format is built)."""
+    roles = []
+    for name, field in vars(cls).items():
+        if isinstance(field, _OperandFieldDef):
+            kind = {_WrittenDef: "out", _UpdatedDef: "inout"}.get(field.cls, "in")
+            roles.append((name, kind, issubclass(field.cls, OptOperandDef)))
+    return roles
+
+
+def grad_op(cls: type[GradOp]) -> type[GradOp]:
+    """`irdl_op_definition` for a grad op, with its printed form derived from its operands:
+    each operand with its name, what the op writes after `->`.
+
+        grad.binary_cross_entropy_grad input_x(%x : memref<16xf32>) ... -> dx(%dx : memref<16xf32>)
+    """
+    roles = _roles(cls)
+    kinds = [kind for _, kind, _ in roles]
+    first_written = next((i for i, k in enumerate(kinds) if k != "in"), len(kinds))
+    if "in" in kinds[first_written:]:
+        raise TypeError(f"{cls.__name__}: operands it only reads must come before those it writes")
+
+    def one(name: str, optional: bool) -> str:
+        if optional:
             return f"(`{name}` `(` ${name}^ `:` type(${name}) `)`)?"
         return f"`{name}` `(` ${name} `:` type(${name}) `)`"
 
-    return " ".join([*map(one, inputs), "`->`", *map(one, outputs), "attr-dict"])
+    parts = [one(n, opt) for n, _, opt in roles]
+    cls.assembly_format = " ".join([*parts[:first_written], "`->`", *parts[first_written:], "attr-dict"])
+    for name, _, _ in roles:
+        field = vars(cls)[name]
+        setattr(cls, name, _OperandFieldDef(field.cls, _MemRefOperand(MemRefType, name)))
+    return irdl_op_definition(cls)
+
+
+class GradEffects(MemoryEffect):
+    """Reads of the operands declared read, writes of those declared written."""
+
+    @classmethod
+    def get_effects(cls, op: IRDLOperation) -> set[EffectInstance]:
+        effects = set()
+        for name, kind in type(op).operand_roles().items():
+            value = getattr(op, name)
+            if value is None:
+                continue
+            if kind != "out":
+                effects.add(EffectInstance(MemoryEffectKind.READ, value))
+            if kind != "in":
+                effects.add(EffectInstance(MemoryEffectKind.WRITE, value))
+        return effects
 
 
 class GradOp(IRDLOperation):
-    """Common base: operand roles (what a kernel reads, what it writes) and the shared verifier."""
+    """Common base: operand roles (what a kernel reads, what it writes, read off the operand
+    definitions), the tile decision and the shared verifier."""
 
-    INPUTS: ClassVar[tuple[str, ...]]
-    OUTPUTS: ClassVar[tuple[str, ...]]
     # The dimensions `tile_sizes` may name (chosen by choose-tile-sizes or written by hand, read
     # by the passes that tile).
     TILE_DIMS: ClassVar[tuple[str, ...]]
+    traits = traits_def(GradEffects())
 
     @classmethod
     def short_name(cls) -> str:
         return cls.name.removeprefix("grad.")
 
     @classmethod
+    def operand_roles(cls) -> dict[str, str]:
+        """Operand name -> "in" (read), "out" (written) or "inout" (read, then written), in order."""
+        return _operand_roles(cls)
+
+    @classmethod
     def operand_names(cls) -> tuple[str, ...]:
-        return cls.INPUTS + tuple(n for n in cls.OUTPUTS if n not in cls.INPUTS)
+        """Every operand, in the op's order (the order of a kernel's arguments)."""
+        return tuple(cls.operand_roles())
+
+    @classmethod
+    def inputs(cls) -> tuple[str, ...]:
+        """The operands the op reads (in place ones included)."""
+        return tuple(n for n, k in cls.operand_roles().items() if k != "out")
+
+    @classmethod
+    def outputs(cls) -> tuple[str, ...]:
+        """The operands the op writes (in place ones included)."""
+        return tuple(n for n, k in cls.operand_roles().items() if k != "in")
 
     @classmethod
     def check(cls, c: Checker) -> None:
@@ -95,21 +207,17 @@ class GradOp(IRDLOperation):
 
     def tiles(self) -> dict[str, int] | None:
         attr = getattr(self, "tile_sizes", None)
-        if attr is None:
-            return None
-        return {k: v.value.data for k, v in attr.data.items()}
+        return attr.as_dict() if attr is not None else None
 
     def _verify_tile_sizes(self) -> None:
         attr = getattr(self, "tile_sizes", None)
         if attr is None:
             return
-        for key, value in attr.data.items():
+        for key in attr.as_dict():
             if key not in self.TILE_DIMS:
                 raise VerifyException(
                     f"'{self.name}' op property 'tile_sizes' has unknown dimension '{key}' (known: {', '.join(self.TILE_DIMS)})"
                 )
-            if not isinstance(value, IntegerAttr) or value.value.data < 1:
-                raise VerifyException(f"'{self.name}' op property 'tile_sizes' needs a positive integer for '{key}', got {value}")
 
     def prop_int(self, name: str) -> int:
         return getattr(self, name).value.data
@@ -156,13 +264,19 @@ class GradOp(IRDLOperation):
             raise VerifyException(str(e)) from None
 
 
+@cache
+def _operand_roles(cls: type[GradOp]) -> dict[str, str]:
+    kinds = {_WrittenDef: "out", _UpdatedDef: "inout"}
+    return {name: kinds.get(type(d), "in") for name, d in cls.get_irdl_definition().operands}
+
+
 def _check_reduction(c: Checker) -> int:
     reduction = c.prop("reduction")
     c.prop_check("reduction", reduction in REDUCTIONS, "0 (none), 1 (mean) or 2 (sum)")
     return reduction
 
 
-@irdl_op_definition
+@grad_op
 class FusedLinearCrossEntropyLossGradOp(GradOp):
     """Backward of a vocabulary-parallel LM head + cross entropy on one tensor-parallel rank.
 
@@ -172,29 +286,24 @@ class FusedLinearCrossEntropyLossGradOp(GradOp):
     """
 
     name = "grad.fused_linear_cross_entropy_loss_grad"
-    grad = operand_def()
-    input = operand_def()
-    weight = operand_def()
-    target_mask = operand_def()
-    masked_target = operand_def()
-    logits_max = opt_operand_def()
-    sum_exp_logits = opt_operand_def()
-    softmax = opt_operand_def()
-    input_grad_out = operand_def()
-    weight_grad_out = operand_def()
+    grad = input_def()
+    input = input_def()
+    weight = input_def()
+    target_mask = input_def()
+    masked_target = input_def()
+    logits_max = opt_input_def()
+    sum_exp_logits = opt_input_def()
+    softmax = opt_input_def()
+    input_grad_out = output_def()
+    weight_grad_out = output_def()
     label_smoothing = prop_def(FloatAttr[Float64Type], default_value=_f64(0.0))
     # {bt = .., v = ..}: the token and vocabulary tile sizes of the fused loop nest. Chosen by
     # a pass (or written by hand); the fusion pass reads only this.
-    tile_sizes = opt_prop_def(DictionaryAttr)
+    tile_sizes = opt_prop_def(TileSizesAttr)
 
-    INPUTS: ClassVar[tuple[str, ...]] = (
-        "grad", "input", "weight", "target_mask", "masked_target", "logits_max", "sum_exp_logits", "softmax",
-    )
-    OUTPUTS: ClassVar[tuple[str, ...]] = ("input_grad_out", "weight_grad_out")
     MIN_V_HIGH_PERFORMANCE: ClassVar[int] = 128
     TILE_DIMS: ClassVar[tuple[str, ...]] = ("bt", "v", "h")
     irdl_options = (AttrSizedOperandSegments(as_property=True), ParsePropInAttrDict())
-    assembly_format = _format(INPUTS, {"logits_max", "sum_exp_logits", "softmax"}, OUTPUTS)
 
     @property
     def high_performance(self) -> bool:
@@ -245,24 +354,21 @@ class FusedLinearCrossEntropyLossGradOp(GradOp):
         c.shape_is("weight_grad_out", [v, h], "(V, H)")
 
 
-@irdl_op_definition
+@grad_op
 class EmbeddingDenseBackwardOp(GradOp):
     """out[r] = Σ_{i: indices[i] = r ≠ padding_idx} s_i·grad[i], s_i = 1/count(r) with scale_grad_by_freq."""
 
     name = "grad.embedding_dense_backward"
-    grad = operand_def()
-    indices = operand_def()
-    out = operand_def()
+    grad = input_def()
+    indices = input_def()
+    out = output_def()
     num_weights = prop_def(IntegerAttr[I64])
     padding_idx = prop_def(IntegerAttr[I64], default_value=_i64(-1))
     scale_grad_by_freq = prop_def(BoolAttr, default_value=_bool(False))
-    tile_sizes = opt_prop_def(DictionaryAttr)
+    tile_sizes = opt_prop_def(TileSizesAttr)
     TILE_DIMS: ClassVar[tuple[str, ...]] = ("rows", "d")
 
-    INPUTS: ClassVar[tuple[str, ...]] = ("grad", "indices")
-    OUTPUTS: ClassVar[tuple[str, ...]] = ("out",)
     irdl_options = (ParsePropInAttrDict(),)
-    assembly_format = _format(INPUTS, set(), OUTPUTS)
 
     @classmethod
     def check(cls, c: Checker) -> None:
@@ -282,26 +388,23 @@ class EmbeddingDenseBackwardOp(GradOp):
         c.shape_is("out", [num_weights, d], "(num_weights, D)")
 
 
-@irdl_op_definition
+@grad_op
 class NLLLossBackwardOp(GradOp):
     """Gradient of NLL loss w.r.t. its log-probabilities: −w[y]·scale at (t, y_t), zero elsewhere."""
 
     name = "grad.nll_loss_backward"
-    grad_output = operand_def()
-    self = operand_def()
-    target = operand_def()
-    weight = operand_def()
-    total_weight = operand_def()
-    out = operand_def()
+    grad_output = input_def()
+    self = input_def()
+    target = input_def()
+    weight = input_def()
+    total_weight = input_def()
+    out = output_def()
     reduction = prop_def(IntegerAttr[I64], default_value=_i64(1))
     ignore_index = prop_def(IntegerAttr[I64], default_value=_i64(-100))
-    tile_sizes = opt_prop_def(DictionaryAttr)
+    tile_sizes = opt_prop_def(TileSizesAttr)
     TILE_DIMS: ClassVar[tuple[str, ...]] = ("rows", "c")
 
-    INPUTS: ClassVar[tuple[str, ...]] = ("grad_output", "self", "target", "weight", "total_weight")
-    OUTPUTS: ClassVar[tuple[str, ...]] = ("out",)
     irdl_options = (ParsePropInAttrDict(),)
-    assembly_format = _format(INPUTS, set(), OUTPUTS)
 
     @classmethod
     def check(cls, c: Checker) -> None:
@@ -329,7 +432,7 @@ class NLLLossBackwardOp(GradOp):
         c.shape_is("out", s, "the shape of 'self'")
 
 
-@irdl_op_definition
+@grad_op
 class ApplyFusedEmaAdamOp(GradOp):
     """One Adam (mode 0, L2) or AdamW (mode 1) step on var, m, v, then s ← d·s + (1 − d)·var'; in place.
 
@@ -339,13 +442,13 @@ class ApplyFusedEmaAdamOp(GradOp):
     """
 
     name = "grad.apply_fused_ema_adam"
-    grad = operand_def()
-    step = operand_def()
-    hyperparameters = opt_operand_def()
-    var = operand_def()
-    m = operand_def()
-    v = operand_def()
-    s = operand_def()
+    grad = input_def()
+    step = input_def()
+    hyperparameters = opt_input_def()
+    var = updated_def()
+    m = updated_def()
+    v = updated_def()
+    s = updated_def()
     lr = prop_def(FloatAttr[Float64Type], default_value=_f64(1e-3))
     ema_decay = prop_def(FloatAttr[Float64Type], default_value=_f64(0.9999))
     beta1 = prop_def(FloatAttr[Float64Type], default_value=_f64(0.9))
@@ -354,15 +457,12 @@ class ApplyFusedEmaAdamOp(GradOp):
     mode = prop_def(IntegerAttr[I64], default_value=_i64(1))
     bias_correction = prop_def(BoolAttr, default_value=_bool(True))
     weight_decay = prop_def(FloatAttr[Float64Type], default_value=_f64(0.0))
-    tile_sizes = opt_prop_def(DictionaryAttr)
+    tile_sizes = opt_prop_def(TileSizesAttr)
     TILE_DIMS: ClassVar[tuple[str, ...]] = ("n",)
 
-    INPUTS: ClassVar[tuple[str, ...]] = ("grad", "step", "hyperparameters")
-    OUTPUTS: ClassVar[tuple[str, ...]] = ("var", "m", "v", "s")
     # The order of the values in the `hyperparameters` operand.
     HYPERPARAMETER_ORDER: ClassVar[tuple[str, ...]] = ("lr", "ema_decay", "beta1", "beta2", "eps", "weight_decay")
     irdl_options = (AttrSizedOperandSegments(as_property=True), ParsePropInAttrDict())
-    assembly_format = _format(INPUTS, {"hyperparameters"}, OUTPUTS)
 
     HYPERPARAMETERS: ClassVar[Mapping[str, tuple[str, object]]] = {
         "lr": (">= 0", lambda x: x >= 0),
@@ -390,25 +490,22 @@ class ApplyFusedEmaAdamOp(GradOp):
             c.prop_check(name, ok(c.prop(name)), meaning)  # type: ignore[operator]
 
 
-@irdl_op_definition
+@grad_op
 class BinaryCrossEntropyGradOp(GradOp):
     """dx = u·w·(x − y)/max(x(1 − x), 1e-12), u = dloss (none), dloss/N (mean) or dloss (sum)."""
 
     name = "grad.binary_cross_entropy_grad"
-    input_x = operand_def()
-    input_y = operand_def()
-    dloss = operand_def()
-    weight = opt_operand_def()
-    dx = operand_def()
+    input_x = input_def()
+    input_y = input_def()
+    dloss = input_def()
+    weight = opt_input_def()
+    dx = output_def()
     reduction = prop_def(IntegerAttr[I64], default_value=_i64(1))
-    tile_sizes = opt_prop_def(DictionaryAttr)
+    tile_sizes = opt_prop_def(TileSizesAttr)
     TILE_DIMS: ClassVar[tuple[str, ...]] = ("n",)
 
-    INPUTS: ClassVar[tuple[str, ...]] = ("input_x", "input_y", "dloss", "weight")
-    OUTPUTS: ClassVar[tuple[str, ...]] = ("dx",)
     EPSILON: ClassVar[float] = 1e-12
     irdl_options = (AttrSizedOperandSegments(as_property=True), ParsePropInAttrDict())
-    assembly_format = _format(INPUTS, {"weight"}, OUTPUTS)
 
     @classmethod
     def check(cls, c: Checker) -> None:
@@ -436,4 +533,4 @@ OPS: tuple[type[GradOp], ...] = (
     BinaryCrossEntropyGradOp,
 )
 
-Grad = Dialect("grad", list(OPS))
+Grad = Dialect("grad", list(OPS), list(GRAD_ATTRIBUTES))

@@ -6,12 +6,17 @@
     npu.copy %x_tile, %ub : memref<64x128xf32, strided<[?, 1], offset: ?>>, memref<64x128xf32, #npu.mem<ub>>
 
 A memref in `#npu.mem<level>` lives in that level of the target (its capacity is checked by
-`check-capacity`); a memref without a memory space is in global memory.
+`check-capacity`); a memref without a memory space is in global memory. `#npu.role<vector>` names
+a kind of tile (see a target's [roles]); on a heap tile buffer (`npu.promote`) it lets the tiling
+move the buffer into the level the target gives that kind of tile.
 """
 
 from __future__ import annotations
 
+from enum import auto
+
 from xdsl.dialects.builtin import DYNAMIC_INDEX, IndexType, MemRefType, NoneAttr, StringAttr, UnitAttr
+from xdsl.dialects.utils import EnumAttribute
 from xdsl.ir import Dialect, ParametrizedAttribute
 from xdsl.irdl import (
     IRDLOperation,
@@ -21,10 +26,15 @@ from xdsl.irdl import (
     operand_def,
     opt_prop_def,
     result_def,
+    traits_def,
 )
 from xdsl.parser import AttrParser
 from xdsl.printer import Printer
+from xdsl.traits import EffectInstance, MemoryAllocEffect, MemoryEffect, MemoryEffectKind, Pure
 from xdsl.utils.exceptions import VerifyException
+from xdsl.utils.str_enum import StrEnum
+
+from npugrad.dialect.attributes import Discardable, InAngleBrackets
 
 
 @irdl_attr_definition
@@ -42,6 +52,31 @@ class MemorySpaceAttr(ParametrizedAttribute):
     def parse_parameters(cls, parser: AttrParser):
         with parser.in_angle_brackets():
             return [StringAttr(parser.parse_identifier(" (a memory level name)"))]
+
+
+class TileRole(StrEnum):
+    """The kinds of tile a target places in its levels (its [roles] table)."""
+
+    VECTOR = auto()  # operands and results of elementwise work
+    STAGE = auto()  # matrix tiles fetched from global memory
+    MATRIX_A = auto()  # the left operand of a matrix-unit contraction
+    MATRIX_B = auto()  # its right operand
+    ACCUMULATOR = auto()  # its float32 result
+
+
+@irdl_attr_definition
+class TileRoleAttr(InAngleBrackets, EnumAttribute[TileRole]):
+    """`#npu.role<vector>`."""
+
+    name = "npu.role"
+
+
+BLOCKS = Discardable("npu.blocks", UnitAttr,
+                     "on a function: it runs once per block, block_idx and block_dim its last two arguments",
+                     below_grad=True)
+PROMOTE = Discardable("npu.promote", TileRoleAttr,
+                      "on a heap tile buffer: a tiling may move it to the level holding this kind of tile")
+NPU_DISCARDABLE: tuple[Discardable, ...] = (BLOCKS, PROMOTE)
 
 
 def level_of(t) -> str | None:
@@ -62,6 +97,7 @@ class AllocLocalOp(IRDLOperation):
     name = "npu.alloc_local"
     result = result_def(MemRefType)
     double_buffer = opt_prop_def(UnitAttr)
+    traits = traits_def(MemoryAllocEffect())
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "attr-dict `:` type($result)"
 
@@ -94,6 +130,14 @@ def element_bytes(t) -> int:
     return max(1, width // 8)
 
 
+class _CopyEffects(MemoryEffect):
+    """A copy reads its source and writes its target."""
+
+    @classmethod
+    def get_effects(cls, op: IRDLOperation) -> set[EffectInstance]:
+        return {EffectInstance(MemoryEffectKind.READ, op.operands[0]), EffectInstance(MemoryEffectKind.WRITE, op.operands[1])}
+
+
 @irdl_op_definition
 class CopyOp(IRDLOperation):
     """A DMA transfer between memory levels, of equal shapes and element types."""
@@ -101,6 +145,7 @@ class CopyOp(IRDLOperation):
     name = "npu.copy"
     source = operand_def(MemRefType)
     target = operand_def(MemRefType)
+    traits = traits_def(_CopyEffects())
     assembly_format = "$source `,` $target attr-dict `:` type($source) `,` type($target)"
 
     def __init__(self, source, target):
@@ -137,6 +182,7 @@ class BlockIdxOp(IRDLOperation):
 
     name = "npu.block_idx"
     result = result_def(IndexType)
+    traits = traits_def(Pure())
     assembly_format = "attr-dict"
 
     def __init__(self):
@@ -149,10 +195,11 @@ class BlockDimOp(IRDLOperation):
 
     name = "npu.block_dim"
     result = result_def(IndexType)
+    traits = traits_def(Pure())
     assembly_format = "attr-dict"
 
     def __init__(self):
         super().__init__(result_types=[IndexType()])
 
 
-Npu = Dialect("npu", [AllocLocalOp, CopyOp, BlockIdxOp, BlockDimOp], [MemorySpaceAttr])
+Npu = Dialect("npu", [AllocLocalOp, CopyOp, BlockIdxOp, BlockDimOp], [MemorySpaceAttr, TileRoleAttr])

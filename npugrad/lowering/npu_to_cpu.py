@@ -10,6 +10,9 @@
 
 A function that used block_idx/block_dim gets the `npu.blocks` attribute: the runtime then calls
 it once per block, from a pool of threads, with the two extra arguments.
+
+Patterns: one per function (its blocks and local buffers, which must keep their order), one per
+copy, then a type conversion erasing the memory spaces.
 """
 
 from __future__ import annotations
@@ -18,16 +21,22 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects import func, memref
-from xdsl.dialects.builtin import FunctionType, IntegerAttr, MemRefType, ModuleOp, NoneAttr, UnitAttr
+from xdsl.dialects.builtin import FunctionType, IntegerAttr, MemRefType, ModuleOp, NoneAttr
 from xdsl.ir import Attribute, Operation
 from xdsl.passes import ModulePass
-from xdsl.pattern_rewriter import PatternRewriteWalker, TypeConversionPattern, attr_type_rewrite_pattern
-from xdsl.rewriter import InsertPoint, Rewriter
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+    TypeConversionPattern,
+    attr_type_rewrite_pattern,
+    op_type_rewrite_pattern,
+)
+from xdsl.rewriter import InsertPoint
 
-from npugrad.dialect.npu import AllocLocalOp, BlockDimOp, BlockIdxOp, CopyOp, MemorySpaceAttr
-from npugrad.lowering.emit import Emitter, defined_functions, index
-
-BLOCKS_ATTR = "npu.blocks"
+from npugrad.dialect.npu import BLOCKS, AllocLocalOp, BlockDimOp, BlockIdxOp, CopyOp, MemorySpaceAttr
+from npugrad.ir import IRBuilder, index
 
 
 class _EraseMemorySpace(TypeConversionPattern):
@@ -38,38 +47,49 @@ class _EraseMemorySpace(TypeConversionPattern):
         return None
 
 
-def _lower_copy(op: CopyOp) -> None:
-    e = Emitter.before(op)
-    with e.loop_nest(e.dims(op.target)) as ivs:
-        # The raw element (no signless cast for unsigned integers): a copy moves bits.
-        e.store(e.add(memref.LoadOp.get(op.source, ivs)), op.target, ivs)
-    Rewriter.erase_op(op)
+class LowerCopy(RewritePattern):
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: CopyOp, rewriter: PatternRewriter) -> None:
+        e = IRBuilder(rewriter, op)
+        with e.loop_nest(e.dims(op.target)) as ivs:
+            # The raw element (no signless cast for unsigned integers): a copy moves bits.
+            e.store(e.emit(memref.LoadOp.get(op.source, ivs)), op.target, ivs)
+        rewriter.erase(op)
 
 
-def _lower_function(f: func.FuncOp) -> None:
-    entry = f.body.blocks[0]  # a function may have several blocks (cf branches), each with its return
-    ops = list(f.walk())
-    blocks = [o for o in ops if isinstance(o, BlockIdxOp | BlockDimOp)]
-    if blocks:
-        bid = entry.insert_arg(index, len(entry.args))
-        bid.name_hint = "block_idx"
-        ndim = entry.insert_arg(index, len(entry.args))
-        ndim.name_hint = "block_dim"
-        for o in blocks:
-            o.result.replace_all_uses_with(bid if isinstance(o, BlockIdxOp) else ndim)
-            Rewriter.erase_op(o)
-        f.function_type = FunctionType.from_lists([a.type for a in entry.args], f.function_type.outputs.data)
-        f.attributes[BLOCKS_ATTR] = UnitAttr()
-    locals_ = [o for o in ops if isinstance(o, AllocLocalOp)]
-    for o in reversed(locals_):
-        buf = memref.AllocOp([], [], o.result.type, alignment=IntegerAttr(64, 64))
-        Rewriter.insert_op(buf, InsertPoint.at_start(entry))
-        o.result.replace_all_uses_with(buf.memref)
-        Rewriter.erase_op(o)
-        for ret in [r for r in f.walk() if isinstance(r, func.ReturnOp)]:
-            Rewriter.insert_op(memref.DeallocOp.get(buf.memref), InsertPoint.before(ret))
-    for o in [o for o in ops if isinstance(o, CopyOp)]:
-        _lower_copy(o)
+class LowerFunction(RewritePattern):
+    """Block index and count become arguments; local buffers, heap buffers of the call."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, f: func.FuncOp, rewriter: PatternRewriter) -> None:
+        if f.is_declaration:
+            return
+        entry = f.body.blocks[0]  # a function may have several blocks (cf branches), each with its return
+        ops = list(f.walk())
+        blocks = [o for o in ops if isinstance(o, BlockIdxOp | BlockDimOp)]
+        if blocks:
+            bid = rewriter.insert_block_argument(entry, len(entry.args), index)
+            bid.name_hint = "block_idx"
+            ndim = rewriter.insert_block_argument(entry, len(entry.args), index)
+            ndim.name_hint = "block_dim"
+            for o in blocks:
+                rewriter.replace(o, [], [bid if isinstance(o, BlockIdxOp) else ndim])
+            f.function_type = FunctionType.from_lists([a.type for a in entry.args], f.function_type.outputs.data)
+            BLOCKS.set(f)
+            rewriter.notify_op_modified(f)
+        # Buffers at the entry in program order, freed before each return in the reverse order.
+        frees: dict[Operation, Operation] = {r: r for r in ops if isinstance(r, func.ReturnOp)}
+        after: Operation | None = None
+        for o in [o for o in ops if isinstance(o, AllocLocalOp)]:
+            buf = memref.AllocOp([], [], o.result.type, alignment=IntegerAttr(64, 64))
+            buf.location = o.location
+            rewriter.insert(buf, InsertPoint.after(after) if after is not None else InsertPoint.at_start(entry))
+            after = buf
+            rewriter.replace(o, [], [buf.memref])
+            for ret, first in frees.items():
+                free = memref.DeallocOp.get(buf.memref)
+                rewriter.insert(free, InsertPoint.before(first))
+                frees[ret] = free
 
 
 @dataclass(frozen=True)
@@ -77,8 +97,8 @@ class LowerNpuToCpuPass(ModulePass):
     name = "lower-npu-to-cpu"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for f in defined_functions(op):
-            _lower_function(f)
+        patterns = GreedyRewritePatternApplier([LowerFunction(), LowerCopy()])
+        PatternRewriteWalker(patterns, apply_recursively=False).rewrite_module(op)
         # Rewriting every op's types is slow on large modules: only do it when a level is named.
         if any(_in_local_level(v) for o in op.walk() for v in (*o.results, *_block_args(o))):
             PatternRewriteWalker(_EraseMemorySpace(recursive=True)).rewrite_module(op)

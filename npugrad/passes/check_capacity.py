@@ -16,6 +16,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
+from npugrad.analysis.footprint import local_buffer_bytes as footprint
 from npugrad.diagnostics import PassFailure
 from npugrad.dialect.npu import AllocLocalOp, level_of
 from npugrad.targets import Target, TargetError, get
@@ -23,13 +24,6 @@ from npugrad.targets import Target, TargetError, get
 
 def kib(n: int) -> str:
     return f"{n / 1024:g} KiB"
-
-
-def footprint(buf: AllocLocalOp, target: Target) -> tuple[int, int]:
-    """(bytes of one copy padded to the level's alignment, copies)."""
-    level = target.level(level_of(buf.result.type))  # type: ignore[arg-type]
-    size = -(-buf.size_bytes() // level.alignment) * level.alignment
-    return size, 2 if buf.double_buffer is not None else 1
 
 
 def level_usage(f: func.FuncOp, target: Target) -> dict[str, list[tuple[AllocLocalOp, int]]]:

@@ -1,23 +1,26 @@
 """fuse-linear-cross-entropy-grad: the linear cross-entropy gradient as one loop nest over
 vocabulary tiles and token tiles that never materialises the BT×V logit gradient.
 
-    grad.fused_linear_cross_entropy_loss_grad ... {tile_sizes = {bt = 64 : i64, v = 128 : i64}}
+    grad.fused_linear_cross_entropy_loss_grad ... {tile_sizes = #grad.tiles<bt = 64, v = 128>}
 becomes
     scf.for %v0 = %c0 to %V step %c128 {            // one vocabulary tile of W and dW
-      scf.for %t0 = %c0 to %BT step %c64 {          // one token tile of X
-        linalg.generic {doc = "GEMM 1: ..."}        // Z = X_t·W_vᵀ (memory-saving mode only)
+      scf.for %t0 = %c0 to %BT step %c64 {          // one token tile of X {grad.role = #grad.role<token_loop>}
+        linalg.generic ... {grad.contraction = #grad.contraction<logits, dims = [bt, h, v]>}
+                                                    // Z = X_t·W_vᵀ (memory-saving mode only)
         scf.for ... math.exp ...                    // G = g·exp(Z − max)/sum, rounded to X's type
         scf.for ...                                 // G[t, j_t] = g·(P − 1), unmasked rows only
-        linalg.generic {doc = "GEMM 2: ..."}        // dX_t += G·W_v
-        linalg.generic {doc = "GEMM 3: ..."}        // dW_v += Gᵀ·X_t
+        linalg.generic ... #grad.contraction<input_grad, ...>     // dX_t += G·W_v
+        linalg.generic ... #grad.contraction<weight_grad, ...>    // dW_v += Gᵀ·X_t
       }
-    }
+    } {grad.fused = #grad.fused<"grad.fused_linear_cross_entropy_loss_grad", #grad.tiles<bt = 64, v = 128>>}
 
 The only buffers are a bt×v tile (float32 logits, and G in the input type), the saved target
 logits of a token tile, the W tile packed transposed (H×v), and float32 accumulators for fp16/bf16 outputs (BT×H and v×H): none grows
-with V. Tile sizes come from the op's `tile_sizes` (hand-written or chosen by a pass); the
-pass options only fill it in where it is absent. Every loop runs in a fixed order, so results
-are bit-identical from run to run.
+with V (they carry `npu.promote = #npu.role<vector>`: a tiling may move them into local memory).
+Tile sizes come from the op's `tile_sizes` (hand-written or chosen by a pass); the pass options
+only fill it in where it is absent. Every loop runs in a fixed order, so results are
+bit-identical from run to run. The parts of the nest that later passes restructure carry
+`#grad.role` and `#grad.contraction`: they find them by those, never by the IR's text.
 """
 
 from __future__ import annotations
@@ -25,42 +28,56 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, ModuleOp, StringAttr, f32, i64
-from xdsl.ir import SSAValue
+from xdsl.dialects import arith
+from xdsl.dialects.builtin import ModuleOp, f32
+from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, RewritePattern, op_type_rewrite_pattern
 
 from npugrad.dialect import FusedLinearCrossEntropyLossGradOp
-from npugrad.lowering.emit import Emitter
+from npugrad.dialect.attributes import (
+    CONTRACTION,
+    FUSED,
+    ROLE,
+    Contraction,
+    ContractionAttr,
+    FusedNestAttr,
+    NestRole,
+    NestRoleAttr,
+)
+from npugrad.dialect.npu import PROMOTE, TileRole, TileRoleAttr
+from npugrad.ir import IRBuilder
+from npugrad.ir.expr import Float
 from npugrad.lowering.grad_to_loops.flce import target_in_shard
 
-TILE_ATTR = "grad.tile_sizes"
-TILE_BUFFER_ATTR = "grad.tile_buffer"  # on tile-sized scratch: the role of its local level
-ROLE_ATTR = "grad.nest_role"  # input_grad_init/final, weight_grad_init/final, token_loop
 
-
-def target_in_tile(e: Emitter, op, t: SSAValue, v0: SSAValue, tv: SSAValue) -> tuple[SSAValue, SSAValue]:
+def target_in_tile(e: IRBuilder, op, t: SSAValue, v0: SSAValue, tv: SSAValue) -> tuple[SSAValue, SSAValue]:
     """(the row's one-hot column lies in [v0, v0 + tv), that column relative to v0). A target
     outside [0, V) matches no tile, so a bad index can never address memory."""
     j = e.int_to_index(e.load(op.masked_target, [t]))
-    local = e.subi(j, v0)
-    inside = e.andi(e.cmpi(local, e.idx(0), "sge"), e.cmpi(local, tv, "slt"))
-    return e.andi(target_in_shard(e, op.target_mask, t), inside), local
+    local = e.emit(arith.SubiOp(j, v0))
+    inside = e.emit(arith.AndIOp(e.emit(arith.CmpiOp(local, e.idx(0), "sge")), e.emit(arith.CmpiOp(local, tv, "slt"))))
+    return e.emit(arith.AndIOp(target_in_shard(e, op.target_mask, t), inside)), local
 
 
-def _round_into(e: Emitter, acc: SSAValue, out: SSAValue, role: str) -> None:
+def _round_into(e: IRBuilder, acc: SSAValue, out: SSAValue, role: NestRole) -> None:
     """out = acc rounded once to out's element type (the accumulators are float32)."""
     with e.loop_nest(e.dims(acc)) as ivs:
         e.store_f32(e.load(acc, ivs), out, ivs)
     _mark(ivs[0].owner.parent_op(), role)  # type: ignore[union-attr]
 
 
-def _mark(op, role: str) -> None:
+def _mark(op: Operation, role: NestRole) -> None:
     """Name the part of the nest an op is, for passes that restructure it (see tiling/flce.py)."""
-    op.attributes[ROLE_ATTR] = StringAttr(role)
+    ROLE.set(op, NestRoleAttr(role))
 
 
-def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int]) -> None:
-    e = Emitter.before(op)
+def _contract(e: IRBuilder, lhs, rhs, acc, maps, doc: str, kind: Contraction, dims: tuple[str, str, str]) -> None:
+    gen = e.contract(lhs, rhs, acc, maps, doc, reduction_dim=1)
+    CONTRACTION.set(gen, ContractionAttr(kind, dims))
+
+
+def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int], e: IRBuilder) -> None:
     x, w, gx, gw = op.input, op.weight, op.input_grad_out, op.weight_grad_out
     in_t = x.type.element_type  # type: ignore[attr-defined]
     bt, h, v = e.dim(x, 0), e.dim(x, 1), e.dim(w, 0)
@@ -70,13 +87,13 @@ def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int]) -> None:
     gx_acc = gx if gx.type.element_type == f32 else e.alloc([bt, h], f32)  # type: ignore[attr-defined]
     if gx_acc is not gx:
         gx_acc.name_hint = "input_grad_acc"
-    _mark(e.fill(0.0, gx_acc), "input_grad_init")
+    _mark(e.fill(0.0, gx_acc), NestRole.INPUT_GRAD_INIT)
     z_buf = None if hp else e.alloc([tiles["bt"], tiles["v"]], f32)
     g_buf = z_buf if (z_buf is not None and in_t == f32) else e.alloc([tiles["bt"], tiles["v"]], in_t)
     saved = None if hp else e.alloc([tiles["bt"]], f32)
     for buf, name in ((saved, "saved_logits"), (g_buf, "grad_logits"), (z_buf, "logits")):
         if buf is not None:  # tile-sized: a tiling pass may move these into local memory
-            buf.owner.attributes[TILE_BUFFER_ATTR] = StringAttr("vector")
+            PROMOTE.set(buf.owner, TileRoleAttr(TileRole.VECTOR))
             buf.name_hint = name
     w_packed = None if hp else e.alloc([h, tiles["v"]], in_t)
     if w_packed is not None:
@@ -87,11 +104,11 @@ def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int]) -> None:
 
     with e.loop(v, step=tv_max) as v0:
         v_loop = v0.owner.parent_op()  # type: ignore[union-attr]
-        v_loop.attributes[TILE_ATTR] = DictionaryAttr({k: IntegerAttr(n, i64) for k, n in tiles.items()})
-        tv = e.minsi(tv_max, e.subi(v, v0))
+        FUSED.set(v_loop, FusedNestAttr(op.name, tiles))
+        tv = e.emit(arith.MinSIOp(tv_max, e.emit(arith.SubiOp(v, v0))))
         w_t = e.subview(w, [v0, 0], [tv, h])
         gw_t = e.subview(gw if gw_acc is None else gw_acc, [v0 if gw_acc is None else 0, 0], [tv, h])
-        _mark(e.fill(0.0, gw_t), "weight_grad_init")
+        _mark(e.fill(0.0, gw_t), NestRole.WEIGHT_GRAD_INIT)
         if not hp:
             # GEMM 1 reads W_v transposed: pack it once per vocabulary tile (amortised over all
             # tokens) so that its innermost loop, too, runs along a contiguous dimension.
@@ -99,17 +116,17 @@ def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int]) -> None:
             with e.loop(tv) as j, e.loop(h) as k:
                 e.store(e.load(w_t, [j, k]), w_t_packed, [k, j])
         with e.loop(bt, step=tb_max) as t0:
-            _mark(t0.owner.parent_op(), "token_loop")  # type: ignore[union-attr]
-            tb = e.minsi(tb_max, e.subi(bt, t0))
+            _mark(t0.owner.parent_op(), NestRole.TOKEN_LOOP)  # type: ignore[union-attr]
+            tb = e.emit(arith.MinSIOp(tb_max, e.emit(arith.SubiOp(bt, t0))))
             x_t = e.subview(x, [t0, 0], [tb, h])
             if not hp:
                 z_t = e.subview(z_buf, [0, 0], [tb, tv])
                 e.fill(0.0, z_t)
-                e.contract(x_t, w_t_packed, z_t, [lambda t, h, v: (t, h), lambda t, h, v: (h, v), lambda t, h, v: (t, v)],
-                           "GEMM 1: logits tile Z = X_t * W_v^T", reduction_dim=1, dims=("bt", "h", "v"))
+                _contract(e, x_t, w_t_packed, z_t, [lambda t, h, v: (t, h), lambda t, h, v: (h, v), lambda t, h, v: (t, v)],
+                          "GEMM 1: logits tile Z = X_t * W_v^T", Contraction.LOGITS, ("bt", "h", "v"))
                 # G overwrites Z in place for float32: keep the one logit per row the one-hot needs.
                 with e.loop(tb) as i:
-                    t = e.addi(t0, i)
+                    t = e.emit(arith.AddiOp(t0, i))
                     hit, local = target_in_tile(e, op, t, v0, tv)
                     with e.if_(hit):
                         e.store(e.load(z_t, [i, local]), saved, [i])
@@ -117,35 +134,45 @@ def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int]) -> None:
 
             def probability(i: SSAValue, t: SSAValue, j: SSAValue, logit: SSAValue | None) -> SSAValue:
                 if hp:
-                    return e.load(op.softmax, [t, e.addi(v0, j)])
-                return e.divf(e.exp(e.subf(logit, e.load(op.logits_max, [t]))), e.load(op.sum_exp_logits, [t]))
+                    return e.load(op.softmax, [t, e.emit(arith.AddiOp(v0, j))])
+                return ((Float(e, logit) - e.load(op.logits_max, [t])).exp() / e.load(op.sum_exp_logits, [t])).value
 
             with e.loop(tb) as i:
-                t = e.addi(t0, i)
+                t = e.emit(arith.AddiOp(t0, i))
                 g = e.load(op.grad, [t])
                 with e.loop(tv) as j:
                     logit = None if hp else e.load(z_t, [i, j])
-                    e.store_f32(e.mulf(g, probability(i, t, j, logit)), g_t, [i, j])
+                    e.store_f32(e.emit(arith.MulfOp(g, probability(i, t, j, logit))), g_t, [i, j])
             with e.loop(tb) as i:  # the one-hot term: only the target column of unmasked rows
-                t = e.addi(t0, i)
+                t = e.emit(arith.AddiOp(t0, i))
                 hit, local = target_in_tile(e, op, t, v0, tv)
                 with e.if_(hit):
                     logit = None if hp else e.load(saved, [i])
                     p = probability(i, t, local, logit)
-                    e.store_f32(e.mulf(e.load(op.grad, [t]), e.subf(p, e.f32(1.0))), g_t, [i, local])
+                    e.store_f32(e.emit(arith.MulfOp(e.load(op.grad, [t]), e.emit(arith.SubfOp(p, e.f32(1.0))))), g_t, [i, local])
             gx_t = e.subview(gx_acc, [t0, 0], [tb, h])
             # GEMMs 2 and 3 reduce over the middle dimension, so the innermost loop runs along
             # H, contiguous in every operand: a broadcast-multiply-add that vectorises.
-            e.contract(g_t, w_t, gx_t, [lambda t, v, h: (t, v), lambda t, v, h: (v, h), lambda t, v, h: (t, h)],
-                       "GEMM 2: input grad tile dX_t += G * W_v", reduction_dim=1, dims=("bt", "v", "h"))
-            e.contract(g_t, x_t, gw_t, [lambda v, t, h: (t, v), lambda v, t, h: (t, h), lambda v, t, h: (v, h)],
-                       "GEMM 3: weight grad tile dW_v += G^T * X_t", reduction_dim=1, dims=("v", "bt", "h"))
+            _contract(e, g_t, w_t, gx_t, [lambda t, v, h: (t, v), lambda t, v, h: (v, h), lambda t, v, h: (t, h)],
+                      "GEMM 2: input grad tile dX_t += G * W_v", Contraction.INPUT_GRAD, ("bt", "v", "h"))
+            _contract(e, g_t, x_t, gw_t, [lambda v, t, h: (t, v), lambda v, t, h: (t, h), lambda v, t, h: (v, h)],
+                      "GEMM 3: weight grad tile dW_v += G^T * X_t", Contraction.WEIGHT_GRAD, ("v", "bt", "h"))
         if gw_acc is not None:
-            _round_into(e, gw_t, e.subview(gw, [v0, 0], [tv, h]), "weight_grad_final")
+            _round_into(e, gw_t, e.subview(gw, [v0, 0], [tv, h]), NestRole.WEIGHT_GRAD_FINAL)
     if gx_acc is not gx:
-        _round_into(e, gx_acc, gx, "input_grad_final")
+        _round_into(e, gx_acc, gx, NestRole.INPUT_GRAD_FINAL)
     for buf in {id(b): b for b in (z_buf, g_buf, saved, w_packed, gw_acc, None if gx_acc is gx else gx_acc) if b is not None}.values():
         e.dealloc(buf)
+
+
+@dataclass(frozen=True)
+class FuseOp(RewritePattern):
+    tiles: dict[str, int]
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: FusedLinearCrossEntropyLossGradOp, rewriter: PatternRewriter) -> None:
+        fuse(op, {**self.tiles, **(op.tiles() or {})}, IRBuilder(rewriter, op))
+        rewriter.erase(op)
 
 
 @dataclass(frozen=True)
@@ -156,8 +183,5 @@ class FuseLinearCrossEntropyGradPass(ModulePass):
     tile_v: int = 128
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for flce in [o for o in op.walk() if isinstance(o, FusedLinearCrossEntropyLossGradOp)]:
-            tiles = {"bt": self.tile_bt, "v": self.tile_v, **(flce.tiles() or {})}
-            fuse(flce, tiles)
-            flce.detach()
-            flce.erase()
+        pattern = FuseOp({"bt": self.tile_bt, "v": self.tile_v})
+        PatternRewriteWalker(pattern, apply_recursively=False).rewrite_module(op)

@@ -3,24 +3,58 @@ each op's `tile_sizes` (see choose-tile-sizes): tiles live in `npu.alloc_local` 
 levels the target assigns to them, move with `npu.copy`, and the outer tile loop is spread over
 the cores by block index (`for tile = block_idx to tiles step block_dim`).
 
-The per-op transformations are in passes/tiling/.
+Each op is tiled by its recipe (the transformations are in passes/tiling/); a loop nest that a
+fusion pass made (marked `grad.fused`) by the recipe of the op it computes. An op whose recipe
+declares it cannot be tiled is left as it is, on global memory (the report says so).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects import scf
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+    op_type_rewrite_pattern,
+)
 
 from npugrad.dialect import GradOp
-from npugrad.passes.fuse_linear_cross_entropy_grad import TILE_ATTR
-from npugrad.passes.tiling import TILINGS
-from npugrad.passes.tiling.flce import tile_fused_flce
+from npugrad.dialect.attributes import FUSED
+from npugrad.dialect.npu import level_of
+from npugrad.ir import IRBuilder
+from npugrad.recipes import recipe_of
 from npugrad.targets import Target, get
+
+
+@dataclass(frozen=True)
+class TileOp(RewritePattern):
+    target: Target
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: GradOp, rewriter: PatternRewriter) -> None:
+        recipe = recipe_of(op)
+        # A tile instance (an op on local buffers, as a tiling emits it) is a tile already.
+        if recipe.supports("tile") and all(level_of(v.type) is None for v in op.operands):
+            recipe.tile(op, self.target, IRBuilder(rewriter, op))
+
+
+@dataclass(frozen=True)
+class TileFusedNest(RewritePattern):
+    target: Target
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: scf.ForOp, rewriter: PatternRewriter) -> None:
+        fused = FUSED.get(op)
+        if fused is not None:
+            nest = recipe_of(fused.op.data).fused
+            assert nest is not None, f"{fused.op.data} has no fused nest"
+            nest.tile(op, self.target, IRBuilder(rewriter, op))
 
 
 @dataclass(frozen=True)
@@ -31,10 +65,5 @@ class TileForTargetPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         target: Target = get(self.target)
-        for g in [o for o in op.walk() if isinstance(o, GradOp)]:
-            tile: Callable | None = TILINGS.get(type(g))
-            if tile is not None:
-                tile(g, target)
-        # The linear cross-entropy gradient is already a fused loop nest by now.
-        for nest in [o for o in op.walk() if isinstance(o, scf.ForOp) and TILE_ATTR in o.attributes]:
-            tile_fused_flce(nest, target)
+        patterns = GreedyRewritePatternApplier([TileOp(target), TileFusedNest(target)])
+        PatternRewriteWalker(patterns, apply_recursively=False).rewrite_module(op)

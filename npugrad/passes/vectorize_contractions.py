@@ -25,12 +25,10 @@ as do those whose B or C may not be contiguous along the innermost dimension (dy
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects import arith, scf, vector
+from xdsl.dialects import arith, vector
 from xdsl.dialects.builtin import (
     MemRefType,
     ModuleOp,
@@ -41,11 +39,11 @@ from xdsl.dialects.builtin import (
     i1,
 )
 from xdsl.dialects.linalg.ops import GenericOp
-from xdsl.ir import Block, SSAValue
+from xdsl.ir import SSAValue
 from xdsl.passes import ModulePass
-from xdsl.rewriter import InsertPoint, Rewriter
+from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, RewritePattern, op_type_rewrite_pattern
 
-from npugrad.lowering.emit import Emitter, index, unit_innermost_stride
+from npugrad.ir import IRBuilder, unit_innermost_stride
 from npugrad.targets import Target, get
 
 _OPERAND_TYPES = (f32, f16, bf16)
@@ -106,8 +104,8 @@ def _match(gen: GenericOp) -> _Contraction | None:
 
 
 class _Kernels:
-    def __init__(self, gen: GenericOp, shape: _Contraction, target: Target):
-        self.e = Emitter.before(gen)
+    def __init__(self, gen: GenericOp, shape: _Contraction, target: Target, e: IRBuilder):
+        self.e = e
         self.shape = shape
         self.a, self.b = gen.inputs
         (self.c,) = gen.outputs
@@ -127,12 +125,12 @@ class _Kernels:
         e = self.e
         vt = VectorType(ref.type.element_type, [self.lanes])  # type: ignore[attr-defined]
         if mask is None:
-            v = e.add(vector.LoadOp(ref, indices, vt))
+            v = e.emit(vector.LoadOp(ref, indices, vt))
         elif vt.element_type == bf16:
             return self._clamped_lanes(ref, indices)
         else:
-            v = e.add(vector.MaskedLoadOp(ref, indices, mask, e.const(0.0, vt)))
-        return v if vt == self.f32x else e.add(arith.ExtFOp(v, self.f32x))
+            v = e.emit(vector.MaskedLoadOp(ref, indices, mask, e.const(0.0, vt)))
+        return v if vt == self.f32x else e.emit(arith.ExtFOp(v, self.f32x))
 
     def _clamped_lanes(self, ref: SSAValue, indices: list[SSAValue]) -> SSAValue:
         """A row tail of B (bfloat16) as float32 lanes, one scalar load each at column
@@ -141,11 +139,11 @@ class _Kernels:
         through float on CPUs without AVX512-BF16, calling a rounding routine for every lane.)"""
         e = self.e
         *outer, j = indices
-        last = e.subi(self.n, e.idx(1))
+        last = e.emit(arith.SubiOp(self.n, e.idx(1)))
         lanes = e.const(0.0, self.f32x)
         for lane in range(self.lanes):
-            column = e.minsi(e.addi(j, e.idx(lane)), last) if lane else j
-            lanes = e.add(vector.InsertOp(e.load_f32(ref, [*outer, column]), lanes, [lane]))
+            column = e.emit(arith.MinSIOp(e.emit(arith.AddiOp(j, e.idx(lane))), last)) if lane else j
+            lanes = e.emit(vector.InsertOp(e.load_f32(ref, [*outer, column]), lanes, [lane]))
         return lanes
 
     def _broadcast(self, scalar: SSAValue) -> SSAValue:
@@ -154,55 +152,38 @@ class _Kernels:
         conversion costs three shuffle-port instructions per row: measured 120 -> 195 GFLOP/s)."""
         e = self.e
         if scalar.type != f16:
-            return e.add(vector.BroadcastOp(e.to_f32(scalar), self.f32x))
-        halves = e.add(vector.BroadcastOp(scalar, VectorType(f16, [self.lanes])))
-        return e.add(arith.ExtFOp(halves, self.f32x))
-
-    @contextmanager
-    def _reduction(self, accs: list[SSAValue]) -> Iterator[tuple[SSAValue, list[SSAValue], list[SSAValue]]]:
-        """`scf.for %k` carrying the accumulators; the caller appends the updated ones."""
-        e = self.e
-        body = Block(arg_types=[index] + [a.type for a in accs])
-        loop = scf.ForOp(self.k_lo, self.k_hi, e.idx(1), accs, body)
-        e.add(loop)
-        outer = e.b.insertion_point
-        e.b.insertion_point = InsertPoint.at_end(body)
-        for arg in body.args[1:]:
-            arg.name_hint = "acc"
-        updated: list[SSAValue] = []
-        try:
-            yield body.args[0], list(body.args[1:]), updated
-            e.add(scf.YieldOp(*updated))
-        finally:
-            e.b.insertion_point = outer
-        for result in loop.results:
-            result.name_hint = "sum"
-        accs[:] = loop.results
+            return e.emit(vector.BroadcastOp(e.to_f32(scalar), self.f32x))
+        halves = e.emit(vector.BroadcastOp(scalar, VectorType(f16, [self.lanes])))
+        return e.emit(arith.ExtFOp(halves, self.f32x))
 
     def block(self, i0: SSAValue, mr: int, j0: SSAValue, nr: int, mask: SSAValue | None = None) -> None:
         """C[i0:i0+mr, j0:j0+nr·lanes] += A·B with the mr×nr accumulators in registers."""
         e = self.e
-        rows = [i0 if r == 0 else e.addi(i0, e.idx(r)) for r in range(mr)]
-        cols = [j0 if c == 0 else e.addi(j0, e.idx(c * self.lanes)) for c in range(nr)]
+        rows = [i0 if r == 0 else e.emit(arith.AddiOp(i0, e.idx(r))) for r in range(mr)]
+        cols = [j0 if c == 0 else e.emit(arith.AddiOp(j0, e.idx(c * self.lanes))) for c in range(nr)]
         accs = [self._load(self.c, [i, j], mask) for i in rows for j in cols]
-        with self._reduction(accs) as (k, carried, updated):
+        with e.carried_loop(self.k_hi, accs, lb=self.k_lo) as (k, carried, updated):
             k.name_hint = "k"
+            for arg in carried:
+                arg.name_hint = "acc"
             bs = [self._load(self.b, [k, j], mask) for j in cols]
             for r, i in enumerate(rows):
                 a = self._broadcast(e.load(self.a, self.shape.a(i, k)))
                 a.name_hint = "a"
-                updated += [e.add(vector.FMAOp(a, b, carried[r * nr + c])) for c, b in enumerate(bs)]
+                updated += [e.emit(vector.FMAOp(a, b, carried[r * nr + c])) for c, b in enumerate(bs)]
+        for result in accs:
+            result.name_hint = "sum"
         for (i, j), acc in zip([(i, j) for i in rows for j in cols], accs):
             if mask is None:
-                e.add(vector.StoreOp(acc, self.c, [i, j]))
+                e.emit(vector.StoreOp(acc, self.c, [i, j]))
             else:
-                e.add(vector.MaskedStoreOp(self.c, [i, j], mask, acc))
+                e.emit(vector.MaskedStoreOp(self.c, [i, j], mask, acc))
 
     # -- tiling M×N into blocks ------------------------------------------------------------
     def _floor(self, n: SSAValue, step: int) -> SSAValue:
         """n rounded down to a multiple of step."""
         e = self.e
-        return e.subi(n, e.add(arith.RemUIOp(n, e.idx(step))))
+        return e.emit(arith.SubiOp(n, e.emit(arith.RemUIOp(n, e.idx(step)))))
 
     def rows(self, j0: SSAValue, nr: int, mask: SSAValue | None = None) -> None:
         """Blocks of MR rows, then the remaining rows in blocks of 4, 2, 1 (its binary digits),
@@ -211,13 +192,13 @@ class _Kernels:
         full = self.rows_full
         with e.loop(full, step=e.idx(self.mr)) as i0:
             self.block(i0, self.mr, j0, nr, mask)
-        left = e.subi(self.m, full)
+        left = e.emit(arith.SubiOp(self.m, full))
         bit = 1
         while bit * 2 < self.mr:
             bit *= 2
         while bit:
-            with e.if_(e.cmpi(e.add(arith.AndIOp(left, e.idx(bit))), e.idx(0), "ne")):
-                start = e.addi(full, e.add(arith.AndIOp(left, e.idx(-2 * bit))))
+            with e.if_(e.emit(arith.CmpiOp(e.emit(arith.AndIOp(left, e.idx(bit))), e.idx(0), "ne"))):
+                start = e.emit(arith.AddiOp(full, e.emit(arith.AndIOp(left, e.idx(-2 * bit)))))
                 self.block(start, bit, j0, nr, mask)
             bit //= 2
 
@@ -231,12 +212,23 @@ class _Kernels:
         wide = self.nr * self.lanes
         blocks_end = self._floor(self.n, wide)
         with e.loop(self.k, step=e.idx(self.kc)) as k0:
-            self.k_lo, self.k_hi = k0, e.minsi(e.addi(k0, e.idx(self.kc)), self.k)
+            self.k_lo, self.k_hi = k0, e.emit(arith.MinSIOp(e.emit(arith.AddiOp(k0, e.idx(self.kc))), self.k))
             with e.loop(blocks_end, step=e.idx(wide)) as j0:
                 self.rows(j0, self.nr)
             with e.loop(self.n, blocks_end, e.idx(self.lanes)) as j0:
                 # create_mask clamps: all lanes but in the last vector.
-                self.rows(j0, 1, e.add(vector.CreateMaskOp([e.subi(self.n, j0)], VectorType(i1, [self.lanes]))))
+                self.rows(j0, 1, e.emit(vector.CreateMaskOp([e.emit(arith.SubiOp(self.n, j0))], VectorType(i1, [self.lanes]))))
+
+
+@dataclass(frozen=True)
+class VectorizeContraction(RewritePattern):
+    target: Target
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, gen: GenericOp, rewriter: PatternRewriter) -> None:
+        if (shape := _match(gen)) is not None:
+            _Kernels(gen, shape, self.target, IRBuilder(rewriter, gen)).emit()
+            rewriter.erase(gen)
 
 
 @dataclass(frozen=True)
@@ -249,7 +241,4 @@ class VectorizeContractionsPass(ModulePass):
         target = get(self.target)
         if target.vector_registers == 0:
             return
-        for gen in [o for o in op.walk() if isinstance(o, GenericOp)]:
-            if (shape := _match(gen)) is not None:
-                _Kernels(gen, shape, target).emit()
-                Rewriter.erase_op(gen)
+        PatternRewriteWalker(VectorizeContraction(target), apply_recursively=False).rewrite_module(op)

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xdsl.builder import Builder
 from xdsl.context import Context
 from xdsl.dialects import arith, memref, scf, vector
 from xdsl.dialects.builtin import (
@@ -48,7 +47,6 @@ from xdsl.dialects.builtin import (
     MemRefType,
     ModuleOp,
     Signedness,
-    UnitAttr,
     VectorType,
     bf16,
     f16,
@@ -57,13 +55,13 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, RewritePattern, op_type_rewrite_pattern
 from xdsl.rewriter import InsertPoint
 from xdsl.utils.exceptions import VerifyException
 
-from npugrad.lowering.emit import unit_innermost_stride
+from npugrad.dialect.attributes import VECTORIZED
+from npugrad.ir import unit_innermost_stride
 from npugrad.targets import get
-
-VECTORIZED_ATTR = "grad.vectorized"  # on the main loop of a vectorised elementwise loop
 
 _MEMORY_ELEMENTS = (f16, bf16, f32, f64) + tuple(IntegerType(w) for w in (8, 16, 32, 64))
 _LANE_ELEMENTS = (*_MEMORY_ELEMENTS, IntegerType(1))
@@ -161,12 +159,24 @@ def _varying_values(loop: scf.ForOp, lanes: int) -> set[SSAValue] | None:
     return varying
 
 
+class _Inserter:
+    """Inserts at one point, through the rewriter."""
+
+    def __init__(self, rewriter: PatternRewriter, point: InsertPoint):
+        self.rewriter = rewriter
+        self.point = point
+
+    def insert(self, op: Operation) -> Operation:
+        return self.rewriter.insert(op, self.point)
+
+
 class _Vectorizer:
-    def __init__(self, loop: scf.ForOp, varying: set[SSAValue], lanes: int):
+    def __init__(self, loop: scf.ForOp, varying: set[SSAValue], lanes: int, rewriter: PatternRewriter):
         self.loop = loop
         self.varying = varying
         self.lanes = lanes
-        self.outside = Builder(InsertPoint.before(loop))  # hoisted: bounds, broadcasts
+        self.rewriter = rewriter
+        self.outside = _Inserter(rewriter, InsertPoint.before(loop))  # hoisted: bounds, broadcasts
         self.mapping: dict[SSAValue, SSAValue] = {}
         self.broadcasts: dict[SSAValue, SSAValue] = {}
 
@@ -177,7 +187,7 @@ class _Vectorizer:
     def _vector_type(self, element: Attribute) -> VectorType:
         return VectorType(element, [self.lanes])
 
-    def _vector(self, value: SSAValue, inside: Builder) -> SSAValue:
+    def _vector(self, value: SSAValue, inside: _Inserter) -> SSAValue:
         """The lanes of `value`: itself vectorised, or a uniform value broadcast once."""
         if value in self.varying:
             return self.mapping[value]
@@ -198,7 +208,7 @@ class _Vectorizer:
         trips = self._hoist(arith.MaxSIOp(self._hoist(arith.SubiOp(ub, lb)), zero))
         return self._hoist(arith.SubiOp(ub, self._hoist(arith.RemUIOp(trips, self.step))))
 
-    def _emit_op(self, op: Operation, inside: Builder) -> None:
+    def _emit_op(self, op: Operation, inside: _Inserter) -> None:
         if isinstance(op, memref.LoadOp) and op.res in self.varying:
             new = vector.LoadOp(op.memref, self._indices(op), self._vector_type(op.res.type))
         elif isinstance(op, memref.StoreOp):
@@ -227,15 +237,28 @@ class _Vectorizer:
         self.mapping[old_iv] = body.args[0]
         main = scf.ForOp(loop.lb, main_bound, self.step, [], body)
         main.location = loop.location
-        main.attributes[VECTORIZED_ATTR] = UnitAttr()
+        VECTORIZED.set(main)
         self.outside.insert(main)
-        self.outside = Builder(InsertPoint.before(main))  # broadcasts go before the main loop
-        inside = Builder(InsertPoint.at_end(body))
+        self.outside = _Inserter(self.rewriter, InsertPoint.before(main))  # broadcasts go before the main loop
+        inside = _Inserter(self.rewriter, InsertPoint.at_end(body))
         *ops, terminator = loop.body.block.ops
         for op in ops:
             self._emit_op(op, inside)
         inside.insert(terminator.clone())
         loop.operands[0] = main_bound  # the scalar loop does the rest
+        self.rewriter.notify_op_modified(loop)
+
+
+@dataclass(frozen=True)
+class VectorizeLoop(RewritePattern):
+    lanes: int
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, loop: scf.ForOp, rewriter: PatternRewriter) -> None:
+        if VECTORIZED.on(loop):
+            return
+        if (varying := _varying_values(loop, self.lanes)) is not None:
+            _Vectorizer(loop, varying, self.lanes, rewriter).emit()
 
 
 @dataclass(frozen=True)
@@ -248,6 +271,4 @@ class VectorizeElementwiseLoopsPass(ModulePass):
         lanes = get(self.target).vector_bits // 32
         if lanes < 2:
             return
-        for loop in [o for o in op.walk() if isinstance(o, scf.ForOp)]:
-            if (varying := _varying_values(loop, lanes)) is not None:
-                _Vectorizer(loop, varying, lanes).emit()
+        PatternRewriteWalker(VectorizeLoop(lanes), apply_recursively=False).rewrite_module(op)

@@ -7,9 +7,9 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import MemRefType, ModuleOp, NoneAttr, StridedLayoutAttr
 
 from npugrad import dtypes
-from npugrad.lowering.emit import defined_functions
-from npugrad.lowering.npu_to_cpu import BLOCKS_ATTR
-from npugrad.passes.distribute_over_cores import DISTRIBUTED_ATTR
+from npugrad.dialect.attributes import DISTRIBUTED
+from npugrad.dialect.npu import BLOCKS
+from npugrad.ir import defined_functions
 from npugrad.runtime.jit import JitModule
 from npugrad.runtime.kernel import Kernel, MemRefSpec
 
@@ -43,8 +43,7 @@ def signatures(module: ModuleOp) -> dict[str, list[MemRefSpec]]:
 def block_kernels(module: ModuleOp) -> dict[str, bool]:
     """The functions of a loop-level module that run as blocks (see lower-npu-to-cpu), each
     with whether distribute-over-cores made it one (then one block may do all the work)."""
-    return {op.sym_name.data: DISTRIBUTED_ATTR in op.attributes
-            for op in module.walk() if isinstance(op, func.FuncOp) and BLOCKS_ATTR in op.attributes}
+    return {op.sym_name.data: DISTRIBUTED.on(op) for op in module.walk() if isinstance(op, func.FuncOp) and BLOCKS.on(op)}
 
 
 class Executable:

@@ -25,14 +25,14 @@ from xdsl.printer import Printer
 from xdsl.utils.exceptions import ParseError, VerifyException
 from xdsl.xdsl_opt_main import xDSLOptMain
 
+from npugrad.analysis.report import report as report_of
 from npugrad.compiler import STAGES, CompileError, Diagnostic, Pipeline, make_context, parse, verify
 from npugrad.compiler import _located as located
 from npugrad.diagnostics import PassFailure
+from npugrad.lowering.machine_code import JitError
 from npugrad.lowering.to_llvm import LoweringError
 from npugrad.passes import ALL_PASSES
-from npugrad.passes.report import report as report_of
 from npugrad.runtime.executable import Executable, block_kernels, signatures
-from npugrad.runtime.jit import JitError
 from npugrad.targets import get as get_target
 from npugrad.tools import run as runner
 

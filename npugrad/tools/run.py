@@ -17,7 +17,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 from npugrad.dialect import GradOp
 from npugrad.dialect.checks import Checker
-from npugrad.lowering.emit import defined_functions
+from npugrad.ir import defined_functions
 from npugrad.reference import harness
 from npugrad.runtime.executable import Executable, signatures
 from npugrad.runtime.kernel import MemRefSpec

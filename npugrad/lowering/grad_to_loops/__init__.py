@@ -1,16 +1,21 @@
 """convert-grad-to-loops: every `grad` op becomes `scf.for` nests over `memref` loads and stores,
-with `arith`/`math` bodies computing in float32 and rounding once to the output type.
+with `arith`/`math` bodies computing in float32 and rounding once to the output type. Each op is
+lowered by its recipe (the lowerings are the modules of this package).
 
     grad.binary_cross_entropy_grad input_x(%x : memref<?xf32>) ... -> dx(%dx : memref<?xf32>)
 becomes
     scf.for %i = %c0 to %n step %c1 {
       %x = memref.load %x[%i] ... %dx = arith.divf ... memref.store %dx, %out[%i]
     }
+
+The `grad` dialect is illegal after this pass, as in MLIR's dialect conversion: an op left over
+is an error at its location, never passed on to fail later in the upstream lowering. So are the
+attributes that described grad ops and their fused nests (#grad.tiles, #grad.role, ...): the pass
+drops them; the markers later passes and the runtime read (grad.distributed, npu.blocks) stay.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -23,37 +28,16 @@ from xdsl.pattern_rewriter import (
     op_type_rewrite_pattern,
 )
 
-from npugrad.dialect import (
-    ApplyFusedEmaAdamOp,
-    BinaryCrossEntropyGradOp,
-    EmbeddingDenseBackwardOp,
-    FusedLinearCrossEntropyLossGradOp,
-    GradOp,
-    NLLLossBackwardOp,
-)
-from npugrad.lowering.emit import Emitter
-from npugrad.lowering.grad_to_loops.bce import lower_binary_cross_entropy_grad
-from npugrad.lowering.grad_to_loops.ema_adam import lower_apply_fused_ema_adam
-from npugrad.lowering.grad_to_loops.embedding import lower_embedding_dense_backward
-from npugrad.lowering.grad_to_loops.flce import lower_fused_linear_cross_entropy_loss_grad
-from npugrad.lowering.grad_to_loops.nll import lower_nll_loss_backward
-
-LOWERINGS: dict[type[GradOp], Callable[..., None]] = {
-    FusedLinearCrossEntropyLossGradOp: lower_fused_linear_cross_entropy_loss_grad,
-    EmbeddingDenseBackwardOp: lower_embedding_dense_backward,
-    NLLLossBackwardOp: lower_nll_loss_backward,
-    ApplyFusedEmaAdamOp: lower_apply_fused_ema_adam,
-    BinaryCrossEntropyGradOp: lower_binary_cross_entropy_grad,
-}
+from npugrad.diagnostics import PassFailure
+from npugrad.dialect import DISCARDABLE, GradOp
+from npugrad.ir import IRBuilder
+from npugrad.recipes import recipe_of
 
 
 class LowerGradOp(RewritePattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: GradOp, rewriter: PatternRewriter) -> None:
-        lower = LOWERINGS.get(type(op))
-        if lower is None:
-            return
-        lower(op, Emitter.before(op))
+        recipe_of(op).lower(op, IRBuilder(rewriter, op))
         rewriter.erase(op)
 
 
@@ -63,3 +47,10 @@ class ConvertGradToLoopsPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         PatternRewriteWalker(LowerGradOp(), apply_recursively=False).rewrite_module(op)
+        left = next((o for o in op.walk() if isinstance(o, GradOp)), None)
+        if left is not None:
+            raise PassFailure(left, f"'{left.name}' was not lowered to loops")
+        grad_level = [d for d in DISCARDABLE.values() if not d.below_grad]
+        for o in op.walk():
+            for d in grad_level:
+                d.remove(o)

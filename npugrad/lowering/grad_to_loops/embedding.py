@@ -29,20 +29,20 @@ from xdsl.ir import SSAValue
 
 from npugrad.dialect import EmbeddingDenseBackwardOp
 from npugrad.dialect.checks import static_product
-from npugrad.lowering.emit import Emitter, index
+from npugrad.ir import IRBuilder, index
 
 
-def _delinearize(e: Emitter, flat: SSAValue, dims: Sequence[SSAValue]) -> list[SSAValue]:
+def delinearize(e: IRBuilder, flat: SSAValue, dims: Sequence[SSAValue]) -> list[SSAValue]:
     """Row-major coordinates of `flat` in `dims` (the first coordinate takes the quotient)."""
     ivs: list[SSAValue] = []
     for d in reversed(dims[1:]):
-        ivs.append(e.add(arith.RemUIOp(flat, d)))
-        flat = e.add(arith.DivUIOp(flat, d))
+        ivs.append(e.emit(arith.RemUIOp(flat, d)))
+        flat = e.emit(arith.DivUIOp(flat, d))
     return [flat, *reversed(ivs)] if dims else []
 
 
 @contextmanager
-def _if(e: Emitter, cond: SSAValue | None) -> Iterator[None]:
+def if_known(e: IRBuilder, cond: SSAValue | None) -> Iterator[None]:
     """`scf.if cond`, or nothing when the condition is known to hold at compile time (None)."""
     if cond is None:
         yield
@@ -51,39 +51,39 @@ def _if(e: Emitter, cond: SSAValue | None) -> Iterator[None]:
             yield
 
 
-def load_index(e: Emitter, op: EmbeddingDenseBackwardOp, ivs) -> tuple[SSAValue, SSAValue]:
+def load_index(e: IRBuilder, op: EmbeddingDenseBackwardOp, ivs) -> tuple[SSAValue, SSAValue]:
     """(indices[ivs] as an index, whether it names a row that receives gradient: inside
     [0, num_weights) and not padding_idx)."""
     num_weights, padding = op.prop_int("num_weights"), op.prop_int("padding_idx")
     k = e.load(op.indices, ivs)
     if k.type != i64:
-        k = e.add(arith.ExtSIOp(k, i64))
+        k = e.emit(arith.ExtSIOp(k, i64))
     # Unsigned: a negative index is a huge unsigned one, so one compare bounds both ends.
-    valid = e.cmpi(k, e.const(num_weights, i64), "ult")
+    valid = e.emit(arith.CmpiOp(k, e.const(num_weights, i64), "ult"))
     if 0 <= padding < num_weights:
-        valid = e.andi(valid, e.cmpi(k, e.const(padding, i64), "ne"))
-    return e.add(arith.IndexCastOp(k, index)), valid
+        valid = e.emit(arith.AndIOp(valid, e.emit(arith.CmpiOp(k, e.const(padding, i64), "ne"))))
+    return e.emit(arith.IndexCastOp(k, index)), valid
 
 
-def count_index(e: Emitter, off: SSAValue, slot: SSAValue) -> None:
+def count_index(e: IRBuilder, off: SSAValue, slot: SSAValue) -> None:
     """Counting-sort step 1: one more index in bucket `slot` (counts live at off[slot + 2])."""
-    at = e.addi(slot, e.idx(2))
-    e.store(e.addi(e.load(off, [at]), e.idx(1)), off, [at])
+    at = e.emit(arith.AddiOp(slot, e.idx(2)))
+    e.store(e.emit(arith.AddiOp(e.load(off, [at]), e.idx(1))), off, [at])
 
 
-def place_index(e: Emitter, off: SSAValue, perm: SSAValue, ivs, k_dims, slot: SSAValue) -> None:
+def place_index(e: IRBuilder, off: SSAValue, perm: SSAValue, ivs, k_dims, slot: SSAValue) -> None:
     """Counting-sort step 3: append the flat position of `ivs` to bucket `slot` (after the
     prefix sum, off[slot + 1] is the bucket's next free place)."""
     flat = e.idx(0)
     for i, (iv, size) in enumerate(zip(ivs, k_dims)):
-        flat = iv if i == 0 else e.addi(e.muli(flat, size), iv)
-    at = e.addi(slot, e.idx(1))
+        flat = iv if i == 0 else e.emit(arith.AddiOp(e.emit(arith.MuliOp(flat, size)), iv))
+    at = e.emit(arith.AddiOp(slot, e.idx(1)))
     pos = e.load(off, [at])
     e.store(flat, perm, [pos])
-    e.store(e.addi(pos, e.idx(1)), off, [at])
+    e.store(e.emit(arith.AddiOp(pos, e.idx(1))), off, [at])
 
 
-def lower_embedding_dense_backward(op: EmbeddingDenseBackwardOp, e: Emitter) -> None:
+def lower_embedding_dense_backward(op: EmbeddingDenseBackwardOp, e: IRBuilder) -> None:
     num_weights = op.prop_int("num_weights")
     scale = op.prop_bool("scale_grad_by_freq")
     g_type, k_type, out_type = op.grad.type, op.indices.type, op.out.type
@@ -109,7 +109,7 @@ def lower_embedding_dense_backward(op: EmbeddingDenseBackwardOp, e: Emitter) -> 
         place_index(e, off, perm, ivs, k_dims, row)
 
     # With D = 0 nothing is read or written, and num_weights need not be backed by any memory.
-    with _if(e, None if g_shape[-1] is not None else e.cmpi(d, e.idx(0), "ne")):
+    with if_known(e, None if g_shape[-1] is not None else e.emit(arith.CmpiOp(d, e.idx(0), "ne"))):
         n_k = e.product(k_dims)
         # Counts go to off[r + 2]; the prefix sum makes off[r + 1] the start of bucket r; placing
         # advances it to the bucket's end, so bucket r is [off[r], off[r + 1]).
@@ -120,11 +120,11 @@ def lower_embedding_dense_backward(op: EmbeddingDenseBackwardOp, e: Emitter) -> 
         # n != indices.numel is rejected before launch; never index grad past its end regardless.
         n_lead = static_product(g_shape[:-1])
         same = n_lead is not None and n_lead == static_product(k_shape)
-        with _if(e, None if same else e.cmpi(e.product(lead), n_k, "eq")):
+        with if_known(e, None if same else e.emit(arith.CmpiOp(e.product(lead), n_k, "eq"))):
             each_valid_index(count)
             with e.loop(e.idx(num_weights + 1)) as r:
-                nxt = e.addi(r, one)
-                e.store(e.addi(e.load(off, [nxt]), e.load(off, [r])), off, [nxt])
+                nxt = e.emit(arith.AddiOp(r, one))
+                e.store(e.emit(arith.AddiOp(e.load(off, [nxt]), e.load(off, [r]))), off, [nxt])
             each_valid_index(place)
 
         # The float32 accumulator of one row: out's own row when out is float32.
@@ -135,16 +135,16 @@ def lower_embedding_dense_backward(op: EmbeddingDenseBackwardOp, e: Emitter) -> 
             with e.loop(d) as j:
                 e.store(zero, acc, acc_at(j))
             lo = e.load(off, [r])
-            hi = e.load(off, [e.addi(r, one)])
+            hi = e.load(off, [e.emit(arith.AddiOp(r, one))])
             if scale:
-                cnt = e.index_to_f32(e.add(arith.SubiOp(hi, lo)))
+                cnt = e.index_to_f32(e.emit(arith.SubiOp(hi, lo)))
             with e.loop(hi, lo) as p:
-                rows = _delinearize(e, e.load(perm, [p]), lead)
+                rows = delinearize(e, e.load(perm, [p]), lead)
                 with e.loop(d) as j:
                     g = e.load_f32(op.grad, [*rows, j])
                     if scale:
-                        g = e.divf(g, cnt)
-                    e.store(e.addf(e.load(acc, acc_at(j)), g), acc, acc_at(j))
+                        g = e.emit(arith.DivfOp(g, cnt))
+                    e.store(e.emit(arith.AddfOp(e.load(acc, acc_at(j)), g)), acc, acc_at(j))
             if buf is not None:
                 with e.loop(d) as j:
                     e.store_f32(e.load(buf, [j]), op.out, [r, j])

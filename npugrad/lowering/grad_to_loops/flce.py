@@ -19,24 +19,25 @@ cannot touch memory.
 
 from __future__ import annotations
 
-from xdsl.dialects import arith, scf
+from xdsl.dialects import arith
 from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerType, MemRefType, f32, i1
-from xdsl.ir import Block, SSAValue
-from xdsl.rewriter import InsertPoint
+from xdsl.ir import SSAValue
 
 from npugrad import dtypes
 from npugrad.dialect import FusedLinearCrossEntropyLossGradOp
-from npugrad.lowering.emit import Emitter, index
+from npugrad.ir import IRBuilder
+from npugrad.ir.expr import Float
+from npugrad.lowering.fills import zero_fill
 
 
-def lower_fused_linear_cross_entropy_loss_grad(op: FusedLinearCrossEntropyLossGradOp, e: Emitter) -> None:
+def lower_fused_linear_cross_entropy_loss_grad(op: FusedLinearCrossEntropyLossGradOp, e: IRBuilder) -> None:
     element = op.input.type.element_type  # type: ignore[attr-defined]
     bt, h = e.dim(op.input, 0), e.dim(op.input, 1)
     v = e.dim(op.weight, 0)
     outputs = (op.input_grad_out, op.weight_grad_out)
     acc_in, acc_w = accumulators = [_accumulator(e, out) for out in outputs]
     for acc in accumulators:
-        e.zeros(acc)
+        zero_fill(e, acc)
     with e.loop(bt) as t:
         g = e.load_f32(op.grad, [t])
         in_shard = target_in_shard(e, op.target_mask, t)
@@ -48,14 +49,15 @@ def lower_fused_linear_cross_entropy_loss_grad(op: FusedLinearCrossEntropyLossGr
             if op.high_performance:
                 p = e.load_f32(op.softmax, [t, j])
             else:
-                p = e.divf(e.exp(e.subf(_dot(e, op.input, op.weight, t, j, h), row_max)), row_sum)
-            one_hot = e.select(e.andi(in_shard, e.cmpi(j, target, "eq")), e.f32(1.0), e.f32(0.0))
-            grad_logit = e.mulf(g, e.subf(p, one_hot))
+                p = ((Float(e, _dot(e, op.input, op.weight, t, j, h)) - row_max).exp() / row_sum).value
+            is_target = e.emit(arith.AndIOp(in_shard, e.emit(arith.CmpiOp(j, target, "eq"))))
+            one_hot = e.emit(arith.SelectOp(is_target, e.f32(1.0), e.f32(0.0)))
+            grad_logit = (Float(e, g) * (Float(e, p) - one_hot)).value
             # The device feeds both GEMMs from G stored in the input dtype (spec §1.6).
             grad_logit = e.to_f32(e.from_f32(grad_logit, element))
             with e.loop(h) as k:
-                _accumulate(e, acc_in, [t, k], e.mulf(grad_logit, e.load_f32(op.weight, [j, k])))
-                _accumulate(e, acc_w, [j, k], e.mulf(grad_logit, e.load_f32(op.input, [t, k])))
+                _accumulate(e, acc_in, [t, k], e.emit(arith.MulfOp(grad_logit, e.load_f32(op.weight, [j, k]))))
+                _accumulate(e, acc_w, [j, k], e.emit(arith.MulfOp(grad_logit, e.load_f32(op.input, [t, k]))))
     for acc, out in zip(accumulators, outputs):
         if acc is not out:
             with e.loop_nest(e.dims(out)) as ivs:
@@ -63,7 +65,7 @@ def lower_fused_linear_cross_entropy_loss_grad(op: FusedLinearCrossEntropyLossGr
             e.dealloc(acc)
 
 
-def _accumulator(e: Emitter, out: SSAValue) -> SSAValue:
+def _accumulator(e: IRBuilder, out: SSAValue) -> SSAValue:
     """A float32 buffer of out's shape: out itself when it is float32, else a fresh allocation."""
     t = out.type
     assert isinstance(t, MemRefType)
@@ -72,31 +74,23 @@ def _accumulator(e: Emitter, out: SSAValue) -> SSAValue:
     return e.alloc([e.dim(out, a) if d == DYNAMIC_INDEX else d for a, d in enumerate(t.get_shape())], f32)
 
 
-def _accumulate(e: Emitter, acc: SSAValue, ivs: list[SSAValue], value: SSAValue) -> None:
-    e.store(e.addf(e.load(acc, ivs), value), acc, ivs)
+def _accumulate(e: IRBuilder, acc: SSAValue, ivs: list[SSAValue], value: SSAValue) -> None:
+    e.store(e.emit(arith.AddfOp(e.load(acc, ivs), value)), acc, ivs)
 
 
-def target_in_shard(e: Emitter, mask: SSAValue, t: SSAValue) -> SSAValue:
+def target_in_shard(e: IRBuilder, mask: SSAValue, t: SSAValue) -> SSAValue:
     """i1: m_t = 0, from a bool mask or bit t % 8 (LSB first) of byte t // 8 of a packed one."""
     if not dtypes.is_uint8(mask.type.element_type):  # type: ignore[attr-defined]
-        return e.cmpi(e.load(mask, [t]), e.const(False, i1), "eq")
+        return e.emit(arith.CmpiOp(e.load(mask, [t]), e.const(False, i1), "eq"))
     i8 = IntegerType(8)
-    byte = e.load(mask, [e.add(arith.DivUIOp(t, e.idx(8)))])
-    shift = e.add(arith.IndexCastOp(e.add(arith.RemUIOp(t, e.idx(8))), i8))
-    return e.cmpi(e.andi(e.add(arith.ShRUIOp(byte, shift)), e.const(1, i8)), e.const(0, i8), "eq")
+    byte = e.load(mask, [e.emit(arith.DivUIOp(t, e.idx(8)))])
+    shift = e.emit(arith.IndexCastOp(e.emit(arith.RemUIOp(t, e.idx(8))), i8))
+    return e.emit(arith.CmpiOp(e.emit(arith.AndIOp(e.emit(arith.ShRUIOp(byte, shift)), e.const(1, i8))), e.const(0, i8), "eq"))
 
 
-def _dot(e: Emitter, x: SSAValue, w: SSAValue, t: SSAValue, v: SSAValue, h: SSAValue) -> SSAValue:
-    """Σ_k x[t, k]·w[v, k] in float32, in order of k: an scf.for carrying the partial sum (the
-    Emitter's loops carry no values)."""
-    body = Block(arg_types=[index, f32])
-    loop = scf.ForOp(e.idx(0), h, e.idx(1), [e.f32(0.0)], body)
-    e.add(loop)
-    k, partial = body.args
-    outer = e.b.insertion_point
-    e.b.insertion_point = InsertPoint.at_end(body)
-    try:
-        e.add(scf.YieldOp(e.addf(partial, e.mulf(e.load_f32(x, [t, k]), e.load_f32(w, [v, k])))))
-    finally:
-        e.b.insertion_point = outer
-    return loop.results[0]
+def _dot(e: IRBuilder, x: SSAValue, w: SSAValue, t: SSAValue, v: SSAValue, h: SSAValue) -> SSAValue:
+    """Σ_k x[t, k]·w[v, k] in float32, in order of k: an scf.for carrying the partial sum."""
+    total = [e.f32(0.0)]
+    with e.carried_loop(h, total) as (k, (partial,), updated):
+        updated.append((Float(e, partial) + Float(e, e.load_f32(x, [t, k])) * e.load_f32(w, [v, k])).value)
+    return total[0]

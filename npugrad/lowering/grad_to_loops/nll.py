@@ -17,25 +17,26 @@ from xdsl.ir import SSAValue
 
 from npugrad import dtypes
 from npugrad.dialect import NLLLossBackwardOp
-from npugrad.lowering.emit import Emitter, index
+from npugrad.ir import IRBuilder, index
+from npugrad.lowering.fills import zero_fill
 
 
-def _load_scalar(e: Emitter, ref: SSAValue) -> SSAValue:
+def load_scalar(e: IRBuilder, ref: SSAValue) -> SSAValue:
     """The only element of a one-element memref (rank 0, 1 or more), as float32."""
     return e.load_f32(ref, [e.idx(0)] * ref.type.get_num_dims())  # type: ignore[attr-defined]
 
 
-def _load_target(e: Emitter, target: SSAValue, indices: list[SSAValue]) -> SSAValue:
+def load_target(e: IRBuilder, target: SSAValue, indices: list[SSAValue]) -> SSAValue:
     """target[indices] as i64, extended as its dtype says (uint8 zero-, int32 sign-extended)."""
     t = target.type
     assert isinstance(t, MemRefType)
     y = e.load(target, indices)
     if dtypes.is_uint8(t.element_type):
-        return e.add(arith.ExtUIOp(y, i64))
-    return y if y.type == i64 else e.add(arith.ExtSIOp(y, i64))
+        return e.emit(arith.ExtUIOp(y, i64))
+    return y if y.type == i64 else e.emit(arith.ExtSIOp(y, i64))
 
 
-def lower_nll_loss_backward(op: NLLLossBackwardOp, e: Emitter) -> None:
+def lower_nll_loss_backward(op: NLLLossBackwardOp, e: IRBuilder) -> None:
     reduction = op.prop_int("reduction")
     rank = op.self.type.get_num_dims()  # type: ignore[attr-defined]
     two_d = rank == 2
@@ -44,25 +45,25 @@ def lower_nll_loss_backward(op: NLLLossBackwardOp, e: Emitter) -> None:
     c = e.dim(op.out, rank - 1)
     ignore = e.const(op.prop_int("ignore_index"), i64)
 
-    e.zeros(op.out)
+    zero_fill(e, op.out)
     if not per_sample:
-        scale = _load_scalar(e, op.grad_output)
+        scale = load_scalar(e, op.grad_output)
         if reduction == 1:
             # total_weight as given: the forward pass defined it, and 0 follows IEEE rules.
-            scale = e.divf(scale, _load_scalar(e, op.total_weight))
-        neg_scale = e.add(arith.NegfOp(scale))
+            scale = e.emit(arith.DivfOp(scale, load_scalar(e, op.total_weight)))
+        neg_scale = e.emit(arith.NegfOp(scale))
 
     def one_sample(sample: list[SSAValue]) -> None:
-        y = _load_target(e, op.target, sample)
-        y_idx = e.add(arith.IndexCastOp(y, index))
+        y = load_target(e, op.target, sample)
+        y_idx = e.emit(arith.IndexCastOp(y, index))
         # Unsigned: a negative y wraps to a huge value, so one compare is 0 <= y < C. The API
         # rejects such targets before launch; this keeps a bad value from ever writing memory.
-        in_range = e.cmpi(y_idx, c, "ult")
-        kept = e.cmpi(y, ignore, "ne")
-        with e.if_(e.andi(kept, in_range)):
-            s = e.add(arith.NegfOp(e.load_f32(op.grad_output, sample))) if per_sample else neg_scale
+        in_range = e.emit(arith.CmpiOp(y_idx, c, "ult"))
+        kept = e.emit(arith.CmpiOp(y, ignore, "ne"))
+        with e.if_(e.emit(arith.AndIOp(kept, in_range))):
+            s = e.emit(arith.NegfOp(e.load_f32(op.grad_output, sample))) if per_sample else neg_scale
             w = e.load_f32(op.weight, [y_idx])
-            e.store_f32(e.mulf(w, s), op.out, [*sample, y_idx])
+            e.store_f32(e.emit(arith.MulfOp(w, s)), op.out, [*sample, y_idx])
 
     if two_d:
         with e.loop(e.dim(op.out, 0)) as n:

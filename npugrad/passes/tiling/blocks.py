@@ -1,5 +1,5 @@
-"""Pieces the tilings of nll_loss_backward and embedding_dense_backward share: their tile sizes,
-tile counts, the block range the tiles are dealt over, and the record of the sizes in the IR."""
+"""Pieces the tilings and splits over cores share: their tile sizes, tile counts, the block range
+tiles are dealt over, and the record of the sizes in the IR."""
 
 from __future__ import annotations
 
@@ -8,9 +8,12 @@ from xdsl.ir import SSAValue
 
 from npugrad.diagnostics import PassFailure
 from npugrad.dialect import GradOp
+from npugrad.dialect.attributes import TILES, TileSizesAttr
 from npugrad.dialect.npu import BlockDimOp, BlockIdxOp
-from npugrad.lowering.emit import Emitter
-from npugrad.passes.choose_tile_sizes import tile_sizes_attr
+from npugrad.ir import IRBuilder
+
+MIN_ELEMENTS = 1 << 16  # per block, for the memory-bound ops: below this a thread costs more than it saves
+LINE = 64  # elements per block range are a multiple of this: no cache line is shared by two blocks
 
 
 def tile_sizes(op: GradOp, dims: dict[str, int | None]) -> dict[str, int]:
@@ -23,25 +26,38 @@ def tile_sizes(op: GradOp, dims: dict[str, int | None]) -> dict[str, int]:
     return {d: given[d] if extent is None else max(1, min(given[d], extent)) for d, extent in dims.items()}
 
 
-def tile_count(e: Emitter, ref: SSAValue, axis: int, tile: int) -> SSAValue:
+def tile_count(e: IRBuilder, ref: SSAValue, axis: int, tile: int) -> SSAValue:
     """How many tiles of `tile` cover dimension `axis` of `ref` (the last one partial)."""
     extent = ref.type.get_shape()[axis]  # type: ignore[attr-defined]
     if extent >= 0:
         return e.idx(-(-extent // tile))
-    return e.add(arith.CeilDivUIOp(e.dim(ref, axis), e.idx(tile)))
+    return e.emit(arith.CeilDivUIOp(e.dim(ref, axis), e.idx(tile)))
 
 
-def block_range(e: Emitter) -> tuple[SSAValue, SSAValue]:
+def block_range(e: IRBuilder) -> tuple[SSAValue, SSAValue]:
     """(npu.block_idx, npu.block_dim): tile t of a loop dealt round-robin goes to block t mod nblk."""
-    bid, nblk = e.add(BlockIdxOp()), e.add(BlockDimOp())
+    bid, nblk = e.emit(BlockIdxOp()), e.emit(BlockDimOp())
     bid.name_hint, nblk.name_hint = "bid", "nblk"
     return bid, nblk
 
 
-def record_tile_sizes(tile: SSAValue, sizes: dict[str, int]) -> None:
+def block_share(e: IRBuilder, bid: SSAValue, nblk: SSAValue, n: SSAValue, min_units: SSAValue,
+                line: int) -> tuple[SSAValue, SSAValue]:
+    """(first, count) of this block's contiguous range of [0, n): as many blocks as have
+    `min_units` each, counts a multiple of `line`; `first < n` says whether the block has any."""
+    wanted = e.emit(arith.MaxUIOp(e.idx(1), e.emit(arith.CeilDivUIOp(n, min_units))))
+    active = e.emit(arith.MinSIOp(nblk, wanted))
+    per_block = e.emit(arith.CeilDivUIOp(n, active))
+    if line > 1:
+        lines = e.emit(arith.CeilDivUIOp(per_block, e.idx(line)))
+        per_block = e.emit(arith.MuliOp(lines, e.idx(line)))
+    return e.emit(arith.MuliOp(bid, per_block)), per_block
+
+
+def record_tile_sizes(e: IRBuilder, tile: SSAValue, sizes: dict[str, int]) -> None:
     """Put the sizes used on the loop over tiles (whose variable is `tile`): the tiled IR then
     says what it was tiled for, once the op that carried them is gone."""
     tile.name_hint = "tile"
     loop = tile.owner.parent_op()  # type: ignore[union-attr]
     assert loop is not None
-    loop.attributes["tile_sizes"] = tile_sizes_attr(sizes)
+    TILES.set(loop, TileSizesAttr(sizes))

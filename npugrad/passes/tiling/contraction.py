@@ -14,21 +14,15 @@ becomes
 
 from __future__ import annotations
 
-from xdsl.dialects import func
+from xdsl.dialects import arith
 from xdsl.dialects.builtin import MemRefType
 from xdsl.dialects.linalg.ops import GenericOp
 from xdsl.ir import SSAValue
-from xdsl.rewriter import InsertPoint, Rewriter
+from xdsl.rewriter import InsertPoint
 
 from npugrad.dialect.npu import AllocLocalOp, CopyOp, local_type
-from npugrad.lowering.emit import Emitter
+from npugrad.ir import IRBuilder, enclosing_function
 from npugrad.targets import Target
-
-
-def _function_entry(op):
-    while not isinstance(op.parent_op(), func.FuncOp):
-        op = op.parent_op()
-    return op.parent
 
 
 def _dims_of(gen: GenericOp) -> list[list[int]]:
@@ -37,12 +31,12 @@ def _dims_of(gen: GenericOp) -> list[list[int]]:
 
 
 def tile_contraction(gen: GenericOp, sizes: list[int], target: Target, double_buffer: bool, name: str,
-                     buffers: dict[str, SSAValue]) -> None:
+                     buffers: dict[str, SSAValue], e: IRBuilder) -> None:
     """Tile `gen` with `sizes` (one per loop dimension) into the matrix_a / matrix_b /
     accumulator levels of `target`. Its local buffers, `<name>_lhs`, `_rhs`, `_acc`, are
     allocated at the function's entry, or taken from `buffers` when a contraction of the same
-    name was tiled before (the same buffers serve every copy of a contraction)."""
-    e = Emitter.before(gen)
+    name was tiled before (the same buffers serve every copy of a contraction). `e` emits before
+    `gen`."""
     a, b = gen.inputs
     (c,) = gen.outputs
     operand_dims = _dims_of(gen)
@@ -55,7 +49,7 @@ def tile_contraction(gen: GenericOp, sizes: list[int], target: Target, double_bu
     parallel = [d for d in range(3) if d != reduction]
     roles = ("matrix_a", "matrix_b", "accumulator")
     locals_ = []
-    entry = _function_entry(gen)
+    entry = enclosing_function(gen).body.block
     for value, dims, role, suffix in zip((a, b, c), operand_dims, roles, ("lhs", "rhs", "acc")):
         key = f"{name}_{suffix}"
         if key not in buffers:
@@ -64,7 +58,7 @@ def tile_contraction(gen: GenericOp, sizes: list[int], target: Target, double_bu
             alloc = AllocLocalOp(local_type(t.element_type, [sizes[d] for d in dims], target.role(role).name), double_buffer)
             alloc.location = gen.location
             alloc.result.name_hint = key
-            Rewriter.insert_op(alloc, InsertPoint.at_start(entry))
+            e.rewriter.insert(alloc, InsertPoint.at_start(entry))
             buffers[key] = alloc.result
         locals_.append(buffers[key])
 
@@ -79,7 +73,7 @@ def tile_contraction(gen: GenericOp, sizes: list[int], target: Target, double_bu
 
     def step(d: int, iv: SSAValue) -> None:
         offsets[d] = iv
-        counts[d] = e.minsi(e.idx(sizes[d]), e.subi(extents[d], iv))
+        counts[d] = e.emit(arith.MinSIOp(e.idx(sizes[d]), e.emit(arith.SubiOp(extents[d], iv))))
 
     with e.loop(extents[parallel[0]], step=e.idx(sizes[parallel[0]])) as i0:
         step(parallel[0], i0)
@@ -87,15 +81,15 @@ def tile_contraction(gen: GenericOp, sizes: list[int], target: Target, double_bu
             step(parallel[1], i1)
             c_global = window(c, operand_dims[2])
             c_local = local_window(locals_[2], operand_dims[2])
-            e.add(CopyOp(c_global, c_local))
+            e.emit(CopyOp(c_global, c_local))
             with e.loop(extents[reduction], step=e.idx(sizes[reduction])) as r:
                 step(reduction, r)
                 a_local = local_window(locals_[0], operand_dims[0])
                 b_local = local_window(locals_[1], operand_dims[1])
-                e.add(CopyOp(window(a, operand_dims[0]), a_local))
-                e.add(CopyOp(window(b, operand_dims[1]), b_local))
+                e.emit(CopyOp(window(a, operand_dims[0]), a_local))
+                e.emit(CopyOp(window(b, operand_dims[1]), b_local))
                 body = gen.body.clone()
-                e.add(GenericOp([a_local, b_local], [c_local], body,
+                e.emit(GenericOp([a_local, b_local], [c_local], body,
                                 gen.indexing_maps, gen.iterator_types, doc=gen.doc))
-            e.add(CopyOp(c_local, c_global))
-    Rewriter.erase_op(gen)
+            e.emit(CopyOp(c_local, c_global))
+    e.erase(gen)

@@ -1,9 +1,9 @@
-"""Tiling of the elementwise ops, `grad.binary_cross_entropy_grad` and `grad.apply_fused_ema_adam`:
+"""Tiling of the elementwise ops (`grad.binary_cross_entropy_grad`, `grad.apply_fused_ema_adam`):
 tiles of n = tile_sizes["n"] elements, spread over the blocks, each copied into buffers of the
 target's vector level, computed there by the same op, and copied back.
 
     grad.binary_cross_entropy_grad input_x(%x : memref<?x?xf32>) input_y(%y : memref<?x?xf32>)
-        dloss(%d : memref<1xf32>) -> dx(%dx : memref<?x?xf32>) {reduction = 2 : i64, tile_sizes = {n = 8192 : i64}}
+        dloss(%d : memref<1xf32>) -> dx(%dx : memref<?x?xf32>) {reduction = 2 : i64, tile_sizes = #grad.tiles<n = 8192>}
 becomes (target npu-a2)
     %bid = npu.block_idx
     %nblk = npu.block_dim
@@ -15,10 +15,10 @@ becomes (target npu-a2)
       grad.binary_cross_entropy_grad input_x(%input_x_tile[:k] : memref<?xf32, strided<[1]>, #npu.mem<ub>>)
           input_y(%input_y_tile[:k] : ...) dloss(%d : memref<1xf32>) -> dx(%dx_tile[:k] : ...) {reduction = 2 : i64}
       npu.copy %dx_tile[:k], %dxf[o:k]
-    } {tile_sizes = {n = 8192 : i64}}
+    } {grad.tiles = #grad.tiles<n = 8192>}
 
-Operands with one value per element are tiled (choose_tile_sizes.elementwise_tiled_operands,
-which its footprint model counts); a reduced dloss, `step` and `hyperparameters` are one to six
+Operands with one value per element are tiled (the recipe names them; the footprint model counts
+them); a reduced dloss, `step` and `hyperparameters` are one to six
 values every tile reads from global memory, where they are. The states of the Adam step are read
 and written: copied in and out. Contiguous operands are tiled as one flat array (N-D collapsed,
 rank 0 expanded to one element); when one is strided, tiles are pieces of the innermost
@@ -29,12 +29,17 @@ Mean BCE: the op divides dloss by its own element count, a tile's, so its tiles 
 op; nor can they be a sum-reduced op fed u = dloss/N, which would round u to a float16/bfloat16
 dloss. The float32 u is computed once per block as the untiled lowering does, and each tile runs
 that lowering's element loop (grad_to_loops.bce.lower_elements) on the local buffers: the same
-operations on every element, so tiled and untiled results are identical bit for bit.
+operations on every element, so tiled and untiled results are identical bit for bit. The recipe
+says how a tile is computed (`compute`), after what is prepared once per block (`prepare`).
+
+The same module sizes the tiles (choose_tile_sizes, footprint) and spreads the untiled op over
+cores (distribute_elementwise).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 
 from xdsl.dialects import arith, memref
 from xdsl.dialects.builtin import (
@@ -47,21 +52,25 @@ from xdsl.dialects.builtin import (
     i64,
 )
 from xdsl.ir import SSAValue
-from xdsl.rewriter import Rewriter
 
-from npugrad.dialect import ApplyFusedEmaAdamOp, BinaryCrossEntropyGradOp
-from npugrad.dialect.npu import AllocLocalOp, CopyOp, level_of, local_type
-from npugrad.lowering.emit import Emitter
-from npugrad.lowering.grad_to_loops.bce import lower_elements, upstream
-from npugrad.passes.choose_tile_sizes import elementwise_tiled_operands
-from npugrad.passes.tiling.blocks import block_range, record_tile_sizes, tile_sizes
-from npugrad.passes.tiling.registry import TILINGS
+from npugrad.analysis.footprint import TileBuffer, budget, clamp, round_down, vector_elements
+from npugrad.dialect import GradOp
+from npugrad.dialect.checks import static_product
+from npugrad.dialect.npu import AllocLocalOp, CopyOp, element_bytes, level_of, local_type
+from npugrad.ir import IRBuilder, static_shape
+from npugrad.passes.tiling.blocks import LINE, MIN_ELEMENTS, block_range, block_share, record_tile_sizes, tile_sizes
 from npugrad.targets import Target
 
-ElementwiseOp = BinaryCrossEntropyGradOp | ApplyFusedEmaAdamOp
+# Beyond this many elements a tile buys nothing more and only wastes local memory.
+MAX_ELEMENTWISE_TILE = 1 << 16
+
+# prepare(builder) -> state, run once per block before the tiles; compute(builder, tiles, state)
+# computes the op on one tile (operand name -> local or global window).
+Prepare = Callable[[IRBuilder], object]
+Compute = Callable[[IRBuilder, dict[str, SSAValue], object], None]
 
 
-def flat(e: Emitter, ref: SSAValue) -> SSAValue:
+def flat(e: IRBuilder, ref: SSAValue) -> SSAValue:
     """A contiguous memref as one dimension."""
     t = ref.type
     assert isinstance(t, MemRefType)
@@ -70,7 +79,7 @@ def flat(e: Emitter, ref: SSAValue) -> SSAValue:
         return ref
     if not shape:  # a single element, whatever the layout says
         layout = t.layout if isinstance(t.layout, NoneAttr) else StridedLayoutAttr([1], t.get_offset())
-        return e.add(
+        return e.emit(
             memref.ExpandShapeOp.build(
                 operands=[ref, []],
                 result_types=[MemRefType(t.element_type, [1], layout)],
@@ -80,7 +89,7 @@ def flat(e: Emitter, ref: SSAValue) -> SSAValue:
     return e.collapse(ref)
 
 
-def _row_window(e: Emitter, ref: SSAValue, row: list[SSAValue], offset: SSAValue, size: SSAValue) -> SSAValue:
+def _row_window(e: IRBuilder, ref: SSAValue, row: list[SSAValue], offset: SSAValue, size: SSAValue) -> SSAValue:
     """ref[*row, offset:offset + size] as a 1-D view (a rank-reducing subview)."""
     if not row:
         return e.subview(ref, [offset], [size])
@@ -93,19 +102,19 @@ def _row_window(e: Emitter, ref: SSAValue, row: list[SSAValue], offset: SSAValue
         full.element_type, [full.get_shape()[-1]],
         StridedLayoutAttr([layout.get_strides()[-1]], layout.get_offset()), full.memory_space,
     )
-    return e.add(memref.SubviewOp.get(ref, offsets, sizes, strides, reduced))
+    return e.emit(memref.SubviewOp.get(ref, offsets, sizes, strides, reduced))
 
 
-def _delinearize(e: Emitter, linear: SSAValue, dims: list[SSAValue]) -> list[SSAValue]:
+def _delinearize(e: IRBuilder, linear: SSAValue, dims: list[SSAValue]) -> list[SSAValue]:
     """Row-major indices of `linear` in an array of shape `dims`."""
     indices = []
     for d in reversed(dims[1:]):
-        indices.append(e.add(arith.RemUIOp(linear, d)))
-        linear = e.add(arith.DivUIOp(linear, d))
+        indices.append(e.emit(arith.RemUIOp(linear, d)))
+        linear = e.emit(arith.DivUIOp(linear, d))
     return [linear, *reversed(indices)]
 
 
-def tile_op(op: ElementwiseOp, tiles: dict[str, SSAValue]) -> ElementwiseOp:
+def tile_op(op: GradOp, tiles: dict[str, SSAValue]) -> GradOp:
     """The op itself on the tiles (operands not tiled stay global), without its tile sizes: it
     is a tile instance that convert-grad-to-loops lowers as any other."""
     properties = {k: v for k, v in op.properties.items() if k not in ("tile_sizes", "operandSegmentSizes")}
@@ -113,15 +122,38 @@ def tile_op(op: ElementwiseOp, tiles: dict[str, SSAValue]) -> ElementwiseOp:
     return type(op).build(operands=[tiles.get(n, getattr(op, n)) for n in order], properties=properties)
 
 
-def tile_elementwise(op: ElementwiseOp, target: Target) -> None:
-    names = elementwise_tiled_operands(op)
+def same_op(op: GradOp) -> Compute:
+    """A tile is computed by the op itself on the tile's windows."""
+    return lambda e, tiles, _: e.emit(tile_op(op, tiles))
+
+
+def _bytes(ref: SSAValue) -> int:
+    return element_bytes(ref.type.element_type)  # type: ignore[attr-defined]
+
+
+def choose_tile_sizes(op: GradOp, names: Sequence[str], target: Target) -> dict[str, int]:
+    """n elements of every tiled operand fit the vector level. n is a multiple of the level's
+    alignment (so no tile is padded) and of a float32 vector, or all elements of a smaller
+    static shape."""
+    per_element = sum(_bytes(getattr(op, name)) for name in names)
+    n = budget(target, "vector") // max(per_element, 1)
+    multiple = math.lcm(target.role("vector").alignment, vector_elements(target, 4))
+    shape = static_shape(getattr(op, names[0]).type)
+    return {"n": clamp(round_down(min(n, MAX_ELEMENTWISE_TILE), multiple), static_product(shape))}
+
+
+def footprint(op: GradOp, names: Sequence[str], sizes: dict[str, int], target: Target) -> list[TileBuffer]:
+    """One n-element tile per tiled operand, in the vector level, double-buffered where the target is."""
+    return [TileBuffer("vector", sizes["n"] * _bytes(getattr(op, name)), target.double_buffer) for name in names]
+
+
+def tile_elementwise(op: GradOp, target: Target, e: IRBuilder, names: Sequence[str], prepare: Prepare,
+                     compute: Compute) -> None:
     refs = {name: getattr(op, name) for name in names}
     if any(level_of(r.type) is not None for r in refs.values()):
         return  # already a tile instance, on local memory
-    in_place = isinstance(op, ApplyFusedEmaAdamOp)
-    reads = [n for n in names if in_place or n in op.INPUTS]
-    writes = [n for n in names if n in op.OUTPUTS]
-    mean_bce = isinstance(op, BinaryCrossEntropyGradOp) and op.prop_int("reduction") == 1
+    reads = [n for n in names if n in op.inputs()]
+    writes = [n for n in names if n in op.outputs()]
     level = target.role("vector").name
     first = refs[names[0]]  # every tiled operand has its shape
     shape = first.type.get_shape()
@@ -131,43 +163,63 @@ def tile_elementwise(op: ElementwiseOp, target: Target) -> None:
     sizes = tile_sizes(op, {"n": None if extent == DYNAMIC_INDEX else extent})
     n = sizes["n"]
 
-    e = Emitter.before(op)
     bid, nblk = block_range(e)
     buffers = {}
     for name in names:
-        buf = e.add(AllocLocalOp(local_type(refs[name].type.element_type, [n], level), target.double_buffer))
+        buf = e.emit(AllocLocalOp(local_type(refs[name].type.element_type, [n], level), target.double_buffer))
         buf.name_hint = f"{name}_tile"
         buffers[name] = buf
-    u = upstream(op, e) if mean_bce else None
+    state = prepare(e)
     if contiguous:
         outer, inner = [], e.idx(extent) if extent != DYNAMIC_INDEX else e.numel(first)
         refs = {name: flat(e, r) for name, r in refs.items()}
     else:
         outer, inner = e.dims(first)[:-1], e.dim(first, len(shape) - 1)
-    per_row = e.idx(-(-extent // n)) if extent != DYNAMIC_INDEX else e.add(arith.CeilDivUIOp(inner, e.idx(n)))
+    per_row = e.idx(-(-extent // n)) if extent != DYNAMIC_INDEX else e.emit(arith.CeilDivUIOp(inner, e.idx(n)))
     # Tiles numbered row-major over (row of the outer dimensions, piece of the innermost).
-    count = e.muli(e.product(outer), per_row) if outer else per_row
+    count = e.emit(arith.MuliOp(e.product(outer), per_row)) if outer else per_row
     with e.loop(count, lb=bid, step=nblk) as tile:
-        record_tile_sizes(tile, sizes)
+        record_tile_sizes(e, tile, sizes)
         row: list[SSAValue] = []
         piece = tile
         if outer:
-            row = _delinearize(e, e.add(arith.DivUIOp(tile, per_row)), outer)
-            piece = e.add(arith.RemUIOp(tile, per_row))
-        offset = e.muli(piece, e.idx(n))
-        size = e.minsi(e.idx(n), e.subi(inner, offset))
+            row = _delinearize(e, e.emit(arith.DivUIOp(tile, per_row)), outer)
+            piece = e.emit(arith.RemUIOp(tile, per_row))
+        offset = e.emit(arith.MuliOp(piece, e.idx(n)))
+        size = e.emit(arith.MinSIOp(e.idx(n), e.emit(arith.SubiOp(inner, offset))))
         globals_ = {name: _row_window(e, refs[name], row, offset, size) for name in names}
         locals_ = {name: e.subview(buffers[name], [0], [size]) for name in names}
         for name in reads:
-            e.add(CopyOp(globals_[name], locals_[name]))
-        if mean_bce:
-            lower_elements(e, locals_["input_x"], locals_["input_y"], u, op.dloss, locals_.get("weight"), locals_["dx"])
-        else:
-            e.add(tile_op(op, locals_))
+            e.emit(CopyOp(globals_[name], locals_[name]))
+        compute(e, locals_, state)
         for name in writes:
-            e.add(CopyOp(locals_[name], globals_[name]))
-    Rewriter.erase_op(op)
+            e.emit(CopyOp(locals_[name], globals_[name]))
+    e.erase(op)
 
 
-TILINGS[BinaryCrossEntropyGradOp] = tile_elementwise
-TILINGS[ApplyFusedEmaAdamOp] = tile_elementwise
+def _too_small(ref: SSAValue) -> bool:
+    """Static sizes with less than two blocks' worth of elements."""
+    n = static_product(static_shape(ref.type))  # type: ignore[arg-type]
+    return n is not None and n < 2 * MIN_ELEMENTS
+
+
+def distribute_elementwise(op: GradOp, e: IRBuilder, names: Sequence[str], prepare: Prepare,
+                           compute: Compute) -> bool:
+    """One contiguous range of the flat arrays per block (whole 64-element lines); False (left on
+    one block) when an operand is strided or the arrays are too small to be worth splitting."""
+    refs = {name: getattr(op, name) for name in names}
+    if any(r.type.get_num_dims() > 1 and not isinstance(r.type.layout, NoneAttr) for r in refs.values()):
+        return False
+    if _too_small(refs[names[0]]):
+        return False
+    bid, nblk = block_range(e)
+    state = prepare(e)
+    flats = {name: flat(e, r) for name, r in refs.items()}
+    n = e.numel(flats[names[0]])
+    lo, chunk = block_share(e, bid, nblk, n, e.idx(MIN_ELEMENTS), LINE)
+    with e.if_(e.emit(arith.CmpiOp(lo, n, "ult"))):
+        size = e.emit(arith.MinSIOp(chunk, e.emit(arith.SubiOp(n, lo))))
+        windows = {name: e.subview(r, [lo], [size]) for name, r in flats.items()}
+        compute(e, windows, state)
+    e.erase(op)
+    return True

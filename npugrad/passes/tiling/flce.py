@@ -1,9 +1,10 @@
 """Tiling of the fused linear cross-entropy gradient (the nest fuse-linear-cross-entropy-grad
-built, marked `grad.tile_sizes = {bt, v, h}`): each of its three contractions is tiled into
-the matrix levels (operands) and the accumulator level (float32 results), H in chunks of `h`;
-the tile-sized scratch (logits, G, saved target logits) moves into the vector level.
+built, marked `grad.fused` with tiles {bt, v, h}): each of its three contractions (marked
+`#grad.contraction`) is tiled into the matrix levels (operands) and the accumulator level
+(float32 results), H in chunks of `h`; the tile-sized scratch (logits, G, saved target logits,
+marked `npu.promote`) moves into the level of its role.
 
-    linalg.generic {doc = "GEMM 1: ..."} ins(%x_t, %w_packed) outs(%z_t)      // %z_t in a heap tile
+    linalg.generic ins(%x_t, %w_packed) outs(%z_t) {grad.contraction = #grad.contraction<logits, ...>}
 becomes
     %A = npu.alloc_local : memref<bt x h x T, #npu.mem<l0a>> ...               // see contraction.py
     scf.for %h0 ... { npu.copy ...; linalg.generic ins(%A, %B) outs(%C); ... }  // %z_t in #npu.mem<ub>
@@ -15,99 +16,111 @@ outputs: phase A spreads the vocabulary tiles over the blocks and computes dW (G
 phase B spreads the token tiles and computes dX (GEMM 3 dropped). No block waits for another,
 every sum runs in the same order whatever the number of blocks (bit-identical results for any
 thread count), and no workspace is needed; the price is GEMM 1 and the exponentials done twice.
+The parts each phase keeps or drops are found by their `#grad.role` and `#grad.contraction`.
 """
 
 from __future__ import annotations
 
-from xdsl.dialects import arith, func, memref, scf
+from xdsl.dialects import arith, memref, scf
 from xdsl.dialects.builtin import MemRefType
 from xdsl.dialects.linalg.ops import GenericOp
-from xdsl.rewriter import InsertPoint, Rewriter
+from xdsl.rewriter import InsertPoint
 
-from npugrad.dialect.npu import AllocLocalOp, BlockDimOp, BlockIdxOp, local_type
-from npugrad.lowering.emit import LOOP_DIMS_ATTR, Emitter
-from npugrad.passes.fuse_linear_cross_entropy_grad import ROLE_ATTR, TILE_ATTR, TILE_BUFFER_ATTR
+from npugrad.analysis.footprint import TileBuffer, budget
+from npugrad.dialect.attributes import CONTRACTION, FUSED, ROLE, Contraction, NestRole
+from npugrad.dialect.npu import PROMOTE, AllocLocalOp, BlockDimOp, BlockIdxOp, element_bytes, local_type
+from npugrad.ir import IRBuilder, enclosing_function
 from npugrad.passes.tiling.contraction import tile_contraction
 from npugrad.targets import Target
 
+# The names of each contraction's local buffers (%gemm1_lhs, ...), in the order of the nest.
+_GEMM = {Contraction.LOGITS: "gemm1", Contraction.INPUT_GRAD: "gemm2", Contraction.WEIGHT_GRAD: "gemm3"}
 
-def _promote(alloc: memref.AllocOp, target: Target) -> None:
+
+def _promote(alloc: memref.AllocOp, target: Target, e: IRBuilder) -> None:
     """A heap tile buffer -> a local buffer of the level its role names; its dealloc goes."""
-    role = alloc.attributes[TILE_BUFFER_ATTR].data  # type: ignore[attr-defined]
+    role = PROMOTE.get(alloc)
+    assert role is not None
     t = alloc.memref.type
     assert isinstance(t, MemRefType)
-    local = AllocLocalOp(local_type(t.element_type, t.get_shape(), target.role(role).name), target.double_buffer)
+    local = AllocLocalOp(local_type(t.element_type, t.get_shape(), target.role(role.data.value).name), target.double_buffer)
     local.location = alloc.location
     local.result.name_hint = alloc.memref.name_hint
-    Rewriter.insert_op(local, InsertPoint.before(alloc))
+    e.rewriter.insert(local, InsertPoint.before(alloc))
     for use in list(alloc.memref.uses):
         if isinstance(use.operation, memref.DeallocOp):
-            Rewriter.erase_op(use.operation)
+            e.erase(use.operation)
     alloc.memref.replace_all_uses_with(local.result)
-    Rewriter.erase_op(alloc)
-    _retype_views(local.result)
+    e.erase(alloc)
+    _retype_views(local.result, e)
 
 
-def _retype_views(buffer) -> None:
+def _retype_views(buffer, e: IRBuilder) -> None:
     """Views of a buffer that moved to a local level live there too."""
     space = buffer.type.memory_space
     for use in list(buffer.uses):
         view = use.operation
         if isinstance(view, memref.SubviewOp) and view.source is buffer:
             t = view.result.type
-            moved = Rewriter.replace_value_with_new_type(view.result, MemRefType(t.element_type, t.get_shape(), t.layout, space))
-            _retype_views(moved)
+            new_type = MemRefType(t.element_type, t.get_shape(), t.layout, space)
+            moved = e.rewriter.replace_value_with_new_type(view.result, new_type)
+            _retype_views(moved, e)
 
 
-def _role(op) -> str | None:
-    attr = op.attributes.get(ROLE_ATTR)
-    return attr.data if attr is not None else None  # type: ignore[attr-defined]
+def _role(op) -> NestRole | None:
+    attr = ROLE.get(op)
+    return attr.data if attr is not None else None
 
 
-def _spread(loop: scf.ForOp, bid, nblk) -> None:
+def _contraction(op) -> Contraction | None:
+    attr = CONTRACTION.get(op) if isinstance(op, GenericOp) else None
+    return attr.contraction if attr is not None else None
+
+
+def _spread(loop: scf.ForOp, bid, nblk, e: IRBuilder) -> None:
     """for i = lb to ub step s  →  for i = lb + bid·s to ub step nblk·s (block-cyclic tiles)."""
-    e = Emitter.before(loop)
-    first = e.muli(bid, loop.step)
+    e = e.at(loop)
+    first = e.emit(arith.MuliOp(bid, loop.step))
     starts_at_zero = isinstance(loop.lb.owner, arith.ConstantOp) and loop.lb.owner.value.value.data == 0
-    lb = first if starts_at_zero else e.addi(loop.lb, first)
-    step = e.muli(nblk, loop.step)
+    lb = first if starts_at_zero else e.emit(arith.AddiOp(loop.lb, first))
+    step = e.emit(arith.MuliOp(nblk, loop.step))
     loop.operands = [lb, loop.ub, step, *loop.iter_args]
+    e.modified(loop)
 
 
-def _token_rows(e: Emitter, bid, nblk, acc, tb: int, body) -> None:
+def _token_rows(e: IRBuilder, bid, nblk, acc, tb: int, body) -> None:
     """body(rows of acc) for each token tile of this block."""
     bt, h = e.dim(acc, 0), e.dim(acc, 1)
-    with e.loop(bt, lb=e.muli(bid, e.idx(tb)), step=e.muli(nblk, e.idx(tb))) as t0:
-        body(t0, e.minsi(e.idx(tb), e.subi(bt, t0)), h)
+    with e.loop(bt, lb=e.emit(arith.MuliOp(bid, e.idx(tb))), step=e.emit(arith.MuliOp(nblk, e.idx(tb)))) as t0:
+        body(t0, e.emit(arith.MinSIOp(e.idx(tb), e.emit(arith.SubiOp(bt, t0)))), h)
 
 
-def split_over_blocks(nest: scf.ForOp, tiles: dict[str, int]) -> scf.ForOp:
+def split_over_blocks(nest: scf.ForOp, tiles: dict[str, int], e: IRBuilder) -> scf.ForOp:
     """Make `nest` phase A and return phase B (see the module docstring)."""
     top = nest.parent
-    e = Emitter.before(nest)
-    bid, nblk = e.add(BlockIdxOp()), e.add(BlockDimOp())
+    e = e.at(nest)
+    bid, nblk = e.emit(BlockIdxOp()), e.emit(BlockDimOp())
     phase_b = nest.clone()
-    Rewriter.insert_op(phase_b, InsertPoint.after(nest))
-    for gen in [o for o in nest.walk() if isinstance(o, GenericOp) and o.doc and o.doc.data.startswith("GEMM 2")]:
-        Rewriter.erase_op(gen)
+    e.rewriter.insert(phase_b, InsertPoint.after(nest))
+    for gen in [o for o in nest.walk() if _contraction(o) is Contraction.INPUT_GRAD]:
+        e.erase(gen)
     for op in list(phase_b.walk()):
-        gemm3 = isinstance(op, GenericOp) and op.doc is not None and op.doc.data.startswith("GEMM 3")
-        if gemm3 or _role(op) in ("weight_grad_init", "weight_grad_final"):
-            Rewriter.erase_op(op)
-    _spread(nest, bid, nblk)
-    _spread(next(o for o in phase_b.walk() if _role(o) == "token_loop"), bid, nblk)
+        if _contraction(op) is Contraction.WEIGHT_GRAD or _role(op) in (NestRole.WEIGHT_GRAD_INIT, NestRole.WEIGHT_GRAD_FINAL):
+            e.erase(op)
+    _spread(nest, bid, nblk, e)
+    _spread(next(o for o in phase_b.walk() if _role(o) is NestRole.TOKEN_LOOP), bid, nblk, e)
 
     # dX is zeroed and rounded per block, on that block's token rows only.
-    for op in [o for o in top.ops if _role(o) in ("input_grad_init", "input_grad_final")]:
-        if _role(op) == "input_grad_init":
+    for op in [o for o in top.ops if _role(o) in (NestRole.INPUT_GRAD_INIT, NestRole.INPUT_GRAD_FINAL)]:
+        if _role(op) is NestRole.INPUT_GRAD_INIT:
             acc = op.outputs[0]
-            at = Emitter.before(phase_b)
+            at = e.at(phase_b)
             _token_rows(at, bid, nblk, acc, tiles["bt"], lambda t0, n, h, at=at, acc=acc: at.fill(0.0, at.subview(acc, [t0, 0], [n, h])))
         else:
             load = next(o for o in op.walk() if isinstance(o, memref.LoadOp))
             store = next(o for o in op.walk() if isinstance(o, memref.StoreOp))
             acc, out = load.memref, store.memref
-            at = Emitter.before(op)
+            at = e.at(op)
 
             def round_rows(t0, n, h, at=at, acc=acc, out=out):
                 src, dst = at.subview(acc, [t0, 0], [n, h]), at.subview(out, [t0, 0], [n, h])
@@ -115,26 +128,71 @@ def split_over_blocks(nest: scf.ForOp, tiles: dict[str, int]) -> scf.ForOp:
                     at.store_f32(at.load(src, ivs), dst, ivs)
 
             _token_rows(at, bid, nblk, acc, tiles["bt"], round_rows)
-        Rewriter.erase_op(op)
+        e.erase(op)
     return phase_b
 
 
 def nest_tiles(nest: scf.ForOp) -> dict[str, int]:
     """The tile sizes fuse-linear-cross-entropy-grad put on its nest."""
-    return {k: v.value.data for k, v in nest.attributes[TILE_ATTR].data.items()}  # type: ignore[attr-defined]
+    fused = FUSED.get(nest)
+    assert fused is not None
+    return fused.tiles.as_dict()
 
 
-def tile_fused_flce(nest: scf.ForOp, target: Target) -> None:
+def distribute_fused_flce(nest: scf.ForOp, e: IRBuilder) -> None:
+    """The nest over blocks: the two phases (module docstring), every sum in one-phase order."""
+    split_over_blocks(nest, nest_tiles(nest), e)
+
+
+def tile_fused_flce(nest: scf.ForOp, target: Target, e: IRBuilder) -> None:
     tiles = nest_tiles(nest)
-    phase_b = split_over_blocks(nest, tiles)
+    f = enclosing_function(nest)
+    phase_b = split_over_blocks(nest, tiles, e)
     buffers: dict = {}
-    for gen in [o for n in (nest, phase_b) for o in n.walk() if isinstance(o, GenericOp) and LOOP_DIMS_ATTR in o.attributes]:
-        names = [d.data for d in gen.attributes[LOOP_DIMS_ATTR].data]  # type: ignore[attr-defined]
-        gemm = gen.doc.data.split(":")[0].lower().replace(" ", "") if gen.doc else "gemm"  # "gemm1"
-        tile_contraction(gen, [tiles[n] for n in names], target, target.double_buffer, gemm, buffers)
-    f = nest.parent_op()
-    while f is not None and not isinstance(f, func.FuncOp):
-        f = f.parent_op()
-    assert f is not None
-    for alloc in [o for o in f.walk() if isinstance(o, memref.AllocOp) and TILE_BUFFER_ATTR in o.attributes]:
-        _promote(alloc, target)
+    for gen in [o for n in (nest, phase_b) for o in n.walk() if _contraction(o) is not None]:
+        attr = CONTRACTION.get(gen)
+        assert attr is not None
+        tile_contraction(gen, [tiles[n] for n in attr.loop_dims], target, target.double_buffer, _GEMM[attr.contraction],
+                         buffers, e.at(gen))
+    for alloc in [o for o in f.walk() if isinstance(o, memref.AllocOp) and PROMOTE.on(o)]:
+        _promote(alloc, target, e)
+
+
+def footprint_bytes(bt: int, v: int, h: int, b: int) -> dict[str, int]:
+    """Bytes per role of the tiled nest: the three contractions' accumulator tiles (float32) and
+    operand tiles, and the vector-level logit tile (float32), G tile (input type; the logit tile
+    itself for float32) and saved target logits."""
+    return {
+        "accumulator": (bt * v + bt * h + v * h) * 4,
+        "matrix_a": (bt * h + 2 * bt * v) * b,
+        "matrix_b": (h * v + v * h + bt * h) * b,
+        "vector": bt * v * 4 + (bt * v * b if b != 4 else 0) + bt * 4,
+    }
+
+
+def footprint(op, sizes: dict[str, int], target: Target) -> list[TileBuffer]:
+    b = element_bytes(op.input.type.element_type)
+    return [TileBuffer(role, n, target.double_buffer)
+            for role, n in footprint_bytes(sizes["bt"], sizes["v"], sizes["h"], b).items()]
+
+
+def choose_tile_sizes(op, target: Target) -> dict[str, int]:
+    """The largest bt × v tile (then the largest h) whose tiles fit every level at once."""
+    b = element_bytes(op.input.type.element_type)
+    best = None
+    for bt in (128, 64, 32, 16, 8):
+        for v in (256, 128, 64, 32, 16):
+            for h in (512, 256, 128, 64, 32, 16):
+                used: dict[str, int] = {}
+                limit: dict[str, int] = {}
+                for role, size in footprint_bytes(bt, v, h, b).items():
+                    level = target.role(role).name
+                    used[level] = used.get(level, 0) + size
+                    limit[level] = budget(target, role)
+                if all(used[level] <= limit[level] for level in used):
+                    score = (bt * v, h)
+                    if best is None or score > best[0]:
+                        best = (score, {"bt": bt, "v": v, "h": h})
+    if best is None:
+        return {"bt": 8, "v": 16, "h": 16}  # check-capacity will say why even this does not fit
+    return best[1]

@@ -4,7 +4,7 @@ its columns, and is copied out.
 
     grad.nll_loss_backward grad_output(%g : memref<f32>) ... target(%t : memref<?xi64>)
         weight(%w : memref<?xf32>) ... -> out(%o : memref<?x?xf32>)
-        {reduction = 1 : i64, tile_sizes = {rows = 4 : i64, c = 4096 : i64}}
+        {reduction = 1 : i64, tile_sizes = #grad.tiles<rows = 4, c = 4096>}
 becomes (target npu-a2)
     %bid = npu.block_idx
     %nblk = npu.block_dim
@@ -21,11 +21,14 @@ becomes (target npu-a2)
         if y != ignore_index && y − c0 <u cn { %out_tile[i, y − c0] = %weight_tile[y − c0]·%s }
       }
       npu.copy %out_tile[:rn, :cn], %o[r0:rn, c0:cn]
-    } {tile_sizes = {rows = 4 : i64, c = 4096 : i64}}
+    } {grad.tiles = #grad.tiles<rows = 4, c = 4096>}
 
 With reduction none (2-D self) the rows' grad_output comes in as one more tile; 1-D self is one
 row of C: tiles of c columns, and its one target a 0-D tile. Every element gets the value, and
 the rounding, of the untiled lowering, so results are bit-identical for any tiles and blocks.
+
+The same module sizes the tiles (choose_tile_sizes, footprint) and splits the untiled op over
+cores by whole rows (distribute_nll).
 """
 
 from __future__ import annotations
@@ -33,18 +36,83 @@ from __future__ import annotations
 from xdsl.dialects import arith
 from xdsl.dialects.builtin import MemRefType, i64
 from xdsl.ir import SSAValue
-from xdsl.rewriter import Rewriter
 
+from npugrad.analysis.footprint import TileBuffer, budget, clamp, fits, largest, round_down, vector_elements
 from npugrad.dialect import NLLLossBackwardOp
-from npugrad.dialect.npu import AllocLocalOp, CopyOp, local_type
-from npugrad.lowering.emit import Emitter, index
-from npugrad.lowering.grad_to_loops.nll import _load_scalar, _load_target
-from npugrad.passes.tiling.blocks import block_range, record_tile_sizes, tile_count, tile_sizes
-from npugrad.passes.tiling.registry import TILINGS
+from npugrad.dialect.checks import static_product
+from npugrad.dialect.npu import AllocLocalOp, CopyOp, element_bytes, local_type
+from npugrad.ir import IRBuilder, index, static_shape
+from npugrad.lowering.fills import zero_fill
+from npugrad.lowering.grad_to_loops.nll import load_scalar, load_target
+from npugrad.passes.tiling.blocks import (
+    MIN_ELEMENTS,
+    block_range,
+    block_share,
+    record_tile_sizes,
+    tile_count,
+    tile_sizes,
+)
+from npugrad.passes.tiling.elementwise import tile_op
 from npugrad.targets import Target
 
 
-def tile_nll_loss_backward(op: NLLLossBackwardOp, target: Target) -> None:
+def footprint(op: NLLLossBackwardOp, sizes: dict[str, int], target: Target) -> list[TileBuffer]:
+    """A rows × c tile of `out`, the rows' targets (and upstream gradients for reduction none),
+    the c weights: all copied, so all double-buffered where the target says so."""
+    b, tb = element_bytes(op.out.type.element_type), element_bytes(op.target.type.element_type)  # type: ignore[attr-defined]
+    two_d = op.out.type.get_num_dims() == 2  # type: ignore[attr-defined]
+    rows, c = (sizes["rows"] if two_d else 1), sizes["c"]
+    per_sample = two_d and op.prop_int("reduction") == 0
+    tiles = [rows * c * b, rows * tb, c * b] + ([rows * b] if per_sample else [])
+    return [TileBuffer("vector", n, target.double_buffer) for n in tiles]
+
+
+def choose_tile_sizes(op: NLLLossBackwardOp, target: Target) -> dict[str, int]:
+    """c takes up to a quarter of the vector level; rows fill the rest."""
+    b = element_bytes(op.out.type.element_type)  # type: ignore[attr-defined]
+    shape = static_shape(op.out.type)  # type: ignore[arg-type]
+    two_d = len(shape) == 2
+    c_total = shape[-1]
+    quarter = budget(target, "vector") // (4 * b)
+    if c_total is not None and c_total <= quarter:
+        c = max(1, c_total)
+    else:
+        c = round_down(min(quarter, c_total or 4096), vector_elements(target, b))
+    if not two_d:
+        return {"rows": 1, "c": c}
+    rows = largest(lambda r: fits(footprint(op, {"rows": r, "c": c}, target), target), clamp(4096, shape[0]))
+    return {"rows": rows, "c": c}
+
+
+def distribute_nll(op: NLLLossBackwardOp, e: IRBuilder) -> bool:
+    """Whole rows per block, enough of them for MIN_ELEMENTS of `out` each; each block zeroes and
+    fills its own rows. 1-D self, or fewer than two blocks' worth of `out`: left on one block."""
+    out_t = op.out.type
+    assert isinstance(out_t, MemRefType)
+    if out_t.get_num_dims() != 2:
+        return False
+    n = static_product(static_shape(out_t))
+    if n is not None and n < 2 * MIN_ELEMENTS:
+        return False
+    bid, nblk = block_range(e)
+    rows, c = e.dim(op.out, 0), e.dim(op.out, 1)
+    min_rows = e.emit(arith.CeilDivUIOp(e.idx(MIN_ELEMENTS), e.emit(arith.MaxUIOp(c, e.idx(1)))))
+    r0, chunk = block_share(e, bid, nblk, rows, min_rows, 1)
+    with e.if_(e.emit(arith.CmpiOp(r0, rows, "ult"))):
+        rn = e.emit(arith.MinSIOp(chunk, e.emit(arith.SubiOp(rows, r0))))
+        windows = {
+            "self": e.subview(op.self, [r0, 0], [rn, e.dim(op.self, 1)]),
+            "target": e.subview(op.target, [r0], [rn]),
+            "out": e.subview(op.out, [r0, 0], [rn, c]),
+        }
+        if op.prop_int("reduction") == 0:
+            windows["grad_output"] = e.subview(op.grad_output, [r0], [rn])
+        e.emit(tile_op(op, windows))
+    e.erase(op)
+    return True
+
+
+def tile_nll_loss_backward(op: NLLLossBackwardOp, target: Target, e: IRBuilder) -> None:
     out_t = op.out.type
     assert isinstance(out_t, MemRefType)
     rank = out_t.get_num_dims()
@@ -57,11 +125,10 @@ def tile_nll_loss_backward(op: NLLLossBackwardOp, target: Target) -> None:
     row_tile = [sizes["rows"]] if two_d else []  # the sample dimension, absent for 1-D self
     level = target.role("vector").name
 
-    e = Emitter.before(op)
 
     def local(name: str, element, tile_shape: list[int]) -> SSAValue:
         # Every tile moves by DMA, so each is double-buffered where the target overlaps them.
-        buf = e.add(AllocLocalOp(local_type(element, tile_shape, level), target.double_buffer))
+        buf = e.emit(AllocLocalOp(local_type(element, tile_shape, level), target.double_buffer))
         buf.name_hint = name
         return buf
 
@@ -71,53 +138,50 @@ def tile_nll_loss_backward(op: NLLLossBackwardOp, target: Target) -> None:
     grad_l = local("grad_output_tile", out_t.element_type, row_tile) if per_sample else None
     weight_l = local("weight_tile", out_t.element_type, [c_tile])
     if grad_l is None:
-        scale = _load_scalar(e, op.grad_output)
+        scale = load_scalar(e, op.grad_output)
         if reduction == 1:
             # total_weight as given: the forward pass defined it, and 0 follows IEEE rules.
-            scale = e.divf(scale, _load_scalar(e, op.total_weight))
-        neg_scale = e.add(arith.NegfOp(scale))
+            scale = e.emit(arith.DivfOp(scale, load_scalar(e, op.total_weight)))
+        neg_scale = e.emit(arith.NegfOp(scale))
     ignore = e.const(op.prop_int("ignore_index"), i64)
 
     c = e.dim(op.out, rank - 1)
     col_tiles = tile_count(e, op.out, rank - 1, c_tile)
-    tiles = e.muli(tile_count(e, op.out, 0, row_tile[0]), col_tiles) if two_d else col_tiles
+    tiles = e.emit(arith.MuliOp(tile_count(e, op.out, 0, row_tile[0]), col_tiles)) if two_d else col_tiles
     # Tiles numbered row-major over (row tile, column tile).
     with e.loop(tiles, lb=bid, step=nblk) as tile:
-        record_tile_sizes(tile, sizes)
-        c0 = e.muli(e.add(arith.RemUIOp(tile, col_tiles)), e.idx(c_tile))
-        cn = e.minsi(e.idx(c_tile), e.subi(c, c0))
+        record_tile_sizes(e, tile, sizes)
+        c0 = e.emit(arith.MuliOp(e.emit(arith.RemUIOp(tile, col_tiles)), e.idx(c_tile)))
+        cn = e.emit(arith.MinSIOp(e.idx(c_tile), e.emit(arith.SubiOp(c, c0))))
         r0: list[SSAValue] = []  # [first row of the tile], [] for 1-D self
         rn: list[SSAValue] = []  # [rows in the tile]
         if two_d:
-            r0 = [e.muli(e.add(arith.DivUIOp(tile, col_tiles)), e.idx(row_tile[0]))]
-            rn = [e.minsi(e.idx(row_tile[0]), e.subi(e.dim(op.out, 0), r0[0]))]
+            r0 = [e.emit(arith.MuliOp(e.emit(arith.DivUIOp(tile, col_tiles)), e.idx(row_tile[0])))]
+            rn = [e.emit(arith.MinSIOp(e.idx(row_tile[0]), e.emit(arith.SubiOp(e.dim(op.out, 0), r0[0]))))]
         out_tile = e.subview(out_l, [0] * rank, [*rn, cn])
-        e.zeros(out_tile)
+        zero_fill(e, out_tile)
         if two_d:
-            e.add(CopyOp(e.subview(op.target, r0, rn), e.subview(target_l, [0], rn)))
+            e.emit(CopyOp(e.subview(op.target, r0, rn), e.subview(target_l, [0], rn)))
         else:
-            e.add(CopyOp(op.target, target_l))
+            e.emit(CopyOp(op.target, target_l))
         if grad_l is not None:
-            e.add(CopyOp(e.subview(op.grad_output, r0, rn), e.subview(grad_l, [0], rn)))
-        e.add(CopyOp(e.subview(op.weight, [c0], [cn]), e.subview(weight_l, [0], [cn])))
+            e.emit(CopyOp(e.subview(op.grad_output, r0, rn), e.subview(grad_l, [0], rn)))
+        e.emit(CopyOp(e.subview(op.weight, [c0], [cn]), e.subview(weight_l, [0], [cn])))
 
         def one_sample(sample: list[SSAValue]) -> None:
-            y = _load_target(e, target_l, sample)
-            col = e.subi(e.add(arith.IndexCastOp(y, index)), c0)
+            y = load_target(e, target_l, sample)
+            col = e.emit(arith.SubiOp(e.emit(arith.IndexCastOp(y, index)), c0))
             # Unsigned: a target left of the tile (or negative) wraps to a huge value, so one
             # compare keeps every store inside the tile.
-            in_tile = e.cmpi(col, cn, "ult")
-            with e.if_(e.andi(e.cmpi(y, ignore, "ne"), in_tile)):
-                s = e.add(arith.NegfOp(e.load_f32(grad_l, sample))) if grad_l is not None else neg_scale
-                e.store_f32(e.mulf(e.load_f32(weight_l, [col]), s), out_l, [*sample, col])
+            in_tile = e.emit(arith.CmpiOp(col, cn, "ult"))
+            with e.if_(e.emit(arith.AndIOp(e.emit(arith.CmpiOp(y, ignore, "ne")), in_tile))):
+                s = e.emit(arith.NegfOp(e.load_f32(grad_l, sample))) if grad_l is not None else neg_scale
+                e.store_f32(e.emit(arith.MulfOp(e.load_f32(weight_l, [col]), s)), out_l, [*sample, col])
 
         if two_d:
             with e.loop(rn[0]) as i:
                 one_sample([i])
         else:
             one_sample([])
-        e.add(CopyOp(out_tile, e.subview(op.out, [*r0, c0], [*rn, cn])))
-    Rewriter.erase_op(op)
-
-
-TILINGS[NLLLossBackwardOp] = tile_nll_loss_backward
+        e.emit(CopyOp(out_tile, e.subview(op.out, [*r0, c0], [*rn, cn])))
+    e.erase(op)

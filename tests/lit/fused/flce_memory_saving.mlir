@@ -24,7 +24,7 @@
 // CHECK:             linalg.generic {{.*}} doc = "GEMM 2: input grad tile dX_t += G * W_v"
 // CHECK:             linalg.generic {{.*}} doc = "GEMM 3: weight grad tile dW_v += G^T * X_t"
 // CHECK:           }
-// CHECK:         } {grad.tile_sizes = {bt = 32 : i64, v = 128 : i64}}
+// CHECK:         } {grad.fused = #grad.fused<"grad.fused_linear_cross_entropy_loss_grad", #grad.tiles<bt = 32, v = 128>>}
 // CHECK-NOT:     memref.alloc
 // CHECK:         memref.dealloc %[[Z]]
 // CHECK:         memref.dealloc %[[SAVED]]
@@ -32,13 +32,13 @@
 
 // CHECK-LABEL: func.func @pass_option_tiles
 // CHECK:         memref.alloc() {{.*}} : memref<64x128xf32>
-// CHECK:         } {grad.tile_sizes = {bt = 64 : i64, v = 128 : i64}}
+// CHECK:         } {grad.fused = #grad.fused<"grad.fused_linear_cross_entropy_loss_grad", #grad.tiles<bt = 64, v = 128>>}
 
 // OPTS-LABEL: func.func @hand_set_tiles
-// OPTS:         } {grad.tile_sizes = {bt = 32 : i64, v = 128 : i64}}
+// OPTS:         } {grad.fused = #grad.fused<"grad.fused_linear_cross_entropy_loss_grad", #grad.tiles<bt = 32, v = 128>>}
 // OPTS-LABEL: func.func @pass_option_tiles
 // OPTS:         memref.alloc() {{.*}} : memref<16x256xf32>
-// OPTS:         } {grad.tile_sizes = {bt = 16 : i64, v = 256 : i64}}
+// OPTS:         } {grad.fused = #grad.fused<"grad.fused_linear_cross_entropy_loss_grad", #grad.tiles<bt = 16, v = 256>>}
 
 // EXEC-LABEL: @hand_set_tiles
 // EXEC-NEXT:   operand
@@ -52,7 +52,7 @@ func.func @hand_set_tiles(%g: memref<100xf32>, %x: memref<100x48xf32>, %w: memre
       weight(%w : memref<520x48xf32>) target_mask(%mask : memref<100xi1>) masked_target(%t : memref<100xi32>)
       logits_max(%lm : memref<100xf32>) sum_exp_logits(%se : memref<100xf32>)
       -> input_grad_out(%gx : memref<100x48xf32>) weight_grad_out(%gw : memref<520x48xf32>)
-      {tile_sizes = {bt = 32 : i64, v = 128 : i64}}
+      {tile_sizes = #grad.tiles<bt = 32, v = 128>}
   func.return
 }
 

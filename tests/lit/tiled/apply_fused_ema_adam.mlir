@@ -44,7 +44,7 @@
 // NPU-NEXT:      npu.copy %[[M_T]], %[[M_G]]
 // NPU-NEXT:      npu.copy %[[V_T]], %[[V_G]]
 // NPU-NEXT:      npu.copy %[[S_T]], %[[S_G]]
-// NPU-NEXT:    } {tile_sizes = {n = 4864 : i64}}
+// NPU-NEXT:    } {grad.tiles = #grad.tiles<n = 4864>}
 // NPU-NEXT:    func.return
 
 // host: the tiles live in L2, once (no double buffering); n depends on this machine's L2.
@@ -58,7 +58,7 @@
 // HOST-COUNT-5:   npu.copy {{.*}} : memref<?xf32, strided<[1], offset: ?>>, memref<?xf32, strided<[1]>, #npu.mem<l2>>
 // HOST-NEXT:      grad.apply_fused_ema_adam grad({{.*}}#npu.mem<l2>>) step(%step : memref<1xi64>) hyperparameters(%h : memref<6xf32>)
 // HOST-COUNT-4:   npu.copy {{.*}} : memref<?xf32, strided<[1]>, #npu.mem<l2>>, memref<?xf32, strided<[1], offset: ?>>
-// HOST-NEXT:    } {tile_sizes = {n = [[N]] : i64}}
+// HOST-NEXT:    } {grad.tiles = #grad.tiles<n = [[N]]>}
 func.func @ema_dynamic(%grad: memref<?x?xf32>, %step: memref<1xi64>, %h: memref<6xf32>, %var: memref<?x?xf32>,
                        %m: memref<?x?xf32>, %v: memref<?x?xf32>, %s: memref<?x?xf32>) {
   grad.apply_fused_ema_adam grad(%grad : memref<?x?xf32>) step(%step : memref<1xi64>) hyperparameters(%h : memref<6xf32>)
@@ -75,7 +75,7 @@ func.func @ema_dynamic(%grad: memref<?x?xf32>, %step: memref<1xi64>, %h: memref<
 // NPU:           memref.subview %m[%[[ROW]], %{{.*}}] [1, %{{.*}}] [1, 1] : memref<?x?xbf16, strided<[?, ?], offset: ?>> to memref<?xbf16, strided<[?], offset: ?>>
 // NPU:           grad.apply_fused_ema_adam
 // NPU-SAME:        {lr = 1.000000e-04 : f64, beta2 = 9.500000e-01 : f64, weight_decay = 1.000000e-02 : f64}
-// NPU:         } {tile_sizes = {n = 9792 : i64}}
+// NPU:         } {grad.tiles = #grad.tiles<n = 9792>}
 // HOST-LABEL: func.func @ema_strided
 // HOST-COUNT-5: npu.alloc_local : memref<{{[0-9]+}}xbf16, #npu.mem<l2>>
 // HOST:         arith.divui
@@ -93,10 +93,10 @@ func.func @ema_strided(%grad: memref<?x?xbf16>, %step: memref<1xi64>, %var: memr
 // NPU-DAG:     %[[C7:.*]] = arith.constant 7 : index
 // NPU-COUNT-5: npu.alloc_local {double_buffer} : memref<500xf16, #npu.mem<ub>>
 // NPU:         scf.for %{{.*}} = %{{.*}} to %[[C7]] step %{{.*}} {
-// NPU:         } {tile_sizes = {n = 500 : i64}}
+// NPU:         } {grad.tiles = #grad.tiles<n = 500>}
 // HOST-LABEL: func.func @hand_set_tile
 // HOST-COUNT-5: npu.alloc_local : memref<500xf16, #npu.mem<l2>>
-// HOST:         } {tile_sizes = {n = 500 : i64}}
+// HOST:         } {grad.tiles = #grad.tiles<n = 500>}
 // RUN-HAND: @hand_set_tile
 // RUN-HAND: var {{ *}}(64, 48) {{ *}}float16 {{.*}} ok
 // RUN-HAND: m {{ *}}(64, 48) {{ *}}float16 {{.*}} ok
@@ -106,7 +106,7 @@ func.func @hand_set_tile(%grad: memref<64x48xf16>, %step: memref<1xi64>, %var: m
                          %m: memref<64x48xf16>, %v: memref<64x48xf16>, %s: memref<64x48xf16>) {
   grad.apply_fused_ema_adam grad(%grad : memref<64x48xf16>) step(%step : memref<1xi64>)
       -> var(%var : memref<64x48xf16>) m(%m : memref<64x48xf16>) v(%v : memref<64x48xf16>) s(%s : memref<64x48xf16>)
-      {weight_decay = 0.01 : f64, tile_sizes = {n = 500 : i64}}
+      {weight_decay = 0.01 : f64, tile_sizes = #grad.tiles<n = 500>}
   func.return
 }
 
@@ -120,6 +120,6 @@ func.func @strided_rows(%grad: memref<6x7xf32, strided<[?, ?], offset: ?>>, %ste
                         %m: memref<6x7xf32>, %v: memref<6x7xf32, strided<[?, ?], offset: ?>>, %s: memref<6x7xf32>) {
   grad.apply_fused_ema_adam grad(%grad : memref<6x7xf32, strided<[?, ?], offset: ?>>) step(%step : memref<1xi64>)
       -> var(%var : memref<6x7xf32>) m(%m : memref<6x7xf32>) v(%v : memref<6x7xf32, strided<[?, ?], offset: ?>>)
-      s(%s : memref<6x7xf32>) {mode = 0 : i64, bias_correction = false, weight_decay = 0.1 : f64, tile_sizes = {n = 4 : i64}}
+      s(%s : memref<6x7xf32>) {mode = 0 : i64, bias_correction = false, weight_decay = 0.1 : f64, tile_sizes = #grad.tiles<n = 4>}
   func.return
 }

@@ -34,7 +34,7 @@
 // NPU-NEXT:      npu.copy %[[Y_G]], %[[Y_T]]
 // NPU-NEXT:      grad.binary_cross_entropy_grad input_x(%[[X_T]] : memref<?xf32, strided<[1]>, #npu.mem<ub>>) input_y(%[[Y_T]] : memref<?xf32, strided<[1]>, #npu.mem<ub>>) dloss(%d : memref<1xf32>) -> dx(%[[DX_T]] : memref<?xf32, strided<[1]>, #npu.mem<ub>>) {reduction = 2 : i64}
 // NPU-NEXT:      npu.copy %[[DX_T]], %[[DX_G]] : memref<?xf32, strided<[1]>, #npu.mem<ub>>, memref<?xf32, strided<[1], offset: ?>>
-// NPU-NEXT:    } {tile_sizes = {n = 8192 : i64}}
+// NPU-NEXT:    } {grad.tiles = #grad.tiles<n = 8192>}
 // NPU-NEXT:    func.return
 
 // host: the tiles live in L2, once (no double buffering); n depends on this machine's L2.
@@ -50,7 +50,7 @@
 // HOST-NEXT:      npu.copy {{.*}} : memref<?xf32, strided<[1], offset: ?>>, memref<?xf32, strided<[1]>, #npu.mem<l2>>
 // HOST-NEXT:      grad.binary_cross_entropy_grad {{.*}} #npu.mem<l2>>) {reduction = 2 : i64}
 // HOST-NEXT:      npu.copy {{.*}} : memref<?xf32, strided<[1]>, #npu.mem<l2>>, memref<?xf32, strided<[1], offset: ?>>
-// HOST-NEXT:    } {tile_sizes = {n = [[N]] : i64}}
+// HOST-NEXT:    } {grad.tiles = #grad.tiles<n = [[N]]>}
 func.func @bce_sum(%x: memref<?x?xf32>, %y: memref<?x?xf32>, %d: memref<1xf32>, %dx: memref<?x?xf32>) {
   grad.binary_cross_entropy_grad input_x(%x : memref<?x?xf32>) input_y(%y : memref<?x?xf32>)
       dloss(%d : memref<1xf32>) -> dx(%dx : memref<?x?xf32>) {reduction = 2 : i64}
@@ -78,13 +78,13 @@ func.func @bce_sum(%x: memref<?x?xf32>, %y: memref<?x?xf32>, %d: memref<1xf32>, 
 // NPU-NEXT:        memref.store %{{.*}}, %[[DX_T:.*]][%[[I]]] : memref<?xf16, strided<[1]>, #npu.mem<ub>>
 // NPU-NEXT:      }
 // NPU-NEXT:      npu.copy %[[DX_T]], %{{.*}} : memref<?xf16, strided<[1]>, #npu.mem<ub>>, memref<?xf16, strided<[1], offset: ?>>
-// NPU-NEXT:    } {tile_sizes = {n = 12288 : i64}}
+// NPU-NEXT:    } {grad.tiles = #grad.tiles<n = 12288>}
 // HOST-LABEL: func.func @bce_mean_weighted
 // HOST-COUNT-4: npu.alloc_local : memref<{{[0-9]+}}xf16, #npu.mem<l2>>
 // HOST:         arith.divf
 // HOST:         scf.for
 // HOST-NOT:       grad.binary_cross_entropy_grad
-// HOST:         } {tile_sizes = {n = {{[0-9]+}} : i64}}
+// HOST:         } {grad.tiles = #grad.tiles<n = {{[0-9]+}}>}
 func.func @bce_mean_weighted(%x: memref<?xf16>, %y: memref<?xf16>, %d: memref<f16>, %w: memref<?xf16>, %dx: memref<?xf16>) {
   grad.binary_cross_entropy_grad input_x(%x : memref<?xf16>) input_y(%y : memref<?xf16>)
       dloss(%d : memref<f16>) weight(%w : memref<?xf16>) -> dx(%dx : memref<?xf16>)
@@ -113,7 +113,7 @@ func.func @bce_mean_weighted(%x: memref<?xf16>, %y: memref<?xf16>, %d: memref<f1
 // NPU:           npu.copy %[[D_G]], %[[D_T]]
 // NPU-NEXT:      grad.binary_cross_entropy_grad {{.*}} dloss(%[[D_T]] : memref<?xbf16, strided<[1]>, #npu.mem<ub>>) {{.*}} {reduction = 0 : i64}
 // NPU-NEXT:      npu.copy
-// NPU-NEXT:    } {tile_sizes = {n = 12288 : i64}}
+// NPU-NEXT:    } {grad.tiles = #grad.tiles<n = 12288>}
 // HOST-LABEL: func.func @bce_none_strided
 // HOST-COUNT-4: npu.alloc_local : memref<{{[0-9]+}}xbf16, #npu.mem<l2>>
 // HOST:         arith.divui
@@ -129,10 +129,10 @@ func.func @bce_none_strided(%x: memref<?x?x?xbf16, strided<[?, ?, ?], offset: ?>
 // NPU-LABEL: func.func @bce_scalar
 // NPU-COUNT-4: npu.alloc_local {double_buffer} : memref<1xf16, #npu.mem<ub>>
 // NPU:         memref.expand_shape %x [] output_shape [1] : memref<f16> into memref<1xf16>
-// NPU:         } {tile_sizes = {n = 1 : i64}}
+// NPU:         } {grad.tiles = #grad.tiles<n = 1>}
 // HOST-LABEL: func.func @bce_scalar
 // HOST-COUNT-4: npu.alloc_local : memref<1xf16, #npu.mem<l2>>
-// HOST:         } {tile_sizes = {n = 1 : i64}}
+// HOST:         } {grad.tiles = #grad.tiles<n = 1>}
 func.func @bce_scalar(%x: memref<f16>, %y: memref<f16>, %d: memref<f16>, %dx: memref<f16>) {
   grad.binary_cross_entropy_grad input_x(%x : memref<f16>) input_y(%y : memref<f16>)
       dloss(%d : memref<f16>) -> dx(%dx : memref<f16>) {reduction = 0 : i64}
@@ -146,29 +146,29 @@ func.func @bce_scalar(%x: memref<f16>, %y: memref<f16>, %d: memref<f16>, %dx: me
 // NPU-COUNT-4: npu.alloc_local {double_buffer} : memref<96xf32, #npu.mem<ub>>
 // NPU:         scf.for %[[TILE:.*]] = %{{.*}} to %[[C11]] step %{{.*}} {
 // NPU-NEXT:      arith.muli %[[TILE]], %[[C96]] : index
-// NPU:         } {tile_sizes = {n = 96 : i64}}
+// NPU:         } {grad.tiles = #grad.tiles<n = 96>}
 // HOST-LABEL: func.func @hand_set_tile
 // HOST-COUNT-4: npu.alloc_local : memref<96xf32, #npu.mem<l2>>
-// HOST:         } {tile_sizes = {n = 96 : i64}}
+// HOST:         } {grad.tiles = #grad.tiles<n = 96>}
 // RUN-HAND: @hand_set_tile
 // RUN-HAND: dx {{ *}}(1000,) {{ *}}float32 {{.*}} ok
 func.func @hand_set_tile(%x: memref<1000xf32>, %y: memref<1000xf32>, %d: memref<1xf32>, %w: memref<1000xf32>,
                          %dx: memref<1000xf32>) {
   grad.binary_cross_entropy_grad input_x(%x : memref<1000xf32>) input_y(%y : memref<1000xf32>)
       dloss(%d : memref<1xf32>) weight(%w : memref<1000xf32>) -> dx(%dx : memref<1000xf32>)
-      {reduction = 1 : i64, tile_sizes = {n = 96 : i64}}
+      {reduction = 1 : i64, tile_sizes = #grad.tiles<n = 96>}
   func.return
 }
 
 // Strided rows, run: 5 rows of 7 in pieces of 3, 3 and 1: 15 tiles.
 // NPU-LABEL: func.func @strided_rows
-// NPU:         } {tile_sizes = {n = 3 : i64}}
+// NPU:         } {grad.tiles = #grad.tiles<n = 3>}
 // RUN-ROWS: @strided_rows
 // RUN-ROWS: dx {{ *}}(5, 7) {{ *}}float16 {{.*}} ok
 func.func @strided_rows(%x: memref<5x7xf16, strided<[?, ?], offset: ?>>, %y: memref<5x7xf16>, %d: memref<1xf16>,
                         %dx: memref<5x7xf16, strided<[?, ?], offset: ?>>) {
   grad.binary_cross_entropy_grad input_x(%x : memref<5x7xf16, strided<[?, ?], offset: ?>>) input_y(%y : memref<5x7xf16>)
       dloss(%d : memref<1xf16>) -> dx(%dx : memref<5x7xf16, strided<[?, ?], offset: ?>>)
-      {reduction = 2 : i64, tile_sizes = {n = 3 : i64}}
+      {reduction = 2 : i64, tile_sizes = #grad.tiles<n = 3>}
   func.return
 }

@@ -28,18 +28,18 @@
 // NPU:         math.exp
 // NPU-NOT:     GEMM 2
 // NPU:         doc = "GEMM 3: weight grad tile dW_v += G^T * X_t"
-// NPU:       } {grad.tile_sizes = {bt = 128 : i64, v = 32 : i64, h = 64 : i64}}
+// NPU:       } {grad.fused = #grad.fused<"grad.fused_linear_cross_entropy_loss_grad", #grad.tiles<bt = 128, v = 32, h = 64>>}
 // Phase B: token tiles spread over the blocks, computing dX.
 // NPU:       scf.for
 // NPU:         scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} {
 // NPU:           doc = "GEMM 1: logits tile Z = X_t * W_v^T"
 // NPU-NOT:       GEMM 3
 // NPU:           doc = "GEMM 2: input grad tile dX_t += G * W_v"
-// NPU:       } {grad.tile_sizes = {bt = 128 : i64, v = 32 : i64, h = 64 : i64}}
+// NPU:       } {grad.fused = #grad.fused<"grad.fused_linear_cross_entropy_loss_grad", #grad.tiles<bt = 128, v = 32, h = 64>>}
 
 // HOST-DAG:  %logits = npu.alloc_local : memref<{{[0-9]+}}x{{[0-9]+}}xf32, #npu.mem<l2>>
 // HOST-DAG:  %gemm1_acc = npu.alloc_local : memref<{{.*}}#npu.mem<l2>>
-// HOST:      } {grad.tile_sizes = {bt = {{[0-9]+}} : i64, v = {{[0-9]+}} : i64, h = {{[0-9]+}} : i64}}
+// HOST:      } {grad.fused = #grad.fused<"grad.fused_linear_cross_entropy_loss_grad", #grad.tiles<bt = {{[0-9]+}}, v = {{[0-9]+}}, h = {{[0-9]+}}>>}
 
 // EXEC:      input_grad_out {{.*}} bfloat16 {{.*}} ok
 // EXEC-NEXT: weight_grad_out {{.*}} bfloat16 {{.*}} ok

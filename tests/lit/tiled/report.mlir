@@ -45,7 +45,7 @@ func.func @nll_16x512(%g: memref<f32>, %s: memref<100x1000xf32>, %t: memref<100x
     %tw: memref<1xf32>, %o: memref<100x1000xf32>) {
   grad.nll_loss_backward grad_output(%g : memref<f32>) self(%s : memref<100x1000xf32>) target(%t : memref<100xi64>)
       weight(%w : memref<1000xf32>) total_weight(%tw : memref<1xf32>) -> out(%o : memref<100x1000xf32>)
-      {tile_sizes = {rows = 16 : i64, c = 512 : i64}}
+      {tile_sizes = #grad.tiles<rows = 16, c = 512>}
   func.return
 }
 
@@ -73,7 +73,7 @@ func.func @nll_8x1000(%g: memref<f32>, %s: memref<100x1000xf32>, %t: memref<100x
     %tw: memref<1xf32>, %o: memref<100x1000xf32>) {
   grad.nll_loss_backward grad_output(%g : memref<f32>) self(%s : memref<100x1000xf32>) target(%t : memref<100xi64>)
       weight(%w : memref<1000xf32>) total_weight(%tw : memref<1xf32>) -> out(%o : memref<100x1000xf32>)
-      {tile_sizes = {rows = 8 : i64, c = 1000 : i64}}
+      {tile_sizes = #grad.tiles<rows = 8, c = 1000>}
   func.return
 }
 
@@ -97,7 +97,7 @@ func.func @nll_8x1000(%g: memref<f32>, %s: memref<100x1000xf32>, %t: memref<100x
 // CHECK-NEXT:  // exact:
 func.func @bce(%x: memref<10000xf32>, %y: memref<10000xf32>, %d: memref<1xf32>, %dx: memref<10000xf32>) {
   grad.binary_cross_entropy_grad input_x(%x : memref<10000xf32>) input_y(%y : memref<10000xf32>)
-      dloss(%d : memref<1xf32>) -> dx(%dx : memref<10000xf32>) {tile_sizes = {n = 4096 : i64}}
+      dloss(%d : memref<1xf32>) -> dx(%dx : memref<10000xf32>) {tile_sizes = #grad.tiles<n = 4096>}
   func.return
 }
 
@@ -107,6 +107,6 @@ func.func @bce(%x: memref<10000xf32>, %y: memref<10000xf32>, %d: memref<1xf32>, 
 // CHECK:       // bytes moved: the report needs static shapes (dynamic: %x: memref<?xf32>, %y: memref<?xf32>, %dx: memref<?xf32>)
 func.func @bce_dynamic(%x: memref<?xf32>, %y: memref<?xf32>, %d: memref<1xf32>, %dx: memref<?xf32>) {
   grad.binary_cross_entropy_grad input_x(%x : memref<?xf32>) input_y(%y : memref<?xf32>)
-      dloss(%d : memref<1xf32>) -> dx(%dx : memref<?xf32>) {tile_sizes = {n = 4096 : i64}}
+      dloss(%d : memref<1xf32>) -> dx(%dx : memref<?xf32>) {tile_sizes = #grad.tiles<n = 4096>}
   func.return
 }

@@ -13,6 +13,13 @@ tile loops run (for every block: `block_idx` = 0 .. cores-1, `block_dim` = cores
 adds the bytes of the sizes it has at that point, so partial tiles count what they move. Where a
 size cannot be evaluated it counts as the largest it can be and the figure is an upper bound;
 where a trip count cannot, the figure is no bound; either way the report says why.
+
+What a tiling may emit and still be measured exactly (EXACT, dispatching on op classes): index
+arithmetic (`arith.constant`, the integer `arith` ops, casts, `arith.cmpi`, `arith.select`,
+`affine.apply`/`affine.min`), `npu.block_idx`/`npu.block_dim`, `memref.dim`, `memref.subview`
+(its sizes), `memref.collapse_shape`/`memref.cast` (shapes carried through), `npu.copy`, and
+`scf.for`/`scf.if`/`scf.yield`. Only what copy sizes, trip counts and branch conditions are computed
+from is interpreted; any other op there makes the figures bounds, with a caveat naming it.
 """
 
 from __future__ import annotations
@@ -22,15 +29,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from xdsl.dialects import func
+from xdsl.dialects import affine, arith, func, memref, scf
 from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerAttr, MemRefType, ModuleOp
 from xdsl.ir import Block, BlockArgument, Operation, OpResult, SSAValue
 
+from npugrad.analysis.footprint import local_buffer_bytes as footprint
 from npugrad.dialect import GradOp
 from npugrad.dialect.checks import static_product
 from npugrad.dialect.npu import AllocLocalOp, BlockDimOp, BlockIdxOp, CopyOp, element_bytes, level_of
-from npugrad.lowering.emit import defined_functions
-from npugrad.passes.check_capacity import footprint
+from npugrad.ir import defined_functions
 from npugrad.targets import Target, TargetError
 
 # Ops interpreted per function (all blocks) before loops of more than FALLBACK_TRIPS trips are
@@ -112,29 +119,29 @@ def _div(a: int, b: int) -> int:
     return q if (a >= 0) == (b >= 0) else -q
 
 
-_BINARY: dict[str, Callable[[int, int], int]] = {
-    "arith.addi": operator.add,
-    "arith.subi": operator.sub,
-    "arith.muli": operator.mul,
-    "arith.divsi": _div,
-    "arith.divui": operator.floordiv,
-    "arith.floordivsi": operator.floordiv,
-    "arith.ceildivsi": lambda a, b: -(-a // b),
-    "arith.ceildivui": lambda a, b: -(-a // b),
-    "arith.remsi": lambda a, b: a - _div(a, b) * b,
-    "arith.remui": operator.mod,
-    "arith.minsi": min,
-    "arith.minui": min,
-    "arith.maxsi": max,
-    "arith.maxui": max,
-    "arith.andi": operator.and_,
-    "arith.ori": operator.or_,
-    "arith.xori": operator.xor,
-    "arith.shli": operator.lshift,
-    "arith.shrsi": operator.rshift,
-    "arith.shrui": operator.rshift,
+_BINARY: dict[type[Operation], Callable[[int, int], int]] = {
+    arith.AddiOp: operator.add,
+    arith.SubiOp: operator.sub,
+    arith.MuliOp: operator.mul,
+    arith.DivSIOp: _div,
+    arith.DivUIOp: operator.floordiv,
+    arith.FloorDivSIOp: operator.floordiv,
+    arith.CeilDivSIOp: lambda a, b: -(-a // b),
+    arith.CeilDivUIOp: lambda a, b: -(-a // b),
+    arith.RemSIOp: lambda a, b: a - _div(a, b) * b,
+    arith.RemUIOp: operator.mod,
+    arith.MinSIOp: min,
+    arith.MinUIOp: min,
+    arith.MaxSIOp: max,
+    arith.MaxUIOp: max,
+    arith.AndIOp: operator.and_,
+    arith.OrIOp: operator.or_,
+    arith.XOrIOp: operator.xor,
+    arith.ShLIOp: operator.lshift,
+    arith.ShRSIOp: operator.rshift,
+    arith.ShRUIOp: operator.rshift,
 }
-_CASTS = ("arith.index_cast", "arith.index_castui", "arith.extsi", "arith.extui", "arith.trunci")
+_CASTS = (arith.IndexCastOp, arith.ExtSIOp, arith.ExtUIOp, arith.TruncIOp)
 # arith.cmpi predicates: eq ne slt sle sgt sge ult ule ugt uge.
 _CMP = (operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge) + (
     operator.lt,
@@ -226,40 +233,15 @@ class _Compiler:
         steps: list[Step] = []
         yields: list[SSAValue] = []
         for op in block.ops:
-            if op.name in ("scf.yield", "affine.yield"):
+            if isinstance(op, scf.YieldOp | affine.YieldOp):
                 yields = list(op.operands)
             elif op in self.moving or isinstance(op, CopyOp) or any(r in self.relevant for r in op.results):
                 steps.append(self.step(op))
         return _Body(steps, yields)
 
     def step(self, op: Operation) -> Step:
-        name = op.name
-        if name == "arith.constant":
-            value = op.properties.get("value", op.attributes.get("value"))
-            return _const(op.results[0], value.value.data if isinstance(value, IntegerAttr) else None)
-        if name in _BINARY:
-            return _binary(_BINARY[name], *op.operands, op.results[0])
-        if name in _CASTS:
-            return _binary(lambda a, _: a, op.operands[0], op.operands[0], op.results[0])
-        if name == "arith.cmpi":
-            return _binary(_CMP[op.properties["predicate"].value.data], *op.operands, op.results[0])  # type: ignore[attr-defined]
-        if name == "arith.select":
-            return _select(*op.operands, op.results[0])
-        if name in ("affine.apply", "affine.min", "affine.max"):
-            return _affine(op)
-        if isinstance(op, BlockIdxOp | BlockDimOp):
-            return _block(op)
-        if name == "memref.dim":
-            return _dim(*op.operands, op.results[0])
-        if name == "memref.subview":
-            return _subview(op)
-        if isinstance(op, CopyOp):
-            return self.copy(op)
-        if name == "scf.for":
-            return self.loop(op)
-        if name == "scf.if":
-            return self.branch(op)
-        return self.other(op)
+        impl = EXACT.get(type(op))
+        return impl(self, op) if impl is not None else self.other(op)
 
     def copy(self, op: CopyOp) -> Step:
         src, dst = op.source, op.target
@@ -393,7 +375,7 @@ class _Compiler:
         source = next((v for v in op.operands if isinstance(v.type, MemRefType)), None)
         groups = op.properties.get("reassociation", op.attributes.get("reassociation"))
         collapse = None
-        if op.name == "memref.collapse_shape" and groups is not None:
+        if isinstance(op, memref.CollapseShapeOp) and groups is not None:
             collapse = [[i.value.data for i in g.data] for g in groups.data]  # type: ignore[attr-defined]
         bodies = [(self.body(b), list(b.args)) for r in op.regions for b in r.blocks]
         why = f"{op.name} at {_where(op)} is not interpreted: its copies are counted once"
@@ -405,7 +387,7 @@ class _Compiler:
                     continue
                 shape = _static(r.type)
                 known = run.memrefs.get(source)[0] if source in run.memrefs else None  # type: ignore[index]
-                if known is not None and op.name == "memref.cast" and len(known) == len(shape):
+                if known is not None and isinstance(op, memref.CastOp) and len(known) == len(shape):
                     shape = known
                 elif known is not None and collapse is not None:
                     shape = tuple(static_product(known[i] for i in g) for g in collapse)
@@ -448,7 +430,7 @@ def _select(c: SSAValue, a: SSAValue, b: SSAValue, r: SSAValue) -> Step:
 def _affine(op: Operation) -> Step:
     m = op.properties["map"].data  # type: ignore[attr-defined]
     args, r = list(op.operands), op.results[0]
-    pick = {"affine.apply": lambda out: out[0], "affine.min": min, "affine.max": max}[op.name]
+    pick = min if isinstance(op, affine.MinOp) else (lambda out: out[0])
 
     def step(run: _Run) -> None:
         values = [run.values.get(v) for v in args]
@@ -492,6 +474,34 @@ def _subview(op: Operation) -> Step:
     return step
 
 
+def _constant(op: Operation) -> Step:
+    value = op.properties.get("value", op.attributes.get("value"))
+    return _const(op.results[0], value.value.data if isinstance(value, IntegerAttr) else None)
+
+
+def _binary_step(c: _Compiler, op: Operation) -> Step:
+    return _binary(_BINARY[type(op)], *op.operands, op.results[0])
+
+
+# The ops interpreted exactly, by class (see the module docstring); any other is `other`.
+EXACT: dict[type[Operation], Callable[[_Compiler, Operation], Step]] = {
+    arith.ConstantOp: lambda c, op: _constant(op),
+    **{cls: _binary_step for cls in _BINARY},
+    **{cls: lambda c, op: _binary(lambda a, _: a, op.operands[0], op.operands[0], op.results[0]) for cls in _CASTS},
+    arith.CmpiOp: lambda c, op: _binary(_CMP[op.properties["predicate"].value.data], *op.operands, op.results[0]),  # type: ignore[attr-defined]
+    arith.SelectOp: lambda c, op: _select(*op.operands, op.results[0]),
+    affine.ApplyOp: lambda c, op: _affine(op),
+    affine.MinOp: lambda c, op: _affine(op),
+    BlockIdxOp: lambda c, op: _block(op),  # type: ignore[arg-type]
+    BlockDimOp: lambda c, op: _block(op),  # type: ignore[arg-type]
+    memref.DimOp: lambda c, op: _dim(*op.operands, op.results[0]),
+    memref.SubviewOp: lambda c, op: _subview(op),
+    CopyOp: lambda c, op: c.copy(op),  # type: ignore[arg-type]
+    scf.ForOp: lambda c, op: c.loop(op),
+    scf.IfOp: lambda c, op: c.branch(op),
+}
+
+
 def _slice(f: func.FuncOp) -> set[SSAValue]:
     """The values the bytes moved depend on: the shapes of what is copied (not where from), trip
     counts, branch conditions, and everything those are computed from."""
@@ -499,9 +509,9 @@ def _slice(f: func.FuncOp) -> set[SSAValue]:
     for op in f.walk():
         if isinstance(op, CopyOp):
             work += [op.source, op.target]
-        elif op.name == "scf.for":
+        elif isinstance(op, scf.ForOp):
             work += op.operands[:3]
-        elif op.name == "scf.if":
+        elif isinstance(op, scf.IfOp):
             work.append(op.operands[0])
     seen: set[SSAValue] = set()
     while work:
@@ -511,18 +521,18 @@ def _slice(f: func.FuncOp) -> set[SSAValue]:
         seen.add(v)
         if isinstance(v, OpResult):
             op = v.op
-            if op.name == "memref.subview":
+            if isinstance(op, memref.SubviewOp):
                 work += [op.operands[0], *op.sizes]  # type: ignore[attr-defined]
             elif op.regions:  # a result of scf.for / scf.if: what is yielded, and where it starts
                 work += list(op.operands)
-                work += [y.operands[v.index] for y in op.walk() if y.name == "scf.yield" and y.parent_op() is op]
+                work += [y.operands[v.index] for y in op.walk() if isinstance(y, scf.YieldOp) and y.parent_op() is op]
             else:
                 work += list(op.operands)
-        elif isinstance(v, BlockArgument) and v.index > 0 and (loop := v.block.parent_op()) and loop.name == "scf.for":
+        elif isinstance(v, BlockArgument) and v.index > 0 and isinstance(loop := v.block.parent_op(), scf.ForOp):
             # An iteration argument: its start and what each trip yields. (The loop variable is
             # its bounds, which are in the slice already.)
             work.append(loop.operands[2 + v.index])
-            work += [y.operands[v.index - 1] for y in loop.walk() if y.name == "scf.yield" and y.parent_op() is loop]
+            work += [y.operands[v.index - 1] for y in loop.walk() if isinstance(y, scf.YieldOp) and y.parent_op() is loop]
     return seen
 
 
@@ -587,7 +597,7 @@ def analyze(f: func.FuncOp, target: Target, names: dict[SSAValue, str] | None = 
     argument_bytes, dynamic = _argument_bytes(f)
     report = FunctionReport(f.sym_name.data, list(levels.values()), None, dynamic, argument_bytes)
     for o in f.walk():
-        if not (isinstance(o, GradOp) or o.name in ("memref.load", "memref.store")):
+        if not isinstance(o, GradOp | memref.LoadOp | memref.StoreOp):
             continue
         spaces = [level_of(v.type) for v in o.operands if isinstance(v.type, MemRefType)]
         if isinstance(o, GradOp) and all(s is None for s in spaces):

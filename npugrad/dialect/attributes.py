@@ -1,0 +1,214 @@
+"""What one pass hands the next, as attributes of the `grad` dialect: typed, verified, printed and
+parsed like any attribute, read and written through accessors.
+
+    #grad.tiles<bt = 64, v = 128, h = 32>          a tile decision (the op's `tile_sizes`), or the
+                                                   tiles a loop over tiles was made with
+    #grad.fused<"grad.fused_linear_cross_entropy_loss_grad", #grad.tiles<...>>
+                                                   the outer loop of a fused nest: the op it computes
+    #grad.role<token_loop>                         a part of a fused nest, for passes that restructure it
+    #grad.contraction<input_grad, dims = [bt, v, h]>   which contraction of a fused nest, its loop dims
+
+Attributes that ride on ops of other dialects (a loop, a function, an alloc) are *discardable*:
+each one npugrad uses is declared once as a `Discardable` (name, attribute type, meaning), and
+`verify_discardable` rejects an undeclared `grad.*`/`npu.*` name or a value of the wrong type, so
+no pass talks to another through a string nobody declared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import auto
+from typing import Generic, TypeVar
+
+from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, IntegerAttr, StringAttr, UnitAttr, i64
+from xdsl.dialects.utils import EnumAttribute
+from xdsl.ir import Attribute, Operation, ParametrizedAttribute
+from xdsl.irdl import irdl_attr_definition
+from xdsl.parser import AttrParser
+from xdsl.printer import Printer
+from xdsl.utils.exceptions import VerifyException
+from xdsl.utils.str_enum import StrEnum
+
+
+@irdl_attr_definition
+class TileSizesAttr(ParametrizedAttribute):
+    """`#grad.tiles<bt = 64, v = 128>`: named tile sizes, each a positive integer, in order."""
+
+    name = "grad.tiles"
+    sizes: DictionaryAttr
+
+    def __init__(self, sizes: Mapping[str, int]):
+        super().__init__(DictionaryAttr({k: IntegerAttr(v, i64) for k, v in sizes.items()}))
+
+    def as_dict(self) -> dict[str, int]:
+        return {k: v.value.data for k, v in self.sizes.data.items()}  # type: ignore[attr-defined]
+
+    def verify(self) -> None:
+        for key, value in self.sizes.data.items():
+            if not isinstance(value, IntegerAttr) or value.value.data < 1:
+                raise VerifyException(f"#grad.tiles needs a positive integer for '{key}', got {value}")
+
+    def print_parameters(self, printer: Printer) -> None:
+        with printer.in_angle_brackets():
+            printer.print_string(", ".join(f"{k} = {v}" for k, v in self.as_dict().items()))
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> list[Attribute]:
+        def entry() -> tuple[str, int]:
+            key = parser.parse_identifier(" (a tile dimension name)")
+            parser.parse_punctuation("=")
+            return key, parser.parse_integer(allow_boolean=False, allow_negative=True)
+
+        entries = parser.parse_comma_separated_list(parser.Delimiter.ANGLE, entry)
+        return [DictionaryAttr({k: IntegerAttr(v, i64) for k, v in entries})]
+
+
+@irdl_attr_definition
+class FusedNestAttr(ParametrizedAttribute):
+    """`#grad.fused<"grad.<op>", #grad.tiles<...>>` on the outer loop of the loop nest a fusion pass
+    made of an op: which op (its recipe tiles and distributes the nest) and the nest's tiles."""
+
+    name = "grad.fused"
+    op: StringAttr
+    tiles: TileSizesAttr
+
+    def __init__(self, op: str, tiles: Mapping[str, int]):
+        super().__init__(StringAttr(op), TileSizesAttr(tiles))
+
+
+class NestRole(StrEnum):
+    """The parts of a fused nest that passes restructuring it must find."""
+
+    INPUT_GRAD_INIT = auto()  # zeroes the input-gradient accumulator
+    INPUT_GRAD_FINAL = auto()  # rounds it into the output
+    WEIGHT_GRAD_INIT = auto()  # zeroes a vocabulary tile's weight-gradient accumulator
+    WEIGHT_GRAD_FINAL = auto()  # rounds it into the output
+    TOKEN_LOOP = auto()  # the loop over token tiles inside a vocabulary tile
+
+
+class InAngleBrackets:
+    """For an EnumAttribute: `#dialect.name<value>` rather than `#dialect<name value>`."""
+
+    @classmethod
+    def parse_parameter(cls, parser: AttrParser):
+        with parser.in_angle_brackets():
+            return super().parse_parameter(parser)  # type: ignore[misc]
+
+    def print_parameter(self, printer: Printer) -> None:
+        with printer.in_angle_brackets():
+            super().print_parameter(printer)  # type: ignore[misc]
+
+
+@irdl_attr_definition
+class NestRoleAttr(InAngleBrackets, EnumAttribute[NestRole]):
+    """`#grad.role<token_loop>`."""
+
+    name = "grad.role"
+
+
+class Contraction(StrEnum):
+    """The contractions of the linear cross-entropy nests."""
+
+    LOGITS = auto()  # Z = X·Wᵀ
+    INPUT_GRAD = auto()  # dX += G·W
+    WEIGHT_GRAD = auto()  # dW += Gᵀ·X
+
+
+@irdl_attr_definition
+class ContractionAttr(ParametrizedAttribute):
+    """`#grad.contraction<input_grad, dims = [bt, v, h]>`: which contraction a `linalg.generic` is,
+    and the tile dimensions its three loops run over (the tiling reads their tile sizes)."""
+
+    name = "grad.contraction"
+    kind: StringAttr
+    dims: ArrayAttr[StringAttr]
+
+    def __init__(self, kind: Contraction, dims: Sequence[str]):
+        super().__init__(StringAttr(kind.value), ArrayAttr([StringAttr(d) for d in dims]))
+
+    @property
+    def contraction(self) -> Contraction:
+        return Contraction(self.kind.data)
+
+    @property
+    def loop_dims(self) -> list[str]:
+        return [d.data for d in self.dims.data]
+
+    def verify(self) -> None:
+        if self.kind.data not in {c.value for c in Contraction}:
+            raise VerifyException(f"#grad.contraction: unknown contraction '{self.kind.data}' "
+                                  f"(known: {', '.join(c.value for c in Contraction)})")
+        if len(self.dims.data) != 3:
+            raise VerifyException(f"#grad.contraction needs 3 loop dims, got {len(self.dims.data)}")
+
+    def print_parameters(self, printer: Printer) -> None:
+        with printer.in_angle_brackets():
+            printer.print_string(f"{self.kind.data}, dims = [{', '.join(self.loop_dims)}]")
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> list[Attribute]:
+        with parser.in_angle_brackets():
+            kind = parser.parse_identifier(" (a contraction: logits, input_grad or weight_grad)")
+            parser.parse_punctuation(",")
+            parser.parse_keyword("dims")
+            parser.parse_punctuation("=")
+            dims = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, parser.parse_identifier)
+        return [StringAttr(kind), ArrayAttr([StringAttr(d) for d in dims])]
+
+
+A = TypeVar("A", bound=Attribute)
+
+
+@dataclass(frozen=True)
+class Discardable(Generic[A]):
+    """A discardable attribute npugrad's passes hand each other: its name, the type of its value
+    (UnitAttr for a marker) and what it means. The only way passes read or write one.
+    `below_grad`: it outlives the grad level (convert-grad-to-loops drops the others: they
+    describe grad ops and fused nests, and upstream MLIR could not parse their values)."""
+
+    name: str
+    type: type[A]
+    meaning: str
+    below_grad: bool = False
+
+    def get(self, op: Operation) -> A | None:
+        value = op.attributes.get(self.name)
+        return value if isinstance(value, self.type) else None
+
+    def on(self, op: Operation) -> bool:
+        return self.name in op.attributes
+
+    def set(self, op: Operation, value: A | None = None) -> None:
+        """Put the attribute on `op` (a marker needs no value)."""
+        op.attributes[self.name] = value if value is not None else self.type()  # type: ignore[call-arg]
+
+    def remove(self, op: Operation) -> None:
+        op.attributes.pop(self.name, None)
+
+
+TILES = Discardable("grad.tiles", TileSizesAttr, "on a loop over tiles: the tile sizes it was made with")
+FUSED = Discardable("grad.fused", FusedNestAttr, "on the outer loop of a fused nest: the op it computes, its tiles")
+ROLE = Discardable("grad.role", NestRoleAttr, "on a part of a fused nest: what the part does")
+CONTRACTION = Discardable("grad.contraction", ContractionAttr,
+                          "on a contraction of a fused nest: which one, and its loop dimensions")
+DISTRIBUTED = Discardable("grad.distributed", UnitAttr,
+                          "on a function: distribute-over-cores split work one block could do alone", below_grad=True)
+VECTORIZED = Discardable("grad.vectorized", UnitAttr, "on a loop: the vector main loop of an elementwise loop",
+                         below_grad=True)
+
+GRAD_DISCARDABLE: tuple[Discardable, ...] = (TILES, FUSED, ROLE, CONTRACTION, DISTRIBUTED, VECTORIZED)
+GRAD_ATTRIBUTES: tuple[type[Attribute], ...] = (TileSizesAttr, FusedNestAttr, NestRoleAttr, ContractionAttr)
+
+
+def verify_discardable(op: Operation, declared: Mapping[str, Discardable], prefixes: tuple[str, ...]) -> None:
+    """Every attribute of `op` named with one of our dialects' prefixes is declared and well typed."""
+    for name, value in op.attributes.items():
+        if not name.startswith(prefixes):
+            continue
+        decl = declared.get(name)
+        if decl is None:
+            known = ", ".join(sorted(n for n in declared if n.startswith(name.split(".")[0] + ".")))
+            raise VerifyException(f"unknown attribute '{name}' (the dialect declares: {known})")
+        if not isinstance(value, decl.type):
+            raise VerifyException(f"attribute '{name}' must be {decl.type.name}, got {value}")  # type: ignore[attr-defined]

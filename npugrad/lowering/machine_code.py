@@ -1,0 +1,209 @@
+"""LLVM IR → optimised code (llvmlite, O3): for this CPU (what the JIT runs, runtime/jit.py) or,
+as assembly, for the CPU a target describes. Also the seam between the two LLVMs: the MLIR
+bindings' newer LLVM prints float literals that llvmlite's LLVM 22 parser must be given in its
+own syntax (to_llvmlite_syntax)."""
+
+from __future__ import annotations
+
+import math
+import re
+import struct
+import threading
+from fractions import Fraction
+from functools import cache
+
+import llvmlite.binding as llvm
+
+LOCK = threading.Lock()  # LLVM's global context is not thread-safe
+
+
+class JitError(RuntimeError):
+    """llvmlite rejected the LLVM IR (the message holds LLVM's diagnostic)."""
+
+
+@cache
+def init() -> None:
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    _define_support_functions()
+
+
+# Library functions LLVM's code generator calls where the CPU has no instruction for an
+# operation, and which the process need not provide (libgcc has them only from GCC 13 on): an
+# unresolved one becomes a call to address 0. `__truncsfbf2` rounds float to bfloat16 on CPUs
+# without AVX512-BF16, where LLVM legalises a bfloat16 vector op (a masked load's lanes) through
+# float. Round to nearest even, NaNs kept quiet, as compiler-rt does.
+_SUPPORT_IR = """
+define bfloat @__truncsfbf2(float %x) {
+  %bits = bitcast float %x to i32
+  %magnitude = and i32 %bits, 2147483647
+  %nan = icmp ugt i32 %magnitude, 2139095040
+  %odd = lshr i32 %bits, 16
+  %lsb = and i32 %odd, 1
+  %bias = add i32 %lsb, 32767
+  %rounded = add i32 %bits, %bias
+  %quiet = or i32 %bits, 4194304
+  %pick = select i1 %nan, i32 %quiet, i32 %rounded
+  %high = lshr i32 %pick, 16
+  %half = trunc i32 %high to i16
+  %result = bitcast i16 %half to bfloat
+  ret bfloat %result
+}
+"""
+_SUPPORT: list = []  # the engine holding the support functions, alive as long as the process
+
+
+def _define_support_functions() -> None:
+    module = llvm.parse_assembly(_SUPPORT_IR)
+    engine = llvm.create_mcjit_compiler(module, _host_machine())
+    engine.finalize_object()
+    for name in ("__truncsfbf2",):
+        if not llvm.address_of_symbol(name):
+            llvm.add_symbol(name, engine.get_function_address(name))
+    _SUPPORT.append(engine)
+
+
+def new_target_machine() -> llvm.TargetMachine:
+    """A target machine for this CPU (an engine takes ownership of the one it is given)."""
+    init()
+    return _host_machine()
+
+
+def _host_machine() -> llvm.TargetMachine:
+    target = llvm.Target.from_default_triple()
+    return target.create_target_machine(
+        cpu=llvm.get_host_cpu_name(),
+        features=llvm.get_host_cpu_features().flatten(),
+        opt=3,
+        codemodel="jitdefault",
+    )
+
+
+@cache
+def host_target_machine() -> llvm.TargetMachine:
+    """The target machine for optimising and printing assembly (never given to an engine)."""
+    return new_target_machine()
+
+
+def llvm_version() -> str:
+    return ".".join(map(str, llvm.llvm_version_info))
+
+
+# The newer LLVM prints a float constant as a decimal when that reads back exactly, as
+# `+inf`/`-inf`, `+qnan`/`-qnan`, `+nan(0x<payload>)`/`+snan(0x<payload>)` for the special values,
+# and as `f0x<bits>` otherwise. LLVM 22 reads decimals (exactly representable ones, for types
+# narrower than double) and the hex forms `0x<double bits>` (double and float), `0xH` (half) and
+# `0xR` (bfloat). A literal's type is the last type keyword before it on its line.
+_TOKEN = re.compile(
+    r"(?<![\w.$%@#\"-])(?:"
+    r"(?P<type>half|bfloat|float|double|x86_fp80|fp128|ppc_fp128)"
+    r"|f0x(?P<bits>[0-9A-Fa-f]+)"
+    r"|(?P<sign>[-+])(?:(?P<inf>inf)|(?P<nan>qnan|nan|snan)(?:\(0x(?P<payload>[0-9A-Fa-f]+)\))?)"
+    r"|(?P<dec>[-+]?\d+\.\d*(?:[eE][-+]?\d+)?)"
+    r")(?![\w.$-])"
+)
+_FORMATS = {"half": (5, 10), "bfloat": (8, 7), "float": (8, 23), "double": (11, 52)}  # exponent, fraction bits
+
+
+def _round_decimal(text: str, exponent_bits: int, fraction_bits: int) -> int:
+    """The bits of the decimal `text` rounded to nearest, ties to even, in a binary format: once,
+    as the newer LLVM reads it (going through a double first could round twice)."""
+    sign = int(text.startswith("-")) << (exponent_bits + fraction_bits)  # -0.0 too
+    value = abs(Fraction(text))
+    if value == 0:
+        return sign
+    bias = (1 << (exponent_bits - 1)) - 1
+    e = value.numerator.bit_length() - value.denominator.bit_length()  # 2**(e - 1) < value < 2**(e + 1)
+    if value < Fraction(2) ** e:
+        e -= 1
+    e = max(e, 1 - bias)  # below the normal range the last place stays that of the subnormals
+    ulps = value / Fraction(2) ** (e - fraction_bits)
+    q, r = divmod(ulps.numerator, ulps.denominator)
+    q += 2 * r > ulps.denominator or (2 * r == ulps.denominator and q & 1)
+    if q >> (fraction_bits + 1):  # rounded up into the next binade
+        q, e = q >> 1, e + 1
+    if e + bias >= (1 << exponent_bits) - 1:
+        return sign | ((1 << exponent_bits) - 1) << fraction_bits  # overflow: infinity
+    biased = e + bias if q >> fraction_bits else 0
+    return sign | biased << fraction_bits | (q & ((1 << fraction_bits) - 1))
+
+
+def _float_as_double(bits: int) -> int:
+    """The double LLVM 22 reads a float constant from: the same value, computed bit by bit (no
+    hardware conversion, which would quieten a signalling NaN); a NaN's payload moves up."""
+    sign, exponent, fraction = bits >> 31, (bits >> 23) & 0xFF, bits & 0x7FFFFF
+    if exponent == 0xFF:
+        return sign << 63 | 0x7FF << 52 | fraction << 29
+    value = math.ldexp(fraction | int(exponent != 0) << 23, max(exponent, 1) - 150)
+    return struct.unpack("<Q", struct.pack("<d", -value if sign else value))[0]
+
+
+def _literal(m: re.Match, kind: str | None) -> str:
+    """One literal of type `kind` in LLVM 22's syntax (unchanged if LLVM 22 reads it as it is)."""
+    if kind not in _FORMATS or (kind == "double" and m["dec"] is not None):
+        return m[0]
+    exponent_bits, fraction_bits = _FORMATS[kind]
+    if m["bits"] is not None:
+        bits = int(m["bits"], 16)
+    elif m["dec"] is not None:
+        bits = _round_decimal(m["dec"], exponent_bits, fraction_bits)
+    else:
+        sign = int(m["sign"] == "-") << (exponent_bits + fraction_bits)
+        special = sign | ((1 << exponent_bits) - 1) << fraction_bits
+        payload = int(m["payload"] or "0", 16)
+        bits = special if m["inf"] else special | payload | (0 if m["nan"] == "snan" else 1 << (fraction_bits - 1))
+    if kind == "half":
+        return f"0xH{bits:04X}"
+    if kind == "bfloat":
+        return f"0xR{bits:04X}"
+    return f"0x{_float_as_double(bits) if kind == 'float' else bits:016X}"
+
+
+def _rewrite_line(line: str) -> str:
+    kind = None
+
+    def token(m: re.Match) -> str:
+        nonlocal kind
+        if m["type"] is not None:
+            kind = m["type"]
+            return m[0]
+        return _literal(m, kind)
+
+    return _TOKEN.sub(token, line)
+
+
+def to_llvmlite_syntax(llvm_ir: str) -> str:
+    """Rewrite the float literals printed by the MLIR bindings' newer LLVM into what llvmlite's
+    LLVM 22 parser reads, bit for bit the constants the newer LLVM meant."""
+    return "\n".join(
+        _rewrite_line(line) if not line.lstrip().startswith((";", "source_filename", "target")) else line
+        for line in llvm_ir.split("\n")
+    )
+
+
+def optimised(llvm_ir: str, tm: llvm.TargetMachine | None = None) -> llvm.ModuleRef:
+    """The module parsed (in llvmlite's syntax), verified and optimised at O3 for `tm` (the host)."""
+    init()
+    try:
+        module = llvm.parse_assembly(to_llvmlite_syntax(llvm_ir))
+        module.verify()
+    except RuntimeError as e:
+        raise JitError(f"llvmlite (LLVM {llvm_version()}) rejected the LLVM IR: {e}") from None
+    tm = tm or host_target_machine()
+    module.triple = tm.triple
+    module.data_layout = str(tm.target_data)
+    builder = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=3))
+    builder.getModulePassManager().run(module, builder)
+    return module
+
+
+
+def assembly(llvm_ir: str, cpu: str = "", features: str = "") -> str:
+    """Assembly of the O3-optimised module, for the host or for the CPU LLVM calls `cpu` with
+    `features` (e.g. "x86-64-v3" and "": no need to run on it to see its code)."""
+    with LOCK:
+        if not cpu:
+            return host_target_machine().emit_assembly(optimised(llvm_ir))
+        init()
+        machine = llvm.Target.from_default_triple().create_target_machine(cpu=cpu, features=features, opt=3)
+        return machine.emit_assembly(optimised(llvm_ir, machine))

@@ -1,0 +1,107 @@
+"""grad.fused_linear_cross_entropy_loss_grad: the backward of a vocabulary-parallel LM head and
+cross entropy on one rank (OPS.md §1). The pipeline fuses it first (fuse-linear-cross-entropy-grad):
+its nest, not the op, is tiled and spread over cores; unfused, it lowers to the reference loops."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from npugrad.dialect import FusedLinearCrossEntropyLossGradOp
+from npugrad.lowering.grad_to_loops.flce import lower_fused_linear_cross_entropy_loss_grad
+from npugrad.passes.tiling import flce
+from npugrad.recipes.base import FLOAT_DTYPES, Example, FusedNest, OpRecipe, cast, not_supported
+from npugrad.reference import ops as ref
+
+
+class LinearCrossEntropyNest(FusedNest):
+    def tile(self, nest, target, e):
+        flce.tile_fused_flce(nest, target, e)
+
+    def distribute(self, nest, e):
+        flce.distribute_fused_flce(nest, e)
+
+
+class FusedLinearCrossEntropyLossGrad(OpRecipe):
+    op = FusedLinearCrossEntropyLossGradOp
+    fused = LinearCrossEntropyNest()
+
+    def lower(self, op, e):
+        lower_fused_linear_cross_entropy_loss_grad(op, e)
+
+    def choose_tile_sizes(self, op, target):
+        return flce.choose_tile_sizes(op, target)
+
+    def footprint(self, op, sizes, target):
+        return flce.footprint(op, sizes, target)
+
+    tile = not_supported("tiled as its fused nest (fuse-linear-cross-entropy-grad first); unfused it stays whole")
+    distribute = not_supported("spread over cores as its fused nest; unfused it stays on one block")
+
+    def reference(self, arrays, props):
+        a = arrays
+        dt = np.dtype(a["input"].dtype)
+        gi, gw = ref.fused_linear_cross_entropy_loss_grad(
+            a["grad"], a["input"], a["weight"], a["target_mask"], a["masked_target"], props.get("label_smoothing", 0.0),
+            a.get("logits_max"), a.get("sum_exp_logits"), a.get("softmax"),
+            round_grad_logits_to=None if dt == np.float32 else dt,
+        )
+        return {"input_grad_out": gi, "weight_grad_out": gw}
+
+    def random_inputs(self, shapes, dtypes, props, rng):
+        bt, h = shapes["input"]
+        v = shapes["weight"][0]
+        dt = dtypes["input"]
+        x = cast(rng.standard_normal((bt, h)) / max(h, 1) ** 0.25, dt)
+        w = cast(rng.standard_normal((v, h)) / max(h, 1) ** 0.25, dt)
+        z = np.asarray(x, np.float32) @ np.asarray(w, np.float32).T
+        # Global statistics over all shards: at least this shard's max, and more mass than it has.
+        local_max = z.max(axis=1) if v else np.zeros(bt, np.float32)
+        m = (local_max + rng.uniform(0, 1, bt)).astype(np.float32)
+        s = (np.exp(z - m[:, None]).sum(axis=1) + rng.uniform(0.5, 2, bt)).astype(np.float32)
+        masked = (rng.random(bt) < 0.3) | (v == 0)  # an empty shard holds no target
+        target = np.where(masked, 0, rng.integers(0, max(v, 1), bt))
+        mask = masked if dtypes["target_mask"] == np.bool_ else ref.pack_target_mask(masked)
+        if dtypes["target_mask"] == np.uint8 and shapes["target_mask"][0] > mask.size:
+            padding = rng.integers(0, 256, shapes["target_mask"][0] - mask.size).astype(np.uint8)
+            mask = np.concatenate([mask, padding])
+        out = {
+            "grad": rng.uniform(0.5, 1.5, bt).astype(np.float32),
+            "input": x,
+            "weight": w,
+            "target_mask": np.asarray(mask, dtypes["target_mask"]),
+            "masked_target": target.astype(dtypes["masked_target"]),
+        }
+        if "softmax" in shapes:
+            out["softmax"] = (np.exp(z - m[:, None]) / s[:, None]).astype(np.float32)
+        if "logits_max" in shapes:
+            out["logits_max"] = m
+            out["sum_exp_logits"] = s
+        return out
+
+    def api(self):
+        from npugrad.ops import fused_linear_cross_entropy_loss_grad
+
+        return fused_linear_cross_entropy_loss_grad
+
+    def call_api(self, arrays, props):
+        a = arrays
+        gi, gw = self.api()(a["grad"], a["input"], a["weight"], a["target_mask"], a["masked_target"],
+                            props.get("label_smoothing", 0.0), a.get("logits_max"), a.get("sum_exp_logits"),
+                            a.get("softmax"))
+        return {"input_grad_out": gi, "weight_grad_out": gw}
+
+    def examples(self):
+        for dtype, mode, packed in itertools.product(FLOAT_DTYPES, ("memory-saving", "high-performance"), (False, True)):
+            bt, h, v = 75, 40, 300
+            shapes = {"grad": (bt,), "input": (bt, h), "weight": (v, h),
+                      "target_mask": ((bt + 7) // 8,) if packed else (bt,), "masked_target": (bt,)}
+            if mode == "high-performance":
+                shapes["softmax"] = (bt, v)
+            else:
+                shapes |= {"logits_max": (bt,), "sum_exp_logits": (bt,)}
+            dtypes = dict.fromkeys(shapes, np.dtype(np.float32)) | {
+                "input": dtype, "weight": dtype, "target_mask": np.dtype(np.uint8 if packed else np.bool_),
+                "masked_target": np.dtype(np.int32)}
+            yield Example(f"{mode}, {'uint8 bit-packed' if packed else 'bool'} mask", shapes, dtypes)
