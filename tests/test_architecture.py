@@ -35,7 +35,7 @@ BIN = Path(sys.executable).parent
 
 
 def test_every_op_of_the_dialect_has_a_complete_recipe():
-    assert set(recipes()) == set(OPS)
+    assert set(OPS) <= set(recipes())  # tests may add ops of their own (test_extending.py)
     for op in OPS:
         recipe = recipe_of(op)
         for part in PARTS:
