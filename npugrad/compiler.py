@@ -1,10 +1,10 @@
 """The stage ladder: every stage of the pipeline can be reached, printed and fed back in.
 
-    grad ──fuse-linear-cross-entropy-grad──▶ fused ──tile-for-target / distribute-over-cores──▶ tiled
-    ──convert-grad-to-loops──▶ loops ──vectorize-contractions, vectorize-elementwise-loops──▶ vectorized
+    train ──fuse-linear-cross-entropy-grad──▶ fused ──tile-for-target / distribute-over-cores──▶ tiled
+    ──convert-train-to-loops──▶ loops ──vectorize-contractions, vectorize-elementwise-loops──▶ vectorized
     ──upstream MLIR──▶ llvm-dialect ──translate──▶ llvm-ir ──llvmlite O3──▶ asm / JIT ──▶ run
 
-`grad` to `vectorized` are xDSL modules; from `llvm-dialect` on the IR is text produced by the
+`train` to `vectorized` are xDSL modules; from `llvm-dialect` on the IR is text produced by the
 upstream MLIR bindings and llvmlite. Errors carry source locations (`file:line:col: error: ...`).
 """
 
@@ -24,11 +24,11 @@ from xdsl.utils.exceptions import ParseError, VerifyException
 from xdsl.utils.lexer import Span
 
 from npugrad.diagnostics import PassFailure
-from npugrad.dialect import Grad, Npu, verify_attributes
+from npugrad.dialect import Npu, Train, verify_attributes
 from npugrad.lowering import machine_code
-from npugrad.lowering.grad_to_loops import ConvertGradToLoopsPass
 from npugrad.lowering.npu_to_cpu import LowerNpuToCpuPass
 from npugrad.lowering.to_llvm import to_llvm_dialect, to_llvm_ir
+from npugrad.lowering.train_to_loops import ConvertTrainToLoopsPass
 from npugrad.passes.check_capacity import CheckCapacityPass
 from npugrad.passes.choose_tile_sizes import ChooseTileSizesPass
 from npugrad.passes.distribute_over_cores import DistributeOverCoresPass
@@ -38,8 +38,8 @@ from npugrad.passes.vectorize_contractions import VectorizeContractionsPass
 from npugrad.passes.vectorize_elementwise import VectorizeElementwiseLoopsPass
 from npugrad.targets import get as get_target
 
-STAGES = ("grad", "fused", "tiled", "loops", "vectorized", "llvm-dialect", "llvm-ir", "asm")
-XDSL_STAGES = ("grad", "fused", "tiled", "loops", "vectorized")
+STAGES = ("train", "fused", "tiled", "loops", "vectorized", "llvm-dialect", "llvm-ir", "asm")
+XDSL_STAGES = ("train", "fused", "tiled", "loops", "vectorized")
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class CompileError(Exception):
 
 def make_context() -> Context:
     ctx = Context()
-    ours = {Grad.name: Grad, Npu.name: Npu}
+    ours = {Train.name: Train, Npu.name: Npu}
     for name, factory in get_all_dialects().items():
         if name not in ours:
             ctx.register_dialect(name, factory)
@@ -161,7 +161,7 @@ def _located(op: Operation, message: str, text: str, name: str) -> Diagnostic:
 
 def verify(module: ModuleOp, text: str = "", name: str = "<stdin>") -> None:
     """Verify op by op, innermost first, so the diagnostic points at the op that is wrong; the
-    grad.* and npu.* attributes an op carries must be declared by the dialects and well typed.
+    train.* and npu.* attributes an op carries must be declared by the dialects and well typed.
     `text` and `name` are the source the module was parsed from, to quote the offending line."""
     for op in module.walk(reverse=True):
         try:
@@ -179,10 +179,10 @@ def verify(module: ModuleOp, text: str = "", name: str = "<stdin>") -> None:
 class Pipeline:
     """The passes between stages:
 
-        grad ─(choose-tile-sizes)─ fuse-linear-cross-entropy-grad ─▶ fused
+        train ─(choose-tile-sizes)─ fuse-linear-cross-entropy-grad ─▶ fused
              ─ tile-for-target, check-capacity ─▶ tiled       (with a target)
              ─ distribute-over-cores ─▶ tiled                 (without: nothing tiled, work spread)
-             ─ convert-grad-to-loops ─▶ loops                 (contractions stay linalg.generic)
+             ─ convert-train-to-loops ─▶ loops                 (contractions stay linalg.generic)
              ─ vectorize-contractions, vectorize-elementwise-loops,
                convert-linalg-to-loops, lower-npu-to-cpu ─▶ vectorized   (what goes upstream)
 
@@ -202,7 +202,7 @@ class Pipeline:
     vectorize: bool = True
     distribute: bool = True
     fused_passes: list[ModulePass] = field(default_factory=lambda: [FuseLinearCrossEntropyGradPass()])
-    loops_passes: list[ModulePass] = field(default_factory=lambda: [ConvertGradToLoopsPass()])
+    loops_passes: list[ModulePass] = field(default_factory=lambda: [ConvertTrainToLoopsPass()])
     final_passes: list[ModulePass] = field(default_factory=lambda: [ConvertLinalgToLoopsPass(), LowerNpuToCpuPass()])
     verify_each: bool = field(default=True, compare=False)
 

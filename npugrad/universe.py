@@ -1,4 +1,4 @@
-"""The `xdsl.universe` entry point: plain `xdsl-opt` sees the `grad` and `npu` dialects and
+"""The `xdsl.universe` entry point: plain `xdsl-opt` sees the `train` and `npu` dialects and
 npugrad's passes."""
 
 from xdsl.ir import Dialect
@@ -7,10 +7,10 @@ from xdsl.universe import Universe
 from npugrad.passes import ALL_PASSES
 
 
-def _grad() -> Dialect:
-    from npugrad.dialect import Grad
+def _train() -> Dialect:
+    from npugrad.dialect import Train
 
-    return Grad
+    return Train
 
 
 def _npu() -> Dialect:
@@ -19,4 +19,4 @@ def _npu() -> Dialect:
     return Npu
 
 
-NPUGRAD_UNIVERSE = Universe(all_dialects={"grad": _grad, "npu": _npu}, all_passes=dict(ALL_PASSES))
+NPUGRAD_UNIVERSE = Universe(all_dialects={"train": _train, "npu": _npu}, all_passes=dict(ALL_PASSES))

@@ -18,9 +18,9 @@ from xdsl.irdl import IRDLOperation
 from xdsl.traits import MemoryEffectKind, get_effects
 
 from npugrad.compiler import CompileError, Pipeline, parse
-from npugrad.dialect import DISCARDABLE, OPS, GradOp
-from npugrad.dialect.grad import grad_op, input_def, output_def
-from npugrad.lowering.grad_to_loops import ConvertGradToLoopsPass
+from npugrad.dialect import DISCARDABLE, OPS, TrainOp
+from npugrad.dialect.train import input_def, output_def, train_op
+from npugrad.lowering.train_to_loops import ConvertTrainToLoopsPass
 from npugrad.passes import ALL_PASSES
 from npugrad.passes.tiling.elementwise import tile_op
 from npugrad.recipes import PARTS, OpRecipe, RecipeError, check_complete, not_supported, recipe_of, recipes
@@ -43,11 +43,11 @@ def test_every_op_of_the_dialect_has_a_complete_recipe():
         assert recipe is recipe_of(op.name) is recipe_of(op.short_name())
 
 
-@grad_op
-class _HalfOp(GradOp):
+@train_op
+class _HalfOp(TrainOp):
     """An op a contributor has just added, with only part of its recipe."""
 
-    name = "grad.half_registered"
+    name = "train.half_registered"
     x = input_def()
     out = output_def()
     TILE_DIMS: ClassVar[tuple[str, ...]] = ("n",)
@@ -63,14 +63,14 @@ def test_a_half_registered_op_gets_an_error_naming_the_op_and_the_part():
 
     message = str(info.value)
     print(message)
-    assert "'grad.half_registered'" in message and "'choose_tile_sizes'" in message
+    assert "'train.half_registered'" in message and "'choose_tile_sizes'" in message
     assert "tests/test_architecture.py" in message
     assert "not_supported" in message
 
 
 def test_an_op_without_a_recipe_is_named():
-    with pytest.raises(RecipeError, match="'grad.half_registered'.*no recipe"):
-        check_complete(Dialect("grad", [*OPS, _HalfOp]))
+    with pytest.raises(RecipeError, match="'train.half_registered'.*no recipe"):
+        check_complete(Dialect("train", [*OPS, _HalfOp]))
 
 
 def test_a_recipe_must_name_its_op():
@@ -90,10 +90,10 @@ def test_a_part_declared_not_supported_says_why_and_its_pass_leaves_the_op():
 
 
 def test_convert_grad_to_loops_rejects_a_grad_op_that_survives_it(monkeypatch):
-    """A lowering that leaves a grad op behind (here: one that emits a copy of its op instead of
+    """A lowering that leaves a train op behind (here: one that emits a copy of its op instead of
     loops) is an error at that op's location, not a failure later in the upstream pipeline."""
     text = """func.func @f(%x: memref<8xf32>, %y: memref<8xf32>, %d: memref<1xf32>, %dx: memref<8xf32>) {
-  grad.binary_cross_entropy_grad input_x(%x : memref<8xf32>) input_y(%y : memref<8xf32>)
+  train.binary_cross_entropy_grad input_x(%x : memref<8xf32>) input_y(%y : memref<8xf32>)
       dloss(%d : memref<1xf32>) -> dx(%dx : memref<8xf32>)
   func.return
 }
@@ -101,12 +101,12 @@ def test_convert_grad_to_loops_rejects_a_grad_op_that_survives_it(monkeypatch):
     module = parse(text, "kernel.mlir")
     recipe = recipe_of("binary_cross_entropy_grad")
     monkeypatch.setattr(type(recipe), "lower", lambda self, op, e: e.emit(tile_op(op, {})))
-    pipeline = Pipeline(vectorize=False, distribute=False, loops_passes=[ConvertGradToLoopsPass()])
+    pipeline = Pipeline(vectorize=False, distribute=False, loops_passes=[ConvertTrainToLoopsPass()])
     with pytest.raises(CompileError) as info:
         pipeline.to_xdsl_stage(module, "loops")
     d = info.value.diagnostics[0]
     assert (d.file, d.line, d.column) == ("kernel.mlir", 2, 3)
-    assert "convert-grad-to-loops: 'grad.binary_cross_entropy_grad' was not lowered to loops" in d.message
+    assert "convert-train-to-loops: 'train.binary_cross_entropy_grad' was not lowered to loops" in d.message
 
 
 # -- typed contracts --------------------------------------------------------------------------
@@ -120,7 +120,7 @@ def _sources(folder: Path):
 def test_no_pass_uses_an_attribute_the_dialects_do_not_declare():
     """Every 'grad.x' or 'npu.x' string in the code outside the dialects is an op name or a
     declared attribute's name; passes reach attributes only through the declarations."""
-    op_names = {op.name for op in OPS} | {"grad.half_registered"}
+    op_names = {op.name for op in OPS} | {"train.half_registered"}
     from npugrad.dialect import Npu
 
     op_names |= {op.name for op in Npu.operations}
@@ -143,8 +143,8 @@ def test_no_code_recognises_ir_by_a_doc_string():
 
 def test_undeclared_and_ill_typed_attributes_are_located_errors(tmp_path):
     cases = {
-        "scf.for %i = %c0 to %c4 step %c1 {\n  } {grad.nest_role = \"token_loop\"}": "unknown attribute 'grad.nest_role'",
-        "scf.for %i = %c0 to %c4 step %c1 {\n  } {grad.tiles = 3 : i64}": "attribute 'grad.tiles' must be grad.tiles",
+        "scf.for %i = %c0 to %c4 step %c1 {\n  } {train.nest_role = \"token_loop\"}": "unknown attribute 'train.nest_role'",
+        "scf.for %i = %c0 to %c4 step %c1 {\n  } {train.tiles = 3 : i64}": "attribute 'train.tiles' must be train.tiles",
     }
     for body, message in cases.items():
         path = tmp_path / "a.mlir"
@@ -160,16 +160,16 @@ def test_contract_attributes_print_and_parse_back():
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   scf.for %i = %c0 to %c1 step %c1 {
-  } {grad.fused = #grad.fused<"grad.fused_linear_cross_entropy_loss_grad", #grad.tiles<bt = 64, v = 128, h = 32>>}
+  } {train.fused = #train.fused<"train.fused_linear_cross_entropy_loss_grad", #train.tiles<bt = 64, v = 128, h = 32>>}
   scf.for %i = %c0 to %c1 step %c1 {
-  } {grad.role = #grad.role<token_loop>, grad.tiles = #grad.tiles<n = 8>}
+  } {train.role = #train.role<token_loop>, train.tiles = #train.tiles<n = 8>}
   %a = memref.alloc() {npu.promote = #npu.role<accumulator>} : memref<4xf32>
   func.return
 }
 """
     once = str(parse(text))
     assert once == str(parse(once))
-    for piece in ("#grad.tiles<bt = 64, v = 128, h = 32>", "#grad.role<token_loop>", "#npu.role<accumulator>"):
+    for piece in ("#train.tiles<bt = 64, v = 128, h = 32>", "#train.role<token_loop>", "#npu.role<accumulator>"):
         assert piece in once
 
 

@@ -118,7 +118,7 @@ def test_flce_two_phases_over_blocks(rng, threads, dtype, hp):
 
 BCE_IR = """
 func.func @bce(%x: memref<?x?xf32>, %y: memref<?x?xf32>, %d: memref<1xf32>, %dx: memref<?x?xf32>) {
-  grad.binary_cross_entropy_grad input_x(%x : memref<?x?xf32>) input_y(%y : memref<?x?xf32>)
+  train.binary_cross_entropy_grad input_x(%x : memref<?x?xf32>) input_y(%y : memref<?x?xf32>)
       dloss(%d : memref<1xf32>) -> dx(%dx : memref<?x?xf32>) {reduction = 1 : i64}
   func.return
 }

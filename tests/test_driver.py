@@ -21,7 +21,7 @@ BCE_EXAMPLE = ROOT / "examples" / "bce_grad.mlir"
 BIN = Path(sys.executable).parent
 
 BCE = """func.func @bce(%x: memref<{n}xf32>, %y: memref<{m}xf32>, %d: memref<1xf32>, %dx: memref<{n}xf32>) {{
-  grad.binary_cross_entropy_grad input_x(%x : memref<{n}xf32>) input_y(%y : memref<{m}xf32>)
+  train.binary_cross_entropy_grad input_x(%x : memref<{n}xf32>) input_y(%y : memref<{m}xf32>)
       dloss(%d : memref<1xf32>) -> dx(%dx : memref<{n}xf32>) {{reduction = {reduction} : i64}}
   func.return
 }}
@@ -59,7 +59,7 @@ def located_errors(stderr: str) -> list[tuple[str, int, int, str]]:
 def test_malformed_input_is_a_located_error(tmp_path):
     path = write(
         tmp_path,
-        "func.func @f(%x: memref<4xf32>) {\n  grad.binary_cross_entropy_grad input_x(%x : memref<4xf32>) input_y(\n}\n",
+        "func.func @f(%x: memref<4xf32>) {\n  train.binary_cross_entropy_grad input_x(%x : memref<4xf32>) input_y(\n}\n",
     )
     result = run("npugrad-opt", path)
     assert result.returncode == 1
@@ -75,17 +75,17 @@ def test_verifier_error_is_located_at_the_op(tmp_path):
     assert (file, line, col) == (str(path), 2, 3)
     assert (
         message
-        == "'grad.binary_cross_entropy_grad' op operand 'input_y' must have shape (16,) (the shape of 'input_x'), got (15,)"
+        == "'train.binary_cross_entropy_grad' op operand 'input_y' must have shape (16,) (the shape of 'input_x'), got (15,)"
     )
     # The offending line is quoted, with a caret under the column.
     assert result.stderr.splitlines()[1:3] == [path.read_text().splitlines()[1], "  ^"]
 
 
 def test_unknown_op_is_located_at_its_name(tmp_path):
-    path = write(tmp_path, "func.func @f() {\n  grad.no_such_op\n  func.return\n}\n")
+    path = write(tmp_path, "func.func @f() {\n  train.no_such_op\n  func.return\n}\n")
     result = run("npugrad-opt", path)
     assert result.returncode == 1
-    assert located_errors(result.stderr) == [(str(path), 2, 3, "Operation grad.no_such_op is not registered")]
+    assert located_errors(result.stderr) == [(str(path), 2, 3, "Operation train.no_such_op is not registered")]
 
 
 def test_property_of_the_wrong_type_is_located(tmp_path):
@@ -94,7 +94,7 @@ def test_property_of_the_wrong_type_is_located(tmp_path):
     assert result.returncode == 1
     [(_, line, col, message)] = located_errors(result.stderr)
     assert (line, col) == (2, 3)
-    assert message.startswith("'grad.binary_cross_entropy_grad' op ")
+    assert message.startswith("'train.binary_cross_entropy_grad' op ")
 
 
 def test_split_input_file_reports_lines_of_the_whole_file(tmp_path):
@@ -109,7 +109,7 @@ def test_split_input_file_reports_lines_of_the_whole_file(tmp_path):
     ]
     # The valid chunk is still printed, and the chunks stay separated.
     assert result.stdout.count("// -----") == 2
-    assert "grad.binary_cross_entropy_grad" in result.stdout
+    assert "train.binary_cross_entropy_grad" in result.stdout
 
 
 def test_a_layout_the_llvm_lowering_cannot_take_is_an_error_not_a_crash(tmp_path):
@@ -154,8 +154,8 @@ def test_allow_unregistered_dialect_is_honoured(tmp_path):
 # -- the stage ladder ----------------------------------------------------------------------------
 
 STAGE_MARKERS = {
-    "grad": "grad.binary_cross_entropy_grad input_x(",
-    "fused": "grad.binary_cross_entropy_grad input_x(",
+    "train": "train.binary_cross_entropy_grad input_x(",
+    "fused": "train.binary_cross_entropy_grad input_x(",
     "loops": "scf.for",
     "llvm-dialect": "llvm.func @bce_grad(",
     "llvm-ir": "define void @_mlir_ciface_bce_grad(",
@@ -172,7 +172,7 @@ def test_every_stage(stage):
     assert STAGE_MARKERS.get(stage, "") in result.stdout
     assert result.stdout.strip()
     if stage == "loops":
-        assert "grad." not in result.stdout
+        assert "train." not in result.stdout
 
 
 def test_run_with_npz_inputs_and_outputs(tmp_path):
@@ -242,7 +242,7 @@ def test_npz_values_are_checked_before_the_launch(tmp_path):
     path = write(
         tmp_path,
         """func.func @emb(%g: memref<?x4xf32>, %i: memref<?xi64>, %out: memref<10x4xf32>) {
-  grad.embedding_dense_backward grad(%g : memref<?x4xf32>) indices(%i : memref<?xi64>) -> out(%out : memref<10x4xf32>)
+  train.embedding_dense_backward grad(%g : memref<?x4xf32>) indices(%i : memref<?xi64>) -> out(%out : memref<10x4xf32>)
       {num_weights = 10 : i64}
   func.return
 }
@@ -296,7 +296,7 @@ def test_verify_diagnostics_fails_on_an_unexpected_error(tmp_path):
     result = run("npugrad-opt", path, "--verify-diagnostics")
     assert result.returncode == 1
     assert (
-        f"{path}:2:3: error: unexpected error: 'grad.binary_cross_entropy_grad' op operand 'input_y'" in result.stderr
+        f"{path}:2:3: error: unexpected error: 'train.binary_cross_entropy_grad' op operand 'input_y'" in result.stderr
     )
 
 
@@ -339,16 +339,16 @@ def test_stdin_input():
 def test_xdsl_opt_knows_the_dialect():
     result = run("xdsl-opt", BCE_EXAMPLE)
     assert result.returncode == 0, result.stderr
-    assert "grad.binary_cross_entropy_grad input_x(%x : memref<1000xf32>)" in result.stdout
+    assert "train.binary_cross_entropy_grad input_x(%x : memref<1000xf32>)" in result.stdout
     reparsed = run("xdsl-opt", stdin=result.stdout)
     assert reparsed.stdout == result.stdout
 
 
 def test_xdsl_opt_runs_convert_grad_to_loops():
-    result = run("xdsl-opt", BCE_EXAMPLE, "-p", "convert-grad-to-loops")
+    result = run("xdsl-opt", BCE_EXAMPLE, "-p", "convert-train-to-loops")
     assert result.returncode == 0, result.stderr
     assert "scf.for" in result.stdout
-    assert "grad." not in result.stdout
+    assert "train." not in result.stdout
 
 
 def test_xdsl_opt_runs_the_verifier(tmp_path):

@@ -14,7 +14,7 @@ from xdsl.irdl import ParsePropInAttrDict, opt_prop_def, prop_def
 from npugrad.compiler import Pipeline
 from npugrad.dialect.attributes import TileSizesAttr
 from npugrad.dialect.checks import FLOATS, Checker
-from npugrad.dialect.grad import GradOp, grad_op, input_def, output_def
+from npugrad.dialect.train import TrainOp, input_def, output_def, train_op
 from npugrad.ir.expr import Float
 from npugrad.passes.tiling import elementwise
 from npugrad.recipes import Example, OpRecipe, not_supported
@@ -24,11 +24,11 @@ from npugrad.runtime.specialize import OperandClass, compile_op
 TILED = ["x", "y", "dx"]
 
 
-@grad_op
-class MseLossGradOp(GradOp):
+@train_op
+class MseLossGradOp(TrainOp):
     """dx = 2·u·(x − y), u = dloss[0] (sum) or dloss[0]/N (mean)."""
 
-    name = "grad.mse_loss_grad"
+    name = "train.mse_loss_grad"
     x = input_def()
     y = input_def()
     dloss = input_def()

@@ -21,7 +21,7 @@ PASSES = [
     "check-capacity",
     "vectorize-contractions",
     "vectorize-elementwise-loops",
-    "convert-grad-to-loops",
+    "convert-train-to-loops",
     "lower-npu-to-cpu",
 ]
 KERNEL = """func.func @f(%x: memref<8xf32>) {
@@ -41,7 +41,7 @@ def test_every_pass_is_registered_under_its_name():
 
 def test_universe_has_both_dialects():
     assert {name: factory().name for name, factory in NPUGRAD_UNIVERSE.all_dialects.items()} == {
-        "grad": "grad",
+        "train": "train",
         "npu": "npu",
     }
 

@@ -262,17 +262,17 @@ func.func @f(%x: memref<?xf32>) {
 def test_untiled_op_is_flagged():
     text = """
 func.func @f(%x: memref<16xf32>, %y: memref<16xf32>, %d: memref<1xf32>, %dx: memref<16xf32>) {
-  grad.binary_cross_entropy_grad input_x(%x : memref<16xf32>) input_y(%y : memref<16xf32>)
+  train.binary_cross_entropy_grad input_x(%x : memref<16xf32>) input_y(%y : memref<16xf32>)
       dloss(%d : memref<1xf32>) -> dx(%dx : memref<16xf32>)
   func.return
 }
 """
     r = analyze(text)
-    assert r.untiled == ["grad.binary_cross_entropy_grad"]
+    assert r.untiled == ["train.binary_cross_entropy_grad"]
     assert moves(r) == {}
     lines = rep.format_report(r, A2)
     assert (
-        "untiled: grad.binary_cross_entropy_grad works on global memory directly, its traffic is not counted" in lines
+        "untiled: train.binary_cross_entropy_grad works on global memory directly, its traffic is not counted" in lines
     )
     assert "  none (no npu.copy)" in lines
 

@@ -162,7 +162,7 @@ def test_user_target_drives_the_compiler(tmp_path):
     mlir = write(
         tmp_path,
         "func.func @f(%x: memref<64xf32>, %y: memref<64xf32>, %d: memref<1xf32>, %dx: memref<64xf32>) {\n"
-        "  grad.binary_cross_entropy_grad input_x(%x : memref<64xf32>) input_y(%y : memref<64xf32>)\n"
+        "  train.binary_cross_entropy_grad input_x(%x : memref<64xf32>) input_y(%y : memref<64xf32>)\n"
         "      dloss(%d : memref<1xf32>) -> dx(%dx : memref<64xf32>)\n"
         "  func.return\n}\n",
         "f.mlir",

@@ -15,8 +15,8 @@ from xdsl.transforms.convert_linalg_to_loops import ConvertLinalgToLoopsPass
 from npugrad import ops
 from npugrad.compiler import Pipeline, make_context, parse
 from npugrad.dialect.attributes import VECTORIZED
-from npugrad.lowering.grad_to_loops import ConvertGradToLoopsPass
 from npugrad.lowering.npu_to_cpu import LowerNpuToCpuPass
+from npugrad.lowering.train_to_loops import ConvertTrainToLoopsPass
 from npugrad.passes.vectorize_contractions import VectorizeContractionsPass
 from npugrad.passes.vectorize_elementwise import VectorizeElementwiseLoopsPass
 from npugrad.reference import harness
@@ -129,7 +129,7 @@ def test_flce(rng, dtype, n, mode):
 def _vectorized(text: str, target: str = "host"):
     ctx = make_context()
     module = parse(text, ctx=ctx)
-    ConvertGradToLoopsPass().apply(ctx, module)
+    ConvertTrainToLoopsPass().apply(ctx, module)
     VectorizeElementwiseLoopsPass(target).apply(ctx, module)
     module.verify()
     return module

@@ -34,7 +34,7 @@ from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerAttr, MemRefType, Module
 from xdsl.ir import Block, BlockArgument, Operation, OpResult, SSAValue
 
 from npugrad.analysis.footprint import local_buffer_bytes as footprint
-from npugrad.dialect import GradOp
+from npugrad.dialect import TrainOp
 from npugrad.dialect.checks import static_product
 from npugrad.dialect.npu import AllocLocalOp, BlockDimOp, BlockIdxOp, CopyOp, element_bytes, level_of
 from npugrad.ir import defined_functions
@@ -94,7 +94,7 @@ class FunctionReport:
     argument_bytes: int = 0
     block_bytes: list[int] = field(default_factory=list)  # bytes moved by each block
     caveats: list[str] = field(default_factory=list)
-    untiled: list[str] = field(default_factory=list)  # grad ops with every operand in global memory
+    untiled: list[str] = field(default_factory=list)  # train ops with every operand in global memory
     direct: dict[str, int] = field(default_factory=dict)  # other ops reaching into global memory
 
 
@@ -597,10 +597,10 @@ def analyze(f: func.FuncOp, target: Target, names: dict[SSAValue, str] | None = 
     argument_bytes, dynamic = _argument_bytes(f)
     report = FunctionReport(f.sym_name.data, list(levels.values()), None, dynamic, argument_bytes)
     for o in f.walk():
-        if not isinstance(o, GradOp | memref.LoadOp | memref.StoreOp):
+        if not isinstance(o, TrainOp | memref.LoadOp | memref.StoreOp):
             continue
         spaces = [level_of(v.type) for v in o.operands if isinstance(v.type, MemRefType)]
-        if isinstance(o, GradOp) and all(s is None for s in spaces):
+        if isinstance(o, TrainOp) and all(s is None for s in spaces):
             report.untiled.append(o.name)
         elif None in spaces:
             report.direct[o.name] = report.direct.get(o.name, 0) + 1

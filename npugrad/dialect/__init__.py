@@ -1,26 +1,26 @@
-"""Dialects defined by npugrad: `grad` (the operators) and `npu` (memory levels, local buffers,
+"""Dialects defined by npugrad: `train` (the training-time operators) and `npu` (memory levels, local buffers,
 DMA, blocks), with the attributes passes hand each other (see attributes.py)."""
 
-from npugrad.dialect.attributes import GRAD_DISCARDABLE, Discardable, verify_discardable
-from npugrad.dialect.grad import (
+from npugrad.dialect.attributes import TRAIN_DISCARDABLE, Discardable, verify_discardable
+from npugrad.dialect.npu import NPU_DISCARDABLE, Npu
+from npugrad.dialect.train import (
     OPS,
     ApplyFusedEmaAdamOp,
     BinaryCrossEntropyGradOp,
     EmbeddingDenseBackwardOp,
     FusedLinearCrossEntropyLossGradOp,
-    Grad,
-    GradOp,
     NLLLossBackwardOp,
+    Train,
+    TrainOp,
 )
-from npugrad.dialect.npu import NPU_DISCARDABLE, Npu
 
 # Every discardable attribute npugrad's passes use, by name.
-DISCARDABLE: dict[str, Discardable] = {d.name: d for d in (*GRAD_DISCARDABLE, *NPU_DISCARDABLE)}
-PREFIXES = ("grad.", "npu.")
+DISCARDABLE: dict[str, Discardable] = {d.name: d for d in (*TRAIN_DISCARDABLE, *NPU_DISCARDABLE)}
+PREFIXES = ("train.", "npu.")
 
 
 def verify_attributes(op) -> None:
-    """`op`'s grad.* and npu.* attributes are declared and well typed (VerifyException if not)."""
+    """`op`'s train.* and npu.* attributes are declared and well typed (VerifyException if not)."""
     verify_discardable(op, DISCARDABLE, PREFIXES)
 
 
@@ -31,9 +31,9 @@ __all__ = [
     "BinaryCrossEntropyGradOp",
     "EmbeddingDenseBackwardOp",
     "FusedLinearCrossEntropyLossGradOp",
-    "Grad",
-    "GradOp",
     "NLLLossBackwardOp",
     "Npu",
+    "Train",
+    "TrainOp",
     "verify_attributes",
 ]

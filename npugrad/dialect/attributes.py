@@ -1,16 +1,16 @@
-"""What one pass hands the next, as attributes of the `grad` dialect: typed, verified, printed and
+"""What one pass hands the next, as attributes of the `train` dialect: typed, verified, printed and
 parsed like any attribute, read and written through accessors.
 
-    #grad.tiles<bt = 64, v = 128, h = 32>          a tile decision (the op's `tile_sizes`), or the
+    #train.tiles<bt = 64, v = 128, h = 32>          a tile decision (the op's `tile_sizes`), or the
                                                    tiles a loop over tiles was made with
-    #grad.fused<"grad.fused_linear_cross_entropy_loss_grad", #grad.tiles<...>>
+    #train.fused<"train.fused_linear_cross_entropy_loss_grad", #train.tiles<...>>
                                                    the outer loop of a fused nest: the op it computes
-    #grad.role<token_loop>                         a part of a fused nest, for passes that restructure it
-    #grad.contraction<input_grad, dims = [bt, v, h]>   which contraction of a fused nest, its loop dims
+    #train.role<token_loop>                         a part of a fused nest, for passes that restructure it
+    #train.contraction<input_grad, dims = [bt, v, h]>   which contraction of a fused nest, its loop dims
 
 Attributes that ride on ops of other dialects (a loop, a function, an alloc) are *discardable*:
 each one npugrad uses is declared once as a `Discardable` (name, attribute type, meaning), and
-`verify_discardable` rejects an undeclared `grad.*`/`npu.*` name or a value of the wrong type, so
+`verify_discardable` rejects an undeclared `train.*`/`npu.*` name or a value of the wrong type, so
 no pass talks to another through a string nobody declared.
 """
 
@@ -33,9 +33,9 @@ from xdsl.utils.str_enum import StrEnum
 
 @irdl_attr_definition
 class TileSizesAttr(ParametrizedAttribute):
-    """`#grad.tiles<bt = 64, v = 128>`: named tile sizes, each a positive integer, in order."""
+    """`#train.tiles<bt = 64, v = 128>`: named tile sizes, each a positive integer, in order."""
 
-    name = "grad.tiles"
+    name = "train.tiles"
     sizes: DictionaryAttr
 
     def __init__(self, sizes: Mapping[str, int]):
@@ -47,7 +47,7 @@ class TileSizesAttr(ParametrizedAttribute):
     def verify(self) -> None:
         for key, value in self.sizes.data.items():
             if not isinstance(value, IntegerAttr) or value.value.data < 1:
-                raise VerifyException(f"#grad.tiles needs a positive integer for '{key}', got {value}")
+                raise VerifyException(f"#train.tiles needs a positive integer for '{key}', got {value}")
 
     def print_parameters(self, printer: Printer) -> None:
         with printer.in_angle_brackets():
@@ -66,10 +66,10 @@ class TileSizesAttr(ParametrizedAttribute):
 
 @irdl_attr_definition
 class FusedNestAttr(ParametrizedAttribute):
-    """`#grad.fused<"grad.<op>", #grad.tiles<...>>` on the outer loop of the loop nest a fusion pass
+    """`#train.fused<"train.<op>", #train.tiles<...>>` on the outer loop of the loop nest a fusion pass
     made of an op: which op (its recipe tiles and distributes the nest) and the nest's tiles."""
 
-    name = "grad.fused"
+    name = "train.fused"
     op: StringAttr
     tiles: TileSizesAttr
 
@@ -102,9 +102,9 @@ class InAngleBrackets:
 
 @irdl_attr_definition
 class NestRoleAttr(InAngleBrackets, EnumAttribute[NestRole]):
-    """`#grad.role<token_loop>`."""
+    """`#train.role<token_loop>`."""
 
-    name = "grad.role"
+    name = "train.role"
 
 
 class Contraction(StrEnum):
@@ -117,10 +117,10 @@ class Contraction(StrEnum):
 
 @irdl_attr_definition
 class ContractionAttr(ParametrizedAttribute):
-    """`#grad.contraction<input_grad, dims = [bt, v, h]>`: which contraction a `linalg.generic` is,
+    """`#train.contraction<input_grad, dims = [bt, v, h]>`: which contraction a `linalg.generic` is,
     and the tile dimensions its three loops run over (the tiling reads their tile sizes)."""
 
-    name = "grad.contraction"
+    name = "train.contraction"
     kind: StringAttr
     dims: ArrayAttr[StringAttr]
 
@@ -137,10 +137,10 @@ class ContractionAttr(ParametrizedAttribute):
 
     def verify(self) -> None:
         if self.kind.data not in {c.value for c in Contraction}:
-            raise VerifyException(f"#grad.contraction: unknown contraction '{self.kind.data}' "
+            raise VerifyException(f"#train.contraction: unknown contraction '{self.kind.data}' "
                                   f"(known: {', '.join(c.value for c in Contraction)})")
         if len(self.dims.data) != 3:
-            raise VerifyException(f"#grad.contraction needs 3 loop dims, got {len(self.dims.data)}")
+            raise VerifyException(f"#train.contraction needs 3 loop dims, got {len(self.dims.data)}")
 
     def print_parameters(self, printer: Printer) -> None:
         with printer.in_angle_brackets():
@@ -164,13 +164,13 @@ A = TypeVar("A", bound=Attribute)
 class Discardable(Generic[A]):
     """A discardable attribute npugrad's passes hand each other: its name, the type of its value
     (UnitAttr for a marker) and what it means. The only way passes read or write one.
-    `below_grad`: it outlives the grad level (convert-grad-to-loops drops the others: they
-    describe grad ops and fused nests, and upstream MLIR could not parse their values)."""
+    `after_lowering`: it outlives the train level (convert-train-to-loops drops the others: they
+    describe train ops and fused nests, and upstream MLIR could not parse their values)."""
 
     name: str
     type: type[A]
     meaning: str
-    below_grad: bool = False
+    after_lowering: bool = False
 
     def get(self, op: Operation) -> A | None:
         value = op.attributes.get(self.name)
@@ -187,18 +187,18 @@ class Discardable(Generic[A]):
         op.attributes.pop(self.name, None)
 
 
-TILES = Discardable("grad.tiles", TileSizesAttr, "on a loop over tiles: the tile sizes it was made with")
-FUSED = Discardable("grad.fused", FusedNestAttr, "on the outer loop of a fused nest: the op it computes, its tiles")
-ROLE = Discardable("grad.role", NestRoleAttr, "on a part of a fused nest: what the part does")
-CONTRACTION = Discardable("grad.contraction", ContractionAttr,
+TILES = Discardable("train.tiles", TileSizesAttr, "on a loop over tiles: the tile sizes it was made with")
+FUSED = Discardable("train.fused", FusedNestAttr, "on the outer loop of a fused nest: the op it computes, its tiles")
+ROLE = Discardable("train.role", NestRoleAttr, "on a part of a fused nest: what the part does")
+CONTRACTION = Discardable("train.contraction", ContractionAttr,
                           "on a contraction of a fused nest: which one, and its loop dimensions")
-DISTRIBUTED = Discardable("grad.distributed", UnitAttr,
-                          "on a function: distribute-over-cores split work one block could do alone", below_grad=True)
-VECTORIZED = Discardable("grad.vectorized", UnitAttr, "on a loop: the vector main loop of an elementwise loop",
-                         below_grad=True)
+DISTRIBUTED = Discardable("train.distributed", UnitAttr,
+                          "on a function: distribute-over-cores split work one block could do alone", after_lowering=True)
+VECTORIZED = Discardable("train.vectorized", UnitAttr, "on a loop: the vector main loop of an elementwise loop",
+                         after_lowering=True)
 
-GRAD_DISCARDABLE: tuple[Discardable, ...] = (TILES, FUSED, ROLE, CONTRACTION, DISTRIBUTED, VECTORIZED)
-GRAD_ATTRIBUTES: tuple[type[Attribute], ...] = (TileSizesAttr, FusedNestAttr, NestRoleAttr, ContractionAttr)
+TRAIN_DISCARDABLE: tuple[Discardable, ...] = (TILES, FUSED, ROLE, CONTRACTION, DISTRIBUTED, VECTORIZED)
+TRAIN_ATTRIBUTES: tuple[type[Attribute], ...] = (TileSizesAttr, FusedNestAttr, NestRoleAttr, ContractionAttr)
 
 
 def verify_discardable(op: Operation, declared: Mapping[str, Discardable], prefixes: tuple[str, ...]) -> None:

@@ -49,7 +49,7 @@ class Checker:
         props: Mapping[str, int | float | bool],
         display: Mapping[str, str] | None = None,
     ):
-        self.prefix = prefix  # "'grad.op' op" or "op_name:"
+        self.prefix = prefix  # "'train.op' op" or "op_name:"
         self.word = word  # "operand" or "parameter"
         self.shapes = {k: tuple(v) for k, v in shapes.items()}
         self.dtypes = dict(dtypes)

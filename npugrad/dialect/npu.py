@@ -73,7 +73,7 @@ class TileRoleAttr(InAngleBrackets, EnumAttribute[TileRole]):
 
 BLOCKS = Discardable("npu.blocks", UnitAttr,
                      "on a function: it runs once per block, block_idx and block_dim its last two arguments",
-                     below_grad=True)
+                     after_lowering=True)
 PROMOTE = Discardable("npu.promote", TileRoleAttr,
                       "on a heap tile buffer: a tiling may move it to the level holding this kind of tile")
 NPU_DISCARDABLE: tuple[Discardable, ...] = (BLOCKS, PROMOTE)

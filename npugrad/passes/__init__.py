@@ -17,7 +17,7 @@ _PASSES = {
     "check-capacity": "npugrad.passes.check_capacity:CheckCapacityPass",
     "vectorize-contractions": "npugrad.passes.vectorize_contractions:VectorizeContractionsPass",
     "vectorize-elementwise-loops": "npugrad.passes.vectorize_elementwise:VectorizeElementwiseLoopsPass",
-    "convert-grad-to-loops": "npugrad.lowering.grad_to_loops:ConvertGradToLoopsPass",
+    "convert-train-to-loops": "npugrad.lowering.train_to_loops:ConvertTrainToLoopsPass",
     "lower-npu-to-cpu": "npugrad.lowering.npu_to_cpu:LowerNpuToCpuPass",
 }
 

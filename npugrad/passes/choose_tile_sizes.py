@@ -1,10 +1,10 @@
-"""choose-tile-sizes{target=...}: the one place tile sizes are decided. For every grad op, ask its
+"""choose-tile-sizes{target=...}: the one place tile sizes are decided. For every train op, ask its
 recipe for sizes whose tiles (double-buffered where the target says so) fit the memory levels the
 target assigns to them, and write them on the op:
 
-    grad.binary_cross_entropy_grad ...                          (target npu-a2: UB of 192 KiB)
+    train.binary_cross_entropy_grad ...                          (target npu-a2: UB of 192 KiB)
 becomes
-    grad.binary_cross_entropy_grad ... {tile_sizes = #grad.tiles<n = 4096>}
+    train.binary_cross_entropy_grad ... {tile_sizes = #train.tiles<n = 4096>}
 
 Sizes written by hand are kept. The passes that tile read only the attribute; the footprint of
 what they allocate is proven to fit by check-capacity.
@@ -19,7 +19,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, RewritePattern, op_type_rewrite_pattern
 
-from npugrad.dialect import GradOp
+from npugrad.dialect import TrainOp
 from npugrad.dialect.attributes import TileSizesAttr
 from npugrad.recipes import recipe_of
 from npugrad.targets import Target, get
@@ -30,7 +30,7 @@ class ChooseTiles(RewritePattern):
     target: Target
 
     @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: GradOp, rewriter: PatternRewriter) -> None:
+    def match_and_rewrite(self, op: TrainOp, rewriter: PatternRewriter) -> None:
         given = op.tiles() or {}
         if set(op.TILE_DIMS) <= set(given):
             return

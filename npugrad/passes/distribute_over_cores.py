@@ -3,7 +3,7 @@ work is cut into one contiguous range per block (npu.block_idx of npu.block_dim;
 runs one block per thread) by its recipe, computed in place on global memory — on a CPU the
 caches are the local levels, so nothing is copied.
 
-    grad.binary_cross_entropy_grad input_x(%x : memref<?xf32>) ... -> dx(%dx : memref<?xf32>)
+    train.binary_cross_entropy_grad input_x(%x : memref<?xf32>) ... -> dx(%dx : memref<?xf32>)
 becomes
     %bid = npu.block_idx
     %nblk = npu.block_dim
@@ -11,7 +11,7 @@ becomes
     %chunk = ceildiv(ceildiv(N, %active), 64)·64            // whole cache lines per block
     %lo = %bid·%chunk
     scf.if %lo < N {
-      grad.binary_cross_entropy_grad input_x(%x[%lo : min(%chunk, N − %lo)]) ... -> dx(%dx[...])
+      train.binary_cross_entropy_grad input_x(%x[%lo : min(%chunk, N − %lo)]) ... -> dx(%dx[...])
     }
 
 - BCE and EMA-Adam: elements of the flat arrays (contiguous operands; a strided one keeps the
@@ -26,7 +26,7 @@ becomes
 Only a function holding exactly one such op is distributed: blocks do not wait for each other,
 so two ops where one reads what the other writes must not be split. Ops whose static sizes are
 below one block's worth of work are left alone. A distributed function is marked
-`grad.distributed`: the runtime may run it as one block (small arrays, runtime/kernel.py).
+`train.distributed`: the runtime may run it as one block (small arrays, runtime/kernel.py).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, RewritePattern, op_type_rewrite_pattern
 
-from npugrad.dialect import GradOp
+from npugrad.dialect import TrainOp
 from npugrad.dialect.attributes import DISTRIBUTED, FUSED
 from npugrad.ir import IRBuilder
 from npugrad.recipes import recipe_of
@@ -51,7 +51,7 @@ class DistributeFunction(RewritePattern):
         if f.is_declaration or DISTRIBUTED.on(f):
             return
         nests = [o for o in f.walk() if isinstance(o, scf.ForOp) and FUSED.on(o)]
-        grads = [o for o in f.walk() if isinstance(o, GradOp)]
+        grads = [o for o in f.walk() if isinstance(o, TrainOp)]
         if len(nests) + len(grads) != 1:
             return
         if nests:

@@ -1,18 +1,18 @@
 """fuse-linear-cross-entropy-grad: the linear cross-entropy gradient as one loop nest over
 vocabulary tiles and token tiles that never materialises the BT×V logit gradient.
 
-    grad.fused_linear_cross_entropy_loss_grad ... {tile_sizes = #grad.tiles<bt = 64, v = 128>}
+    train.fused_linear_cross_entropy_loss_grad ... {tile_sizes = #train.tiles<bt = 64, v = 128>}
 becomes
     scf.for %v0 = %c0 to %V step %c128 {            // one vocabulary tile of W and dW
-      scf.for %t0 = %c0 to %BT step %c64 {          // one token tile of X {grad.role = #grad.role<token_loop>}
-        linalg.generic ... {grad.contraction = #grad.contraction<logits, dims = [bt, h, v]>}
+      scf.for %t0 = %c0 to %BT step %c64 {          // one token tile of X {train.role = #train.role<token_loop>}
+        linalg.generic ... {train.contraction = #train.contraction<logits, dims = [bt, h, v]>}
                                                     // Z = X_t·W_vᵀ (memory-saving mode only)
         scf.for ... math.exp ...                    // G = g·exp(Z − max)/sum, rounded to X's type
         scf.for ...                                 // G[t, j_t] = g·(P − 1), unmasked rows only
-        linalg.generic ... #grad.contraction<input_grad, ...>     // dX_t += G·W_v
-        linalg.generic ... #grad.contraction<weight_grad, ...>    // dW_v += Gᵀ·X_t
+        linalg.generic ... #train.contraction<input_grad, ...>     // dX_t += G·W_v
+        linalg.generic ... #train.contraction<weight_grad, ...>    // dW_v += Gᵀ·X_t
       }
-    } {grad.fused = #grad.fused<"grad.fused_linear_cross_entropy_loss_grad", #grad.tiles<bt = 64, v = 128>>}
+    } {train.fused = #train.fused<"train.fused_linear_cross_entropy_loss_grad", #train.tiles<bt = 64, v = 128>>}
 
 The only buffers are a bt×v tile (float32 logits, and G in the input type), the saved target
 logits of a token tile, the W tile packed transposed (H×v), and float32 accumulators for fp16/bf16 outputs (BT×H and v×H): none grows
@@ -20,7 +20,7 @@ with V (they carry `npu.promote = #npu.role<vector>`: a tiling may move them int
 Tile sizes come from the op's `tile_sizes` (hand-written or chosen by a pass); the pass options
 only fill it in where it is absent. Every loop runs in a fixed order, so results are
 bit-identical from run to run. The parts of the nest that later passes restructure carry
-`#grad.role` and `#grad.contraction`: they find them by those, never by the IR's text.
+`#train.role` and `#train.contraction`: they find them by those, never by the IR's text.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from npugrad.dialect.attributes import (
 from npugrad.dialect.npu import PROMOTE, TileRole, TileRoleAttr
 from npugrad.ir import IRBuilder
 from npugrad.ir.expr import Float
-from npugrad.lowering.grad_to_loops.flce import target_in_shard
+from npugrad.lowering.train_to_loops.flce import target_in_shard
 
 
 def target_in_tile(e: IRBuilder, op, t: SSAValue, v0: SSAValue, tv: SSAValue) -> tuple[SSAValue, SSAValue]:

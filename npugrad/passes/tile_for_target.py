@@ -4,7 +4,7 @@ levels the target assigns to them, move with `npu.copy`, and the outer tile loop
 the cores by block index (`for tile = block_idx to tiles step block_dim`).
 
 Each op is tiled by its recipe (the transformations are in passes/tiling/); a loop nest that a
-fusion pass made (marked `grad.fused`) by the recipe of the op it computes. An op whose recipe
+fusion pass made (marked `train.fused`) by the recipe of the op it computes. An op whose recipe
 declares it cannot be tiled is left as it is, on global memory (the report says so).
 """
 
@@ -24,7 +24,7 @@ from xdsl.pattern_rewriter import (
     op_type_rewrite_pattern,
 )
 
-from npugrad.dialect import GradOp
+from npugrad.dialect import TrainOp
 from npugrad.dialect.attributes import FUSED
 from npugrad.dialect.npu import level_of
 from npugrad.ir import IRBuilder
@@ -37,7 +37,7 @@ class TileOp(RewritePattern):
     target: Target
 
     @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: GradOp, rewriter: PatternRewriter) -> None:
+    def match_and_rewrite(self, op: TrainOp, rewriter: PatternRewriter) -> None:
         recipe = recipe_of(op)
         # A tile instance (an op on local buffers, as a tiling emits it) is a tile already.
         if recipe.supports("tile") and all(level_of(v.type) is None for v in op.operands):

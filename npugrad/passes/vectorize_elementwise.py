@@ -12,7 +12,7 @@ loop does the iterations left over.
       memref.store %z, %b[%r, %i] : memref<?x?xf32> }
 becomes
     %n = arith.maxsi (%ub - %lb), 0;  %main = %ub - %n mod 16
-    scf.for %i = %lb to %main step %c16 {                          // {grad.vectorized}
+    scf.for %i = %lb to %main step %c16 {                          // {train.vectorized}
       %x = vector.load %a[%r, %i] : memref<?x?xbf16>, vector<16xbf16>
       %s = memref.load %scale[%c0] : memref<1xf32>
       %y = arith.extf %x : vector<16xbf16> to vector<16xf32>

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 from xdsl.ir import Dialect
 
-from npugrad.dialect.grad import GradOp
+from npugrad.dialect.train import TrainOp
 from npugrad.dtypes import BFLOAT16
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ class RecipeError(TypeError):
 
 # Each part and what uses it (the error for a missing part quotes this).
 PARTS: dict[str, str] = {
-    "lower": "convert-grad-to-loops: the op as loops (lower(op, builder))",
+    "lower": "convert-train-to-loops: the op as loops (lower(op, builder))",
     "choose_tile_sizes": "choose-tile-sizes: tile sizes for a target (choose_tile_sizes(op, target) -> dict)",
     "footprint": "the local buffers its tiling allocates for tile sizes (footprint(op, sizes, target) -> [TileBuffer])",
     "tile": "tile-for-target: the op in tiles of the target's local memories (tile(op, target, builder))",
@@ -84,7 +84,7 @@ def cast(values, dtype) -> np.ndarray:
     return np.asarray(values, np.float32).astype(dtype)
 
 
-_RECIPES: dict[type[GradOp], OpRecipe] = {}
+_RECIPES: dict[type[TrainOp], OpRecipe] = {}
 
 
 def _source_file(cls: type) -> str:
@@ -99,14 +99,14 @@ def _source_file(cls: type) -> str:
 class OpRecipe:
     """Everything the pipeline knows about one op. Subclasses define every part of PARTS."""
 
-    op: ClassVar[type[GradOp]]
+    op: ClassVar[type[TrainOp]]
     fused: ClassVar[FusedNest | None] = None  # ops a fusion pass turns into a loop nest first
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
         where = _source_file(cls)
         op = getattr(cls, "op", None)
-        if not (isinstance(op, type) and issubclass(op, GradOp)):
+        if not (isinstance(op, type) and issubclass(op, TrainOp)):
             raise RecipeError(f"{where}: recipe {cls.__name__} must name its op class (op = SomeGradOp)")
         for part, use in PARTS.items():
             if not any(part in vars(k) for k in cls.__mro__ if k is not OpRecipe and k is not object):
@@ -119,11 +119,11 @@ class OpRecipe:
         _RECIPES[op] = cls()
 
     # The parts, with their signatures (subclasses override every one of them).
-    def lower(self, op: GradOp, e: IRBuilder) -> None: ...
-    def choose_tile_sizes(self, op: GradOp, target: Target) -> dict[str, int]: ...
-    def footprint(self, op: GradOp, sizes: Mapping[str, int], target: Target) -> list[TileBuffer]: ...
-    def tile(self, op: GradOp, target: Target, e: IRBuilder) -> None: ...
-    def distribute(self, op: GradOp, e: IRBuilder) -> bool: ...
+    def lower(self, op: TrainOp, e: IRBuilder) -> None: ...
+    def choose_tile_sizes(self, op: TrainOp, target: Target) -> dict[str, int]: ...
+    def footprint(self, op: TrainOp, sizes: Mapping[str, int], target: Target) -> list[TileBuffer]: ...
+    def tile(self, op: TrainOp, target: Target, e: IRBuilder) -> None: ...
+    def distribute(self, op: TrainOp, e: IRBuilder) -> bool: ...
     def reference(self, arrays: Mapping[str, np.ndarray], props: Mapping[str, object]) -> dict[str, np.ndarray]: ...
     def random_inputs(self, shapes, dtypes, props, rng: np.random.Generator) -> dict[str, np.ndarray]: ...
     def api(self) -> Callable: ...
@@ -137,7 +137,7 @@ class OpRecipe:
 
 class FusedNest:
     """What the passes after a fusion need to know about the loop nest it made (marked
-    `grad.fused`): how to tile it for a target and how to spread it over cores."""
+    `train.fused`): how to tile it for a target and how to spread it over cores."""
 
     def tile(self, nest: scf.ForOp, target: Target, e: IRBuilder) -> None:
         raise NotImplementedError
@@ -146,11 +146,11 @@ class FusedNest:
         raise NotImplementedError
 
 
-def recipe_of(op: GradOp | type[GradOp] | str) -> OpRecipe:
-    """The recipe of an op (instance, class, or name such as 'grad.nll_loss_backward' or
+def recipe_of(op: TrainOp | type[TrainOp] | str) -> OpRecipe:
+    """The recipe of an op (instance, class, or name such as 'train.nll_loss_backward' or
     'nll_loss_backward')."""
     if isinstance(op, str):
-        name = op if "." in op else f"grad.{op}"
+        name = op if "." in op else f"train.{op}"
         found = next((r for cls, r in _RECIPES.items() if cls.name == name), None)
         if found is None:
             raise KeyError(f"no op '{name}' with a recipe (known: {', '.join(c.name for c in _RECIPES)})")
@@ -162,13 +162,13 @@ def recipe_of(op: GradOp | type[GradOp] | str) -> OpRecipe:
     return recipe
 
 
-def recipes() -> dict[type[GradOp], OpRecipe]:
+def recipes() -> dict[type[TrainOp], OpRecipe]:
     return dict(_RECIPES)
 
 
 def check_complete(dialect: Dialect) -> None:
-    """Every op of `dialect` that is a GradOp has a recipe."""
-    missing = [op.name for op in dialect.operations if issubclass(op, GradOp) and op not in _RECIPES]
+    """Every op of `dialect` that is a TrainOp has a recipe."""
+    missing = [op.name for op in dialect.operations if issubclass(op, TrainOp) and op not in _RECIPES]
     if missing:
         raise RecipeError(
             f"op(s) {', '.join(repr(m) for m in missing)} of dialect '{dialect.name}' have no recipe: add a module "

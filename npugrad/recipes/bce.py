@@ -1,11 +1,11 @@
-"""grad.binary_cross_entropy_grad: dx = u·w·(x − y)/max(x(1 − x), 1e-12) (OPS.md §5)."""
+"""train.binary_cross_entropy_grad: dx = u·w·(x − y)/max(x(1 − x), 1e-12) (OPS.md §5)."""
 
 from __future__ import annotations
 
 import itertools
 
 from npugrad.dialect import BinaryCrossEntropyGradOp
-from npugrad.lowering.grad_to_loops.bce import lower_binary_cross_entropy_grad, lower_elements, upstream
+from npugrad.lowering.train_to_loops.bce import lower_binary_cross_entropy_grad, lower_elements, upstream
 from npugrad.passes.tiling import elementwise
 from npugrad.recipes.base import FLOAT_DTYPES, Example, OpRecipe, cast
 from npugrad.reference import ops as ref

@@ -1,4 +1,4 @@
-"""grad.apply_fused_ema_adam: one Adam/AdamW step, then the parameter EMA, in place (OPS.md §4)."""
+"""train.apply_fused_ema_adam: one Adam/AdamW step, then the parameter EMA, in place (OPS.md §4)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import itertools
 import numpy as np
 
 from npugrad.dialect import ApplyFusedEmaAdamOp
-from npugrad.lowering.grad_to_loops.ema_adam import lower_apply_fused_ema_adam
+from npugrad.lowering.train_to_loops.ema_adam import lower_apply_fused_ema_adam
 from npugrad.passes.tiling import elementwise
 from npugrad.recipes.base import FLOAT_DTYPES, Example, OpRecipe, cast
 from npugrad.reference import ops as ref

@@ -1,4 +1,4 @@
-"""grad.embedding_dense_backward: the rows of grad summed into the rows their indices name (OPS.md §2)."""
+"""train.embedding_dense_backward: the rows of grad summed into the rows their indices name (OPS.md §2)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 
 from npugrad.dialect import EmbeddingDenseBackwardOp
-from npugrad.lowering.grad_to_loops.embedding import lower_embedding_dense_backward
+from npugrad.lowering.train_to_loops.embedding import lower_embedding_dense_backward
 from npugrad.passes.tiling import embedding
 from npugrad.recipes.base import FLOAT_DTYPES, Example, OpRecipe, cast, not_supported
 from npugrad.reference import ops as ref

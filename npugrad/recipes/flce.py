@@ -1,4 +1,4 @@
-"""grad.fused_linear_cross_entropy_loss_grad: the backward of a vocabulary-parallel LM head and
+"""train.fused_linear_cross_entropy_loss_grad: the backward of a vocabulary-parallel LM head and
 cross entropy on one rank (OPS.md §1). The pipeline fuses it first (fuse-linear-cross-entropy-grad):
 its nest, not the op, is tiled and spread over cores; unfused, it lowers to the reference loops."""
 
@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 
 from npugrad.dialect import FusedLinearCrossEntropyLossGradOp
-from npugrad.lowering.grad_to_loops.flce import lower_fused_linear_cross_entropy_loss_grad
+from npugrad.lowering.train_to_loops.flce import lower_fused_linear_cross_entropy_loss_grad
 from npugrad.passes.tiling import flce
 from npugrad.recipes.base import FLOAT_DTYPES, Example, FusedNest, OpRecipe, cast, not_supported
 from npugrad.reference import ops as ref

@@ -1,4 +1,4 @@
-"""grad.nll_loss_backward: −w[y]·scale at (t, y_t), zero elsewhere (OPS.md §3)."""
+"""train.nll_loss_backward: −w[y]·scale at (t, y_t), zero elsewhere (OPS.md §3)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 
 from npugrad.dialect import NLLLossBackwardOp
-from npugrad.lowering.grad_to_loops.nll import lower_nll_loss_backward
+from npugrad.lowering.train_to_loops.nll import lower_nll_loss_backward
 from npugrad.passes.tiling import nll
 from npugrad.recipes.base import FLOAT_DTYPES, Example, OpRecipe, cast
 from npugrad.reference import ops as ref

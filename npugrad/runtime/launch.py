@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from npugrad.compiler import Pipeline
-from npugrad.dialect import GradOp
+from npugrad.dialect import TrainOp
 from npugrad.dialect.checks import Checker, SignatureTypeError
 from npugrad.runtime.kernel import Kernel
 from npugrad.runtime.specialize import OperandClass, compile_op, dtype_name
@@ -38,7 +38,7 @@ def current_pipeline() -> Pipeline | None:
 
 
 @functools.cache
-def _defaults(op_cls: type[GradOp]) -> dict[str, int | float | bool]:
+def _defaults(op_cls: type[TrainOp]) -> dict[str, int | float | bool]:
     values = {}
     for name, prop in op_cls.get_irdl_definition().properties.items():
         attr = prop.default_value
@@ -49,7 +49,7 @@ def _defaults(op_cls: type[GradOp]) -> dict[str, int | float | bool]:
     return values
 
 
-def defaults(op_cls: type[GradOp]) -> dict[str, int | float | bool]:
+def defaults(op_cls: type[TrainOp]) -> dict[str, int | float | bool]:
     """The op's property defaults as Python values."""
     return dict(_defaults(op_cls))
 
@@ -64,7 +64,7 @@ def as_input(op: str, name: str, value) -> np.ndarray:
 
 
 def check(
-    op_cls: type[GradOp],
+    op_cls: type[TrainOp],
     arrays: Mapping[str, np.ndarray | None],
     props: Mapping,
     display: Mapping[str, str] | None = None,
@@ -102,7 +102,7 @@ _PASSED_MAX = 4096
 
 
 def launch(
-    op_cls: type[GradOp],
+    op_cls: type[TrainOp],
     arrays: Mapping[str, np.ndarray | None],
     props: Mapping[str, int | float | bool],
     *,
@@ -122,7 +122,7 @@ class Call:
     rules have passed and the kernel is compiled; `run` does the value checks (index ranges,
     which read the data) and launches. `result` is what the API function returns."""
 
-    op_cls: type[GradOp]
+    op_cls: type[TrainOp]
     arrays: Mapping[str, np.ndarray | None]
     props: Mapping[str, int | float | bool]
     result: object

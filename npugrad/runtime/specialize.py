@@ -28,7 +28,7 @@ from xdsl.ir import Attribute, Block, Region
 
 from npugrad import dtypes
 from npugrad.compiler import Pipeline
-from npugrad.dialect import GradOp
+from npugrad.dialect import TrainOp
 from npugrad.runtime import pool
 from npugrad.runtime.executable import Executable, block_kernels, signatures
 from npugrad.runtime.kernel import Kernel
@@ -90,9 +90,9 @@ def _property(value: float | bool, declared: Attribute | None) -> Attribute:
 
 
 def build_module(
-    op_cls: type[GradOp], operands: Mapping[str, OperandClass], props: Mapping[str, int | float | bool]
+    op_cls: type[TrainOp], operands: Mapping[str, OperandClass], props: Mapping[str, int | float | bool]
 ) -> ModuleOp:
-    """`func.func @<op>(<operands in op order>) { grad.<op> ...; return }`."""
+    """`func.func @<op>(<operands in op order>) { train.<op> ...; return }`."""
     names = [n for n in op_cls.operand_names() if n in operands]
     block = Block(arg_types=[operands[n].memref_type() for n in names])
     for arg, name in zip(block.args, names):
@@ -136,7 +136,7 @@ def _pipeline_and_key(pipeline: Pipeline | None) -> tuple[Pipeline, tuple]:
 
 
 def compile_op(
-    op_cls: type[GradOp],
+    op_cls: type[TrainOp],
     operands: Mapping[str, OperandClass],
     props: Mapping[str, int | float | bool],
     pipeline: Pipeline | None = None,

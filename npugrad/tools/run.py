@@ -1,6 +1,6 @@
 """Run one function of a module on random or `.npz` inputs and check it against the reference.
 
-Used by `npugrad-opt --stage run`. When the function's body is a single `grad` op whose operands
+Used by `npugrad-opt --stage run`. When the function's body is a single `train` op whose operands
 are the function's arguments, inputs are drawn from the op's valid domain (indices in range,
 probabilities in (0, 1), ...), pure outputs start as NaN (so an element the kernel forgets to
 write shows up), and every output is compared with the NumPy reference.
@@ -15,7 +15,7 @@ import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
-from npugrad.dialect import GradOp
+from npugrad.dialect import TrainOp
 from npugrad.dialect.checks import Checker
 from npugrad.ir import defined_functions
 from npugrad.reference import harness
@@ -49,9 +49,9 @@ def _entry(module: ModuleOp, name: str | None) -> func.FuncOp:
     return funcs[0]
 
 
-def _single_grad_op(f: func.FuncOp) -> tuple[GradOp, dict[str, int]] | None:
-    """The function's only grad op, with operand name → argument position, if it has one."""
-    ops = [op for op in f.walk() if isinstance(op, GradOp)]
+def _single_grad_op(f: func.FuncOp) -> tuple[TrainOp, dict[str, int]] | None:
+    """The function's only train op, with operand name → argument position, if it has one."""
+    ops = [op for op in f.walk() if isinstance(op, TrainOp)]
     if len(ops) != 1:
         return None
     op = ops[0]
@@ -68,7 +68,7 @@ def _single_grad_op(f: func.FuncOp) -> tuple[GradOp, dict[str, int]] | None:
 
 
 def prepare_inputs(module: ModuleOp, entry: str | None, npz: str | None, seed: int):
-    """(function name, argument specs, arrays, grad op and roles or None)."""
+    """(function name, argument specs, arrays, train op and roles or None)."""
     f = _entry(module, entry)
     name = f.sym_name.data
     specs: list[MemRefSpec] = signatures(module)[name]
@@ -126,7 +126,7 @@ def run(executable: Executable, name: str, specs, arrays, found, compile_seconds
     outputs = {s.name: a for s, a in zip(specs, arrays)}
     ok = True
     if want is None:
-        lines.append("no single grad op with argument operands: outputs not checked against a reference")
+        lines.append("no single train op with argument operands: outputs not checked against a reference")
         for s, a in zip(specs, arrays):
             lines.append(f"  {s.name:<16} {a.shape!s:<16} {a.dtype!s:<9} sum={float(np.sum(a, dtype=np.float64)):.6g}")
         return RunReport(lines, ok, outputs)

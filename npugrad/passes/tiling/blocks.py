@@ -7,7 +7,7 @@ from xdsl.dialects import arith
 from xdsl.ir import SSAValue
 
 from npugrad.diagnostics import PassFailure
-from npugrad.dialect import GradOp
+from npugrad.dialect import TrainOp
 from npugrad.dialect.attributes import TILES, TileSizesAttr
 from npugrad.dialect.npu import BlockDimOp, BlockIdxOp
 from npugrad.ir import IRBuilder
@@ -16,7 +16,7 @@ MIN_ELEMENTS = 1 << 16  # per block, for the memory-bound ops: below this a thre
 LINE = 64  # elements per block range are a multiple of this: no cache line is shared by two blocks
 
 
-def tile_sizes(op: GradOp, dims: dict[str, int | None]) -> dict[str, int]:
+def tile_sizes(op: TrainOp, dims: dict[str, int | None]) -> dict[str, int]:
     """The op's tile sizes for `dims` (name → static extent or None), each at most its extent:
     a tile never needs more local memory than the whole operand (choose-tile-sizes clamps the
     same way, so its footprint model is what is allocated)."""

@@ -1,9 +1,9 @@
-"""Tiling of the elementwise ops (`grad.binary_cross_entropy_grad`, `grad.apply_fused_ema_adam`):
+"""Tiling of the elementwise ops (`train.binary_cross_entropy_grad`, `train.apply_fused_ema_adam`):
 tiles of n = tile_sizes["n"] elements, spread over the blocks, each copied into buffers of the
 target's vector level, computed there by the same op, and copied back.
 
-    grad.binary_cross_entropy_grad input_x(%x : memref<?x?xf32>) input_y(%y : memref<?x?xf32>)
-        dloss(%d : memref<1xf32>) -> dx(%dx : memref<?x?xf32>) {reduction = 2 : i64, tile_sizes = #grad.tiles<n = 8192>}
+    train.binary_cross_entropy_grad input_x(%x : memref<?x?xf32>) input_y(%y : memref<?x?xf32>)
+        dloss(%d : memref<1xf32>) -> dx(%dx : memref<?x?xf32>) {reduction = 2 : i64, tile_sizes = #train.tiles<n = 8192>}
 becomes (target npu-a2)
     %bid = npu.block_idx
     %nblk = npu.block_dim
@@ -12,10 +12,10 @@ becomes (target npu-a2)
     scf.for %tile = %bid to ceildiv(N, 8192) step %nblk {     // elements [o, o + k) of the flat arrays:
       npu.copy %xf[o:k], %input_x_tile[:k]                     // o = 8192·tile, k = min(8192, N − o)
       npu.copy %yf[o:k], %input_y_tile[:k]
-      grad.binary_cross_entropy_grad input_x(%input_x_tile[:k] : memref<?xf32, strided<[1]>, #npu.mem<ub>>)
+      train.binary_cross_entropy_grad input_x(%input_x_tile[:k] : memref<?xf32, strided<[1]>, #npu.mem<ub>>)
           input_y(%input_y_tile[:k] : ...) dloss(%d : memref<1xf32>) -> dx(%dx_tile[:k] : ...) {reduction = 2 : i64}
       npu.copy %dx_tile[:k], %dxf[o:k]
-    } {grad.tiles = #grad.tiles<n = 8192>}
+    } {train.tiles = #train.tiles<n = 8192>}
 
 Operands with one value per element are tiled (the recipe names them; the footprint model counts
 them); a reduced dloss, `step` and `hyperparameters` are one to six
@@ -28,7 +28,7 @@ computed as untiled, so results are bit-identical for any tile size and any numb
 Mean BCE: the op divides dloss by its own element count, a tile's, so its tiles cannot be the
 op; nor can they be a sum-reduced op fed u = dloss/N, which would round u to a float16/bfloat16
 dloss. The float32 u is computed once per block as the untiled lowering does, and each tile runs
-that lowering's element loop (grad_to_loops.bce.lower_elements) on the local buffers: the same
+that lowering's element loop (train_to_loops.bce.lower_elements) on the local buffers: the same
 operations on every element, so tiled and untiled results are identical bit for bit. The recipe
 says how a tile is computed (`compute`), after what is prepared once per block (`prepare`).
 
@@ -54,7 +54,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import SSAValue
 
 from npugrad.analysis.footprint import TileBuffer, budget, clamp, round_down, vector_elements
-from npugrad.dialect import GradOp
+from npugrad.dialect import TrainOp
 from npugrad.dialect.checks import static_product
 from npugrad.dialect.npu import AllocLocalOp, CopyOp, element_bytes, level_of, local_type
 from npugrad.ir import IRBuilder, static_shape
@@ -114,15 +114,15 @@ def _delinearize(e: IRBuilder, linear: SSAValue, dims: list[SSAValue]) -> list[S
     return [linear, *reversed(indices)]
 
 
-def tile_op(op: GradOp, tiles: dict[str, SSAValue]) -> GradOp:
+def tile_op(op: TrainOp, tiles: dict[str, SSAValue]) -> TrainOp:
     """The op itself on the tiles (operands not tiled stay global), without its tile sizes: it
-    is a tile instance that convert-grad-to-loops lowers as any other."""
+    is a tile instance that convert-train-to-loops lowers as any other."""
     properties = {k: v for k, v in op.properties.items() if k not in ("tile_sizes", "operandSegmentSizes")}
     order = [name for name, _ in type(op).get_irdl_definition().operands]
     return type(op).build(operands=[tiles.get(n, getattr(op, n)) for n in order], properties=properties)
 
 
-def same_op(op: GradOp) -> Compute:
+def same_op(op: TrainOp) -> Compute:
     """A tile is computed by the op itself on the tile's windows."""
     return lambda e, tiles, _: e.emit(tile_op(op, tiles))
 
@@ -131,7 +131,7 @@ def _bytes(ref: SSAValue) -> int:
     return element_bytes(ref.type.element_type)  # type: ignore[attr-defined]
 
 
-def choose_tile_sizes(op: GradOp, names: Sequence[str], target: Target) -> dict[str, int]:
+def choose_tile_sizes(op: TrainOp, names: Sequence[str], target: Target) -> dict[str, int]:
     """n elements of every tiled operand fit the vector level. n is a multiple of the level's
     alignment (so no tile is padded) and of a float32 vector, or all elements of a smaller
     static shape."""
@@ -142,12 +142,12 @@ def choose_tile_sizes(op: GradOp, names: Sequence[str], target: Target) -> dict[
     return {"n": clamp(round_down(min(n, MAX_ELEMENTWISE_TILE), multiple), static_product(shape))}
 
 
-def footprint(op: GradOp, names: Sequence[str], sizes: dict[str, int], target: Target) -> list[TileBuffer]:
+def footprint(op: TrainOp, names: Sequence[str], sizes: dict[str, int], target: Target) -> list[TileBuffer]:
     """One n-element tile per tiled operand, in the vector level, double-buffered where the target is."""
     return [TileBuffer("vector", sizes["n"] * _bytes(getattr(op, name)), target.double_buffer) for name in names]
 
 
-def tile_elementwise(op: GradOp, target: Target, e: IRBuilder, names: Sequence[str], prepare: Prepare,
+def tile_elementwise(op: TrainOp, target: Target, e: IRBuilder, names: Sequence[str], prepare: Prepare,
                      compute: Compute) -> None:
     refs = {name: getattr(op, name) for name in names}
     if any(level_of(r.type) is not None for r in refs.values()):
@@ -203,7 +203,7 @@ def _too_small(ref: SSAValue) -> bool:
     return n is not None and n < 2 * MIN_ELEMENTS
 
 
-def distribute_elementwise(op: GradOp, e: IRBuilder, names: Sequence[str], prepare: Prepare,
+def distribute_elementwise(op: TrainOp, e: IRBuilder, names: Sequence[str], prepare: Prepare,
                            compute: Compute) -> bool:
     """One contiguous range of the flat arrays per block (whole 64-element lines); False (left on
     one block) when an operand is strided or the arrays are too small to be worth splitting."""

@@ -1,10 +1,10 @@
-"""Tiling of grad.embedding_dense_backward: row tiles of `out` dealt round-robin to the blocks.
+"""Tiling of train.embedding_dense_backward: row tiles of `out` dealt round-robin to the blocks.
 Each block sorts the indices of its own rows into buckets (the untiled lowering's stable counting
 sort, restricted to those rows), then, one d-chunk at a time, sums each row's bucket in float32,
 in index order, in a local accumulator tile, and copies the tile out, rounded once.
 
-    grad.embedding_dense_backward grad(%g : memref<?x?xf16>) indices(%k : memref<?xi32>)
-        -> out(%o : memref<32000x?xf16>) {num_weights = 32000 : i64, tile_sizes = #grad.tiles<rows = 7, d = 1024>}
+    train.embedding_dense_backward grad(%g : memref<?x?xf16>) indices(%k : memref<?xi32>)
+        -> out(%o : memref<32000x?xf16>) {num_weights = 32000 : i64, tile_sizes = #train.tiles<rows = 7, d = 1024>}
 becomes (target npu-a2)
     %bid = npu.block_idx
     %nblk = npu.block_dim
@@ -24,7 +24,7 @@ becomes (target npu-a2)
         %out_tile[:rn, :dn] = truncf %acc[:rn, :dn]
         npu.copy %out_tile[:rn, :dn], %o[r0:rn, j0:dn]
       }
-    } {grad.tiles = #grad.tiles<rows = 7, d = 1024>}
+    } {train.tiles = #train.tiles<rows = 7, d = 1024>}
 
 A float32 `out` is copied out of the accumulator itself. Every element of `out` is the same
 float32 sum, in the same order, as in the untiled kernel, whichever block computes it: results
@@ -47,7 +47,7 @@ from npugrad.dialect import EmbeddingDenseBackwardOp
 from npugrad.dialect.checks import static_product
 from npugrad.dialect.npu import AllocLocalOp, CopyOp, element_bytes, local_type
 from npugrad.ir import IRBuilder, index, static_shape
-from npugrad.lowering.grad_to_loops.embedding import count_index, delinearize, if_known, load_index, place_index
+from npugrad.lowering.train_to_loops.embedding import count_index, delinearize, if_known, load_index, place_index
 from npugrad.passes.tiling.blocks import block_range, record_tile_sizes, tile_sizes
 from npugrad.targets import Target
 

@@ -1,10 +1,10 @@
 """Tiling of the fused linear cross-entropy gradient (the nest fuse-linear-cross-entropy-grad
-built, marked `grad.fused` with tiles {bt, v, h}): each of its three contractions (marked
-`#grad.contraction`) is tiled into the matrix levels (operands) and the accumulator level
+built, marked `train.fused` with tiles {bt, v, h}): each of its three contractions (marked
+`#train.contraction`) is tiled into the matrix levels (operands) and the accumulator level
 (float32 results), H in chunks of `h`; the tile-sized scratch (logits, G, saved target logits,
 marked `npu.promote`) moves into the level of its role.
 
-    linalg.generic ins(%x_t, %w_packed) outs(%z_t) {grad.contraction = #grad.contraction<logits, ...>}
+    linalg.generic ins(%x_t, %w_packed) outs(%z_t) {train.contraction = #train.contraction<logits, ...>}
 becomes
     %A = npu.alloc_local : memref<bt x h x T, #npu.mem<l0a>> ...               // see contraction.py
     scf.for %h0 ... { npu.copy ...; linalg.generic ins(%A, %B) outs(%C); ... }  // %z_t in #npu.mem<ub>
@@ -16,7 +16,7 @@ outputs: phase A spreads the vocabulary tiles over the blocks and computes dW (G
 phase B spreads the token tiles and computes dX (GEMM 3 dropped). No block waits for another,
 every sum runs in the same order whatever the number of blocks (bit-identical results for any
 thread count), and no workspace is needed; the price is GEMM 1 and the exponentials done twice.
-The parts each phase keeps or drops are found by their `#grad.role` and `#grad.contraction`.
+The parts each phase keeps or drops are found by their `#train.role` and `#train.contraction`.
 """
 
 from __future__ import annotations

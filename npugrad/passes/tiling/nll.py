@@ -1,10 +1,10 @@
-"""Tiling of grad.nll_loss_backward: `out` in rows × c tiles, dealt round-robin to the blocks;
+"""Tiling of train.nll_loss_backward: `out` in rows × c tiles, dealt round-robin to the blocks;
 each tile is zeroed in local memory, gets −w[y]·scale where one of its rows' targets falls in
 its columns, and is copied out.
 
-    grad.nll_loss_backward grad_output(%g : memref<f32>) ... target(%t : memref<?xi64>)
+    train.nll_loss_backward grad_output(%g : memref<f32>) ... target(%t : memref<?xi64>)
         weight(%w : memref<?xf32>) ... -> out(%o : memref<?x?xf32>)
-        {reduction = 1 : i64, tile_sizes = #grad.tiles<rows = 4, c = 4096>}
+        {reduction = 1 : i64, tile_sizes = #train.tiles<rows = 4, c = 4096>}
 becomes (target npu-a2)
     %bid = npu.block_idx
     %nblk = npu.block_dim
@@ -21,7 +21,7 @@ becomes (target npu-a2)
         if y != ignore_index && y − c0 <u cn { %out_tile[i, y − c0] = %weight_tile[y − c0]·%s }
       }
       npu.copy %out_tile[:rn, :cn], %o[r0:rn, c0:cn]
-    } {grad.tiles = #grad.tiles<rows = 4, c = 4096>}
+    } {train.tiles = #train.tiles<rows = 4, c = 4096>}
 
 With reduction none (2-D self) the rows' grad_output comes in as one more tile; 1-D self is one
 row of C: tiles of c columns, and its one target a 0-D tile. Every element gets the value, and
@@ -43,7 +43,7 @@ from npugrad.dialect.checks import static_product
 from npugrad.dialect.npu import AllocLocalOp, CopyOp, element_bytes, local_type
 from npugrad.ir import IRBuilder, index, static_shape
 from npugrad.lowering.fills import zero_fill
-from npugrad.lowering.grad_to_loops.nll import load_scalar, load_target
+from npugrad.lowering.train_to_loops.nll import load_scalar, load_target
 from npugrad.passes.tiling.blocks import (
     MIN_ELEMENTS,
     block_range,

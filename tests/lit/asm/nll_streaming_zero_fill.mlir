@@ -19,7 +19,7 @@
 // LOOPS:             memref.store %{{.*}}, %[[FLAT]]
 func.func @nll(%g: memref<f32>, %self: memref<?x?xf32>, %t: memref<?xi64>, %w: memref<?xf32>, %tw: memref<1xf32>,
                %out: memref<?x?xf32>) {
-  grad.nll_loss_backward grad_output(%g : memref<f32>) self(%self : memref<?x?xf32>) target(%t : memref<?xi64>)
+  train.nll_loss_backward grad_output(%g : memref<f32>) self(%self : memref<?x?xf32>) target(%t : memref<?xi64>)
       weight(%w : memref<?xf32>) total_weight(%tw : memref<1xf32>) -> out(%out : memref<?x?xf32>) {reduction = 1 : i64}
   func.return
 }

@@ -5,7 +5,7 @@
 
 // A missing operand: the parser stops at the first token that cannot start one.
 func.func @missing_operand(%x: memref<4xf32>) {
-  grad.binary_cross_entropy_grad input_x(%x : memref<4xf32>) input_y(
+  train.binary_cross_entropy_grad input_x(%x : memref<4xf32>) input_y(
   // CHECK: parse-error.mlir:[[# @LINE + 3]]:3: error: operand expected
   // CHECK-NEXT: {{^}}  func.return{{$}}
   // CHECK-NEXT: {{^}}  ^{{$}}
@@ -16,9 +16,9 @@ func.func @missing_operand(%x: memref<4xf32>) {
 
 // An unknown op is reported at its name, not at the next token (on the next line here).
 func.func @unknown_op() {
-  // CHECK: parse-error.mlir:[[# @LINE + 2]]:3: error: Operation grad.no_such_op is not registered
-  // CHECK-NEXT: {{^}}  grad.no_such_op{{$}}
-  grad.no_such_op
+  // CHECK: parse-error.mlir:[[# @LINE + 2]]:3: error: Operation train.no_such_op is not registered
+  // CHECK-NEXT: {{^}}  train.no_such_op{{$}}
+  train.no_such_op
   func.return
 }
 
@@ -26,8 +26,8 @@ func.func @unknown_op() {
 
 // A property of the wrong type is rejected while the op is built: located at the op.
 func.func @property_type(%x: memref<4xf32>, %y: memref<4xf32>, %d: memref<1xf32>, %dx: memref<4xf32>) {
-  // CHECK: parse-error.mlir:[[# @LINE + 1]]:3: error: 'grad.binary_cross_entropy_grad' op Expected attribute i64 but got i32
-  grad.binary_cross_entropy_grad input_x(%x : memref<4xf32>) input_y(%y : memref<4xf32>)
+  // CHECK: parse-error.mlir:[[# @LINE + 1]]:3: error: 'train.binary_cross_entropy_grad' op Expected attribute i64 but got i32
+  train.binary_cross_entropy_grad input_x(%x : memref<4xf32>) input_y(%y : memref<4xf32>)
       dloss(%d : memref<1xf32>) -> dx(%dx : memref<4xf32>) {reduction = 1 : i32}
   func.return
 }
@@ -36,8 +36,8 @@ func.func @property_type(%x: memref<4xf32>, %y: memref<4xf32>, %d: memref<1xf32>
 
 // An undefined SSA value is reported at its first use (xDSL reports it at the end of the input).
 func.func @undefined_value(%x: memref<4xf32>, %d: memref<1xf32>, %dx: memref<4xf32>) {
-  // CHECK: parse-error.mlir:[[# @LINE + 1]]:70: error: use of undefined value '%nope'
-  grad.binary_cross_entropy_grad input_x(%x : memref<4xf32>) input_y(%nope : memref<4xf32>)
+  // CHECK: parse-error.mlir:[[# @LINE + 1]]:71: error: use of undefined value '%nope'
+  train.binary_cross_entropy_grad input_x(%x : memref<4xf32>) input_y(%nope : memref<4xf32>)
       dloss(%d : memref<1xf32>) -> dx(%dx : memref<4xf32>)
   func.return
 }
@@ -46,8 +46,8 @@ func.func @undefined_value(%x: memref<4xf32>, %d: memref<1xf32>, %dx: memref<4xf
 
 // An operand whose written type differs from its value's type.
 func.func @type_mismatch(%x: memref<4xf32>, %y: memref<4xf32>, %d: memref<1xf32>, %dx: memref<4xf32>) {
-  // CHECK: parse-error.mlir:[[# @LINE + 1]]:42: error: operand is used with type memref<4xf16>, but has been previously used or defined with type memref<4xf32>
-  grad.binary_cross_entropy_grad input_x(%x : memref<4xf16>) input_y(%y : memref<4xf32>)
+  // CHECK: parse-error.mlir:[[# @LINE + 1]]:43: error: operand is used with type memref<4xf16>, but has been previously used or defined with type memref<4xf32>
+  train.binary_cross_entropy_grad input_x(%x : memref<4xf16>) input_y(%y : memref<4xf32>)
       dloss(%d : memref<1xf32>) -> dx(%dx : memref<4xf32>)
   func.return
 }

@@ -20,15 +20,15 @@
 // CHECK-NEXT:        ^bb0(%{{.*}}: bf16, %{{.*}}: bf16, %{{.*}}: f32):
 // CHECK:             linalg.generic {{.*}} doc = "GEMM 3: weight grad tile dW_v += G^T * X_t"
 // CHECK:           arith.truncf %{{.*}} : f32 to bf16
-// CHECK:         } {grad.fused = #grad.fused<"grad.fused_linear_cross_entropy_loss_grad", #grad.tiles<bt = 16, v = 64>>}
+// CHECK:         } {train.fused = #train.fused<"train.fused_linear_cross_entropy_loss_grad", #train.tiles<bt = 16, v = 64>>}
 
 // EXEC:      input_grad_out {{.*}} bfloat16 {{.*}} ok
 // EXEC-NEXT: weight_grad_out {{.*}} bfloat16 {{.*}} ok
 func.func @flce_hp_bf16(%g: memref<40xf32>, %x: memref<40x24xbf16>, %w: memref<384x24xbf16>, %mask: memref<5xui8>,
                         %t: memref<40xi64>, %p: memref<40x384xf32>, %gx: memref<40x24xbf16>, %gw: memref<384x24xbf16>) {
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<40xf32>) input(%x : memref<40x24xbf16>)
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<40xf32>) input(%x : memref<40x24xbf16>)
       weight(%w : memref<384x24xbf16>) target_mask(%mask : memref<5xui8>) masked_target(%t : memref<40xi64>)
       softmax(%p : memref<40x384xf32>) -> input_grad_out(%gx : memref<40x24xbf16>) weight_grad_out(%gw : memref<384x24xbf16>)
-      {tile_sizes = #grad.tiles<bt = 16, v = 64>}
+      {tile_sizes = #train.tiles<bt = 16, v = 64>}
   func.return
 }

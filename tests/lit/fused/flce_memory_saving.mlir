@@ -6,7 +6,7 @@
 // RUN: npugrad-opt %s --stage run --entry hand_set_tiles | FileCheck %s --check-prefix=EXEC
 
 // CHECK-LABEL: func.func @hand_set_tiles
-// CHECK-NOT:     grad.fused_linear_cross_entropy_loss_grad
+// CHECK-NOT:     train.fused_linear_cross_entropy_loss_grad
 // The only allocations: the 32x128 logit tile, the 32 saved target logits and the W tile
 // packed transposed (48x128); float32 outputs accumulate in place.
 // CHECK-DAG:     %[[BT_TILE:.*]] = arith.constant 32 : index
@@ -24,7 +24,7 @@
 // CHECK:             linalg.generic {{.*}} doc = "GEMM 2: input grad tile dX_t += G * W_v"
 // CHECK:             linalg.generic {{.*}} doc = "GEMM 3: weight grad tile dW_v += G^T * X_t"
 // CHECK:           }
-// CHECK:         } {grad.fused = #grad.fused<"grad.fused_linear_cross_entropy_loss_grad", #grad.tiles<bt = 32, v = 128>>}
+// CHECK:         } {train.fused = #train.fused<"train.fused_linear_cross_entropy_loss_grad", #train.tiles<bt = 32, v = 128>>}
 // CHECK-NOT:     memref.alloc
 // CHECK:         memref.dealloc %[[Z]]
 // CHECK:         memref.dealloc %[[SAVED]]
@@ -32,13 +32,13 @@
 
 // CHECK-LABEL: func.func @pass_option_tiles
 // CHECK:         memref.alloc() {{.*}} : memref<64x128xf32>
-// CHECK:         } {grad.fused = #grad.fused<"grad.fused_linear_cross_entropy_loss_grad", #grad.tiles<bt = 64, v = 128>>}
+// CHECK:         } {train.fused = #train.fused<"train.fused_linear_cross_entropy_loss_grad", #train.tiles<bt = 64, v = 128>>}
 
 // OPTS-LABEL: func.func @hand_set_tiles
-// OPTS:         } {grad.fused = #grad.fused<"grad.fused_linear_cross_entropy_loss_grad", #grad.tiles<bt = 32, v = 128>>}
+// OPTS:         } {train.fused = #train.fused<"train.fused_linear_cross_entropy_loss_grad", #train.tiles<bt = 32, v = 128>>}
 // OPTS-LABEL: func.func @pass_option_tiles
 // OPTS:         memref.alloc() {{.*}} : memref<16x256xf32>
-// OPTS:         } {grad.fused = #grad.fused<"grad.fused_linear_cross_entropy_loss_grad", #grad.tiles<bt = 16, v = 256>>}
+// OPTS:         } {train.fused = #train.fused<"train.fused_linear_cross_entropy_loss_grad", #train.tiles<bt = 16, v = 256>>}
 
 // EXEC-LABEL: @hand_set_tiles
 // EXEC-NEXT:   operand
@@ -48,18 +48,18 @@
 func.func @hand_set_tiles(%g: memref<100xf32>, %x: memref<100x48xf32>, %w: memref<520x48xf32>, %mask: memref<100xi1>,
                           %t: memref<100xi32>, %lm: memref<100xf32>, %se: memref<100xf32>,
                           %gx: memref<100x48xf32>, %gw: memref<520x48xf32>) {
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<100xf32>) input(%x : memref<100x48xf32>)
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<100xf32>) input(%x : memref<100x48xf32>)
       weight(%w : memref<520x48xf32>) target_mask(%mask : memref<100xi1>) masked_target(%t : memref<100xi32>)
       logits_max(%lm : memref<100xf32>) sum_exp_logits(%se : memref<100xf32>)
       -> input_grad_out(%gx : memref<100x48xf32>) weight_grad_out(%gw : memref<520x48xf32>)
-      {tile_sizes = #grad.tiles<bt = 32, v = 128>}
+      {tile_sizes = #train.tiles<bt = 32, v = 128>}
   func.return
 }
 
 func.func @pass_option_tiles(%g: memref<?xf32>, %x: memref<?x?xf32>, %w: memref<?x?xf32>, %mask: memref<?xi1>,
                              %t: memref<?xi64>, %lm: memref<?xf32>, %se: memref<?xf32>,
                              %gx: memref<?x?xf32>, %gw: memref<?x?xf32>) {
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<?xf32>) input(%x : memref<?x?xf32>)
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<?xf32>) input(%x : memref<?x?xf32>)
       weight(%w : memref<?x?xf32>) target_mask(%mask : memref<?xi1>) masked_target(%t : memref<?xi64>)
       logits_max(%lm : memref<?xf32>) sum_exp_logits(%se : memref<?xf32>)
       -> input_grad_out(%gx : memref<?x?xf32>) weight_grad_out(%gw : memref<?x?xf32>)

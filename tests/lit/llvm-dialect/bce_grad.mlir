@@ -11,7 +11,7 @@
 // CHECK-NOT: scf.for
 // CHECK-NOT: memref.load
 func.func @bce_grad(%x: memref<?xbf16>, %y: memref<?xbf16>, %d: memref<bf16>, %dx: memref<?xbf16>) {
-  grad.binary_cross_entropy_grad input_x(%x : memref<?xbf16>) input_y(%y : memref<?xbf16>)
+  train.binary_cross_entropy_grad input_x(%x : memref<?xbf16>) input_y(%y : memref<?xbf16>)
       dloss(%d : memref<bf16>) -> dx(%dx : memref<?xbf16>) {reduction = 2 : i64}
   func.return
 }

@@ -2,7 +2,7 @@
 // float32, plus alignment slack), the mask bit shift, exp of the recomputed logit, G rounded to
 // bf16 in integer arithmetic (round to nearest even), and the C-interface wrapper. The zero
 // fills, the accumulations into dX/dW and their final rounding are vector loops (16 lanes).
-// RUN: npugrad-opt %examples/flce_grad.mlir -p convert-grad-to-loops --stage llvm-ir --cpu %inputs/avx512.toml | FileCheck %s
+// RUN: npugrad-opt %examples/flce_grad.mlir -p convert-train-to-loops --stage llvm-ir --cpu %inputs/avx512.toml | FileCheck %s
 
 // CHECK:      declare void @free(ptr)
 // CHECK:      declare ptr @malloc(i64)

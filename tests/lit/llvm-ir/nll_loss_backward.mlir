@@ -31,7 +31,7 @@
 // UI8:        store bfloat
 func.func @nll_sum_ui8_bf16(%g: memref<1xbf16>, %s: memref<?x?xbf16>, %t: memref<?xui8>, %w: memref<?xbf16>,
                             %tw: memref<1xbf16>, %o: memref<?x?xbf16>) {
-  grad.nll_loss_backward grad_output(%g : memref<1xbf16>) self(%s : memref<?x?xbf16>) target(%t : memref<?xui8>)
+  train.nll_loss_backward grad_output(%g : memref<1xbf16>) self(%s : memref<?x?xbf16>) target(%t : memref<?xui8>)
       weight(%w : memref<?xbf16>) total_weight(%tw : memref<1xbf16>) -> out(%o : memref<?x?xbf16>)
       {reduction = 2 : i64, ignore_index = 7 : i64}
   func.return

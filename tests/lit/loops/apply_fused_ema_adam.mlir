@@ -1,8 +1,8 @@
-// convert-grad-to-loops on apply_fused_ema_adam: the per-call scalars (1 - β, c = 1 - β^k with a
+// convert-train-to-loops on apply_fused_ema_adam: the per-call scalars (1 - β, c = 1 - β^k with a
 // float32 power of the step) before one loop nest that reads grad, var, m, v, s once each and
 // stores var', m', v', s' once each, rounded to the stored type.
 // RUN: npugrad-opt %s --stage loops --no-distribute | FileCheck %s
-// RUN: npugrad-opt %s -p convert-grad-to-loops | FileCheck %s
+// RUN: npugrad-opt %s -p convert-train-to-loops | FileCheck %s
 
 // Properties as constants; AdamW (mode 1) with bias correction, bf16 state, dynamic shape.
 // CHECK-LABEL: func.func @adamw_bf16_constants
@@ -52,7 +52,7 @@
 // CHECK:         func.return
 func.func @adamw_bf16_constants(%g: memref<?x3xbf16>, %k: memref<1xi64>, %p: memref<?x3xbf16>,
     %m: memref<?x3xbf16>, %v: memref<?x3xbf16>, %s: memref<?x3xbf16>) {
-  grad.apply_fused_ema_adam grad(%g : memref<?x3xbf16>) step(%k : memref<1xi64>)
+  train.apply_fused_ema_adam grad(%g : memref<?x3xbf16>) step(%k : memref<1xi64>)
       -> var(%p : memref<?x3xbf16>) m(%m : memref<?x3xbf16>) v(%v : memref<?x3xbf16>) s(%s : memref<?x3xbf16>)
       {lr = 0.01 : f64, beta2 = 0.95 : f64, weight_decay = 0.1 : f64}
   func.return
@@ -98,7 +98,7 @@ func.func @adamw_bf16_constants(%g: memref<?x3xbf16>, %k: memref<1xi64>, %p: mem
 !state = memref<?x?xf16, strided<[?, ?], offset: ?>>
 func.func @adam_l2_f16_runtime(%g: !state, %k: memref<1xi64>, %h: memref<6xf32>, %p: !state, %m: !state,
     %v: !state, %s: !state) {
-  grad.apply_fused_ema_adam grad(%g : !state) step(%k : memref<1xi64>) hyperparameters(%h : memref<6xf32>)
+  train.apply_fused_ema_adam grad(%g : !state) step(%k : memref<1xi64>) hyperparameters(%h : memref<6xf32>)
       -> var(%p : !state) m(%m : !state) v(%v : !state) s(%s : !state) {mode = 0 : i64}
   func.return
 }
@@ -116,7 +116,7 @@ func.func @adam_l2_f16_runtime(%g: !state, %k: memref<1xi64>, %h: memref<6xf32>,
 // CHECK-COUNT-4:   memref.store %{{.*}} : memref<8xf32>
 func.func @no_bias_correction_f32(%g: memref<8xf32>, %k: memref<1xi64>, %p: memref<8xf32>, %m: memref<8xf32>,
     %v: memref<8xf32>, %s: memref<8xf32>) {
-  grad.apply_fused_ema_adam grad(%g : memref<8xf32>) step(%k : memref<1xi64>)
+  train.apply_fused_ema_adam grad(%g : memref<8xf32>) step(%k : memref<1xi64>)
       -> var(%p : memref<8xf32>) m(%m : memref<8xf32>) v(%v : memref<8xf32>) s(%s : memref<8xf32>)
       {bias_correction = false}
   func.return

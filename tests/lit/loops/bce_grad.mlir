@@ -1,7 +1,7 @@
-// convert-grad-to-loops on binary_cross_entropy_grad: one loop nest, float32 arithmetic,
+// convert-train-to-loops on binary_cross_entropy_grad: one loop nest, float32 arithmetic,
 // the clamp max(x(1-x), 1e-12), one rounding to the stored type.
 // RUN: npugrad-opt %s --stage loops --no-distribute | FileCheck %s
-// RUN: npugrad-opt %s -p convert-grad-to-loops | FileCheck %s
+// RUN: npugrad-opt %s -p convert-train-to-loops | FileCheck %s
 
 // CHECK-LABEL: func.func @bce_mean_f16
 // CHECK-NOT:     grad.
@@ -22,7 +22,7 @@
 // CHECK:             %[[R:.*]] = arith.truncf %[[DX]] : f32 to f16
 // CHECK:             memref.store %[[R]], %{{.*}}[%[[I]], %[[J]]] : memref<?x7xf16>
 func.func @bce_mean_f16(%x: memref<?x7xf16>, %y: memref<?x7xf16>, %d: memref<1xf16>, %dx: memref<?x7xf16>) {
-  grad.binary_cross_entropy_grad input_x(%x : memref<?x7xf16>) input_y(%y : memref<?x7xf16>)
+  train.binary_cross_entropy_grad input_x(%x : memref<?x7xf16>) input_y(%y : memref<?x7xf16>)
       dloss(%d : memref<1xf16>) -> dx(%dx : memref<?x7xf16>)
   func.return
 }
@@ -36,7 +36,7 @@ func.func @bce_mean_f16(%x: memref<?x7xf16>, %y: memref<?x7xf16>, %d: memref<1xf
 // CHECK:           %[[P:.*]] = arith.mulf %[[Q]], %[[W]] : f32
 // CHECK:           memref.store %[[P]]
 func.func @bce_none_weighted(%x: memref<5xf32>, %y: memref<5xf32>, %d: memref<5xf32>, %w: memref<5xf32>, %dx: memref<5xf32>) {
-  grad.binary_cross_entropy_grad input_x(%x : memref<5xf32>) input_y(%y : memref<5xf32>)
+  train.binary_cross_entropy_grad input_x(%x : memref<5xf32>) input_y(%y : memref<5xf32>)
       dloss(%d : memref<5xf32>) weight(%w : memref<5xf32>) -> dx(%dx : memref<5xf32>) {reduction = 0 : i64}
   func.return
 }

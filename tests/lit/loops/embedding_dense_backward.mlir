@@ -1,8 +1,8 @@
-// convert-grad-to-loops on embedding_dense_backward: a stable counting sort of the indices
+// convert-train-to-loops on embedding_dense_backward: a stable counting sort of the indices
 // (count, prefix sum, place), then one pass per output row that zero-fills a float32 accumulator,
 // adds the bucket's grad rows in index order and rounds once to out's type.
 // RUN: npugrad-opt %s --stage loops | FileCheck %s
-// RUN: npugrad-opt %s -p convert-grad-to-loops | FileCheck %s
+// RUN: npugrad-opt %s -p convert-train-to-loops | FileCheck %s
 
 // Dynamic shapes, 2-D i32 indices of another shape than grad's leading dims, f16 -> bf16,
 // padding_idx = 3 and frequency scaling.
@@ -74,7 +74,7 @@
 // CHECK-NEXT:      memref.dealloc %[[PERM]] : memref<?xindex>
 // CHECK-NEXT:      memref.dealloc %[[OFF]] : memref<12xindex>
 func.func @scaled_padded(%g: memref<?x?x?xf16>, %i: memref<?x?xi32>, %out: memref<10x?xbf16>) {
-  grad.embedding_dense_backward grad(%g : memref<?x?x?xf16>) indices(%i : memref<?x?xi32>)
+  train.embedding_dense_backward grad(%g : memref<?x?x?xf16>) indices(%i : memref<?x?xi32>)
       -> out(%out : memref<10x?xbf16>) {num_weights = 10 : i64, padding_idx = 3 : i64, scale_grad_by_freq = true}
   func.return
 }
@@ -105,7 +105,7 @@ func.func @scaled_padded(%g: memref<?x?x?xf16>, %i: memref<?x?xi32>, %out: memre
 // CHECK-NOT:     arith.truncf
 // CHECK:         func.return
 func.func @plain_f32(%g: memref<7x16xf32>, %i: memref<7xi64>, %out: memref<5x16xf32>) {
-  grad.embedding_dense_backward grad(%g : memref<7x16xf32>) indices(%i : memref<7xi64>)
+  train.embedding_dense_backward grad(%g : memref<7x16xf32>) indices(%i : memref<7xi64>)
       -> out(%out : memref<5x16xf32>) {num_weights = 5 : i64}
   func.return
 }
@@ -114,7 +114,7 @@ func.func @plain_f32(%g: memref<7x16xf32>, %i: memref<7xi64>, %out: memref<5x16x
 // CHECK-LABEL: func.func @no_columns
 // CHECK-NEXT:    func.return
 func.func @no_columns(%g: memref<4x0xf32>, %i: memref<4xi32>, %out: memref<9x0xf32>) {
-  grad.embedding_dense_backward grad(%g : memref<4x0xf32>) indices(%i : memref<4xi32>)
+  train.embedding_dense_backward grad(%g : memref<4x0xf32>) indices(%i : memref<4xi32>)
       -> out(%out : memref<9x0xf32>) {num_weights = 9 : i64}
   func.return
 }

@@ -1,7 +1,7 @@
-// convert-grad-to-loops on fused_linear_cross_entropy_loss_grad (the unfused reference lowering;
+// convert-train-to-loops on fused_linear_cross_entropy_loss_grad (the unfused reference lowering;
 // the default pipeline fuses first): per token t and vocabulary row v, G = g·(P − one-hot) in
 // float32, rounded to the input dtype, then scattered into both GEMMs' float32 accumulators.
-// RUN: npugrad-opt %s -p convert-grad-to-loops | FileCheck %s
+// RUN: npugrad-opt %s -p convert-train-to-loops | FileCheck %s
 
 // Memory-saving mode, bf16, bit-packed mask: P = exp(x·w − max)/sum, the mask bit is
 // (byte[t/8] >> t%8) & 1, G goes through bf16, accumulators are allocated and rounded once.
@@ -78,7 +78,7 @@
 func.func @memory_saving_bf16_packed(%g: memref<?xf32>, %x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %m: memref<?xui8>,
                                      %t: memref<?xi32>, %lm: memref<?xf32>, %se: memref<?xf32>,
                                      %dx: memref<?x?xbf16>, %dw: memref<?x?xbf16>) {
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<?xf32>) input(%x : memref<?x?xbf16>) weight(%w : memref<?x?xbf16>)
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<?xf32>) input(%x : memref<?x?xbf16>) weight(%w : memref<?x?xbf16>)
       target_mask(%m : memref<?xui8>) masked_target(%t : memref<?xi32>)
       logits_max(%lm : memref<?xf32>) sum_exp_logits(%se : memref<?xf32>)
       -> input_grad_out(%dx : memref<?x?xbf16>) weight_grad_out(%dw : memref<?x?xbf16>)
@@ -109,7 +109,7 @@ func.func @memory_saving_bf16_packed(%g: memref<?xf32>, %x: memref<?x?xbf16>, %w
 func.func @high_performance_f32_bool(%g: memref<8xf32>, %x: memref<8x5xf32>, %w: memref<130x5xf32>, %m: memref<8xi1>,
                                      %t: memref<8xi64>, %p: memref<8x130xf32>,
                                      %dx: memref<8x5xf32>, %dw: memref<130x5xf32>) {
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x5xf32>) weight(%w : memref<130x5xf32>)
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x5xf32>) weight(%w : memref<130x5xf32>)
       target_mask(%m : memref<8xi1>) masked_target(%t : memref<8xi64>) softmax(%p : memref<8x130xf32>)
       -> input_grad_out(%dx : memref<8x5xf32>) weight_grad_out(%dw : memref<130x5xf32>)
   func.return

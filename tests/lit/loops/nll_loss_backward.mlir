@@ -1,8 +1,8 @@
-// convert-grad-to-loops on nll_loss_backward: a zero fill of out as one flat range (streamed
+// convert-train-to-loops on nll_loss_backward: a zero fill of out as one flat range (streamed
 // past the caches when it is 8 MiB or more), then per sample the ignore_index compare and the
 // bounds check guarding one store of −w[y]·scale.
 // RUN: npugrad-opt %s --stage loops --no-distribute | FileCheck %s
-// RUN: npugrad-opt %s -p convert-grad-to-loops | FileCheck %s
+// RUN: npugrad-opt %s -p convert-train-to-loops | FileCheck %s
 
 // Reduction none, 2-D: per-sample upstream gradient; a uint8 target is zero-extended.
 // CHECK-LABEL: func.func @nll_none_ui8_f16
@@ -40,7 +40,7 @@
 // CHECK-NEXT:    }
 func.func @nll_none_ui8_f16(%g: memref<?xf16>, %s: memref<?x?xf16>, %t: memref<?xui8>, %w: memref<?xf16>,
                             %tw: memref<1xf16>, %o: memref<?x?xf16>) {
-  grad.nll_loss_backward grad_output(%g : memref<?xf16>) self(%s : memref<?x?xf16>) target(%t : memref<?xui8>)
+  train.nll_loss_backward grad_output(%g : memref<?xf16>) self(%s : memref<?x?xf16>) target(%t : memref<?xui8>)
       weight(%w : memref<?xf16>) total_weight(%tw : memref<1xf16>) -> out(%o : memref<?x?xf16>) {reduction = 0 : i64}
   func.return
 }
@@ -72,7 +72,7 @@ func.func @nll_none_ui8_f16(%g: memref<?xf16>, %s: memref<?x?xf16>, %t: memref<?
 // CHECK:         func.return
 func.func @nll_mean_1d_i32(%g: memref<f32>, %s: memref<7xf32>, %t: memref<i32>, %w: memref<7xf32>,
                            %tw: memref<f32>, %o: memref<7xf32>) {
-  grad.nll_loss_backward grad_output(%g : memref<f32>) self(%s : memref<7xf32>) target(%t : memref<i32>)
+  train.nll_loss_backward grad_output(%g : memref<f32>) self(%s : memref<7xf32>) target(%t : memref<i32>)
       weight(%w : memref<7xf32>) total_weight(%tw : memref<f32>) -> out(%o : memref<7xf32>) {ignore_index = 3 : i64}
   func.return
 }

@@ -1,4 +1,4 @@
-// choose-tile-sizes writes each grad op's tile decision as #grad.tiles, from the target alone.
+// choose-tile-sizes writes each train op's tile decision as #train.tiles, from the target alone.
 // RUN: npugrad-opt %s -p 'choose-tile-sizes{target=npu-a2}' | FileCheck %s
 //
 // npu-a2's vector level (UB) holds 192 KiB, aligned to 32 bytes, double-buffered: one set of
@@ -7,9 +7,9 @@
 // Mean BCE tiles x, y and dx (dloss is one value): 12 bytes per element, 98304 / 12 = 8192,
 // a multiple of lcm(32 B alignment, 64 lanes) = 64.
 // CHECK-LABEL: func.func @bce(
-// CHECK:       grad.binary_cross_entropy_grad {{.*}} {tile_sizes = #grad.tiles<n = 8192>}
+// CHECK:       train.binary_cross_entropy_grad {{.*}} {tile_sizes = #train.tiles<n = 8192>}
 func.func @bce(%x: memref<10000xf32>, %y: memref<10000xf32>, %d: memref<1xf32>, %dx: memref<10000xf32>) {
-  grad.binary_cross_entropy_grad input_x(%x : memref<10000xf32>) input_y(%y : memref<10000xf32>)
+  train.binary_cross_entropy_grad input_x(%x : memref<10000xf32>) input_y(%y : memref<10000xf32>)
       dloss(%d : memref<1xf32>) -> dx(%dx : memref<10000xf32>)
   func.return
 }
@@ -17,9 +17,9 @@ func.func @bce(%x: memref<10000xf32>, %y: memref<10000xf32>, %d: memref<1xf32>, 
 // Reduction none also tiles dloss: 4 operands x 2 bytes, 98304 / 8 = 12288; no tile is larger
 // than the 100 elements there are.
 // CHECK-LABEL: func.func @bce_small(
-// CHECK:       grad.binary_cross_entropy_grad {{.*}} {reduction = 0 : i64, tile_sizes = #grad.tiles<n = 100>}
+// CHECK:       train.binary_cross_entropy_grad {{.*}} {reduction = 0 : i64, tile_sizes = #train.tiles<n = 100>}
 func.func @bce_small(%x: memref<100xbf16>, %y: memref<100xbf16>, %d: memref<100xbf16>, %dx: memref<100xbf16>) {
-  grad.binary_cross_entropy_grad input_x(%x : memref<100xbf16>) input_y(%y : memref<100xbf16>)
+  train.binary_cross_entropy_grad input_x(%x : memref<100xbf16>) input_y(%y : memref<100xbf16>)
       dloss(%d : memref<100xbf16>) -> dx(%dx : memref<100xbf16>) {reduction = 0 : i64}
   func.return
 }
@@ -28,21 +28,21 @@ func.func @bce_small(%x: memref<100xbf16>, %y: memref<100xbf16>, %d: memref<100x
 // double-buffered, each padded to 32 bytes: out rows·4000, targets rows·8, weights 4000.
 // rows = 23: 2·(92000 + 192 + 4000) = 192384 <= 196608; rows = 24: 2·(96000 + 192 + 4000) = 200384 > it.
 // CHECK-LABEL: func.func @nll(
-// CHECK:       grad.nll_loss_backward {{.*}} {tile_sizes = #grad.tiles<rows = 23, c = 1000>}
+// CHECK:       train.nll_loss_backward {{.*}} {tile_sizes = #train.tiles<rows = 23, c = 1000>}
 func.func @nll(%go: memref<f32>, %s: memref<?x1000xf32>, %t: memref<?xi64>, %w: memref<1000xf32>,
                %tw: memref<1xf32>, %o: memref<?x1000xf32>) {
-  grad.nll_loss_backward grad_output(%go : memref<f32>) self(%s : memref<?x1000xf32>) target(%t : memref<?xi64>)
+  train.nll_loss_backward grad_output(%go : memref<f32>) self(%s : memref<?x1000xf32>) target(%t : memref<?xi64>)
       weight(%w : memref<1000xf32>) total_weight(%tw : memref<1xf32>) -> out(%o : memref<?x1000xf32>)
   func.return
 }
 
 // Sizes written by hand are kept; the pass fills in only what is missing.
 // CHECK-LABEL: func.func @by_hand(
-// CHECK:       grad.nll_loss_backward {{.*}} {tile_sizes = #grad.tiles<rows = 3, c = 1000>}
+// CHECK:       train.nll_loss_backward {{.*}} {tile_sizes = #train.tiles<rows = 3, c = 1000>}
 func.func @by_hand(%go: memref<f32>, %s: memref<?x1000xf32>, %t: memref<?xi64>, %w: memref<1000xf32>,
                    %tw: memref<1xf32>, %o: memref<?x1000xf32>) {
-  grad.nll_loss_backward grad_output(%go : memref<f32>) self(%s : memref<?x1000xf32>) target(%t : memref<?xi64>)
+  train.nll_loss_backward grad_output(%go : memref<f32>) self(%s : memref<?x1000xf32>) target(%t : memref<?xi64>)
       weight(%w : memref<1000xf32>) total_weight(%tw : memref<1xf32>) -> out(%o : memref<?x1000xf32>)
-      {tile_sizes = #grad.tiles<rows = 3>}
+      {tile_sizes = #train.tiles<rows = 3>}
   func.return
 }

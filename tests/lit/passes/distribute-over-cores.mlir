@@ -30,9 +30,9 @@
 // CHECK-NOT:     npu.alloc_local
 // ONE-LABEL: func.func @bce_mean
 // ONE-NOT:     npu.block_idx
-// ONE:         grad.binary_cross_entropy_grad
+// ONE:         train.binary_cross_entropy_grad
 func.func @bce_mean(%x: memref<?x?xf32>, %y: memref<?x?xf32>, %d: memref<1xf32>, %dx: memref<?x?xf32>) {
-  grad.binary_cross_entropy_grad input_x(%x : memref<?x?xf32>) input_y(%y : memref<?x?xf32>)
+  train.binary_cross_entropy_grad input_x(%x : memref<?x?xf32>) input_y(%y : memref<?x?xf32>)
       dloss(%d : memref<1xf32>) -> dx(%dx : memref<?x?xf32>) {reduction = 1 : i64}
   func.return
 }
@@ -47,10 +47,10 @@ func.func @bce_mean(%x: memref<?x?xf32>, %y: memref<?x?xf32>, %d: memref<1xf32>,
 // CHECK:           %[[T:.*]] = memref.subview %t[%[[R0]]] [%[[RN]]] [1]
 // CHECK:           %[[OUT:.*]] = memref.subview %out[%[[R0]], 0] [%[[RN]], %{{.*}}] [1, 1]
 // CHECK:           %[[G:.*]] = memref.subview %g[%[[R0]]] [%[[RN]]] [1]
-// CHECK:           grad.nll_loss_backward grad_output(%[[G]] : {{.*}}) {{.*}} target(%[[T]] : {{.*}}) {{.*}} -> out(%[[OUT]] : {{.*}}) {reduction = 0 : i64}
+// CHECK:           train.nll_loss_backward grad_output(%[[G]] : {{.*}}) {{.*}} target(%[[T]] : {{.*}}) {{.*}} -> out(%[[OUT]] : {{.*}}) {reduction = 0 : i64}
 func.func @nll_none(%g: memref<?xf32>, %self: memref<?x?xf32>, %t: memref<?xi64>, %w: memref<?xf32>,
                     %tw: memref<1xf32>, %out: memref<?x?xf32>) {
-  grad.nll_loss_backward grad_output(%g : memref<?xf32>) self(%self : memref<?x?xf32>) target(%t : memref<?xi64>)
+  train.nll_loss_backward grad_output(%g : memref<?xf32>) self(%self : memref<?x?xf32>) target(%t : memref<?xi64>)
       weight(%w : memref<?xf32>) total_weight(%tw : memref<1xf32>) -> out(%out : memref<?x?xf32>) {reduction = 0 : i64}
   func.return
 }
@@ -58,9 +58,9 @@ func.func @nll_none(%g: memref<?xf32>, %self: memref<?x?xf32>, %t: memref<?xi64>
 // Static sizes below two blocks' worth of work stay whole.
 // CHECK-LABEL: func.func @small
 // CHECK-NOT:     npu.block_idx
-// CHECK:         grad.binary_cross_entropy_grad
+// CHECK:         train.binary_cross_entropy_grad
 func.func @small(%x: memref<8x10xf32>, %y: memref<8x10xf32>, %d: memref<1xf32>, %dx: memref<8x10xf32>) {
-  grad.binary_cross_entropy_grad input_x(%x : memref<8x10xf32>) input_y(%y : memref<8x10xf32>)
+  train.binary_cross_entropy_grad input_x(%x : memref<8x10xf32>) input_y(%y : memref<8x10xf32>)
       dloss(%d : memref<1xf32>) -> dx(%dx : memref<8x10xf32>) {reduction = 2 : i64}
   func.return
 }
@@ -84,7 +84,7 @@ func.func @small(%x: memref<8x10xf32>, %y: memref<8x10xf32>, %d: memref<1xf32>, 
 func.func @flce(%grad: memref<?xf32>, %x: memref<?x?xf32>, %w: memref<?x?xf32>, %mask: memref<?xi1>,
                 %target: memref<?xi64>, %max: memref<?xf32>, %sum: memref<?xf32>,
                 %dx: memref<?x?xf32>, %dw: memref<?x?xf32>) {
-  grad.fused_linear_cross_entropy_loss_grad grad(%grad : memref<?xf32>) input(%x : memref<?x?xf32>)
+  train.fused_linear_cross_entropy_loss_grad grad(%grad : memref<?xf32>) input(%x : memref<?x?xf32>)
       weight(%w : memref<?x?xf32>) target_mask(%mask : memref<?xi1>) masked_target(%target : memref<?xi64>)
       logits_max(%max : memref<?xf32>) sum_exp_logits(%sum : memref<?xf32>)
       -> input_grad_out(%dx : memref<?x?xf32>) weight_grad_out(%dw : memref<?x?xf32>)

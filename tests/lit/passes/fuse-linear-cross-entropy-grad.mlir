@@ -1,32 +1,32 @@
 // fuse-linear-cross-entropy-grad: the op becomes one nest over vocabulary tiles (outer) and token
 // tiles (inner). What later passes need to find in it is said by typed attributes, never by the
-// IR's text: the nest by #grad.fused (the op it computes and its tiles), its parts by #grad.role,
-// its three contractions by #grad.contraction (with the tile dims of their loops), and the
+// IR's text: the nest by #train.fused (the op it computes and its tiles), its parts by #train.role,
+// its three contractions by #train.contraction (with the tile dims of their loops), and the
 // tile-sized scratch a tiling may move into local memory by npu.promote.
 // RUN: npugrad-opt %s -p 'fuse-linear-cross-entropy-grad{tile_bt=32 tile_v=64}' | FileCheck %s
 
 // CHECK-LABEL: func.func @flce(
 // CHECK:         %input_grad_acc = memref.alloc({{.*}}) {alignment = 64 : i64} : memref<?x?xf32>
-// CHECK:         linalg.fill {grad.role = #grad.role<input_grad_init>} {{.*}} outs(%input_grad_acc
+// CHECK:         linalg.fill {train.role = #train.role<input_grad_init>} {{.*}} outs(%input_grad_acc
 // CHECK:         %logits = memref.alloc() {alignment = 64 : i64, npu.promote = #npu.role<vector>} : memref<32x64xf32>
 // CHECK:         %grad_logits = memref.alloc() {{.*}}npu.promote = #npu.role<vector>} : memref<32x64xbf16>
 // CHECK:         %saved_logits = memref.alloc() {{.*}}npu.promote = #npu.role<vector>} : memref<32xf32>
 // CHECK:         scf.for
-// CHECK:           linalg.fill {grad.role = #grad.role<weight_grad_init>}
+// CHECK:           linalg.fill {train.role = #train.role<weight_grad_init>}
 // CHECK:           scf.for
-// CHECK:             linalg.generic {{.*}} attrs = {grad.contraction = #grad.contraction<logits, dims = [bt, h, v]>}
+// CHECK:             linalg.generic {{.*}} attrs = {train.contraction = #train.contraction<logits, dims = [bt, h, v]>}
 // CHECK:             math.exp
-// CHECK:             linalg.generic {{.*}} attrs = {grad.contraction = #grad.contraction<input_grad, dims = [bt, v, h]>}
-// CHECK:             linalg.generic {{.*}} attrs = {grad.contraction = #grad.contraction<weight_grad, dims = [v, bt, h]>}
-// CHECK:           } {grad.role = #grad.role<token_loop>}
-// CHECK:         } {grad.role = #grad.role<weight_grad_final>}
-// CHECK-NEXT:  } {grad.fused = #grad.fused<"grad.fused_linear_cross_entropy_loss_grad", #grad.tiles<bt = 32, v = 64>>}
-// CHECK:       } {grad.role = #grad.role<input_grad_final>}
-// CHECK-NOT:   grad.fused_linear_cross_entropy_loss_grad {{.*}}input(
+// CHECK:             linalg.generic {{.*}} attrs = {train.contraction = #train.contraction<input_grad, dims = [bt, v, h]>}
+// CHECK:             linalg.generic {{.*}} attrs = {train.contraction = #train.contraction<weight_grad, dims = [v, bt, h]>}
+// CHECK:           } {train.role = #train.role<token_loop>}
+// CHECK:         } {train.role = #train.role<weight_grad_final>}
+// CHECK-NEXT:  } {train.fused = #train.fused<"train.fused_linear_cross_entropy_loss_grad", #train.tiles<bt = 32, v = 64>>}
+// CHECK:       } {train.role = #train.role<input_grad_final>}
+// CHECK-NOT:   train.fused_linear_cross_entropy_loss_grad {{.*}}input(
 func.func @flce(%g: memref<?xf32>, %x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %mask: memref<?xi1>,
                 %t: memref<?xi32>, %lm: memref<?xf32>, %se: memref<?xf32>,
                 %gx: memref<?x?xbf16>, %gw: memref<?x?xbf16>) {
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<?xf32>) input(%x : memref<?x?xbf16>)
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<?xf32>) input(%x : memref<?x?xbf16>)
       weight(%w : memref<?x?xbf16>) target_mask(%mask : memref<?xi1>) masked_target(%t : memref<?xi32>)
       logits_max(%lm : memref<?xf32>) sum_exp_logits(%se : memref<?xf32>)
       -> input_grad_out(%gx : memref<?x?xbf16>) weight_grad_out(%gw : memref<?x?xbf16>)

@@ -21,12 +21,12 @@
 // CHECK:           %[[XG:.*]] = memref.subview %x[%[[OFF]]] [%[[K]]] [1]
 // CHECK:           %[[XL:.*]] = memref.subview %[[X]][0] [%[[K]]] [1]
 // CHECK:           npu.copy %[[XG]], %[[XL]]
-// CHECK:           grad.binary_cross_entropy_grad input_x(%[[XL]] : {{.*}}) {{.*}} dloss(%d : memref<f32>) -> dx({{.*}}) {reduction = 2 : i64}
+// CHECK:           train.binary_cross_entropy_grad input_x(%[[XL]] : {{.*}}) {{.*}} dloss(%d : memref<f32>) -> dx({{.*}}) {reduction = 2 : i64}
 // CHECK-NEXT:      npu.copy
-// CHECK-NEXT:    } {grad.tiles = #grad.tiles<n = 256>}
-// CHECK-NOT:     grad.binary_cross_entropy_grad
+// CHECK-NEXT:    } {train.tiles = #train.tiles<n = 256>}
+// CHECK-NOT:     train.binary_cross_entropy_grad
 func.func @bce(%x: memref<1000xf32>, %y: memref<1000xf32>, %d: memref<f32>, %dx: memref<1000xf32>) {
-  grad.binary_cross_entropy_grad input_x(%x : memref<1000xf32>) input_y(%y : memref<1000xf32>)
-      dloss(%d : memref<f32>) -> dx(%dx : memref<1000xf32>) {reduction = 2 : i64, tile_sizes = #grad.tiles<n = 256>}
+  train.binary_cross_entropy_grad input_x(%x : memref<1000xf32>) input_y(%y : memref<1000xf32>)
+      dloss(%d : memref<f32>) -> dx(%dx : memref<1000xf32>) {reduction = 2 : i64, tile_sizes = #train.tiles<n = 256>}
   func.return
 }

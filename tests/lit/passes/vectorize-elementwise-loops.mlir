@@ -22,7 +22,7 @@
 // CHECK-NEXT:      %[[R:.*]] = arith.maximumf %[[Q]], %[[X]] : vector<16xf32>
 // CHECK-NEXT:      %[[H:.*]] = arith.truncf %[[R]] : vector<16xf32> to vector<16xbf16>
 // CHECK-NEXT:      vector.store %[[H]], %y[%[[I]]] : memref<?xbf16>, vector<16xbf16>
-// CHECK-NEXT:    } {grad.vectorized}
+// CHECK-NEXT:    } {train.vectorized}
 // The remainder: the original scalar loop, from where the vector loop stopped.
 // CHECK-NEXT:    scf.for %[[J:.*]] = %[[MAIN]] to %[[N]] step %[[C1]] {
 // CHECK-NEXT:      memref.load %x[%[[J]]] : memref<?xf32>
@@ -52,7 +52,7 @@ func.func @scale(%x: memref<?xf32>, %s: memref<1xf32>, %y: memref<?xbf16>) {
 // CHECK-NEXT:        %[[A:.*]] = vector.load %a[%[[R]], %[[I]]] : memref<?x?xi32>, vector<16xi32>
 // CHECK-NEXT:        %[[B:.*]] = arith.addi %[[A]], %[[A]] : vector<16xi32>
 // CHECK-NEXT:        vector.store %[[B]], %a[%[[R]], %[[I]]] : memref<?x?xi32>, vector<16xi32>
-// CHECK-NEXT:      } {grad.vectorized}
+// CHECK-NEXT:      } {train.vectorized}
 // CHECK-NEXT:      scf.for
 func.func @in_place(%a: memref<?x?xi32>) {
   %c0 = arith.constant 0 : index
@@ -73,7 +73,7 @@ func.func @in_place(%a: memref<?x?xi32>) {
 // scalar i1 result only).
 // CHECK-LABEL: func.func @not_elementwise
 // CHECK-NOT:     vector.
-// CHECK-NOT:     grad.vectorized
+// CHECK-NOT:     train.vectorized
 // CHECK:         func.return
 func.func @not_elementwise(%a: memref<?x?xf32>, %b: memref<?x?xf32>, %c: memref<?xf32>) {
   %c0 = arith.constant 0 : index

@@ -18,7 +18,7 @@
 // RT: s {{ *}}(3, 5, 7) {{ *}}float16 {{.*}} ok
 func.func @adam_l2_f16(%g: memref<3x5x7xf16>, %k: memref<1xi64>, %h: memref<6xf32>, %p: memref<3x5x7xf16>,
     %m: memref<3x5x7xf16>, %v: memref<3x5x7xf16>, %s: memref<3x5x7xf16>) {
-  grad.apply_fused_ema_adam grad(%g : memref<3x5x7xf16>) step(%k : memref<1xi64>) hyperparameters(%h : memref<6xf32>)
+  train.apply_fused_ema_adam grad(%g : memref<3x5x7xf16>) step(%k : memref<1xi64>) hyperparameters(%h : memref<6xf32>)
       -> var(%p : memref<3x5x7xf16>) m(%m : memref<3x5x7xf16>) v(%v : memref<3x5x7xf16>) s(%s : memref<3x5x7xf16>)
       {lr = 0.05 : f64, ema_decay = 0.9 : f64, mode = 0 : i64, bias_correction = false, weight_decay = 0.1 : f64}
   func.return

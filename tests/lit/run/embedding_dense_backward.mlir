@@ -12,7 +12,7 @@
 // F16: @scaled_padded_f16
 // F16: out {{ *}}(7, 33) {{ *}}float16 {{.*}} ok
 func.func @scaled_padded_f16(%g: memref<3x10x33xf16>, %i: memref<6x5xi64>, %out: memref<7x33xf16>) {
-  grad.embedding_dense_backward grad(%g : memref<3x10x33xf16>) indices(%i : memref<6x5xi64>)
+  train.embedding_dense_backward grad(%g : memref<3x10x33xf16>) indices(%i : memref<6x5xi64>)
       -> out(%out : memref<7x33xf16>) {num_weights = 7 : i64, padding_idx = 2 : i64, scale_grad_by_freq = true}
   func.return
 }
@@ -21,7 +21,7 @@ func.func @scaled_padded_f16(%g: memref<3x10x33xf16>, %i: memref<6x5xi64>, %out:
 // BF16: @bf16
 // BF16: out {{ *}}(5, 19) {{ *}}bfloat16 {{.*}} ok
 func.func @bf16(%g: memref<200x19xbf16>, %i: memref<200xi32>, %out: memref<5x19xbf16>) {
-  grad.embedding_dense_backward grad(%g : memref<200x19xbf16>) indices(%i : memref<200xi32>)
+  train.embedding_dense_backward grad(%g : memref<200x19xbf16>) indices(%i : memref<200xi32>)
       -> out(%out : memref<5x19xbf16>) {num_weights = 5 : i64, padding_idx = 4 : i64}
   func.return
 }
@@ -30,7 +30,7 @@ func.func @bf16(%g: memref<200x19xbf16>, %i: memref<200xi32>, %out: memref<5x19x
 // BF16-F32: @bf16_to_f32
 // BF16-F32: out {{ *}}(9, 8) {{ *}}float32 {{.*}} ok
 func.func @bf16_to_f32(%g: memref<12x8xbf16>, %i: memref<3x4xi32>, %out: memref<9x8xf32>) {
-  grad.embedding_dense_backward grad(%g : memref<12x8xbf16>) indices(%i : memref<3x4xi32>)
+  train.embedding_dense_backward grad(%g : memref<12x8xbf16>) indices(%i : memref<3x4xi32>)
       -> out(%out : memref<9x8xf32>) {num_weights = 9 : i64, padding_idx = 9 : i64, scale_grad_by_freq = true}
   func.return
 }

@@ -13,7 +13,7 @@
 func.func @high_performance_f16(%g: memref<21xf32>, %x: memref<21x13xf16>, %w: memref<131x13xf16>, %m: memref<21xi1>,
                                 %t: memref<21xi32>, %p: memref<21x131xf32>,
                                 %dx: memref<21x13xf16>, %dw: memref<131x13xf16>) {
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<21xf32>) input(%x : memref<21x13xf16>) weight(%w : memref<131x13xf16>)
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<21xf32>) input(%x : memref<21x13xf16>) weight(%w : memref<131x13xf16>)
       target_mask(%m : memref<21xi1>) masked_target(%t : memref<21xi32>) softmax(%p : memref<21x131xf32>)
       -> input_grad_out(%dx : memref<21x13xf16>) weight_grad_out(%dw : memref<131x13xf16>)
   func.return

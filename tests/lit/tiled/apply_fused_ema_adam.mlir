@@ -39,12 +39,12 @@
 // NPU-NEXT:      npu.copy %[[M_G]], %[[M_T]]
 // NPU-NEXT:      npu.copy %[[V_G]], %[[V_T]]
 // NPU-NEXT:      npu.copy %[[S_G]], %[[S_T]]
-// NPU-NEXT:      grad.apply_fused_ema_adam grad(%[[G_T]] : memref<?xf32, strided<[1]>, #npu.mem<ub>>) step(%step : memref<1xi64>) hyperparameters(%h : memref<6xf32>) -> var(%[[P_T]] : {{.*}}) m(%[[M_T]] : {{.*}}) v(%[[V_T]] : {{.*}}) s(%[[S_T]] : memref<?xf32, strided<[1]>, #npu.mem<ub>>) {mode = 0 : i64}
+// NPU-NEXT:      train.apply_fused_ema_adam grad(%[[G_T]] : memref<?xf32, strided<[1]>, #npu.mem<ub>>) step(%step : memref<1xi64>) hyperparameters(%h : memref<6xf32>) -> var(%[[P_T]] : {{.*}}) m(%[[M_T]] : {{.*}}) v(%[[V_T]] : {{.*}}) s(%[[S_T]] : memref<?xf32, strided<[1]>, #npu.mem<ub>>) {mode = 0 : i64}
 // NPU-NEXT:      npu.copy %[[P_T]], %[[P_G]] : memref<?xf32, strided<[1]>, #npu.mem<ub>>, memref<?xf32, strided<[1], offset: ?>>
 // NPU-NEXT:      npu.copy %[[M_T]], %[[M_G]]
 // NPU-NEXT:      npu.copy %[[V_T]], %[[V_G]]
 // NPU-NEXT:      npu.copy %[[S_T]], %[[S_G]]
-// NPU-NEXT:    } {grad.tiles = #grad.tiles<n = 4864>}
+// NPU-NEXT:    } {train.tiles = #train.tiles<n = 4864>}
 // NPU-NEXT:    func.return
 
 // host: the tiles live in L2, once (no double buffering); n depends on this machine's L2.
@@ -56,12 +56,12 @@
 // HOST-NOT:     npu.alloc_local
 // HOST:         scf.for %{{.*}} = %[[BID]] to %{{.*}} step %[[NBLK]] {
 // HOST-COUNT-5:   npu.copy {{.*}} : memref<?xf32, strided<[1], offset: ?>>, memref<?xf32, strided<[1]>, #npu.mem<l2>>
-// HOST-NEXT:      grad.apply_fused_ema_adam grad({{.*}}#npu.mem<l2>>) step(%step : memref<1xi64>) hyperparameters(%h : memref<6xf32>)
+// HOST-NEXT:      train.apply_fused_ema_adam grad({{.*}}#npu.mem<l2>>) step(%step : memref<1xi64>) hyperparameters(%h : memref<6xf32>)
 // HOST-COUNT-4:   npu.copy {{.*}} : memref<?xf32, strided<[1]>, #npu.mem<l2>>, memref<?xf32, strided<[1], offset: ?>>
-// HOST-NEXT:    } {grad.tiles = #grad.tiles<n = [[N]]>}
+// HOST-NEXT:    } {train.tiles = #train.tiles<n = [[N]]>}
 func.func @ema_dynamic(%grad: memref<?x?xf32>, %step: memref<1xi64>, %h: memref<6xf32>, %var: memref<?x?xf32>,
                        %m: memref<?x?xf32>, %v: memref<?x?xf32>, %s: memref<?x?xf32>) {
-  grad.apply_fused_ema_adam grad(%grad : memref<?x?xf32>) step(%step : memref<1xi64>) hyperparameters(%h : memref<6xf32>)
+  train.apply_fused_ema_adam grad(%grad : memref<?x?xf32>) step(%step : memref<1xi64>) hyperparameters(%h : memref<6xf32>)
       -> var(%var : memref<?x?xf32>) m(%m : memref<?x?xf32>) v(%v : memref<?x?xf32>) s(%s : memref<?x?xf32>) {mode = 0 : i64}
   func.return
 }
@@ -73,15 +73,15 @@ func.func @ema_dynamic(%grad: memref<?x?xf32>, %step: memref<1xi64>, %h: memref<
 // NPU:         scf.for %[[TILE:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
 // NPU-NEXT:      %[[ROW:.*]] = arith.divui %[[TILE]], %{{.*}} : index
 // NPU:           memref.subview %m[%[[ROW]], %{{.*}}] [1, %{{.*}}] [1, 1] : memref<?x?xbf16, strided<[?, ?], offset: ?>> to memref<?xbf16, strided<[?], offset: ?>>
-// NPU:           grad.apply_fused_ema_adam
+// NPU:           train.apply_fused_ema_adam
 // NPU-SAME:        {lr = 1.000000e-04 : f64, beta2 = 9.500000e-01 : f64, weight_decay = 1.000000e-02 : f64}
-// NPU:         } {grad.tiles = #grad.tiles<n = 9792>}
+// NPU:         } {train.tiles = #train.tiles<n = 9792>}
 // HOST-LABEL: func.func @ema_strided
 // HOST-COUNT-5: npu.alloc_local : memref<{{[0-9]+}}xbf16, #npu.mem<l2>>
 // HOST:         arith.divui
 func.func @ema_strided(%grad: memref<?x?xbf16>, %step: memref<1xi64>, %var: memref<?x?xbf16>,
                        %m: memref<?x?xbf16, strided<[?, ?], offset: ?>>, %v: memref<?x?xbf16>, %s: memref<?x?xbf16>) {
-  grad.apply_fused_ema_adam grad(%grad : memref<?x?xbf16>) step(%step : memref<1xi64>)
+  train.apply_fused_ema_adam grad(%grad : memref<?x?xbf16>) step(%step : memref<1xi64>)
       -> var(%var : memref<?x?xbf16>) m(%m : memref<?x?xbf16, strided<[?, ?], offset: ?>>) v(%v : memref<?x?xbf16>)
       s(%s : memref<?x?xbf16>) {lr = 1.0e-04 : f64, beta2 = 0.95 : f64, weight_decay = 0.01 : f64}
   func.return
@@ -93,10 +93,10 @@ func.func @ema_strided(%grad: memref<?x?xbf16>, %step: memref<1xi64>, %var: memr
 // NPU-DAG:     %[[C7:.*]] = arith.constant 7 : index
 // NPU-COUNT-5: npu.alloc_local {double_buffer} : memref<500xf16, #npu.mem<ub>>
 // NPU:         scf.for %{{.*}} = %{{.*}} to %[[C7]] step %{{.*}} {
-// NPU:         } {grad.tiles = #grad.tiles<n = 500>}
+// NPU:         } {train.tiles = #train.tiles<n = 500>}
 // HOST-LABEL: func.func @hand_set_tile
 // HOST-COUNT-5: npu.alloc_local : memref<500xf16, #npu.mem<l2>>
-// HOST:         } {grad.tiles = #grad.tiles<n = 500>}
+// HOST:         } {train.tiles = #train.tiles<n = 500>}
 // RUN-HAND: @hand_set_tile
 // RUN-HAND: var {{ *}}(64, 48) {{ *}}float16 {{.*}} ok
 // RUN-HAND: m {{ *}}(64, 48) {{ *}}float16 {{.*}} ok
@@ -104,9 +104,9 @@ func.func @ema_strided(%grad: memref<?x?xbf16>, %step: memref<1xi64>, %var: memr
 // RUN-HAND: s {{ *}}(64, 48) {{ *}}float16 {{.*}} ok
 func.func @hand_set_tile(%grad: memref<64x48xf16>, %step: memref<1xi64>, %var: memref<64x48xf16>,
                          %m: memref<64x48xf16>, %v: memref<64x48xf16>, %s: memref<64x48xf16>) {
-  grad.apply_fused_ema_adam grad(%grad : memref<64x48xf16>) step(%step : memref<1xi64>)
+  train.apply_fused_ema_adam grad(%grad : memref<64x48xf16>) step(%step : memref<1xi64>)
       -> var(%var : memref<64x48xf16>) m(%m : memref<64x48xf16>) v(%v : memref<64x48xf16>) s(%s : memref<64x48xf16>)
-      {weight_decay = 0.01 : f64, tile_sizes = #grad.tiles<n = 500>}
+      {weight_decay = 0.01 : f64, tile_sizes = #train.tiles<n = 500>}
   func.return
 }
 
@@ -118,8 +118,8 @@ func.func @hand_set_tile(%grad: memref<64x48xf16>, %step: memref<1xi64>, %var: m
 // RUN-ROWS: s {{ *}}(6, 7) {{ *}}float32 {{.*}} ok
 func.func @strided_rows(%grad: memref<6x7xf32, strided<[?, ?], offset: ?>>, %step: memref<1xi64>, %var: memref<6x7xf32>,
                         %m: memref<6x7xf32>, %v: memref<6x7xf32, strided<[?, ?], offset: ?>>, %s: memref<6x7xf32>) {
-  grad.apply_fused_ema_adam grad(%grad : memref<6x7xf32, strided<[?, ?], offset: ?>>) step(%step : memref<1xi64>)
+  train.apply_fused_ema_adam grad(%grad : memref<6x7xf32, strided<[?, ?], offset: ?>>) step(%step : memref<1xi64>)
       -> var(%var : memref<6x7xf32>) m(%m : memref<6x7xf32>) v(%v : memref<6x7xf32, strided<[?, ?], offset: ?>>)
-      s(%s : memref<6x7xf32>) {mode = 0 : i64, bias_correction = false, weight_decay = 0.1 : f64, tile_sizes = #grad.tiles<n = 4>}
+      s(%s : memref<6x7xf32>) {mode = 0 : i64, bias_correction = false, weight_decay = 0.1 : f64, tile_sizes = #train.tiles<n = 4>}
   func.return
 }

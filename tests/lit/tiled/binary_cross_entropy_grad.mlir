@@ -32,9 +32,9 @@
 // NPU-NEXT:      %[[DX_T:.*]] = memref.subview %[[DX_L]][0] [%[[SIZE]]] [1]
 // NPU-NEXT:      npu.copy %[[X_G]], %[[X_T]] : memref<?xf32, strided<[1], offset: ?>>, memref<?xf32, strided<[1]>, #npu.mem<ub>>
 // NPU-NEXT:      npu.copy %[[Y_G]], %[[Y_T]]
-// NPU-NEXT:      grad.binary_cross_entropy_grad input_x(%[[X_T]] : memref<?xf32, strided<[1]>, #npu.mem<ub>>) input_y(%[[Y_T]] : memref<?xf32, strided<[1]>, #npu.mem<ub>>) dloss(%d : memref<1xf32>) -> dx(%[[DX_T]] : memref<?xf32, strided<[1]>, #npu.mem<ub>>) {reduction = 2 : i64}
+// NPU-NEXT:      train.binary_cross_entropy_grad input_x(%[[X_T]] : memref<?xf32, strided<[1]>, #npu.mem<ub>>) input_y(%[[Y_T]] : memref<?xf32, strided<[1]>, #npu.mem<ub>>) dloss(%d : memref<1xf32>) -> dx(%[[DX_T]] : memref<?xf32, strided<[1]>, #npu.mem<ub>>) {reduction = 2 : i64}
 // NPU-NEXT:      npu.copy %[[DX_T]], %[[DX_G]] : memref<?xf32, strided<[1]>, #npu.mem<ub>>, memref<?xf32, strided<[1], offset: ?>>
-// NPU-NEXT:    } {grad.tiles = #grad.tiles<n = 8192>}
+// NPU-NEXT:    } {train.tiles = #train.tiles<n = 8192>}
 // NPU-NEXT:    func.return
 
 // host: the tiles live in L2, once (no double buffering); n depends on this machine's L2.
@@ -48,11 +48,11 @@
 // HOST:         scf.for %{{.*}} = %[[BID]] to %{{.*}} step %[[NBLK]] {
 // HOST:           npu.copy {{.*}} : memref<?xf32, strided<[1], offset: ?>>, memref<?xf32, strided<[1]>, #npu.mem<l2>>
 // HOST-NEXT:      npu.copy {{.*}} : memref<?xf32, strided<[1], offset: ?>>, memref<?xf32, strided<[1]>, #npu.mem<l2>>
-// HOST-NEXT:      grad.binary_cross_entropy_grad {{.*}} #npu.mem<l2>>) {reduction = 2 : i64}
+// HOST-NEXT:      train.binary_cross_entropy_grad {{.*}} #npu.mem<l2>>) {reduction = 2 : i64}
 // HOST-NEXT:      npu.copy {{.*}} : memref<?xf32, strided<[1]>, #npu.mem<l2>>, memref<?xf32, strided<[1], offset: ?>>
-// HOST-NEXT:    } {grad.tiles = #grad.tiles<n = [[N]]>}
+// HOST-NEXT:    } {train.tiles = #train.tiles<n = [[N]]>}
 func.func @bce_sum(%x: memref<?x?xf32>, %y: memref<?x?xf32>, %d: memref<1xf32>, %dx: memref<?x?xf32>) {
-  grad.binary_cross_entropy_grad input_x(%x : memref<?x?xf32>) input_y(%y : memref<?x?xf32>)
+  train.binary_cross_entropy_grad input_x(%x : memref<?x?xf32>) input_y(%y : memref<?x?xf32>)
       dloss(%d : memref<1xf32>) -> dx(%dx : memref<?x?xf32>) {reduction = 2 : i64}
   func.return
 }
@@ -70,7 +70,7 @@ func.func @bce_sum(%x: memref<?x?xf32>, %y: memref<?x?xf32>, %d: memref<1xf32>, 
 // NPU:         %[[U:.*]] = arith.divf %[[D32]], %{{.*}} : f32
 // NPU:         scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} {
 // NPU-COUNT-3:   npu.copy {{.*}} : memref<?xf16, strided<[1], offset: ?>>, memref<?xf16, strided<[1]>, #npu.mem<ub>>
-// NPU-NOT:       grad.binary_cross_entropy_grad
+// NPU-NOT:       train.binary_cross_entropy_grad
 // NPU:           scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
 // NPU:             arith.mulf %[[U]], %{{.*}} : f32
 // NPU:             memref.load %[[W_T:.*]][%[[I]]] : memref<?xf16, strided<[1]>, #npu.mem<ub>>
@@ -78,15 +78,15 @@ func.func @bce_sum(%x: memref<?x?xf32>, %y: memref<?x?xf32>, %d: memref<1xf32>, 
 // NPU-NEXT:        memref.store %{{.*}}, %[[DX_T:.*]][%[[I]]] : memref<?xf16, strided<[1]>, #npu.mem<ub>>
 // NPU-NEXT:      }
 // NPU-NEXT:      npu.copy %[[DX_T]], %{{.*}} : memref<?xf16, strided<[1]>, #npu.mem<ub>>, memref<?xf16, strided<[1], offset: ?>>
-// NPU-NEXT:    } {grad.tiles = #grad.tiles<n = 12288>}
+// NPU-NEXT:    } {train.tiles = #train.tiles<n = 12288>}
 // HOST-LABEL: func.func @bce_mean_weighted
 // HOST-COUNT-4: npu.alloc_local : memref<{{[0-9]+}}xf16, #npu.mem<l2>>
 // HOST:         arith.divf
 // HOST:         scf.for
-// HOST-NOT:       grad.binary_cross_entropy_grad
-// HOST:         } {grad.tiles = #grad.tiles<n = {{[0-9]+}}>}
+// HOST-NOT:       train.binary_cross_entropy_grad
+// HOST:         } {train.tiles = #train.tiles<n = {{[0-9]+}}>}
 func.func @bce_mean_weighted(%x: memref<?xf16>, %y: memref<?xf16>, %d: memref<f16>, %w: memref<?xf16>, %dx: memref<?xf16>) {
-  grad.binary_cross_entropy_grad input_x(%x : memref<?xf16>) input_y(%y : memref<?xf16>)
+  train.binary_cross_entropy_grad input_x(%x : memref<?xf16>) input_y(%y : memref<?xf16>)
       dloss(%d : memref<f16>) weight(%w : memref<?xf16>) -> dx(%dx : memref<?xf16>)
   func.return
 }
@@ -111,16 +111,16 @@ func.func @bce_mean_weighted(%x: memref<?xf16>, %y: memref<?xf16>, %d: memref<f1
 // NPU:           %[[D_G:.*]] = memref.subview %d[%[[I]], %[[J]], %[[OFF]]] [1, 1, %[[SIZE]]] [1, 1, 1] : memref<?x?x?xbf16> to memref<?xbf16, strided<[1], offset: ?>>
 // NPU:           %[[D_T:.*]] = memref.subview %[[D_L]][0] [%[[SIZE]]] [1]
 // NPU:           npu.copy %[[D_G]], %[[D_T]]
-// NPU-NEXT:      grad.binary_cross_entropy_grad {{.*}} dloss(%[[D_T]] : memref<?xbf16, strided<[1]>, #npu.mem<ub>>) {{.*}} {reduction = 0 : i64}
+// NPU-NEXT:      train.binary_cross_entropy_grad {{.*}} dloss(%[[D_T]] : memref<?xbf16, strided<[1]>, #npu.mem<ub>>) {{.*}} {reduction = 0 : i64}
 // NPU-NEXT:      npu.copy
-// NPU-NEXT:    } {grad.tiles = #grad.tiles<n = 12288>}
+// NPU-NEXT:    } {train.tiles = #train.tiles<n = 12288>}
 // HOST-LABEL: func.func @bce_none_strided
 // HOST-COUNT-4: npu.alloc_local : memref<{{[0-9]+}}xbf16, #npu.mem<l2>>
 // HOST:         arith.divui
-// HOST:         grad.binary_cross_entropy_grad {{.*}} dloss({{.*}}#npu.mem<l2>>)
+// HOST:         train.binary_cross_entropy_grad {{.*}} dloss({{.*}}#npu.mem<l2>>)
 func.func @bce_none_strided(%x: memref<?x?x?xbf16, strided<[?, ?, ?], offset: ?>>, %y: memref<?x?x?xbf16>,
                             %d: memref<?x?x?xbf16>, %dx: memref<?x?x?xbf16>) {
-  grad.binary_cross_entropy_grad input_x(%x : memref<?x?x?xbf16, strided<[?, ?, ?], offset: ?>>)
+  train.binary_cross_entropy_grad input_x(%x : memref<?x?x?xbf16, strided<[?, ?, ?], offset: ?>>)
       input_y(%y : memref<?x?x?xbf16>) dloss(%d : memref<?x?x?xbf16>) -> dx(%dx : memref<?x?x?xbf16>) {reduction = 0 : i64}
   func.return
 }
@@ -129,12 +129,12 @@ func.func @bce_none_strided(%x: memref<?x?x?xbf16, strided<[?, ?, ?], offset: ?>
 // NPU-LABEL: func.func @bce_scalar
 // NPU-COUNT-4: npu.alloc_local {double_buffer} : memref<1xf16, #npu.mem<ub>>
 // NPU:         memref.expand_shape %x [] output_shape [1] : memref<f16> into memref<1xf16>
-// NPU:         } {grad.tiles = #grad.tiles<n = 1>}
+// NPU:         } {train.tiles = #train.tiles<n = 1>}
 // HOST-LABEL: func.func @bce_scalar
 // HOST-COUNT-4: npu.alloc_local : memref<1xf16, #npu.mem<l2>>
-// HOST:         } {grad.tiles = #grad.tiles<n = 1>}
+// HOST:         } {train.tiles = #train.tiles<n = 1>}
 func.func @bce_scalar(%x: memref<f16>, %y: memref<f16>, %d: memref<f16>, %dx: memref<f16>) {
-  grad.binary_cross_entropy_grad input_x(%x : memref<f16>) input_y(%y : memref<f16>)
+  train.binary_cross_entropy_grad input_x(%x : memref<f16>) input_y(%y : memref<f16>)
       dloss(%d : memref<f16>) -> dx(%dx : memref<f16>) {reduction = 0 : i64}
   func.return
 }
@@ -146,29 +146,29 @@ func.func @bce_scalar(%x: memref<f16>, %y: memref<f16>, %d: memref<f16>, %dx: me
 // NPU-COUNT-4: npu.alloc_local {double_buffer} : memref<96xf32, #npu.mem<ub>>
 // NPU:         scf.for %[[TILE:.*]] = %{{.*}} to %[[C11]] step %{{.*}} {
 // NPU-NEXT:      arith.muli %[[TILE]], %[[C96]] : index
-// NPU:         } {grad.tiles = #grad.tiles<n = 96>}
+// NPU:         } {train.tiles = #train.tiles<n = 96>}
 // HOST-LABEL: func.func @hand_set_tile
 // HOST-COUNT-4: npu.alloc_local : memref<96xf32, #npu.mem<l2>>
-// HOST:         } {grad.tiles = #grad.tiles<n = 96>}
+// HOST:         } {train.tiles = #train.tiles<n = 96>}
 // RUN-HAND: @hand_set_tile
 // RUN-HAND: dx {{ *}}(1000,) {{ *}}float32 {{.*}} ok
 func.func @hand_set_tile(%x: memref<1000xf32>, %y: memref<1000xf32>, %d: memref<1xf32>, %w: memref<1000xf32>,
                          %dx: memref<1000xf32>) {
-  grad.binary_cross_entropy_grad input_x(%x : memref<1000xf32>) input_y(%y : memref<1000xf32>)
+  train.binary_cross_entropy_grad input_x(%x : memref<1000xf32>) input_y(%y : memref<1000xf32>)
       dloss(%d : memref<1xf32>) weight(%w : memref<1000xf32>) -> dx(%dx : memref<1000xf32>)
-      {reduction = 1 : i64, tile_sizes = #grad.tiles<n = 96>}
+      {reduction = 1 : i64, tile_sizes = #train.tiles<n = 96>}
   func.return
 }
 
 // Strided rows, run: 5 rows of 7 in pieces of 3, 3 and 1: 15 tiles.
 // NPU-LABEL: func.func @strided_rows
-// NPU:         } {grad.tiles = #grad.tiles<n = 3>}
+// NPU:         } {train.tiles = #train.tiles<n = 3>}
 // RUN-ROWS: @strided_rows
 // RUN-ROWS: dx {{ *}}(5, 7) {{ *}}float16 {{.*}} ok
 func.func @strided_rows(%x: memref<5x7xf16, strided<[?, ?], offset: ?>>, %y: memref<5x7xf16>, %d: memref<1xf16>,
                         %dx: memref<5x7xf16, strided<[?, ?], offset: ?>>) {
-  grad.binary_cross_entropy_grad input_x(%x : memref<5x7xf16, strided<[?, ?], offset: ?>>) input_y(%y : memref<5x7xf16>)
+  train.binary_cross_entropy_grad input_x(%x : memref<5x7xf16, strided<[?, ?], offset: ?>>) input_y(%y : memref<5x7xf16>)
       dloss(%d : memref<1xf16>) -> dx(%dx : memref<5x7xf16, strided<[?, ?], offset: ?>>)
-      {reduction = 2 : i64, tile_sizes = #grad.tiles<n = 3>}
+      {reduction = 2 : i64, tile_sizes = #train.tiles<n = 3>}
   func.return
 }

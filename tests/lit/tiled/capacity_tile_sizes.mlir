@@ -7,8 +7,8 @@
 
 func.func @bce_tile_too_big(%x: memref<10000xf32>, %y: memref<10000xf32>, %d: memref<1xf32>, %dx: memref<10000xf32>) {
   // expected-error@+1 {{(memref<10000xf32, #npu.mem<ub>>, 39.0625 KiB x 2 double-buffered = 78.125 KiB) does not fit level 'ub' of target npu-a2: 234.375 KiB in use there, capacity 192 KiB}}
-  grad.binary_cross_entropy_grad input_x(%x : memref<10000xf32>) input_y(%y : memref<10000xf32>)
-      dloss(%d : memref<1xf32>) -> dx(%dx : memref<10000xf32>) {tile_sizes = #grad.tiles<n = 1000000>}
+  train.binary_cross_entropy_grad input_x(%x : memref<10000xf32>) input_y(%y : memref<10000xf32>)
+      dloss(%d : memref<1xf32>) -> dx(%dx : memref<10000xf32>) {tile_sizes = #train.tiles<n = 1000000>}
   func.return
 }
 
@@ -18,7 +18,7 @@ func.func @bce_tile_too_big(%x: memref<10000xf32>, %y: memref<10000xf32>, %d: me
 // CHECK: // report of @bce_tile_fits on npu-a2 (20 cores)
 // CHECK: //   ub: 120000 B of 196608 B = 61.0% (117.2 KiB of 192 KiB)
 func.func @bce_tile_fits(%x: memref<10000xf32>, %y: memref<10000xf32>, %d: memref<1xf32>, %dx: memref<10000xf32>) {
-  grad.binary_cross_entropy_grad input_x(%x : memref<10000xf32>) input_y(%y : memref<10000xf32>)
-      dloss(%d : memref<1xf32>) -> dx(%dx : memref<10000xf32>) {tile_sizes = #grad.tiles<n = 5000>}
+  train.binary_cross_entropy_grad input_x(%x : memref<10000xf32>) input_y(%y : memref<10000xf32>)
+      dloss(%d : memref<1xf32>) -> dx(%dx : memref<10000xf32>) {tile_sizes = #train.tiles<n = 5000>}
   func.return
 }

@@ -42,7 +42,7 @@
 // NPU:           %[[OUT_T:.*]] = memref.subview %[[OUT_L]][0, 0]
 // NPU-NEXT:      %[[OUT_G:.*]] = memref.subview %out[%{{.*}}, %[[J0]]]
 // NPU-NEXT:      npu.copy %[[OUT_T]], %[[OUT_G]] : memref<?x?xf16, strided<[1024, 1]>, #npu.mem<ub>>, memref<?x?xf16, strided<[?, 1], offset: ?>>
-// NPU:         } {grad.tiles = #grad.tiles<rows = 23, d = 1024>}
+// NPU:         } {train.tiles = #train.tiles<rows = 23, d = 1024>}
 // NPU:         memref.dealloc %perm
 // NPU-NEXT:    memref.dealloc %off
 // HOST-LABEL: func.func @dynamic_f16
@@ -54,9 +54,9 @@
 // HOST:         scf.for %{{.*}} = %[[BID]] to %{{.*}} step %[[NBLK]] {
 // HOST:               npu.copy {{.*}} : memref<1x?xf16, strided<[?, 1], offset: ?>>, memref<1x?xf16, strided<[1024, 1]>, #npu.mem<l2>>
 // HOST:           npu.copy {{.*}} : memref<?x?xf16, strided<[1024, 1]>, #npu.mem<l2>>, memref<?x?xf16, strided<[?, 1], offset: ?>>
-// HOST:         } {grad.tiles = #grad.tiles<rows = [[ROWS]], d = 1024>}
+// HOST:         } {train.tiles = #train.tiles<rows = [[ROWS]], d = 1024>}
 func.func @dynamic_f16(%g: memref<?x?xf16>, %k: memref<?xi32>, %out: memref<32000x?xf16>) {
-  grad.embedding_dense_backward grad(%g : memref<?x?xf16>) indices(%k : memref<?xi32>)
+  train.embedding_dense_backward grad(%g : memref<?x?xf16>) indices(%k : memref<?xi32>)
       -> out(%out : memref<32000x?xf16>) {num_weights = 32000 : i64, scale_grad_by_freq = true}
   func.return
 }
@@ -71,16 +71,16 @@ func.func @dynamic_f16(%g: memref<?x?xf16>, %k: memref<?xi32>, %out: memref<3200
 // NPU:           %[[ACC_T:.*]] = memref.subview %[[ACC]][0, 0]
 // NPU-NEXT:      %[[OUT_G:.*]] = memref.subview %out[
 // NPU-NEXT:      npu.copy %[[ACC_T]], %[[OUT_G]] : memref<?x?xf32, strided<[33, 1]>, #npu.mem<ub>>, memref<?x?xf32, strided<[33, 1], offset: ?>>
-// NPU:         } {grad.tiles = #grad.tiles<rows = 7, d = 33>}
+// NPU:         } {train.tiles = #train.tiles<rows = 7, d = 33>}
 // HOST-LABEL: func.func @bf16_to_f32_3d
 // HOST:         npu.alloc_local : memref<7x33xf32, #npu.mem<l2>>
 // HOST-NEXT:    npu.alloc_local : memref<1x1x33xbf16, #npu.mem<l2>>
 // HOST-NOT:     npu.alloc_local
-// HOST:         } {grad.tiles = #grad.tiles<rows = 7, d = 33>}
+// HOST:         } {train.tiles = #train.tiles<rows = 7, d = 33>}
 // RUN-3D: @bf16_to_f32_3d
 // RUN-3D: out {{ *}}(7, 33) {{ *}}float32 {{.*}} ok
 func.func @bf16_to_f32_3d(%g: memref<3x10x33xbf16>, %k: memref<6x5xi64>, %out: memref<7x33xf32>) {
-  grad.embedding_dense_backward grad(%g : memref<3x10x33xbf16>) indices(%k : memref<6x5xi64>)
+  train.embedding_dense_backward grad(%g : memref<3x10x33xbf16>) indices(%k : memref<6x5xi64>)
       -> out(%out : memref<7x33xf32>) {num_weights = 7 : i64, padding_idx = 2 : i64}
   func.return
 }
@@ -90,16 +90,16 @@ func.func @bf16_to_f32_3d(%g: memref<3x10x33xbf16>, %k: memref<6x5xi64>, %out: m
 // NPU:         npu.alloc_local : memref<2x5xf32, #npu.mem<ub>>
 // NPU-NEXT:    npu.alloc_local {double_buffer} : memref<2x5xbf16, #npu.mem<ub>>
 // NPU-NEXT:    npu.alloc_local {double_buffer} : memref<1x5xbf16, #npu.mem<ub>>
-// NPU:         } {grad.tiles = #grad.tiles<rows = 2, d = 5>}
+// NPU:         } {train.tiles = #train.tiles<rows = 2, d = 5>}
 // HOST-LABEL: func.func @hand_set
 // HOST:         npu.alloc_local : memref<2x5xf32, #npu.mem<l2>>
 // HOST-NEXT:    npu.alloc_local : memref<2x5xbf16, #npu.mem<l2>>
 // HOST-NEXT:    npu.alloc_local : memref<1x5xbf16, #npu.mem<l2>>
-// HOST:         } {grad.tiles = #grad.tiles<rows = 2, d = 5>}
+// HOST:         } {train.tiles = #train.tiles<rows = 2, d = 5>}
 // RUN-HAND: @hand_set
 // RUN-HAND: out {{ *}}(5, 19) {{ *}}bfloat16 {{.*}} ok
 func.func @hand_set(%g: memref<200x19xbf16>, %k: memref<200xi32>, %out: memref<5x19xbf16>) {
-  grad.embedding_dense_backward grad(%g : memref<200x19xbf16>) indices(%k : memref<200xi32>)
-      -> out(%out : memref<5x19xbf16>) {num_weights = 5 : i64, padding_idx = 4 : i64, tile_sizes = #grad.tiles<rows = 2, d = 5>}
+  train.embedding_dense_backward grad(%g : memref<200x19xbf16>) indices(%k : memref<200xi32>)
+      -> out(%out : memref<5x19xbf16>) {num_weights = 5 : i64, padding_idx = 4 : i64, tile_sizes = #train.tiles<rows = 2, d = 5>}
   func.return
 }

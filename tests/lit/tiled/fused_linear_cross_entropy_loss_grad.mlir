@@ -28,25 +28,25 @@
 // NPU:         math.exp
 // NPU-NOT:     GEMM 2
 // NPU:         doc = "GEMM 3: weight grad tile dW_v += G^T * X_t"
-// NPU:       } {grad.fused = #grad.fused<"grad.fused_linear_cross_entropy_loss_grad", #grad.tiles<bt = 128, v = 32, h = 64>>}
+// NPU:       } {train.fused = #train.fused<"train.fused_linear_cross_entropy_loss_grad", #train.tiles<bt = 128, v = 32, h = 64>>}
 // Phase B: token tiles spread over the blocks, computing dX.
 // NPU:       scf.for
 // NPU:         scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} {
 // NPU:           doc = "GEMM 1: logits tile Z = X_t * W_v^T"
 // NPU-NOT:       GEMM 3
 // NPU:           doc = "GEMM 2: input grad tile dX_t += G * W_v"
-// NPU:       } {grad.fused = #grad.fused<"grad.fused_linear_cross_entropy_loss_grad", #grad.tiles<bt = 128, v = 32, h = 64>>}
+// NPU:       } {train.fused = #train.fused<"train.fused_linear_cross_entropy_loss_grad", #train.tiles<bt = 128, v = 32, h = 64>>}
 
 // HOST-DAG:  %logits = npu.alloc_local : memref<{{[0-9]+}}x{{[0-9]+}}xf32, #npu.mem<l2>>
 // HOST-DAG:  %gemm1_acc = npu.alloc_local : memref<{{.*}}#npu.mem<l2>>
-// HOST:      } {grad.fused = #grad.fused<"grad.fused_linear_cross_entropy_loss_grad", #grad.tiles<bt = {{[0-9]+}}, v = {{[0-9]+}}, h = {{[0-9]+}}>>}
+// HOST:      } {train.fused = #train.fused<"train.fused_linear_cross_entropy_loss_grad", #train.tiles<bt = {{[0-9]+}}, v = {{[0-9]+}}, h = {{[0-9]+}}>>}
 
 // EXEC:      input_grad_out {{.*}} bfloat16 {{.*}} ok
 // EXEC-NEXT: weight_grad_out {{.*}} bfloat16 {{.*}} ok
 func.func @flce(%g: memref<200xf32>, %x: memref<200x48xbf16>, %w: memref<300x48xbf16>, %mask: memref<25xui8>,
                 %t: memref<200xi64>, %lm: memref<200xf32>, %se: memref<200xf32>,
                 %gx: memref<200x48xbf16>, %gw: memref<300x48xbf16>) {
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<200xf32>) input(%x : memref<200x48xbf16>)
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<200xf32>) input(%x : memref<200x48xbf16>)
       weight(%w : memref<300x48xbf16>) target_mask(%mask : memref<25xui8>) masked_target(%t : memref<200xi64>)
       logits_max(%lm : memref<200xf32>) sum_exp_logits(%se : memref<200xf32>)
       -> input_grad_out(%gx : memref<200x48xbf16>) weight_grad_out(%gw : memref<300x48xbf16>)

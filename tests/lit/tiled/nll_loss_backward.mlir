@@ -39,7 +39,7 @@
 // NPU-NEXT:          memref.store %{{.*}}, %[[OUT_L]][
 // NPU:           %[[OUT_G:.*]] = memref.subview %o[%{{.*}}, %{{.*}}] [%[[RN]], %[[CN]]] [1, 1] : memref<?x?xf32>
 // NPU-NEXT:      npu.copy %[[OUT_T]], %[[OUT_G]] : memref<?x?xf32, strided<[4096, 1]>, #npu.mem<ub>>, memref<?x?xf32, strided<[?, 1], offset: ?>>
-// NPU-NEXT:    } {grad.tiles = #grad.tiles<rows = 4, c = 4096>}
+// NPU-NEXT:    } {train.tiles = #train.tiles<rows = 4, c = 4096>}
 // NPU-NOT:     npu.alloc_local
 // NPU:         func.return
 
@@ -54,10 +54,10 @@
 // HOST:           npu.copy {{.*}} : memref<?xi64, strided<[1], offset: ?>>, memref<?xi64, strided<[1]>, #npu.mem<l2>>
 // HOST:           npu.copy {{.*}} : memref<?xf32, strided<[1], offset: ?>>, memref<?xf32, strided<[1]>, #npu.mem<l2>>
 // HOST:           npu.copy {{.*}} : memref<?x?xf32, strided<[4096, 1]>, #npu.mem<l2>>, memref<?x?xf32, strided<[?, 1], offset: ?>>
-// HOST-NEXT:    } {grad.tiles = #grad.tiles<rows = [[ROWS]], c = 4096>}
+// HOST-NEXT:    } {train.tiles = #train.tiles<rows = [[ROWS]], c = 4096>}
 func.func @mean_dynamic(%g: memref<f32>, %s: memref<?x?xf32>, %t: memref<?xi64>, %w: memref<?xf32>,
                         %tw: memref<1xf32>, %o: memref<?x?xf32>) {
-  grad.nll_loss_backward grad_output(%g : memref<f32>) self(%s : memref<?x?xf32>) target(%t : memref<?xi64>)
+  train.nll_loss_backward grad_output(%g : memref<f32>) self(%s : memref<?x?xf32>) target(%t : memref<?xi64>)
       weight(%w : memref<?xf32>) total_weight(%tw : memref<1xf32>) -> out(%o : memref<?x?xf32>)
   func.return
 }
@@ -76,18 +76,18 @@ func.func @mean_dynamic(%g: memref<f32>, %s: memref<?x?xf32>, %t: memref<?xi64>,
 // NPU-NEXT:      npu.copy %[[G_G]], %[[G_T]] : memref<?xf16, strided<[1], offset: ?>>, memref<?xf16, strided<[1]>, #npu.mem<ub>>
 // NPU:           scf.if
 // NPU-NEXT:        memref.load %[[G_L]][
-// NPU:         } {grad.tiles = #grad.tiles<rows = 33, c = 17>}
+// NPU:         } {train.tiles = #train.tiles<rows = 33, c = 17>}
 // HOST-LABEL: func.func @none_ui8_f16
 // HOST:         npu.alloc_local : memref<33x17xf16, #npu.mem<l2>>
 // HOST-NEXT:    npu.alloc_local : memref<33xui8, #npu.mem<l2>>
 // HOST-NEXT:    npu.alloc_local : memref<33xf16, #npu.mem<l2>>
 // HOST-NEXT:    npu.alloc_local : memref<17xf16, #npu.mem<l2>>
-// HOST:         } {grad.tiles = #grad.tiles<rows = 33, c = 17>}
+// HOST:         } {train.tiles = #train.tiles<rows = 33, c = 17>}
 // RUN-NONE: @none_ui8_f16
 // RUN-NONE: out {{ *}}(33, 17) {{ *}}float16 {{.*}} ok
 func.func @none_ui8_f16(%g: memref<33xf16>, %s: memref<33x17xf16>, %t: memref<33xui8>, %w: memref<17xf16>,
                         %tw: memref<1xf16>, %o: memref<33x17xf16>) {
-  grad.nll_loss_backward grad_output(%g : memref<33xf16>) self(%s : memref<33x17xf16>) target(%t : memref<33xui8>)
+  train.nll_loss_backward grad_output(%g : memref<33xf16>) self(%s : memref<33x17xf16>) target(%t : memref<33xui8>)
       weight(%w : memref<17xf16>) total_weight(%tw : memref<1xf16>) -> out(%o : memref<33x17xf16>)
       {reduction = 0 : i64, ignore_index = 2 : i64}
   func.return
@@ -98,16 +98,16 @@ func.func @none_ui8_f16(%g: memref<33xf16>, %s: memref<33x17xf16>, %t: memref<33
 // NPU:         npu.alloc_local {double_buffer} : memref<13xbf16, #npu.mem<ub>>
 // NPU-NEXT:    %[[T_L:.*]] = npu.alloc_local {double_buffer} : memref<i64, #npu.mem<ub>>
 // NPU:           npu.copy %t, %[[T_L]] : memref<i64>, memref<i64, #npu.mem<ub>>
-// NPU:         } {grad.tiles = #grad.tiles<c = 13>}
+// NPU:         } {train.tiles = #train.tiles<c = 13>}
 // HOST-LABEL: func.func @one_d_bf16
 // HOST:         %[[T_L:.*]] = npu.alloc_local : memref<i64, #npu.mem<l2>>
 // HOST:           npu.copy %t, %[[T_L]] : memref<i64>, memref<i64, #npu.mem<l2>>
-// HOST:         } {grad.tiles = #grad.tiles<c = 13>}
+// HOST:         } {train.tiles = #train.tiles<c = 13>}
 // RUN-ONED: @one_d_bf16
 // RUN-ONED: out {{ *}}(13,) {{ *}}bfloat16 {{.*}} ok
 func.func @one_d_bf16(%g: memref<bf16>, %s: memref<13xbf16>, %t: memref<i64>, %w: memref<13xbf16>,
                       %tw: memref<bf16>, %o: memref<13xbf16>) {
-  grad.nll_loss_backward grad_output(%g : memref<bf16>) self(%s : memref<13xbf16>) target(%t : memref<i64>)
+  train.nll_loss_backward grad_output(%g : memref<bf16>) self(%s : memref<13xbf16>) target(%t : memref<i64>)
       weight(%w : memref<13xbf16>) total_weight(%tw : memref<bf16>) -> out(%o : memref<13xbf16>)
       {reduction = 2 : i64}
   func.return
@@ -118,18 +118,18 @@ func.func @one_d_bf16(%g: memref<bf16>, %s: memref<13xbf16>, %t: memref<i64>, %w
 // NPU:         npu.alloc_local {double_buffer} : memref<8x16xf32, #npu.mem<ub>>
 // NPU-NEXT:    npu.alloc_local {double_buffer} : memref<8xi32, #npu.mem<ub>>
 // NPU-NEXT:    npu.alloc_local {double_buffer} : memref<16xf32, #npu.mem<ub>>
-// NPU:         } {grad.tiles = #grad.tiles<rows = 8, c = 16>}
+// NPU:         } {train.tiles = #train.tiles<rows = 8, c = 16>}
 // HOST-LABEL: func.func @hand_set
 // HOST:         npu.alloc_local : memref<8x16xf32, #npu.mem<l2>>
 // HOST-NEXT:    npu.alloc_local : memref<8xi32, #npu.mem<l2>>
 // HOST-NEXT:    npu.alloc_local : memref<16xf32, #npu.mem<l2>>
-// HOST:         } {grad.tiles = #grad.tiles<rows = 8, c = 16>}
+// HOST:         } {train.tiles = #train.tiles<rows = 8, c = 16>}
 // RUN-HAND: @hand_set
 // RUN-HAND: out {{ *}}(64, 100) {{ *}}float32 {{.*}} ok
 func.func @hand_set(%g: memref<1xf32>, %s: memref<64x100xf32>, %t: memref<64xi32>, %w: memref<100xf32>,
                     %tw: memref<1xf32>, %o: memref<64x100xf32>) {
-  grad.nll_loss_backward grad_output(%g : memref<1xf32>) self(%s : memref<64x100xf32>) target(%t : memref<64xi32>)
+  train.nll_loss_backward grad_output(%g : memref<1xf32>) self(%s : memref<64x100xf32>) target(%t : memref<64xi32>)
       weight(%w : memref<100xf32>) total_weight(%tw : memref<1xf32>) -> out(%o : memref<64x100xf32>)
-      {reduction = 1 : i64, tile_sizes = #grad.tiles<rows = 8, c = 16>}
+      {reduction = 1 : i64, tile_sizes = #train.tiles<rows = 8, c = 16>}
   func.return
 }

@@ -43,9 +43,9 @@
 // CHECK-NEXT:  // exact: trip counts and tile sizes evaluated on the static shapes
 func.func @nll_16x512(%g: memref<f32>, %s: memref<100x1000xf32>, %t: memref<100xi64>, %w: memref<1000xf32>,
     %tw: memref<1xf32>, %o: memref<100x1000xf32>) {
-  grad.nll_loss_backward grad_output(%g : memref<f32>) self(%s : memref<100x1000xf32>) target(%t : memref<100xi64>)
+  train.nll_loss_backward grad_output(%g : memref<f32>) self(%s : memref<100x1000xf32>) target(%t : memref<100xi64>)
       weight(%w : memref<1000xf32>) total_weight(%tw : memref<1xf32>) -> out(%o : memref<100x1000xf32>)
-      {tile_sizes = #grad.tiles<rows = 16, c = 512>}
+      {tile_sizes = #train.tiles<rows = 16, c = 512>}
   func.return
 }
 
@@ -71,9 +71,9 @@ func.func @nll_16x512(%g: memref<f32>, %s: memref<100x1000xf32>, %t: memref<100x
 // CHECK-NEXT:  // exact:
 func.func @nll_8x1000(%g: memref<f32>, %s: memref<100x1000xf32>, %t: memref<100xi64>, %w: memref<1000xf32>,
     %tw: memref<1xf32>, %o: memref<100x1000xf32>) {
-  grad.nll_loss_backward grad_output(%g : memref<f32>) self(%s : memref<100x1000xf32>) target(%t : memref<100xi64>)
+  train.nll_loss_backward grad_output(%g : memref<f32>) self(%s : memref<100x1000xf32>) target(%t : memref<100xi64>)
       weight(%w : memref<1000xf32>) total_weight(%tw : memref<1xf32>) -> out(%o : memref<100x1000xf32>)
-      {tile_sizes = #grad.tiles<rows = 8, c = 1000>}
+      {tile_sizes = #train.tiles<rows = 8, c = 1000>}
   func.return
 }
 
@@ -96,8 +96,8 @@ func.func @nll_8x1000(%g: memref<f32>, %s: memref<100x1000xf32>, %t: memref<100x
 // CHECK:       // global traffic: 120000 B = 1.00x the 120004 B of the arguments; intensity 1.00 argument bytes per global byte
 // CHECK-NEXT:  // exact:
 func.func @bce(%x: memref<10000xf32>, %y: memref<10000xf32>, %d: memref<1xf32>, %dx: memref<10000xf32>) {
-  grad.binary_cross_entropy_grad input_x(%x : memref<10000xf32>) input_y(%y : memref<10000xf32>)
-      dloss(%d : memref<1xf32>) -> dx(%dx : memref<10000xf32>) {tile_sizes = #grad.tiles<n = 4096>}
+  train.binary_cross_entropy_grad input_x(%x : memref<10000xf32>) input_y(%y : memref<10000xf32>)
+      dloss(%d : memref<1xf32>) -> dx(%dx : memref<10000xf32>) {tile_sizes = #train.tiles<n = 4096>}
   func.return
 }
 
@@ -106,7 +106,7 @@ func.func @bce(%x: memref<10000xf32>, %y: memref<10000xf32>, %d: memref<1xf32>, 
 // A2:          //   ub: 98304 B of 196608 B = 50.0%
 // CHECK:       // bytes moved: the report needs static shapes (dynamic: %x: memref<?xf32>, %y: memref<?xf32>, %dx: memref<?xf32>)
 func.func @bce_dynamic(%x: memref<?xf32>, %y: memref<?xf32>, %d: memref<1xf32>, %dx: memref<?xf32>) {
-  grad.binary_cross_entropy_grad input_x(%x : memref<?xf32>) input_y(%y : memref<?xf32>)
-      dloss(%d : memref<1xf32>) -> dx(%dx : memref<?xf32>) {tile_sizes = #grad.tiles<n = 4096>}
+  train.binary_cross_entropy_grad input_x(%x : memref<?xf32>) input_y(%y : memref<?xf32>)
+      dloss(%d : memref<1xf32>) -> dx(%dx : memref<?xf32>) {tile_sizes = #train.tiles<n = 4096>}
   func.return
 }

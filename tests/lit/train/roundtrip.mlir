@@ -1,4 +1,4 @@
-// Every op of the grad dialect prints, parses and prints again to the same text.
+// Every op of the train dialect prints, parses and prints again to the same text.
 // RUN: npugrad-opt %s | npugrad-opt | FileCheck %s
 // The generic form parses back to the custom form.
 // RUN: npugrad-opt %s --print-op-generic | npugrad-opt | FileCheck %s
@@ -7,9 +7,9 @@
 func.func @flce_memory_saving(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
     %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>,
     %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
-  // CHECK: grad.fused_linear_cross_entropy_loss_grad grad(%{{.*}} : memref<8xf32>) input(%{{.*}} : memref<8x16xbf16>) weight(%{{.*}} : memref<256x16xbf16>) target_mask(%{{.*}} : memref<1xui8>) masked_target(%{{.*}} : memref<8xi64>) logits_max(%{{.*}} : memref<8xf32>) sum_exp_logits(%{{.*}} : memref<8xf32>) -> input_grad_out(%{{.*}} : memref<8x16xbf16>) weight_grad_out(%{{.*}} : memref<256x16xbf16>)
+  // CHECK: train.fused_linear_cross_entropy_loss_grad grad(%{{.*}} : memref<8xf32>) input(%{{.*}} : memref<8x16xbf16>) weight(%{{.*}} : memref<256x16xbf16>) target_mask(%{{.*}} : memref<1xui8>) masked_target(%{{.*}} : memref<8xi64>) logits_max(%{{.*}} : memref<8xf32>) sum_exp_logits(%{{.*}} : memref<8xf32>) -> input_grad_out(%{{.*}} : memref<8x16xbf16>) weight_grad_out(%{{.*}} : memref<256x16xbf16>)
   // CHECK-NOT: softmax
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>) masked_target(%t : memref<8xi64>)
       logits_max(%lm : memref<8xf32>) sum_exp_logits(%se : memref<8xf32>)
       -> input_grad_out(%gx : memref<8x16xbf16>) weight_grad_out(%gw : memref<256x16xbf16>)
@@ -20,7 +20,7 @@ func.func @flce_memory_saving(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memr
 func.func @flce_high_performance(%g: memref<?xf32>, %x: memref<?x?xf16>, %w: memref<?x?xf16>,
     %mask: memref<?xi1>, %t: memref<?xi32>, %p: memref<?x?xf32>, %gx: memref<?x?xf16>, %gw: memref<?x?xf16>) {
   // CHECK: target_mask(%{{.*}} : memref<?xi1>) masked_target(%{{.*}} : memref<?xi32>) softmax(%{{.*}} : memref<?x?xf32>) -> input_grad_out
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<?xf32>) input(%x : memref<?x?xf16>)
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<?xf32>) input(%x : memref<?x?xf16>)
       weight(%w : memref<?x?xf16>) target_mask(%mask : memref<?xi1>) masked_target(%t : memref<?xi32>)
       softmax(%p : memref<?x?xf32>) -> input_grad_out(%gx : memref<?x?xf16>) weight_grad_out(%gw : memref<?x?xf16>)
   func.return
@@ -28,8 +28,8 @@ func.func @flce_high_performance(%g: memref<?xf32>, %x: memref<?x?xf16>, %w: mem
 
 // CHECK-LABEL: func.func @embedding
 func.func @embedding(%g: memref<4x5x32xf32>, %i: memref<4x5xi32>, %out: memref<100x32xf32>) {
-  // CHECK: grad.embedding_dense_backward grad(%{{.*}} : memref<4x5x32xf32>) indices(%{{.*}} : memref<4x5xi32>) -> out(%{{.*}} : memref<100x32xf32>) {num_weights = 100 : i64, padding_idx = 3 : i64, scale_grad_by_freq = true}
-  grad.embedding_dense_backward grad(%g : memref<4x5x32xf32>) indices(%i : memref<4x5xi32>)
+  // CHECK: train.embedding_dense_backward grad(%{{.*}} : memref<4x5x32xf32>) indices(%{{.*}} : memref<4x5xi32>) -> out(%{{.*}} : memref<100x32xf32>) {num_weights = 100 : i64, padding_idx = 3 : i64, scale_grad_by_freq = true}
+  train.embedding_dense_backward grad(%g : memref<4x5x32xf32>) indices(%i : memref<4x5xi32>)
       -> out(%out : memref<100x32xf32>) {num_weights = 100 : i64, padding_idx = 3 : i64, scale_grad_by_freq = true}
   func.return
 }
@@ -37,8 +37,8 @@ func.func @embedding(%g: memref<4x5x32xf32>, %i: memref<4x5xi32>, %out: memref<1
 // CHECK-LABEL: func.func @nll
 func.func @nll(%go: memref<f32>, %s: memref<6x10xf32>, %t: memref<6xui8>, %w: memref<10xf32>,
     %tw: memref<1xf32>, %out: memref<6x10xf32>) {
-  // CHECK: grad.nll_loss_backward grad_output(%{{.*}} : memref<f32>) self(%{{.*}} : memref<6x10xf32>) target(%{{.*}} : memref<6xui8>) weight(%{{.*}} : memref<10xf32>) total_weight(%{{.*}} : memref<1xf32>) -> out(%{{.*}} : memref<6x10xf32>) {reduction = 2 : i64, ignore_index = 3 : i64}
-  grad.nll_loss_backward grad_output(%go : memref<f32>) self(%s : memref<6x10xf32>) target(%t : memref<6xui8>)
+  // CHECK: train.nll_loss_backward grad_output(%{{.*}} : memref<f32>) self(%{{.*}} : memref<6x10xf32>) target(%{{.*}} : memref<6xui8>) weight(%{{.*}} : memref<10xf32>) total_weight(%{{.*}} : memref<1xf32>) -> out(%{{.*}} : memref<6x10xf32>) {reduction = 2 : i64, ignore_index = 3 : i64}
+  train.nll_loss_backward grad_output(%go : memref<f32>) self(%s : memref<6x10xf32>) target(%t : memref<6xui8>)
       weight(%w : memref<10xf32>) total_weight(%tw : memref<1xf32>) -> out(%out : memref<6x10xf32>)
       {reduction = 2 : i64, ignore_index = 3 : i64}
   func.return
@@ -47,8 +47,8 @@ func.func @nll(%go: memref<f32>, %s: memref<6x10xf32>, %t: memref<6xui8>, %w: me
 // CHECK-LABEL: func.func @ema_adam
 func.func @ema_adam(%g: memref<3x7xbf16>, %step: memref<1xi64>, %var: memref<3x7xbf16>, %m: memref<3x7xbf16>,
     %v: memref<3x7xbf16>, %s: memref<3x7xbf16>) {
-  // CHECK: grad.apply_fused_ema_adam grad(%{{.*}} : memref<3x7xbf16>) step(%{{.*}} : memref<1xi64>) -> var(%{{.*}} : memref<3x7xbf16>) m(%{{.*}} : memref<3x7xbf16>) v(%{{.*}} : memref<3x7xbf16>) s(%{{.*}} : memref<3x7xbf16>) {lr = 1.000000e-02 : f64, mode = 0 : i64, bias_correction = false, weight_decay = 1.000000e-01 : f64}
-  grad.apply_fused_ema_adam grad(%g : memref<3x7xbf16>) step(%step : memref<1xi64>)
+  // CHECK: train.apply_fused_ema_adam grad(%{{.*}} : memref<3x7xbf16>) step(%{{.*}} : memref<1xi64>) -> var(%{{.*}} : memref<3x7xbf16>) m(%{{.*}} : memref<3x7xbf16>) v(%{{.*}} : memref<3x7xbf16>) s(%{{.*}} : memref<3x7xbf16>) {lr = 1.000000e-02 : f64, mode = 0 : i64, bias_correction = false, weight_decay = 1.000000e-01 : f64}
+  train.apply_fused_ema_adam grad(%g : memref<3x7xbf16>) step(%step : memref<1xi64>)
       -> var(%var : memref<3x7xbf16>) m(%m : memref<3x7xbf16>) v(%v : memref<3x7xbf16>) s(%s : memref<3x7xbf16>)
       {lr = 0.01 : f64, mode = 0 : i64, bias_correction = false, weight_decay = 0.1 : f64}
   func.return
@@ -56,23 +56,23 @@ func.func @ema_adam(%g: memref<3x7xbf16>, %step: memref<1xi64>, %var: memref<3x7
 
 // CHECK-LABEL: func.func @bce
 func.func @bce(%x: memref<2x3xf16>, %y: memref<2x3xf16>, %d: memref<2x3xf16>, %w: memref<2x3xf16>, %dx: memref<2x3xf16>) {
-  // CHECK: grad.binary_cross_entropy_grad input_x(%{{.*}} : memref<2x3xf16>) input_y(%{{.*}} : memref<2x3xf16>) dloss(%{{.*}} : memref<2x3xf16>) weight(%{{.*}} : memref<2x3xf16>) -> dx(%{{.*}} : memref<2x3xf16>) {reduction = 0 : i64}
-  grad.binary_cross_entropy_grad input_x(%x : memref<2x3xf16>) input_y(%y : memref<2x3xf16>) dloss(%d : memref<2x3xf16>)
+  // CHECK: train.binary_cross_entropy_grad input_x(%{{.*}} : memref<2x3xf16>) input_y(%{{.*}} : memref<2x3xf16>) dloss(%{{.*}} : memref<2x3xf16>) weight(%{{.*}} : memref<2x3xf16>) -> dx(%{{.*}} : memref<2x3xf16>) {reduction = 0 : i64}
+  train.binary_cross_entropy_grad input_x(%x : memref<2x3xf16>) input_y(%y : memref<2x3xf16>) dloss(%d : memref<2x3xf16>)
       weight(%w : memref<2x3xf16>) -> dx(%dx : memref<2x3xf16>) {reduction = 0 : i64}
   // The optional weight is absent and the default reduction (mean) is elided.
-  // CHECK: grad.binary_cross_entropy_grad input_x(%{{.*}} : memref<2x3xf16>) input_y(%{{.*}} : memref<2x3xf16>) dloss(%{{.*}} : memref<1xf16>) -> dx(%{{.*}} : memref<2x3xf16>){{$}}
+  // CHECK: train.binary_cross_entropy_grad input_x(%{{.*}} : memref<2x3xf16>) input_y(%{{.*}} : memref<2x3xf16>) dloss(%{{.*}} : memref<1xf16>) -> dx(%{{.*}} : memref<2x3xf16>){{$}}
   %one = memref.alloca() : memref<1xf16>
-  grad.binary_cross_entropy_grad input_x(%x : memref<2x3xf16>) input_y(%y : memref<2x3xf16>) dloss(%one : memref<1xf16>)
+  train.binary_cross_entropy_grad input_x(%x : memref<2x3xf16>) input_y(%y : memref<2x3xf16>) dloss(%one : memref<1xf16>)
       -> dx(%dx : memref<2x3xf16>) {reduction = 1 : i64}
   func.return
 }
 
 // Run-time hyper-parameters: [lr, ema_decay, beta1, beta2, eps, weight_decay] as an operand.
 // CHECK-LABEL: func.func @ema_adam_runtime_hyperparameters
-// CHECK: grad.apply_fused_ema_adam grad(%{{.*}} : memref<?xf32>) step(%{{.*}} : memref<1xi64>) hyperparameters(%{{.*}} : memref<6xf32>) -> var(
+// CHECK: train.apply_fused_ema_adam grad(%{{.*}} : memref<?xf32>) step(%{{.*}} : memref<1xi64>) hyperparameters(%{{.*}} : memref<6xf32>) -> var(
 func.func @ema_adam_runtime_hyperparameters(%g: memref<?xf32>, %step: memref<1xi64>, %h: memref<6xf32>,
     %var: memref<?xf32>, %m: memref<?xf32>, %v: memref<?xf32>, %s: memref<?xf32>) {
-  grad.apply_fused_ema_adam grad(%g : memref<?xf32>) step(%step : memref<1xi64>) hyperparameters(%h : memref<6xf32>)
+  train.apply_fused_ema_adam grad(%g : memref<?xf32>) step(%step : memref<1xi64>) hyperparameters(%h : memref<6xf32>)
       -> var(%var : memref<?xf32>) m(%m : memref<?xf32>) v(%v : memref<?xf32>) s(%s : memref<?xf32>)
   func.return
 }

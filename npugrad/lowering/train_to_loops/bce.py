@@ -1,4 +1,4 @@
-"""grad.binary_cross_entropy_grad → one loop nest over the elements of input_x."""
+"""train.binary_cross_entropy_grad → one loop nest over the elements of input_x."""
 
 from __future__ import annotations
 

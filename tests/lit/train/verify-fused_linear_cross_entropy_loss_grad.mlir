@@ -1,4 +1,4 @@
-// One chunk per metadata rule of the spec for grad.fused_linear_cross_entropy_loss_grad (OPS.md §1.7): the error
+// One chunk per metadata rule of the spec for train.fused_linear_cross_entropy_loss_grad (OPS.md §1.7): the error
 // names the op and the operand or property at fault, at the op's line. Chunks without an
 // expected-error are valid edge cases; FileCheck sees them printed.
 // RUN: npugrad-opt %s --split-input-file --verify-diagnostics
@@ -8,8 +8,8 @@
 func.func @label_smoothing(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
     %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>,
     %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op property 'label_smoothing' must be 0 (the only supported value), got 0.1}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op property 'label_smoothing' must be 0 (the only supported value), got 0.1}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>)
       sum_exp_logits(%se : memref<8xf32>) -> input_grad_out(%gx : memref<8x16xbf16>)
@@ -22,8 +22,8 @@ func.func @label_smoothing(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<
 // Neither softmax (high-performance mode) nor both statistics (memory-saving mode).
 func.func @no_mode(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
     %mask: memref<1xui8>, %t: memref<8xi64>, %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op needs operand 'softmax' (high-performance mode) or both 'logits_max' and 'sum_exp_logits' (memory-saving mode), got none of them}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op needs operand 'softmax' (high-performance mode) or both 'logits_max' and 'sum_exp_logits' (memory-saving mode), got none of them}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<8xi64>) -> input_grad_out(%gx : memref<8x16xbf16>)
       weight_grad_out(%gw : memref<256x16xbf16>)
@@ -36,8 +36,8 @@ func.func @no_mode(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xb
 func.func @only_logits_max(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
     %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %gx: memref<8x16xbf16>,
     %gw: memref<256x16xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op needs operand 'softmax' (high-performance mode) or both 'logits_max' and 'sum_exp_logits' (memory-saving mode), got only 'logits_max'}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op needs operand 'softmax' (high-performance mode) or both 'logits_max' and 'sum_exp_logits' (memory-saving mode), got only 'logits_max'}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>) ->
       input_grad_out(%gx : memref<8x16xbf16>) weight_grad_out(%gw : memref<256x16xbf16>)
@@ -50,8 +50,8 @@ func.func @only_logits_max(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<
 func.func @only_sum_exp_logits(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
     %mask: memref<1xui8>, %t: memref<8xi64>, %se: memref<8xf32>, %gx: memref<8x16xbf16>,
     %gw: memref<256x16xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op needs operand 'softmax' (high-performance mode) or both 'logits_max' and 'sum_exp_logits' (memory-saving mode), got only 'sum_exp_logits'}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op needs operand 'softmax' (high-performance mode) or both 'logits_max' and 'sum_exp_logits' (memory-saving mode), got only 'sum_exp_logits'}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<8xi64>) sum_exp_logits(%se : memref<8xf32>) ->
       input_grad_out(%gx : memref<8x16xbf16>) weight_grad_out(%gw : memref<256x16xbf16>)
@@ -64,8 +64,8 @@ func.func @only_sum_exp_logits(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: mem
 func.func @rank_grad(%g: memref<8x1xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
     %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>,
     %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op operand 'grad' must have rank 1, got rank 2 (8, 1)}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8x1xf32>) input(%x : memref<8x16xbf16>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'grad' must have rank 1, got rank 2 (8, 1)}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8x1xf32>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>)
       sum_exp_logits(%se : memref<8xf32>) -> input_grad_out(%gx : memref<8x16xbf16>)
@@ -79,8 +79,8 @@ func.func @rank_grad(%g: memref<8x1xf32>, %x: memref<8x16xbf16>, %w: memref<256x
 func.func @rank_target_mask(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
     %mask: memref<1x1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>,
     %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op operand 'target_mask' must have rank 1, got rank 2 (1, 1)}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'target_mask' must have rank 1, got rank 2 (1, 1)}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1x1xui8>)
       masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>)
       sum_exp_logits(%se : memref<8xf32>) -> input_grad_out(%gx : memref<8x16xbf16>)
@@ -94,8 +94,8 @@ func.func @rank_target_mask(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref
 func.func @rank_masked_target(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
     %mask: memref<1xui8>, %t: memref<i64>, %lm: memref<8xf32>, %se: memref<8xf32>,
     %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op operand 'masked_target' must have rank 1, got rank 0 ()}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'masked_target' must have rank 1, got rank 0 ()}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<i64>) logits_max(%lm : memref<8xf32>)
       sum_exp_logits(%se : memref<8xf32>) -> input_grad_out(%gx : memref<8x16xbf16>)
@@ -109,8 +109,8 @@ func.func @rank_masked_target(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memr
 func.func @rank_logits_max(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
     %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8x1xf32>, %se: memref<8xf32>,
     %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op operand 'logits_max' must have rank 1, got rank 2 (8, 1)}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'logits_max' must have rank 1, got rank 2 (8, 1)}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8x1xf32>)
       sum_exp_logits(%se : memref<8xf32>) -> input_grad_out(%gx : memref<8x16xbf16>)
@@ -124,8 +124,8 @@ func.func @rank_logits_max(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<
 func.func @rank_sum_exp_logits(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
     %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<f32>,
     %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op operand 'sum_exp_logits' must have rank 1, got rank 0 ()}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'sum_exp_logits' must have rank 1, got rank 0 ()}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>)
       sum_exp_logits(%se : memref<f32>) -> input_grad_out(%gx : memref<8x16xbf16>)
@@ -139,8 +139,8 @@ func.func @rank_sum_exp_logits(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: mem
 func.func @rank_input(%g: memref<8xf32>, %x: memref<128xbf16>, %w: memref<256x16xbf16>,
     %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>,
     %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op operand 'input' must have rank 2, got rank 1 (128,)}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<128xbf16>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'input' must have rank 2, got rank 1 (128,)}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<128xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>)
       sum_exp_logits(%se : memref<8xf32>) -> input_grad_out(%gx : memref<8x16xbf16>)
@@ -154,8 +154,8 @@ func.func @rank_input(%g: memref<8xf32>, %x: memref<128xbf16>, %w: memref<256x16
 func.func @rank_weight(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<2x128x16xbf16>,
     %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>,
     %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op operand 'weight' must have rank 2, got rank 3 (2, 128, 16)}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'weight' must have rank 2, got rank 3 (2, 128, 16)}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<2x128x16xbf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>)
       sum_exp_logits(%se : memref<8xf32>) -> input_grad_out(%gx : memref<8x16xbf16>)
@@ -169,8 +169,8 @@ func.func @rank_weight(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<2x12
 func.func @rank_softmax(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
     %mask: memref<1xui8>, %t: memref<8xi64>, %p: memref<2048xf32>, %gx: memref<8x16xbf16>,
     %gw: memref<256x16xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op operand 'softmax' must have rank 2, got rank 1 (2048,)}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'softmax' must have rank 2, got rank 1 (2048,)}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<8xi64>) softmax(%p : memref<2048xf32>) ->
       input_grad_out(%gx : memref<8x16xbf16>) weight_grad_out(%gw : memref<256x16xbf16>)
@@ -183,8 +183,8 @@ func.func @rank_softmax(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256
 func.func @rank_input_grad_out(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
     %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>,
     %gx: memref<128xbf16>, %gw: memref<256x16xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op operand 'input_grad_out' must have rank 2, got rank 1 (128,)}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'input_grad_out' must have rank 2, got rank 1 (128,)}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>)
       sum_exp_logits(%se : memref<8xf32>) -> input_grad_out(%gx : memref<128xbf16>)
@@ -198,8 +198,8 @@ func.func @rank_input_grad_out(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: mem
 func.func @rank_weight_grad_out(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
     %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>,
     %gx: memref<8x16xbf16>, %gw: memref<256x16x1xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op operand 'weight_grad_out' must have rank 2, got rank 3 (256, 16, 1)}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'weight_grad_out' must have rank 2, got rank 3 (256, 16, 1)}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>)
       sum_exp_logits(%se : memref<8xf32>) -> input_grad_out(%gx : memref<8x16xbf16>)
@@ -213,8 +213,8 @@ func.func @rank_weight_grad_out(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: me
 func.func @dtype_grad(%g: memref<8xbf16>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
     %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>,
     %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op operand 'grad' must have dtype float32, got bfloat16}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xbf16>) input(%x : memref<8x16xbf16>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'grad' must have dtype float32, got bfloat16}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xbf16>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>)
       sum_exp_logits(%se : memref<8xf32>) -> input_grad_out(%gx : memref<8x16xbf16>)
@@ -228,8 +228,8 @@ func.func @dtype_grad(%g: memref<8xbf16>, %x: memref<8x16xbf16>, %w: memref<256x
 func.func @dtype_input(%g: memref<8xf32>, %x: memref<8x16xf64>, %w: memref<256x16xf64>,
     %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>,
     %gx: memref<8x16xf64>, %gw: memref<256x16xf64>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op operand 'input' must have dtype float32, float16 or bfloat16, got f64}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xf64>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'input' must have dtype float32, float16 or bfloat16, got f64}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xf64>)
       weight(%w : memref<256x16xf64>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>)
       sum_exp_logits(%se : memref<8xf32>) -> input_grad_out(%gx : memref<8x16xf64>)
@@ -243,8 +243,8 @@ func.func @dtype_input(%g: memref<8xf32>, %x: memref<8x16xf64>, %w: memref<256x1
 func.func @dtype_weight(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xf16>,
     %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>,
     %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op operand 'weight' must have the dtype of 'input' (bfloat16), got float16}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'weight' must have the dtype of 'input' (bfloat16), got float16}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<256x16xf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>)
       sum_exp_logits(%se : memref<8xf32>) -> input_grad_out(%gx : memref<8x16xbf16>)
@@ -258,8 +258,8 @@ func.func @dtype_weight(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256
 func.func @dtype_input_grad_out(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
     %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>,
     %gx: memref<8x16xf32>, %gw: memref<256x16xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op operand 'input_grad_out' must have the dtype of 'input' (bfloat16), got float32}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'input_grad_out' must have the dtype of 'input' (bfloat16), got float32}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>)
       sum_exp_logits(%se : memref<8xf32>) -> input_grad_out(%gx : memref<8x16xf32>)
@@ -273,8 +273,8 @@ func.func @dtype_input_grad_out(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: me
 func.func @dtype_weight_grad_out(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
     %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>,
     %gx: memref<8x16xbf16>, %gw: memref<256x16xf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op operand 'weight_grad_out' must have the dtype of 'input' (bfloat16), got float16}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'weight_grad_out' must have the dtype of 'input' (bfloat16), got float16}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>)
       sum_exp_logits(%se : memref<8xf32>) -> input_grad_out(%gx : memref<8x16xbf16>)
@@ -288,8 +288,8 @@ func.func @dtype_weight_grad_out(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: m
 func.func @dtype_target_mask(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
     %mask: memref<1xi8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>,
     %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op operand 'target_mask' must have dtype bool or uint8, got i8}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'target_mask' must have dtype bool or uint8, got i8}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xi8>)
       masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>)
       sum_exp_logits(%se : memref<8xf32>) -> input_grad_out(%gx : memref<8x16xbf16>)
@@ -303,8 +303,8 @@ func.func @dtype_target_mask(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memre
 func.func @dtype_masked_target(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
     %mask: memref<1xui8>, %t: memref<8xui8>, %lm: memref<8xf32>, %se: memref<8xf32>,
     %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op operand 'masked_target' must have dtype int32 or int64, got uint8}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'masked_target' must have dtype int32 or int64, got uint8}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<8xui8>) logits_max(%lm : memref<8xf32>)
       sum_exp_logits(%se : memref<8xf32>) -> input_grad_out(%gx : memref<8x16xbf16>)
@@ -318,8 +318,8 @@ func.func @dtype_masked_target(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: mem
 func.func @dtype_logits_max(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
     %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf16>, %se: memref<8xf32>,
     %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op operand 'logits_max' must have dtype float32, got float16}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'logits_max' must have dtype float32, got float16}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf16>)
       sum_exp_logits(%se : memref<8xf32>) -> input_grad_out(%gx : memref<8x16xbf16>)
@@ -333,8 +333,8 @@ func.func @dtype_logits_max(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref
 func.func @dtype_sum_exp_logits(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
     %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xbf16>,
     %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op operand 'sum_exp_logits' must have dtype float32, got bfloat16}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'sum_exp_logits' must have dtype float32, got bfloat16}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>)
       sum_exp_logits(%se : memref<8xbf16>) -> input_grad_out(%gx : memref<8x16xbf16>)
@@ -348,8 +348,8 @@ func.func @dtype_sum_exp_logits(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: me
 func.func @dtype_softmax(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
     %mask: memref<1xui8>, %t: memref<8xi64>, %p: memref<8x256xbf16>, %gx: memref<8x16xbf16>,
     %gw: memref<256x16xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op operand 'softmax' must have dtype float32, got bfloat16}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'softmax' must have dtype float32, got bfloat16}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<8xi64>) softmax(%p : memref<8x256xbf16>) ->
       input_grad_out(%gx : memref<8x16xbf16>) weight_grad_out(%gw : memref<256x16xbf16>)
@@ -362,8 +362,8 @@ func.func @dtype_softmax(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<25
 func.func @input_bt(%g: memref<8xf32>, %x: memref<9x16xbf16>, %w: memref<256x16xbf16>,
     %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>,
     %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op operand 'input' must have BT (grad.shape[0]) = 8 in dimension 0, got shape (9, 16)}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<9x16xbf16>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'input' must have BT (grad.shape[0]) = 8 in dimension 0, got shape (9, 16)}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<9x16xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>)
       sum_exp_logits(%se : memref<8xf32>) -> input_grad_out(%gx : memref<8x16xbf16>)
@@ -377,8 +377,8 @@ func.func @input_bt(%g: memref<8xf32>, %x: memref<9x16xbf16>, %w: memref<256x16x
 func.func @weight_h(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x32xbf16>,
     %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>,
     %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op operand 'weight' must have H (input.shape[1]) = 16 in dimension 1, got shape (256, 32)}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'weight' must have H (input.shape[1]) = 16 in dimension 1, got shape (256, 32)}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<256x32xbf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>)
       sum_exp_logits(%se : memref<8xf32>) -> input_grad_out(%gx : memref<8x16xbf16>)
@@ -392,8 +392,8 @@ func.func @weight_h(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x32x
 func.func @masked_target_shape(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
     %mask: memref<1xui8>, %t: memref<7xi64>, %lm: memref<8xf32>, %se: memref<8xf32>,
     %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op operand 'masked_target' must have shape (BT,) = (8,), got (7,)}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'masked_target' must have shape (BT,) = (8,), got (7,)}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<7xi64>) logits_max(%lm : memref<8xf32>)
       sum_exp_logits(%se : memref<8xf32>) -> input_grad_out(%gx : memref<8x16xbf16>)
@@ -407,8 +407,8 @@ func.func @masked_target_shape(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: mem
 func.func @bool_mask_length(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
     %mask: memref<1xi1>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>,
     %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op operand 'target_mask' must have shape (BT,) = (8,) for a bool mask, got (1,)}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'target_mask' must have shape (BT,) = (8,) for a bool mask, got (1,)}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xi1>)
       masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>)
       sum_exp_logits(%se : memref<8xf32>) -> input_grad_out(%gx : memref<8x16xbf16>)
@@ -422,8 +422,8 @@ func.func @bool_mask_length(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref
 func.func @uint8_mask_too_short(%g: memref<17xf32>, %x: memref<17x16xbf16>,
     %w: memref<256x16xbf16>, %mask: memref<2xui8>, %t: memref<17xi64>, %lm: memref<17xf32>,
     %se: memref<17xf32>, %gx: memref<17x16xbf16>, %gw: memref<256x16xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op operand 'target_mask' (bit-packed uint8) needs at least ceil(BT/8) = 3 bytes, got 2}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<17xf32>) input(%x : memref<17x16xbf16>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'target_mask' (bit-packed uint8) needs at least ceil(BT/8) = 3 bytes, got 2}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<17xf32>) input(%x : memref<17x16xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<2xui8>)
       masked_target(%t : memref<17xi64>) logits_max(%lm : memref<17xf32>)
       sum_exp_logits(%se : memref<17xf32>) -> input_grad_out(%gx : memref<17x16xbf16>)
@@ -437,7 +437,7 @@ func.func @uint8_mask_too_short(%g: memref<17xf32>, %x: memref<17x16xbf16>,
 func.func @uint8_mask_longer(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
     %mask: memref<4xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>,
     %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<4xui8>)
       masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>)
       sum_exp_logits(%se : memref<8xf32>) -> input_grad_out(%gx : memref<8x16xbf16>)
@@ -452,8 +452,8 @@ func.func @uint8_mask_longer(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memre
 func.func @softmax_shape(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
     %mask: memref<1xui8>, %t: memref<8xi64>, %p: memref<8x255xf32>, %gx: memref<8x16xbf16>,
     %gw: memref<256x16xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op operand 'softmax' must have shape (BT, V) = (8, 256), got (8, 255)}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'softmax' must have shape (BT, V) = (8, 256), got (8, 255)}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<8xi64>) softmax(%p : memref<8x255xf32>) ->
       input_grad_out(%gx : memref<8x16xbf16>) weight_grad_out(%gw : memref<256x16xbf16>)
@@ -466,8 +466,8 @@ func.func @softmax_shape(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<25
 func.func @logits_max_shape(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
     %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<16xf32>, %se: memref<8xf32>,
     %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op operand 'logits_max' must have shape (BT,) = (8,), got (16,)}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'logits_max' must have shape (BT,) = (8,), got (16,)}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<8xi64>) logits_max(%lm : memref<16xf32>)
       sum_exp_logits(%se : memref<8xf32>) -> input_grad_out(%gx : memref<8x16xbf16>)
@@ -481,8 +481,8 @@ func.func @logits_max_shape(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref
 func.func @sum_exp_logits_shape(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
     %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<1xf32>,
     %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op operand 'sum_exp_logits' must have shape (BT,) = (8,), got (1,)}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'sum_exp_logits' must have shape (BT,) = (8,), got (1,)}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>)
       sum_exp_logits(%se : memref<1xf32>) -> input_grad_out(%gx : memref<8x16xbf16>)
@@ -496,8 +496,8 @@ func.func @sum_exp_logits_shape(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: me
 func.func @input_grad_out_shape(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
     %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>,
     %gx: memref<16x8xbf16>, %gw: memref<256x16xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op operand 'input_grad_out' must have shape (BT, H) = (8, 16), got (16, 8)}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'input_grad_out' must have shape (BT, H) = (8, 16), got (16, 8)}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>)
       sum_exp_logits(%se : memref<8xf32>) -> input_grad_out(%gx : memref<16x8xbf16>)
@@ -511,8 +511,8 @@ func.func @input_grad_out_shape(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: me
 func.func @weight_grad_out_shape(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
     %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>,
     %gx: memref<8x16xbf16>, %gw: memref<256x8xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op operand 'weight_grad_out' must have shape (V, H) = (256, 16), got (256, 8)}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'weight_grad_out' must have shape (V, H) = (256, 16), got (256, 8)}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>)
       sum_exp_logits(%se : memref<8xf32>) -> input_grad_out(%gx : memref<8x16xbf16>)
@@ -526,8 +526,8 @@ func.func @weight_grad_out_shape(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: m
 func.func @weight_grad_out_rows(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
     %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>,
     %gx: memref<8x16xbf16>, %gw: memref<128x16xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op operand 'weight_grad_out' must have shape (V, H) = (256, 16), got (128, 16)}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'weight_grad_out' must have shape (V, H) = (256, 16), got (128, 16)}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>)
       sum_exp_logits(%se : memref<8xf32>) -> input_grad_out(%gx : memref<8x16xbf16>)
@@ -541,8 +541,8 @@ func.func @weight_grad_out_rows(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: me
 func.func @v_below_128_high_performance(%g: memref<8xf32>, %x: memref<8x16xbf16>,
     %w: memref<127x16xbf16>, %mask: memref<1xui8>, %t: memref<8xi64>, %p: memref<8x127xf32>,
     %gx: memref<8x16xbf16>, %gw: memref<127x16xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op operand 'weight' must have at least 128 rows (V) in high-performance mode, got 127}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'weight' must have at least 128 rows (V) in high-performance mode, got 127}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<127x16xbf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<8xi64>) softmax(%p : memref<8x127xf32>) ->
       input_grad_out(%gx : memref<8x16xbf16>) weight_grad_out(%gw : memref<127x16xbf16>)
@@ -555,7 +555,7 @@ func.func @v_below_128_high_performance(%g: memref<8xf32>, %x: memref<8x16xbf16>
 func.func @v_below_128_memory_saving(%g: memref<8xf32>, %x: memref<8x16xbf16>,
     %w: memref<1x16xbf16>, %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>,
     %se: memref<8xf32>, %gx: memref<8x16xbf16>, %gw: memref<1x16xbf16>) {
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<1x16xbf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>)
       sum_exp_logits(%se : memref<8xf32>) -> input_grad_out(%gx : memref<8x16xbf16>)
@@ -570,7 +570,7 @@ func.func @v_below_128_memory_saving(%g: memref<8xf32>, %x: memref<8x16xbf16>,
 func.func @high_performance_ignores_statistics(%g: memref<8xf32>, %x: memref<8x16xbf16>,
     %w: memref<256x16xbf16>, %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<3x3xf16>,
     %se: memref<8xf32>, %p: memref<8x256xf32>, %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<8xi64>) logits_max(%lm : memref<3x3xf16>)
       sum_exp_logits(%se : memref<8xf32>) softmax(%p : memref<8x256xf32>) ->
@@ -585,8 +585,8 @@ func.func @high_performance_ignores_statistics(%g: memref<8xf32>, %x: memref<8x1
 func.func @dynamic_bt(%g: memref<?xf32>, %x: memref<8x?xbf16>, %w: memref<256x16xbf16>,
     %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>,
     %gx: memref<8x17xbf16>, %gw: memref<256x16xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op operand 'input_grad_out' must have shape (BT, H) = (8, 16), got (8, 17)}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<?xf32>) input(%x : memref<8x?xbf16>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'input_grad_out' must have shape (BT, H) = (8, 16), got (8, 17)}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<?xf32>) input(%x : memref<8x?xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>)
       sum_exp_logits(%se : memref<8xf32>) -> input_grad_out(%gx : memref<8x17xbf16>)
@@ -600,8 +600,8 @@ func.func @dynamic_bt(%g: memref<?xf32>, %x: memref<8x?xbf16>, %w: memref<256x16
 func.func @tensor_operand(%g: memref<8xf32>, %x: tensor<8x16xbf16>, %w: memref<256x16xbf16>,
     %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>,
     %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op operand 'input' must be a memref, got tensor<8x16xbf16>}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : tensor<8x16xbf16>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'input' must be a memref, got tensor<8x16xbf16>}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : tensor<8x16xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>)
       sum_exp_logits(%se : memref<8xf32>) -> input_grad_out(%gx : memref<8x16xbf16>)
@@ -616,8 +616,8 @@ func.func @blocked_layout(%g: memref<8xf32>,
     %x: memref<8x16xbf16, affine_map<(d0, d1) -> (d1 floordiv 8, d0, d1 mod 8)>>,
     %w: memref<256x16xbf16>, %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>,
     %se: memref<8xf32>, %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op operand 'input' must have an identity or strided layout, got memref<8x16xbf16, affine_map<}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'input' must have an identity or strided layout, got memref<8x16xbf16, affine_map<}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>)
       input(%x : memref<8x16xbf16, affine_map<(d0, d1) -> (d1 floordiv 8, d0, d1 mod 8)>>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>)
@@ -633,7 +633,7 @@ func.func @strided_layout(%g: memref<8xf32>, %x: memref<8x16xbf16, strided<[32, 
     %w: memref<256x16xbf16>, %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>,
     %se: memref<8xf32>, %gx: memref<8x16xbf16>,
     %gw: memref<256x16xbf16, strided<[?, 1], offset: ?>>) {
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>)
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>)
       input(%x : memref<8x16xbf16, strided<[32, 1]>>) weight(%w : memref<256x16xbf16>)
       target_mask(%mask : memref<1xui8>) masked_target(%t : memref<8xi64>)
       logits_max(%lm : memref<8xf32>) sum_exp_logits(%se : memref<8xf32>) ->
@@ -649,8 +649,8 @@ func.func @strided_layout(%g: memref<8xf32>, %x: memref<8x16xbf16, strided<[32, 
 func.func @memory_space(%g: memref<8xf32, 1>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
     %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>,
     %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op operand 'grad' must be in global (default) memory or a local level (#npu.mem<level>), got memref<8xf32, 1 : i64>}}
-  grad.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32, 1>) input(%x : memref<8x16xbf16>)
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'grad' must be in global (default) memory or a local level (#npu.mem<level>), got memref<8xf32, 1 : i64>}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32, 1>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>)
       sum_exp_logits(%se : memref<8xf32>) -> input_grad_out(%gx : memref<8x16xbf16>)
@@ -664,8 +664,8 @@ func.func @memory_space(%g: memref<8xf32, 1>, %x: memref<8x16xbf16>, %w: memref<
 func.func @missing_grad(%x: memref<8x16xbf16>, %w: memref<256x16xbf16>, %mask: memref<1xui8>,
     %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>, %gx: memref<8x16xbf16>,
     %gw: memref<256x16xbf16>) {
-  // expected-error@+1 {{'grad.fused_linear_cross_entropy_loss_grad' op expected 1 value for grad, but got 0}}
-  "grad.fused_linear_cross_entropy_loss_grad"(%x, %w, %mask, %t, %lm, %se, %gx, %gw) <{operandSegmentSizes = array<i32: 0, 1, 1, 1, 1, 1, 1, 0, 1, 1>}>
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op expected 1 value for grad, but got 0}}
+  "train.fused_linear_cross_entropy_loss_grad"(%x, %w, %mask, %t, %lm, %se, %gx, %gw) <{operandSegmentSizes = array<i32: 0, 1, 1, 1, 1, 1, 1, 0, 1, 1>}>
       : (memref<8x16xbf16>, memref<256x16xbf16>, memref<1xui8>, memref<8xi64>, memref<8xf32>, memref<8xf32>,
          memref<8x16xbf16>, memref<256x16xbf16>) -> ()
   func.return

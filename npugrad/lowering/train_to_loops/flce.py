@@ -1,8 +1,8 @@
-"""grad.fused_linear_cross_entropy_loss_grad → the unfused reference loop nest: for each token t
+"""train.fused_linear_cross_entropy_loss_grad → the unfused reference loop nest: for each token t
 and vocabulary row v, the logit gradient G[t, v] is formed once in float32 and scattered into
 both GEMMs, whose float32 accumulators are rounded once to the outputs at the end.
 
-    grad.fused_linear_cross_entropy_loss_grad grad(%g ...) input(%x ...) weight(%w ...) ...
+    train.fused_linear_cross_entropy_loss_grad grad(%g ...) input(%x ...) weight(%w ...) ...
         -> input_grad_out(%dx : memref<?x?xbf16>) weight_grad_out(%dw : memref<?x?xbf16>)
 becomes
     %ax = memref.alloc(...) : memref<?x?xf32>   (%aw likewise; both zeroed)

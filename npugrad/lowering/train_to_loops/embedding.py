@@ -1,6 +1,6 @@
-"""grad.embedding_dense_backward → a stable counting sort of the indices, then one pass per row.
+"""train.embedding_dense_backward → a stable counting sort of the indices, then one pass per row.
 
-    grad.embedding_dense_backward grad(%g : memref<?x?xf16>) indices(%k : memref<?xi32>)
+    train.embedding_dense_backward grad(%g : memref<?x?xf16>) indices(%k : memref<?xi32>)
         -> out(%o : memref<10x?xbf16>) {num_weights = 10 : i64, scale_grad_by_freq = true}
 becomes
     %off = memref.alloc() : memref<12xindex>      %perm = memref.alloc(%n) : memref<?xindex>

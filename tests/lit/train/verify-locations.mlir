@@ -3,10 +3,10 @@
 // RUN: not npugrad-opt %s --split-input-file 2>&1 | FileCheck %s
 
 func.func @top_level(%x: memref<4xf32>, %y: memref<4xf32>, %d: memref<1xf32>, %dx: memref<4xf32>) {
-  // CHECK: {{^.*}}verify-locations.mlir:[[# @LINE + 3]]:3: error: 'grad.binary_cross_entropy_grad' op property 'reduction' must be 0 (none), 1 (mean) or 2 (sum), got 7
-  // CHECK-NEXT: {{^}}  grad.binary_cross_entropy_grad input_x(%x : memref<4xf32>) input_y(%y : memref<4xf32>){{$}}
+  // CHECK: {{^.*}}verify-locations.mlir:[[# @LINE + 3]]:3: error: 'train.binary_cross_entropy_grad' op property 'reduction' must be 0 (none), 1 (mean) or 2 (sum), got 7
+  // CHECK-NEXT: {{^}}  train.binary_cross_entropy_grad input_x(%x : memref<4xf32>) input_y(%y : memref<4xf32>){{$}}
   // CHECK-NEXT: {{^}}  ^{{$}}
-  grad.binary_cross_entropy_grad input_x(%x : memref<4xf32>) input_y(%y : memref<4xf32>)
+  train.binary_cross_entropy_grad input_x(%x : memref<4xf32>) input_y(%y : memref<4xf32>)
       dloss(%d : memref<1xf32>) -> dx(%dx : memref<4xf32>) {reduction = 7 : i64}
   func.return
 }
@@ -18,10 +18,10 @@ func.func @in_a_loop(%x: memref<4xf32>, %y: memref<5xf32>, %d: memref<1xf32>, %d
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   scf.for %i = %c0 to %c1 step %c1 {
-    // CHECK: {{^.*}}verify-locations.mlir:[[# @LINE + 3]]:5: error: 'grad.binary_cross_entropy_grad' op operand 'input_y' must have shape (4,) (the shape of 'input_x'), got (5,)
-    // CHECK-NEXT: {{^}}    grad.binary_cross_entropy_grad
+    // CHECK: {{^.*}}verify-locations.mlir:[[# @LINE + 3]]:5: error: 'train.binary_cross_entropy_grad' op operand 'input_y' must have shape (4,) (the shape of 'input_x'), got (5,)
+    // CHECK-NEXT: {{^}}    train.binary_cross_entropy_grad
     // CHECK-NEXT: {{^}}    ^{{$}}
-    grad.binary_cross_entropy_grad input_x(%x : memref<4xf32>) input_y(%y : memref<5xf32>)
+    train.binary_cross_entropy_grad input_x(%x : memref<4xf32>) input_y(%y : memref<5xf32>)
         dloss(%d : memref<1xf32>) -> dx(%dx : memref<4xf32>)
   }
   func.return
@@ -31,9 +31,9 @@ func.func @in_a_loop(%x: memref<4xf32>, %y: memref<5xf32>, %d: memref<1xf32>, %d
 
 // The generic form is located the same way.
 func.func @generic(%g: memref<4x5xf32>, %i: memref<4xi32>, %out: memref<10x5xf32>) {
-  // CHECK: {{^.*}}verify-locations.mlir:[[# @LINE + 2]]:3: error: 'grad.embedding_dense_backward' op operand 'out' must have shape (num_weights, D) = (11, 5), got (10, 5)
-  // CHECK-NEXT: {{^}}  "grad.embedding_dense_backward"
-  "grad.embedding_dense_backward"(%g, %i, %out) <{num_weights = 11 : i64}>
+  // CHECK: {{^.*}}verify-locations.mlir:[[# @LINE + 2]]:3: error: 'train.embedding_dense_backward' op operand 'out' must have shape (num_weights, D) = (11, 5), got (10, 5)
+  // CHECK-NEXT: {{^}}  "train.embedding_dense_backward"
+  "train.embedding_dense_backward"(%g, %i, %out) <{num_weights = 11 : i64}>
       : (memref<4x5xf32>, memref<4xi32>, memref<10x5xf32>) -> ()
   func.return
 }
@@ -43,9 +43,9 @@ func.func @generic(%g: memref<4x5xf32>, %i: memref<4xi32>, %out: memref<10x5xf32
 // An explicit loc(...) wins (a front end's source position); its line is not in this file.
 func.func @explicit_loc(%go: memref<f32>, %s: memref<6x10xf32>, %t: memref<6xi64>, %w: memref<10xf32>,
     %tw: memref<1xf32>, %out: memref<6x10xf32>) {
-  // CHECK: {{^}}model.py:42:7: error: 'grad.nll_loss_backward' op property 'reduction' must be 0 (none), 1 (mean) or 2 (sum), got 5
-  // CHECK-NOT: grad.nll_loss_backward grad_output
-  grad.nll_loss_backward grad_output(%go : memref<f32>) self(%s : memref<6x10xf32>) target(%t : memref<6xi64>)
+  // CHECK: {{^}}model.py:42:7: error: 'train.nll_loss_backward' op property 'reduction' must be 0 (none), 1 (mean) or 2 (sum), got 5
+  // CHECK-NOT: train.nll_loss_backward grad_output
+  train.nll_loss_backward grad_output(%go : memref<f32>) self(%s : memref<6x10xf32>) target(%t : memref<6xi64>)
       weight(%w : memref<10xf32>) total_weight(%tw : memref<1xf32>) -> out(%out : memref<6x10xf32>)
       {reduction = 5 : i64} loc("model.py":42:7)
   func.return

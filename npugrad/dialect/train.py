@@ -1,9 +1,9 @@
-"""The `grad` dialect: five training-time operators on memrefs, in destination-passing style.
+"""The `train` dialect: five training-time operators on memrefs, in destination-passing style.
 
 Inputs and outputs are both operands (as in the vendor API); `apply_fused_ema_adam` updates its
 state operands in place. Every operand is printed with its name, so a 10-operand op stays readable:
 
-    grad.binary_cross_entropy_grad input_x(%x : memref<16xf32>) input_y(%y : memref<16xf32>)
+    train.binary_cross_entropy_grad input_x(%x : memref<16xf32>) input_y(%y : memref<16xf32>)
         dloss(%d : memref<1xf32>) -> dx(%dx : memref<16xf32>) {reduction = 2 : i64}
 
 Properties take the spec's defaults and are elided from the output when they hold them.
@@ -53,7 +53,7 @@ from xdsl.traits import EffectInstance, MemoryEffect, MemoryEffectKind
 from xdsl.utils.exceptions import VerifyException
 
 from npugrad import dtypes
-from npugrad.dialect.attributes import GRAD_ATTRIBUTES, TileSizesAttr
+from npugrad.dialect.attributes import TRAIN_ATTRIBUTES, TileSizesAttr
 from npugrad.dialect.checks import FLOATS, Checker, Dim, static_product
 from npugrad.dialect.npu import MemorySpaceAttr
 
@@ -85,7 +85,7 @@ class _UpdatedDef(OperandDef):
 
 @dataclass(frozen=True)
 class _MemRefOperand(BaseAttr):
-    """A memref type, with an error that names the operand (grad_op gives each its name)."""
+    """A memref type, with an error that names the operand (train_op gives each its name)."""
 
     operand: str = ""
 
@@ -125,11 +125,11 @@ def _roles(cls: type[IRDLOperation]) -> list[tuple[str, str, bool]]:
     return roles
 
 
-def grad_op(cls: type[GradOp]) -> type[GradOp]:
-    """`irdl_op_definition` for a grad op, with its printed form derived from its operands:
+def train_op(cls: type[TrainOp]) -> type[TrainOp]:
+    """`irdl_op_definition` for a train op, with its printed form derived from its operands:
     each operand with its name, what the op writes after `->`.
 
-        grad.binary_cross_entropy_grad input_x(%x : memref<16xf32>) ... -> dx(%dx : memref<16xf32>)
+        train.binary_cross_entropy_grad input_x(%x : memref<16xf32>) ... -> dx(%dx : memref<16xf32>)
     """
     roles = _roles(cls)
     kinds = [kind for _, kind, _ in roles]
@@ -150,7 +150,7 @@ def grad_op(cls: type[GradOp]) -> type[GradOp]:
     return irdl_op_definition(cls)
 
 
-class GradEffects(MemoryEffect):
+class TrainEffects(MemoryEffect):
     """Reads of the operands declared read, writes of those declared written."""
 
     @classmethod
@@ -167,18 +167,18 @@ class GradEffects(MemoryEffect):
         return effects
 
 
-class GradOp(IRDLOperation):
+class TrainOp(IRDLOperation):
     """Common base: operand roles (what a kernel reads, what it writes, read off the operand
     definitions), the tile decision and the shared verifier."""
 
     # The dimensions `tile_sizes` may name (chosen by choose-tile-sizes or written by hand, read
     # by the passes that tile).
     TILE_DIMS: ClassVar[tuple[str, ...]]
-    traits = traits_def(GradEffects())
+    traits = traits_def(TrainEffects())
 
     @classmethod
     def short_name(cls) -> str:
-        return cls.name.removeprefix("grad.")
+        return cls.name.removeprefix("train.")
 
     @classmethod
     def operand_roles(cls) -> dict[str, str]:
@@ -265,7 +265,7 @@ class GradOp(IRDLOperation):
 
 
 @cache
-def _operand_roles(cls: type[GradOp]) -> dict[str, str]:
+def _operand_roles(cls: type[TrainOp]) -> dict[str, str]:
     kinds = {_WrittenDef: "out", _UpdatedDef: "inout"}
     return {name: kinds.get(type(d), "in") for name, d in cls.get_irdl_definition().operands}
 
@@ -276,8 +276,8 @@ def _check_reduction(c: Checker) -> int:
     return reduction
 
 
-@grad_op
-class FusedLinearCrossEntropyLossGradOp(GradOp):
+@train_op
+class FusedLinearCrossEntropyLossGradOp(TrainOp):
     """Backward of a vocabulary-parallel LM head + cross entropy on one tensor-parallel rank.
 
     G = grad·(P − onehot(masked_target) on unmasked rows); input_grad_out = G·W,
@@ -285,7 +285,7 @@ class FusedLinearCrossEntropyLossGradOp(GradOp):
     recomputed as exp(X·Wᵀ − logits_max)/sum_exp_logits (memory-saving mode).
     """
 
-    name = "grad.fused_linear_cross_entropy_loss_grad"
+    name = "train.fused_linear_cross_entropy_loss_grad"
     grad = input_def()
     input = input_def()
     weight = input_def()
@@ -354,11 +354,11 @@ class FusedLinearCrossEntropyLossGradOp(GradOp):
         c.shape_is("weight_grad_out", [v, h], "(V, H)")
 
 
-@grad_op
-class EmbeddingDenseBackwardOp(GradOp):
+@train_op
+class EmbeddingDenseBackwardOp(TrainOp):
     """out[r] = Σ_{i: indices[i] = r ≠ padding_idx} s_i·grad[i], s_i = 1/count(r) with scale_grad_by_freq."""
 
-    name = "grad.embedding_dense_backward"
+    name = "train.embedding_dense_backward"
     grad = input_def()
     indices = input_def()
     out = output_def()
@@ -388,11 +388,11 @@ class EmbeddingDenseBackwardOp(GradOp):
         c.shape_is("out", [num_weights, d], "(num_weights, D)")
 
 
-@grad_op
-class NLLLossBackwardOp(GradOp):
+@train_op
+class NLLLossBackwardOp(TrainOp):
     """Gradient of NLL loss w.r.t. its log-probabilities: −w[y]·scale at (t, y_t), zero elsewhere."""
 
-    name = "grad.nll_loss_backward"
+    name = "train.nll_loss_backward"
     grad_output = input_def()
     self = input_def()
     target = input_def()
@@ -432,8 +432,8 @@ class NLLLossBackwardOp(GradOp):
         c.shape_is("out", s, "the shape of 'self'")
 
 
-@grad_op
-class ApplyFusedEmaAdamOp(GradOp):
+@train_op
+class ApplyFusedEmaAdamOp(TrainOp):
     """One Adam (mode 0, L2) or AdamW (mode 1) step on var, m, v, then s ← d·s + (1 − d)·var'; in place.
 
     The float hyper-parameters are properties, or, when the optional `hyperparameters` operand
@@ -441,7 +441,7 @@ class ApplyFusedEmaAdamOp(GradOp):
     kernel then serves a learning-rate schedule or an EMA warm-up without recompiling.
     """
 
-    name = "grad.apply_fused_ema_adam"
+    name = "train.apply_fused_ema_adam"
     grad = input_def()
     step = input_def()
     hyperparameters = opt_input_def()
@@ -490,11 +490,11 @@ class ApplyFusedEmaAdamOp(GradOp):
             c.prop_check(name, ok(c.prop(name)), meaning)  # type: ignore[operator]
 
 
-@grad_op
-class BinaryCrossEntropyGradOp(GradOp):
+@train_op
+class BinaryCrossEntropyGradOp(TrainOp):
     """dx = u·w·(x − y)/max(x(1 − x), 1e-12), u = dloss (none), dloss/N (mean) or dloss (sum)."""
 
-    name = "grad.binary_cross_entropy_grad"
+    name = "train.binary_cross_entropy_grad"
     input_x = input_def()
     input_y = input_def()
     dloss = input_def()
@@ -525,7 +525,7 @@ class BinaryCrossEntropyGradOp(GradOp):
             c.one_element("dloss", "exactly one element for reduction mean/sum")
 
 
-OPS: tuple[type[GradOp], ...] = (
+OPS: tuple[type[TrainOp], ...] = (
     FusedLinearCrossEntropyLossGradOp,
     EmbeddingDenseBackwardOp,
     NLLLossBackwardOp,
@@ -533,4 +533,4 @@ OPS: tuple[type[GradOp], ...] = (
     BinaryCrossEntropyGradOp,
 )
 
-Grad = Dialect("grad", list(OPS), list(GRAD_ATTRIBUTES))
+Train = Dialect("train", list(OPS), list(TRAIN_ATTRIBUTES))

@@ -1,6 +1,6 @@
-"""grad.nll_loss_backward → a zero-fill nest over out, then one guarded store per sample.
+"""train.nll_loss_backward → a zero-fill nest over out, then one guarded store per sample.
 
-    grad.nll_loss_backward ... target(%t : memref<?xi64>) ... -> out(%o : memref<?x?xf32>)
+    train.nll_loss_backward ... target(%t : memref<?xi64>) ... -> out(%o : memref<?x?xf32>)
 becomes
     scf.for %i, %j { memref.store %zero, %o[%i, %j] }
     scf.for %n {

@@ -1,6 +1,6 @@
-"""grad.apply_fused_ema_adam → per-call scalars, then one loop nest updating var, m, v, s in place.
+"""train.apply_fused_ema_adam → per-call scalars, then one loop nest updating var, m, v, s in place.
 
-    grad.apply_fused_ema_adam grad(%g : memref<?xbf16>) step(%k : memref<1xi64>)
+    train.apply_fused_ema_adam grad(%g : memref<?xbf16>) step(%k : memref<1xi64>)
         -> var(%p : ...) m(%m : ...) v(%v : ...) s(%s : ...)
 becomes
     %kf = arith.sitofp %k0 : i64 to f32    %c1 = arith.subf %one, (math.powf %beta1, %kf) ...
