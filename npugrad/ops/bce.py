@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from npugrad.dialect import BinaryCrossEntropyGradOp
-from npugrad.ops.common import REDUCTION_MEAN, REDUCTION_NONE, as_input, output
+from npugrad.ops.common import REDUCTION, REDUCTION_MEAN, REDUCTION_NONE, as_input, integer, output
 from npugrad.runtime.launch import Call, check, two_phase
 
 OP = "binary_cross_entropy_grad"
@@ -15,6 +15,7 @@ def binary_cross_entropy_grad(input_x, input_y, dloss, weight=None, reduction=RE
 
     dloss holds one value per element for reduction 0 (none; flat or shaped like input_x), one
     value otherwise."""
+    reduction = integer(OP, "reduction", reduction, REDUCTION)
     x = as_input(OP, "input_x", input_x)
     arrays = {
         "input_x": x,
@@ -26,5 +27,5 @@ def binary_cross_entropy_grad(input_x, input_y, dloss, weight=None, reduction=RE
     if reduction == REDUCTION_NONE and dl.shape != x.shape and dl.size == x.size and dl.ndim <= 1:
         arrays["dloss"] = dl.reshape(x.shape)  # the vendor API takes it flat
     arrays["dx"] = output(OP, "out", out, x.shape, x.dtype)
-    props = check(BinaryCrossEntropyGradOp, arrays, {"reduction": int(reduction)}, {"dx": "out"})
+    props = check(BinaryCrossEntropyGradOp, arrays, {"reduction": reduction}, {"dx": "out"})
     return Call(BinaryCrossEntropyGradOp, arrays, props, arrays["dx"])

@@ -59,7 +59,10 @@ def as_input(op: str, name: str, value) -> np.ndarray:
     if isinstance(value, np.ndarray):
         return value
     if isinstance(value, np.generic | int | float | bool | list | tuple):
-        return np.asarray(value)
+        try:
+            return np.asarray(value)
+        except (ValueError, TypeError, OverflowError) as e:  # e.g. a ragged list
+            raise SignatureTypeError(f"{op}: parameter '{name}' cannot be read as an array: {e}") from None
     raise SignatureTypeError(f"{op}: parameter '{name}' must be a numpy array, got {type(value).__name__}")
 
 
