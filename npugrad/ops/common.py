@@ -1,11 +1,13 @@
 """Shared by the API functions: the checks of scalar arguments (by Python type and range; the
-op's rules check their meaning), output allocation and argument conversion."""
+op's rules check their meaning) and of outputs (writable, sharing no memory with another
+argument), output allocation and argument conversion."""
 
 from __future__ import annotations
 
 import math
 import numbers
 import operator
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -13,7 +15,7 @@ from npugrad.dialect.checks import SignatureError, SignatureTypeError
 from npugrad.runtime.launch import as_input
 
 __all__ = ["REDUCTION", "REDUCTION_MEAN", "REDUCTION_NONE", "REDUCTION_SUM", "as_input", "flag", "integer", "output",
-           "real"]
+           "real", "reject_overlap"]
 
 REDUCTION_NONE, REDUCTION_MEAN, REDUCTION_SUM = 0, 1, 2
 REDUCTION = "0 (none), 1 (mean) or 2 (sum)"
@@ -97,3 +99,78 @@ def output(op: str, name: str, given, shape, dtype) -> np.ndarray:
     if not given.flags.writeable:
         raise SignatureError(f"{op}: parameter '{name}' is read-only")
     return given
+
+
+# -- overlap -----------------------------------------------------------------------------------------
+
+# Effort np.shares_memory may spend on an exact answer (candidate solutions) once the memory
+# bounds of two arrays meet; past it, they are taken to overlap.
+_EXACT_WORK = 1 << 16
+_ENUMERATE_MAX = 1 << 20  # elements: an output's own overlap is then settled by listing its offsets
+# The C function under NumPy's __array_function__ dispatch: half the cost of a call, paid for
+# every pair of arrays on every call.
+_shares_memory = getattr(np.shares_memory, "_implementation", np.shares_memory)
+
+
+def _overlaps_itself(a: np.ndarray) -> bool:
+    """Whether two elements of `a` (more than one, not C-contiguous) may share memory: a zero
+    stride, or strides that interleave (then settled by listing the offsets, if not too many)."""
+    if a.flags.f_contiguous:
+        return False
+    axes = sorted((abs(s), n) for s, n in zip(a.strides, a.shape) if n > 1)
+    span = a.itemsize  # bytes covered by the axes taken so far
+    for stride, n in axes:
+        if stride < span:
+            break  # the copies along this axis may meet the ones before: look closer
+        span = stride * (n - 1) + span
+    else:
+        return False
+    if axes[0][0] == 0 or a.size > _ENUMERATE_MAX:
+        return True
+    offsets = np.zeros((), np.int64)
+    for stride, n in axes:
+        offsets = np.add.outer(offsets, np.arange(n, dtype=np.int64) * stride)
+    flat = np.sort(offsets, axis=None)
+    return bool(np.any(flat[1:] - flat[:-1] < a.itemsize))
+
+
+def reject_overlap(op: str, arrays: Mapping[str, object], outputs: Sequence[str],
+                   display: Mapping[str, str] | None = None, skip: Iterable[str] = ()) -> None:
+    """ValueError if a caller-given output shares memory with itself or with any other array
+    argument: the kernels write outputs while they still read their inputs (and other outputs).
+    The arrays named in `skip` (made by the call itself) cannot overlap anything; nor can two distinct arrays that each own their memory (what
+    NumPy allocated for them alone: the common case, settled without looking at addresses).
+    Otherwise NumPy's test compares memory bounds and, where they meet, solves for a shared
+    element: interleaved arrays that share none pass."""
+    given = [k for k in outputs if isinstance(arrays[k], np.ndarray)]
+    others = []
+    for k, a in arrays.items():
+        if isinstance(a, np.ndarray) and k not in skip:
+            others.append((k, a, a.base is None and a.flags.owndata))
+    for out in given:
+        a = arrays[out]
+        if not a.flags.c_contiguous and a.size > 1 and _overlaps_itself(a):
+            raise SignatureError(
+                f"{op}: parameter '{(display or {}).get(out, out)}' has elements that share memory (strides "
+                f"{a.strides} for shape {a.shape}); an output needs its own memory for every element"
+            )
+        owns = a.base is None and a.flags.owndata
+        others = [other for other in others if other[0] != out]  # each pair once
+        for other, b, b_owns in others:
+            if owns and b_owns:
+                shared = a is b
+            else:
+                try:
+                    shared = _shares_memory(a, b, _EXACT_WORK)
+                except np.exceptions.TooHardError:
+                    shared = True
+            if shared:
+                _overlapping(op, list(arrays), out, other, display or {})
+
+
+def _overlapping(op: str, order: list[str], out: str, other: str, display: Mapping[str, str]) -> None:
+    first, second = sorted((out, other), key=order.index)
+    raise SignatureError(
+        f"{op}: parameters '{display.get(first, first)}' and '{display.get(second, second)}' overlap in memory; "
+        f"an output must not share memory with any other argument (pass a separate array)"
+    )

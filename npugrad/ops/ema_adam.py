@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import itertools
 import numbers
 
 import numpy as np
 
 from npugrad.dialect import ApplyFusedEmaAdamOp
 from npugrad.dialect.checks import SignatureTypeError
-from npugrad.ops.common import as_input, flag, integer, output, real
+from npugrad.ops.common import as_input, flag, integer, output, real, reject_overlap
 from npugrad.runtime.launch import Call, check, two_phase
 
 OP = "apply_fused_ema_adam"
@@ -42,10 +41,8 @@ def apply_fused_ema_adam(grad, var, m, v, s, step, lr=1e-3, ema_decay=0.9999, be
             raise SignatureTypeError(f"{OP}: parameter '{name}' must be a numpy array, got None")
         arrays[name] = output(OP, name, given, None, None)
     check(ApplyFusedEmaAdamOp, arrays, {"mode": mode, "bias_correction": bias_correction, **hyper})
-    # The kernel reads grad while it writes the states, element by element.
-    for a, b in itertools.combinations(("grad", *STATES), 2):
-        if np.shares_memory(arrays[a], arrays[b]):
-            raise ValueError(f"{OP}: parameters '{a}' and '{b}' overlap in memory")
+    # Each state is read and written element by element: it may not share memory with another.
+    reject_overlap(OP, arrays, STATES, skip=() if arrays["step"] is step else ("step",))
     arrays["hyperparameters"] = np.array([hyper[n] for n in ApplyFusedEmaAdamOp.HYPERPARAMETER_ORDER], np.float32)
 
     def check_step() -> None:

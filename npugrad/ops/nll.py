@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from npugrad.dialect import NLLLossBackwardOp
-from npugrad.ops.common import REDUCTION, as_input, integer, output
+from npugrad.ops.common import REDUCTION, as_input, integer, output, reject_overlap
 from npugrad.runtime.launch import Call, check, two_phase
 
 OP = "nll_loss_backward"
@@ -45,5 +45,6 @@ def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index
         "out": output(OP, "out", out, s.shape, s.dtype),
     }
     props = check(NLLLossBackwardOp, arrays, props)
+    reject_overlap(OP, arrays, ("out",))
     return Call(NLLLossBackwardOp, arrays, props, arrays["out"],
                 lambda: _check_targets(arrays["target"], props["ignore_index"], s.shape[-1]))
