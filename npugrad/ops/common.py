@@ -1,12 +1,19 @@
-"""Shared by the API functions: the checks of scalar arguments (by Python type and range; the
-op's rules check their meaning) and of outputs (writable, sharing no memory with another
-argument), output allocation and argument conversion."""
+"""Shared by the API functions: the checks of scalar arguments, outputs and their memory, and
+output allocation.
+
+A call checks, in this order and before it writes or allocates anything: its scalar arguments
+(by Python type: `integer`, `real`, `flag`), the spec's metadata rules (`launch.check`, with the
+outputs to allocate standing in as `Planned` shapes), that no output shares memory with another
+array argument (`reject_overlap`), and that the outputs to allocate fit in this machine's
+memory (`allocate`). Value checks that read the data (index ranges) run just before the kernel.
+"""
 
 from __future__ import annotations
 
 import math
 import numbers
 import operator
+import os
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -14,8 +21,20 @@ import numpy as np
 from npugrad.dialect.checks import SignatureError, SignatureTypeError
 from npugrad.runtime.launch import as_input
 
-__all__ = ["REDUCTION", "REDUCTION_MEAN", "REDUCTION_NONE", "REDUCTION_SUM", "as_input", "flag", "integer", "output",
-           "real", "reject_overlap"]
+__all__ = [
+    "REDUCTION",
+    "REDUCTION_MEAN",
+    "REDUCTION_NONE",
+    "REDUCTION_SUM",
+    "Planned",
+    "allocate",
+    "as_input",
+    "flag",
+    "integer",
+    "output",
+    "real",
+    "reject_overlap",
+]
 
 REDUCTION_NONE, REDUCTION_MEAN, REDUCTION_SUM = 0, 1, 2
 REDUCTION = "0 (none), 1 (mean) or 2 (sum)"
@@ -90,15 +109,73 @@ def flag(op: str, name: str, value) -> bool:
 # -- outputs -----------------------------------------------------------------------------------------
 
 
-def output(op: str, name: str, given, shape, dtype) -> np.ndarray:
-    """A fresh output array, or the caller's `given` one (which must be a writable ndarray)."""
+class Planned:
+    """An output the call allocates once every check has passed: its shape and dtype (all the
+    metadata rules read), what to fill it with, and what sized it (for the size error)."""
+
+    __slots__ = ("dtype", "fill", "nbytes", "shape", "sized_by")
+
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype, sized_by: str, fill=None):
+        self.shape = shape
+        self.dtype = dtype
+        self.nbytes = math.prod(shape) * dtype.itemsize
+        self.sized_by = sized_by  # e.g. "parameter 'num_weights' = 5", "parameter 'input_x'"
+        self.fill = fill
+
+
+def output(op: str, name: str, given, shape, dtype, sized_by: str = "") -> np.ndarray | Planned:
+    """The caller's `given` output (a writable ndarray), or the plan of a fresh one."""
     if given is None:
-        return np.empty(shape, dtype)
+        return Planned(shape, dtype, sized_by)
     if not isinstance(given, np.ndarray):
         raise SignatureTypeError(f"{op}: parameter '{name}' must be a numpy array, got {type(given).__name__}")
     if not given.flags.writeable:
         raise SignatureError(f"{op}: parameter '{name}' is read-only")
     return given
+
+
+def _memory_bytes() -> int:
+    """This machine's physical memory: an output larger than that can never be written."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 48
+
+
+MEMORY_BYTES = _memory_bytes()
+
+
+def human_bytes(n: int) -> str:
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} bytes"
+
+
+def allocate(op: str, arrays: dict, outputs: Iterable[str], display: Mapping[str, str] | None = None) -> None:
+    """Replace each Planned output in `arrays` by a fresh array, after checking that together
+    they fit in this machine's memory (else a ValueError naming what sized the largest)."""
+    total = 0
+    for name in outputs:
+        p = arrays[name]
+        if type(p) is Planned:
+            total += p.nbytes
+    if total > MEMORY_BYTES:
+        _too_large(op, arrays, outputs, total, display or {})
+    for name in outputs:
+        p = arrays[name]
+        if type(p) is Planned:
+            arrays[name] = np.empty(p.shape, p.dtype) if p.fill is None else np.full(p.shape, p.fill, p.dtype)
+
+
+def _too_large(op: str, arrays: dict, outputs: Iterable[str], total: int, display: Mapping[str, str]) -> None:
+    name = max((k for k in outputs if type(arrays[k]) is Planned), key=lambda k: arrays[k].nbytes)
+    p = arrays[name]
+    others = f" (all outputs: {human_bytes(total)})" if total != p.nbytes else ""
+    raise SignatureError(
+        f"{op}: {p.sized_by} is too large: output '{display.get(name, name)}' of shape {p.shape} ({p.dtype}) would "
+        f"need {human_bytes(p.nbytes)}{others}, more than this machine's memory ({human_bytes(MEMORY_BYTES)})"
+    )
 
 
 # -- overlap -----------------------------------------------------------------------------------------
@@ -138,11 +215,14 @@ def reject_overlap(op: str, arrays: Mapping[str, object], outputs: Sequence[str]
                    display: Mapping[str, str] | None = None, skip: Iterable[str] = ()) -> None:
     """ValueError if a caller-given output shares memory with itself or with any other array
     argument: the kernels write outputs while they still read their inputs (and other outputs).
-    The arrays named in `skip` (made by the call itself) cannot overlap anything; nor can two distinct arrays that each own their memory (what
+    Fresh outputs (still Planned) and the arrays named in `skip` (made by the call itself)
+    cannot overlap anything; nor can two distinct arrays that each own their memory (what
     NumPy allocated for them alone: the common case, settled without looking at addresses).
     Otherwise NumPy's test compares memory bounds and, where they meet, solves for a shared
     element: interleaved arrays that share none pass."""
-    given = [k for k in outputs if isinstance(arrays[k], np.ndarray)]
+    given = [k for k in outputs if type(arrays[k]) is not Planned]
+    if not given:
+        return
     others = []
     for k, a in arrays.items():
         if isinstance(a, np.ndarray) and k not in skip:

@@ -37,7 +37,7 @@ def apply_fused_ema_adam(grad, var, m, v, s, step, lr=1e-3, ema_decay=0.9999, be
     bias_correction = flag(OP, "bias_correction", bias_correction)
     arrays = {"grad": as_input(OP, "grad", grad), "step": _step(step)}
     for name, given in zip(STATES, (var, m, v, s)):
-        if given is None:  # `output` would allocate; a state must be the caller's array
+        if given is None:  # `output` would plan a fresh array; a state must be the caller's array
             raise SignatureTypeError(f"{OP}: parameter '{name}' must be a numpy array, got None")
         arrays[name] = output(OP, name, given, None, None)
     check(ApplyFusedEmaAdamOp, arrays, {"mode": mode, "bias_correction": bias_correction, **hyper})

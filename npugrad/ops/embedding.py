@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from npugrad.dialect import EmbeddingDenseBackwardOp
-from npugrad.ops.common import as_input, flag, integer, output, reject_overlap
+from npugrad.ops.common import allocate, as_input, flag, integer, output, reject_overlap
 from npugrad.runtime.launch import Call, check, two_phase
 
 OP = "embedding_dense_backward"
@@ -38,9 +38,11 @@ def embedding_dense_backward(grad, indices, num_weights, padding_idx=-1, scale_g
     g = as_input(OP, "grad", grad)
     idx = as_input(OP, "indices", indices)
     d = g.shape[-1] if g.ndim else 0
-    arrays = {"grad": g, "indices": idx, "out": output(OP, "out", out, (max(nw, 0), d), g.dtype)}
+    arrays = {"grad": g, "indices": idx,
+              "out": output(OP, "out", out, (max(nw, 0), d), g.dtype, f"parameter 'num_weights' = {nw}")}
     props = check(EmbeddingDenseBackwardOp, arrays, props, {"out": "out"})
     reject_overlap(OP, arrays, ("out",))
+    allocate(OP, arrays, ("out",))
     return Call(EmbeddingDenseBackwardOp, arrays, props, arrays["out"], lambda: _check_indices(g, idx, nw))
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 
 from npugrad.dialect import NLLLossBackwardOp
-from npugrad.ops.common import REDUCTION, as_input, integer, output, reject_overlap
+from npugrad.ops.common import REDUCTION, Planned, allocate, as_input, integer, output, reject_overlap
 from npugrad.runtime.launch import Call, check, two_phase
 
 OP = "nll_loss_backward"
+
 
 def _check_targets(target: np.ndarray, ignore_index: int, c: int) -> None:
     """The value precondition no metadata check can see: non-ignored targets index a class."""
@@ -34,17 +35,20 @@ def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index
         "ignore_index": integer(OP, "ignore_index", ignore_index, "an integer"),
     }
     s = as_input(OP, "self", self)
-    if weight is None:
-        weight = np.ones(s.shape[-1:], s.dtype)  # what torch_npu passes when PyTorch has none
+    if weight is None:  # what torch_npu passes when PyTorch has none
+        weight = Planned(s.shape[-1:], s.dtype, "parameter 'self'", fill=1)
+    else:
+        weight = as_input(OP, "weight", weight)
     arrays = {
         "grad_output": as_input(OP, "grad_output", grad_output),
         "self": s,
         "target": as_input(OP, "target", target),
-        "weight": as_input(OP, "weight", weight),
+        "weight": weight,
         "total_weight": as_input(OP, "total_weight", total_weight),
-        "out": output(OP, "out", out, s.shape, s.dtype),
+        "out": output(OP, "out", out, s.shape, s.dtype, "parameter 'self'"),
     }
     props = check(NLLLossBackwardOp, arrays, props)
     reject_overlap(OP, arrays, ("out",))
+    allocate(OP, arrays, ("weight", "out"))
     return Call(NLLLossBackwardOp, arrays, props, arrays["out"],
                 lambda: _check_targets(arrays["target"], props["ignore_index"], s.shape[-1]))
