@@ -1,11 +1,18 @@
 """Every check runs before any allocation, and an output larger than this machine's memory is a
-ValueError naming the parameter that sized it and the size."""
+ValueError naming the parameter that sized it and the size, in the API and, located at the
+function, in `npugrad-opt --stage run`."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from npugrad import ops
 
+BIN = Path(sys.executable).parent
 HUGE = 1 << 40
 
 
@@ -53,3 +60,28 @@ def test_an_output_sized_by_a_huge_broadcast_input_names_the_input(op):
         call()
     for word in words:
         assert word in str(info.value), f"{word!r} not in {info.value}"
+
+
+HUGE_MODULE = """// A function whose arrays could never be allocated.
+func.func @huge(%x: memref<1099511627776xf32>, %y: memref<1099511627776xf32>, %d: memref<f32>,
+                %dx: memref<1099511627776xf32>) {
+  grad.binary_cross_entropy_grad input_x(%x : memref<1099511627776xf32>) input_y(%y : memref<1099511627776xf32>)
+      dloss(%d : memref<f32>) -> dx(%dx : memref<1099511627776xf32>) {reduction = 2 : i64}
+  func.return
+}
+"""
+
+
+def test_npugrad_opt_run_reports_an_unallocatable_argument_at_its_function(tmp_path):
+    """Was `npugrad-opt: internal error: MemoryError: ...`."""
+    path = tmp_path / "huge.mlir"
+    path.write_text(HUGE_MODULE)
+    result = subprocess.run([str(BIN / "npugrad-opt"), str(path), "--stage", "run"], capture_output=True, text=True,
+                            timeout=300, check=False)
+    assert result.returncode == 1, result.stderr
+    assert "internal error" not in result.stderr and "Traceback" not in result.stderr
+    first = result.stderr.splitlines()[0]
+    m = re.match(rf"^{re.escape(str(path))}:2:1: error: (.*)$", first)
+    assert m, result.stderr
+    for word in ("argument 0", "%x", "memref<1099511627776xf32>", "4.00 TiB", "memory"):
+        assert word in m.group(1), f"{word!r} not in {first!r}"
