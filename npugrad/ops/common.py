@@ -124,14 +124,14 @@ class Planned:
 
 
 def output(op: str, name: str, given, shape, dtype, sized_by: str = "") -> np.ndarray | Planned:
-    """The caller's `given` output (a writable ndarray), or the plan of a fresh one."""
+    """The caller's `given` output (a writable, aligned ndarray), or the plan of a fresh one."""
     if given is None:
         return Planned(shape, dtype, sized_by)
     if not isinstance(given, np.ndarray):
         raise SignatureTypeError(f"{op}: parameter '{name}' must be a numpy array, got {type(given).__name__}")
     if not given.flags.writeable:
         raise SignatureError(f"{op}: parameter '{name}' is read-only")
-    return given
+    return as_input(op, name, given)  # the alignment check
 
 
 def _memory_bytes() -> int:
