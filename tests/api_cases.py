@@ -4,11 +4,13 @@ guard-page and fuzz tests build these, change them, and run them."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from npugrad import ops
+from npugrad.dtypes import BFLOAT16
 from npugrad.reference import harness
 
 BCE = "binary_cross_entropy_grad"
@@ -17,6 +19,8 @@ EMBEDDING = "embedding_dense_backward"
 EMA_ADAM = "apply_fused_ema_adam"
 FLCE = "fused_linear_cross_entropy_loss_grad"
 OPS = (BCE, NLL, EMBEDDING, EMA_ADAM, FLCE)
+# How the fuzz cases ended, for the session summary (see conftest.pytest_terminal_summary).
+OUTCOMES: Counter[str] = Counter()
 
 # The API's output parameters, in the order the API returns them, and the reference's names.
 OUTPUTS = {
@@ -126,6 +130,27 @@ def flce(rng, bt=5, h=7, v=9, dtype=np.float32, mode="memory-saving", mask=np.bo
     arrays["input_grad_out"] = np.full((bt, h), np.nan, dtype) if out else None
     arrays["weight_grad_out"] = np.full((v, h), np.nan, dtype) if out else None
     return Case(FLCE, arrays, {})
+
+
+def output_like(case: Case, name: str) -> np.ndarray | None:
+    """A NaN-filled array of the shape and dtype the call would allocate for output `name`, if the
+    arrays it derives from are there."""
+    a = case.arrays
+    source = {"out": {BCE: "input_x", NLL: "self", EMBEDDING: "grad"}.get(case.op),
+              "input_grad_out": "input", "weight_grad_out": "weight"}.get(name)
+    x = a.get(source)
+    if not isinstance(x, np.ndarray) or x.dtype.kind != "f" and x.dtype != BFLOAT16:
+        return None
+    shape = x.shape
+    if case.op == EMBEDDING:
+        num_weights = case.scalars.get("num_weights")
+        if type(num_weights) is not int or not 0 <= num_weights <= 1 << 20 or not x.ndim:
+            return None
+        shape = (num_weights, x.shape[-1])
+    elif case.op == FLCE:
+        bt = x.shape[0] if x.ndim == 2 else 0
+        shape = (bt, x.shape[1]) if x.ndim == 2 else shape
+    return np.full(shape, np.nan, x.dtype)
 
 
 def default_case(op: str, rng, out=True) -> Case:
