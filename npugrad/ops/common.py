@@ -171,7 +171,7 @@ def allocate(op: str, arrays: dict, outputs: Iterable[str], display: Mapping[str
 def _too_large(op: str, arrays: dict, outputs: Iterable[str], total: int, display: Mapping[str, str]) -> None:
     name = max((k for k in outputs if type(arrays[k]) is Planned), key=lambda k: arrays[k].nbytes)
     p = arrays[name]
-    others = f" (all outputs: {human_bytes(total)})" if total != p.nbytes else ""
+    others = f" ({human_bytes(total)} with the other arrays it allocates)" if total != p.nbytes else ""
     raise SignatureError(
         f"{op}: {p.sized_by} is too large: output '{display.get(name, name)}' of shape {p.shape} ({p.dtype}) would "
         f"need {human_bytes(p.nbytes)}{others}, more than this machine's memory ({human_bytes(MEMORY_BYTES)})"
