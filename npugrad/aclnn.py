@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from npugrad import ops
+from npugrad.ops.common import as_input, integer
 from npugrad.runtime.launch import Call
 
 ACLNN_SUCCESS = 0
@@ -87,17 +88,24 @@ class ApplyFusedEmaAdam:
         return _phase_one("aclnnApplyFusedEmaAdam", call, repeatable)
 
 
+_BCE = "Binarycrossentropygrad"
+
+
 class BinaryCrossEntropyGrad:
     """The DSP library's call (`input_size`, `weight_defined` flag) in the same two-phase form."""
 
     @staticmethod
     def get_workspace_size(input_size, reduction, input_x, input_y, weight, dloss, dx, weight_defined=None, *,
                            repeatable=False):
-        x = np.asarray(input_x)
+        x = as_input(_BCE, "input_x", input_x)
+        input_size = integer(_BCE, "input_size", input_size)
         if input_size != x.size:
-            raise ValueError(f"Binarycrossentropygrad: parameter 'input_size' must equal input_x.size = {x.size}, got {input_size}")
+            raise ValueError(f"{_BCE}: parameter 'input_size' must equal input_x.size = {x.size}, got {input_size}")
         if weight_defined is None:
             weight_defined = weight is not None
+        elif not isinstance(weight_defined, bool | np.bool_):  # the C API's int: non-zero means defined
+            meaning = "a flag (a bool, or an int: non-zero = defined)"
+            weight_defined = integer(_BCE, "weight_defined", weight_defined, meaning) != 0
         if weight_defined and weight is None:
             raise ValueError("Binarycrossentropygrad: parameter 'weight' is null while weight_defined is set")
         call = ops.binary_cross_entropy_grad.plan(input_x, input_y, dloss, weight if weight_defined else None,

@@ -1,5 +1,9 @@
-"""Shared test helpers: fresh random inputs per test (seed printed on failure) and the
-per-dtype tolerance check of npugrad.reference.harness."""
+"""Shared test helpers: fresh random inputs per test (seed printed on failure), the per-dtype
+tolerance check of npugrad.reference.harness, and the hypothesis profiles.
+
+Profiles: `ci` (the default) gives tests without their own max_examples (the fuzzer,
+tests/test_fuzz.py) a budget that keeps CI short; `--hypothesis-profile=long` gives them 2,000
+examples each (10,000+ fuzz cases), and the session summary prints the fuzz counts."""
 
 from __future__ import annotations
 
@@ -7,9 +11,14 @@ import os
 
 import numpy as np
 import pytest
+from hypothesis import settings
 
 from npugrad.dtypes import BFLOAT16
 from npugrad.reference import harness
+
+settings.register_profile("ci", max_examples=40)
+settings.register_profile("long", max_examples=2000)
+settings.load_profile("ci")  # --hypothesis-profile=... loads another one after this file
 
 FLOAT_DTYPES = [np.dtype(np.float32), np.dtype(np.float16), BFLOAT16]
 
@@ -30,3 +39,11 @@ def assert_close(got: np.ndarray, want: np.ndarray, dtype=None) -> float:
     tol = harness.tolerance(dtype or got.dtype)
     assert err <= tol, f"max error {err:.3e} > tolerance {tol:.1e} ({got.dtype})"
     return err
+
+
+def pytest_terminal_summary(terminalreporter):
+    from api_cases import OUTCOMES
+
+    if OUTCOMES:
+        counts = ", ".join(f"{k} {OUTCOMES[k]}" for k in ("cases", "correct", "rejected", "other"))
+        terminalreporter.write_line(f"fuzz ({settings.get_current_profile_name()} profile): {counts}")

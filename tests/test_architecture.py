@@ -118,7 +118,7 @@ def _sources(folder: Path):
 
 
 def test_no_pass_uses_an_attribute_the_dialects_do_not_declare():
-    """Every 'grad.x' or 'npu.x' string in the code outside the dialects is an op name or a
+    """Every 'train.x' or 'npu.x' string in the code outside the dialects is an op name or a
     declared attribute's name; passes reach attributes only through the declarations."""
     op_names = {op.name for op in OPS} | {"train.half_registered"}
     from npugrad.dialect import Npu

@@ -1,23 +1,256 @@
-"""Shared by the API functions: output allocation and argument conversion."""
+"""Shared by the API functions: the checks of scalar arguments, outputs and their memory, and
+output allocation.
+
+A call checks, in this order and before it writes or allocates anything: its scalar arguments
+(by Python type: `integer`, `real`, `flag`), the spec's metadata rules (`launch.check`, with the
+outputs to allocate standing in as `Planned` shapes), that no output shares memory with another
+array argument (`reject_overlap`), and that the outputs to allocate fit in this machine's
+memory (`allocate`). Value checks that read the data (index ranges) run just before the kernel.
+"""
 
 from __future__ import annotations
+
+import math
+import numbers
+import operator
+import os
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
 from npugrad.dialect.checks import SignatureError, SignatureTypeError
 from npugrad.runtime.launch import as_input
 
-__all__ = ["REDUCTION_MEAN", "REDUCTION_NONE", "REDUCTION_SUM", "as_input", "output"]
+__all__ = [
+    "REDUCTION",
+    "REDUCTION_MEAN",
+    "REDUCTION_NONE",
+    "REDUCTION_SUM",
+    "Planned",
+    "allocate",
+    "as_input",
+    "flag",
+    "integer",
+    "output",
+    "real",
+    "reject_overlap",
+]
 
 REDUCTION_NONE, REDUCTION_MEAN, REDUCTION_SUM = 0, 1, 2
+REDUCTION = "0 (none), 1 (mean) or 2 (sum)"
+
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
-def output(op: str, name: str, given, shape, dtype) -> np.ndarray:
-    """A fresh output array, or the caller's `given` one (which must be a writable ndarray)."""
+def _shown(value) -> str:
+    text = repr(value)
+    text = text if len(text) <= 40 else text[:37] + "..."
+    return text if type(value) in (int, float, bool) or value is None else f"{text} ({type(value).__name__})"
+
+
+# -- scalars -----------------------------------------------------------------------------------------
+
+
+def integer(op: str, name: str, value, meaning: str = "an integer", lo: int = _INT64_MIN, hi: int = _INT64_MAX) -> int:
+    """An integer argument (enum or index) as a Python int: Python and NumPy integers (anything
+    with __index__), not bool and not floats, within [lo, hi] (int64 unless said otherwise). The
+    op's rules check the value's meaning (e.g. reduction in {0, 1, 2})."""
+    if type(value) is int:  # the common case, without the checks below
+        v = value
+    elif isinstance(value, bool | np.bool_):
+        raise SignatureTypeError(f"{op}: parameter '{name}' must be {meaning}, got {_shown(value)}, a bool")
+    else:
+        try:
+            v = operator.index(value)
+        except TypeError:
+            raise SignatureTypeError(f"{op}: parameter '{name}' must be {meaning}, got {_shown(value)}") from None
+    if not lo <= v <= hi:
+        span = "an int64" if (lo, hi) == (_INT64_MIN, _INT64_MAX) else f"in [{lo}, {hi}]"
+        raise SignatureError(f"{op}: parameter '{name}' must be {meaning}, {span}, got {v}")
+    return v
+
+
+def real(op: str, name: str, value, float32: bool = False) -> float:
+    """A real argument as a finite Python float: Python and NumPy reals (ints too), not bool.
+    With float32, also finite once rounded to the float32 the kernel computes with."""
+    if type(value) is float:  # the common case, without the ABC check
+        v = value
+    elif isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_):
+        try:
+            v = float(value)
+        except OverflowError:  # an int beyond the float range
+            v = math.inf
+    else:
+        raise SignatureTypeError(f"{op}: parameter '{name}' must be a real number, got {_shown(value)}")
+    if not math.isfinite(v):
+        raise SignatureError(f"{op}: parameter '{name}' must be a finite real number, got {v}")
+    if float32 and abs(v) > _FLOAT32_MAX:
+        raise SignatureError(
+            f"{op}: parameter '{name}' must be finite as a float32 (|x| <= {_FLOAT32_MAX:.7g}), got {v}"
+        )
+    return v
+
+
+def flag(op: str, name: str, value) -> bool:
+    """A flag argument: bool or numpy.bool_, or the integers 0 and 1 (the vendor API's C bool);
+    nothing else is read as a truth value."""
+    if value is True or value is False:
+        return value
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, int | np.integer):
+        if value in (0, 1):
+            return bool(value)
+        raise SignatureError(f"{op}: parameter '{name}' must be True or False (or 0 or 1), got {value}")
+    raise SignatureTypeError(f"{op}: parameter '{name}' must be True or False (or 0 or 1), got {_shown(value)}")
+
+
+# -- outputs -----------------------------------------------------------------------------------------
+
+
+class Planned:
+    """An output the call allocates once every check has passed: its shape and dtype (all the
+    metadata rules read), what to fill it with, and what sized it (for the size error)."""
+
+    __slots__ = ("dtype", "fill", "nbytes", "shape", "sized_by")
+
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype, sized_by: str, fill=None):
+        self.shape = shape
+        self.dtype = dtype
+        self.nbytes = math.prod(shape) * dtype.itemsize
+        self.sized_by = sized_by  # e.g. "parameter 'num_weights' = 5", "parameter 'input_x'"
+        self.fill = fill
+
+
+def output(op: str, name: str, given, shape, dtype, sized_by: str = "") -> np.ndarray | Planned:
+    """The caller's `given` output (a writable, aligned ndarray), or the plan of a fresh one."""
     if given is None:
-        return np.empty(shape, dtype)
+        return Planned(shape, dtype, sized_by)
     if not isinstance(given, np.ndarray):
         raise SignatureTypeError(f"{op}: parameter '{name}' must be a numpy array, got {type(given).__name__}")
     if not given.flags.writeable:
         raise SignatureError(f"{op}: parameter '{name}' is read-only")
-    return given
+    return as_input(op, name, given)  # the alignment check
+
+
+def _memory_bytes() -> int:
+    """This machine's physical memory: an output larger than that can never be written."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 48
+
+
+MEMORY_BYTES = _memory_bytes()
+
+
+def human_bytes(n: int) -> str:
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} bytes"
+
+
+def allocate(op: str, arrays: dict, outputs: Iterable[str], display: Mapping[str, str] | None = None) -> None:
+    """Replace each Planned output in `arrays` by a fresh array, after checking that together
+    they fit in this machine's memory (else a ValueError naming what sized the largest)."""
+    total = 0
+    for name in outputs:
+        p = arrays[name]
+        if type(p) is Planned:
+            total += p.nbytes
+    if total > MEMORY_BYTES:
+        _too_large(op, arrays, outputs, total, display or {})
+    for name in outputs:
+        p = arrays[name]
+        if type(p) is Planned:
+            arrays[name] = np.empty(p.shape, p.dtype) if p.fill is None else np.full(p.shape, p.fill, p.dtype)
+
+
+def _too_large(op: str, arrays: dict, outputs: Iterable[str], total: int, display: Mapping[str, str]) -> None:
+    name = max((k for k in outputs if type(arrays[k]) is Planned), key=lambda k: arrays[k].nbytes)
+    p = arrays[name]
+    others = f" ({human_bytes(total)} with the other arrays it allocates)" if total != p.nbytes else ""
+    raise SignatureError(
+        f"{op}: {p.sized_by} is too large: output '{display.get(name, name)}' of shape {p.shape} ({p.dtype}) would "
+        f"need {human_bytes(p.nbytes)}{others}, more than this machine's memory ({human_bytes(MEMORY_BYTES)})"
+    )
+
+
+# -- overlap -----------------------------------------------------------------------------------------
+
+# Effort np.shares_memory may spend on an exact answer (candidate solutions) once the memory
+# bounds of two arrays meet; past it, they are taken to overlap.
+_EXACT_WORK = 1 << 16
+_ENUMERATE_MAX = 1 << 20  # elements: an output's own overlap is then settled by listing its offsets
+# The C function under NumPy's __array_function__ dispatch: half the cost of a call, paid for
+# every pair of arrays on every call.
+_shares_memory = getattr(np.shares_memory, "_implementation", np.shares_memory)
+
+
+def _overlaps_itself(a: np.ndarray) -> bool:
+    """Whether two elements of `a` (more than one, not C-contiguous) may share memory: a zero
+    stride, or strides that interleave (then settled by listing the offsets, if not too many)."""
+    if a.flags.f_contiguous:
+        return False
+    axes = sorted((abs(s), n) for s, n in zip(a.strides, a.shape) if n > 1)
+    span = a.itemsize  # bytes covered by the axes taken so far
+    for stride, n in axes:
+        if stride < span:
+            break  # the copies along this axis may meet the ones before: look closer
+        span = stride * (n - 1) + span
+    else:
+        return False
+    if axes[0][0] == 0 or a.size > _ENUMERATE_MAX:
+        return True
+    offsets = np.zeros((), np.int64)
+    for stride, n in axes:
+        offsets = np.add.outer(offsets, np.arange(n, dtype=np.int64) * stride)
+    flat = np.sort(offsets, axis=None)
+    return bool(np.any(flat[1:] - flat[:-1] < a.itemsize))
+
+
+def reject_overlap(op: str, arrays: Mapping[str, object], outputs: Sequence[str],
+                   display: Mapping[str, str] | None = None, skip: Iterable[str] = ()) -> None:
+    """ValueError if a caller-given output shares memory with itself or with any other array
+    argument: the kernels write outputs while they still read their inputs (and other outputs).
+    Fresh outputs (still Planned) and the arrays named in `skip` (made by the call itself)
+    cannot overlap anything; nor can two distinct arrays that each own their memory (what
+    NumPy allocated for them alone: the common case, settled without looking at addresses).
+    Otherwise NumPy's test compares memory bounds and, where they meet, solves for a shared
+    element: interleaved arrays that share none pass."""
+    given = [k for k in outputs if type(arrays[k]) is not Planned]
+    if not given:
+        return
+    others = []
+    for k, a in arrays.items():
+        if isinstance(a, np.ndarray) and k not in skip:
+            others.append((k, a, a.base is None and a.flags.owndata))
+    for out in given:
+        a = arrays[out]
+        if not a.flags.c_contiguous and a.size > 1 and _overlaps_itself(a):
+            raise SignatureError(
+                f"{op}: parameter '{(display or {}).get(out, out)}' has elements that share memory (strides "
+                f"{a.strides} for shape {a.shape}); an output needs its own memory for every element"
+            )
+        owns = a.base is None and a.flags.owndata
+        others = [other for other in others if other[0] != out]  # each pair once
+        for other, b, b_owns in others:
+            if owns and b_owns:
+                shared = a is b
+            else:
+                try:
+                    shared = _shares_memory(a, b, _EXACT_WORK)
+                except np.exceptions.TooHardError:
+                    shared = True
+            if shared:
+                _overlapping(op, list(arrays), out, other, display or {})
+
+
+def _overlapping(op: str, order: list[str], out: str, other: str, display: Mapping[str, str]) -> None:
+    first, second = sorted((out, other), key=order.index)
+    raise SignatureError(
+        f"{op}: parameters '{display.get(first, first)}' and '{display.get(second, second)}' overlap in memory; "
+        f"an output must not share memory with any other argument (pass a separate array)"
+    )

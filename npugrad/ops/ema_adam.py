@@ -2,33 +2,25 @@
 
 from __future__ import annotations
 
-import itertools
 import numbers
 
 import numpy as np
 
 from npugrad.dialect import ApplyFusedEmaAdamOp
 from npugrad.dialect.checks import SignatureTypeError
-from npugrad.ops.common import as_input, output
+from npugrad.ops.common import as_input, flag, integer, output, real, reject_overlap
 from npugrad.runtime.launch import Call, check, two_phase
 
 OP = "apply_fused_ema_adam"
 STATES = ("var", "m", "v", "s")
+MODE = "0 (L2, Adam) or 1 (decoupled decay, AdamW)"
 
 
 def _step(step) -> np.ndarray:
     # A plain integer is the common caller's counter; the kernel takes an int64 (1,) tensor.
     if isinstance(step, numbers.Integral) and not isinstance(step, bool | np.bool_):
-        return np.array([step], np.int64)
+        return np.array([integer(OP, "step", step, "an int64 step count")], np.int64)
     return as_input(OP, "step", step)
-
-
-def _real(name: str, value) -> float:
-    if type(value) is float:  # the common case, without the ABC check
-        return value
-    if not isinstance(value, numbers.Real) or isinstance(value, bool | np.bool_):
-        raise SignatureTypeError(f"{OP}: property '{name}' must be a real number, got {type(value).__name__}")
-    return float(value)
 
 
 @two_phase
@@ -38,19 +30,19 @@ def apply_fused_ema_adam(grad, var, m, v, s, step, lr=1e-3, ema_decay=0.9999, be
 
     step is the 1-based step count (an int64 (1,) array or an int), not incremented. The float
     hyper-parameters are passed to the kernel at run time, so changing them never recompiles."""
+    hyper = {"lr": lr, "ema_decay": ema_decay, "beta1": beta1, "beta2": beta2, "eps": eps, "weight_decay": weight_decay}
+    # The kernel computes in float32: each must stay finite there.
+    hyper = {k: real(OP, k, x, float32=True) for k, x in hyper.items()}
+    mode = integer(OP, "mode", mode, MODE)
+    bias_correction = flag(OP, "bias_correction", bias_correction)
     arrays = {"grad": as_input(OP, "grad", grad), "step": _step(step)}
     for name, given in zip(STATES, (var, m, v, s)):
-        if given is None:  # `output` would allocate; a state must be the caller's array
+        if given is None:  # `output` would plan a fresh array; a state must be the caller's array
             raise SignatureTypeError(f"{OP}: parameter '{name}' must be a numpy array, got None")
         arrays[name] = output(OP, name, given, None, None)
-    hyper = {"lr": lr, "ema_decay": ema_decay, "beta1": beta1, "beta2": beta2, "eps": eps, "weight_decay": weight_decay}
-    hyper = {k: _real(k, x) for k, x in hyper.items()}
-    bias_correction = bool(bias_correction)
     check(ApplyFusedEmaAdamOp, arrays, {"mode": mode, "bias_correction": bias_correction, **hyper})
-    # The kernel reads grad while it writes the states, element by element.
-    for a, b in itertools.combinations(("grad", *STATES), 2):
-        if np.shares_memory(arrays[a], arrays[b]):
-            raise ValueError(f"{OP}: parameters '{a}' and '{b}' overlap in memory")
+    # Each state is read and written element by element: it may not share memory with another.
+    reject_overlap(OP, arrays, STATES, skip=() if arrays["step"] is step else ("step",))
     arrays["hyperparameters"] = np.array([hyper[n] for n in ApplyFusedEmaAdamOp.HYPERPARAMETER_ORDER], np.float32)
 
     def check_step() -> None:
@@ -59,5 +51,5 @@ def apply_fused_ema_adam(grad, var, m, v, s, step, lr=1e-3, ema_decay=0.9999, be
             raise ValueError(f"{OP}: parameter 'step' must be >= 1 when bias_correction is on, got {k}")
 
     # Only mode and bias_correction shape the code; the float properties keep their defaults in the cache key.
-    return Call(ApplyFusedEmaAdamOp, arrays, {"mode": int(mode), "bias_correction": bias_correction},
+    return Call(ApplyFusedEmaAdamOp, arrays, {"mode": mode, "bias_correction": bias_correction},
                 (arrays["var"], arrays["m"], arrays["v"], arrays["s"]), check_step)

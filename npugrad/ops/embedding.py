@@ -2,32 +2,20 @@
 
 from __future__ import annotations
 
-import operator
-
 import numpy as np
 
 from npugrad.dialect import EmbeddingDenseBackwardOp
-from npugrad.dialect.checks import SignatureError, SignatureTypeError
-from npugrad.ops.common import as_input, output
+from npugrad.ops.common import allocate, as_input, flag, integer, output, reject_overlap
 from npugrad.runtime.launch import Call, check, two_phase
 
 OP = "embedding_dense_backward"
 NO_PADDING = -1
 
 
-def _integer(name: str, value, lo: int, hi: int, what: str) -> int:
-    try:
-        v = operator.index(value)
-    except TypeError:
-        raise SignatureTypeError(f"{OP}: parameter '{name}' must be an integer, got {type(value).__name__}") from None
-    if not lo <= v < hi:
-        raise SignatureError(f"{OP}: parameter '{name}' must be {what}, got {v}")
-    return v
-
-
 def _padding(padding_idx, num_weights: int) -> int:
     """padding_idx as the kernel's property: the row it names, or -1 for "no padding"."""
-    pad = _integer("padding_idx", padding_idx, -(1 << 63), 1 << 64, "an int64 or uint64 value")
+    pad = integer(OP, "padding_idx", padding_idx, "an integer (int64, or uint64 as torch_npu passes -1)",
+                  -(1 << 63), (1 << 64) - 1)
     if pad >= 1 << 63:
         pad -= 1 << 64  # uint64 two's complement, as torch_npu passes -1
     # Every value that names no row is the same kernel.
@@ -41,17 +29,20 @@ def embedding_dense_backward(grad, indices, num_weights, padding_idx=-1, scale_g
     indices may have any shape with prod(grad.shape[:-1]) elements. Rows equal to padding_idx
     contribute nothing; with scale_grad_by_freq each row is divided by its index's count. Sums
     are float32 in index order (deterministic), rounded once to out's dtype (default: grad's)."""
-    g = as_input(OP, "grad", grad)
-    idx = as_input(OP, "indices", indices)
-    nw = _integer("num_weights", num_weights, -(1 << 63), 1 << 63, "an int64 value")
-    d = g.shape[-1] if g.ndim else 0
-    arrays = {"grad": g, "indices": idx, "out": output(OP, "out", out, (max(nw, 0), d), g.dtype)}
+    nw = integer(OP, "num_weights", num_weights)
     props = {
         "num_weights": nw,
         "padding_idx": _padding(padding_idx, nw),
-        "scale_grad_by_freq": bool(scale_grad_by_freq),
+        "scale_grad_by_freq": flag(OP, "scale_grad_by_freq", scale_grad_by_freq),
     }
+    g = as_input(OP, "grad", grad)
+    idx = as_input(OP, "indices", indices)
+    d = g.shape[-1] if g.ndim else 0
+    arrays = {"grad": g, "indices": idx,
+              "out": output(OP, "out", out, (max(nw, 0), d), g.dtype, f"parameter 'num_weights' = {nw}")}
     props = check(EmbeddingDenseBackwardOp, arrays, props, {"out": "out"})
+    reject_overlap(OP, arrays, ("out",))
+    allocate(OP, arrays, ("out",))
     return Call(EmbeddingDenseBackwardOp, arrays, props, arrays["out"], lambda: _check_indices(g, idx, nw))
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from npugrad.dialect import FusedLinearCrossEntropyLossGradOp
-from npugrad.ops.common import as_input, output
+from npugrad.ops.common import allocate, as_input, output, real, reject_overlap
 from npugrad.reference import unpack_target_mask
 from npugrad.runtime.launch import Call, check, two_phase
 
 OP = "fused_linear_cross_entropy_loss_grad"
+OUTPUTS = ("input_grad_out", "weight_grad_out")
 
 
 @two_phase
@@ -22,7 +23,9 @@ def fused_linear_cross_entropy_loss_grad(
 
     Given `softmax` (high-performance mode) the statistics are ignored; otherwise P is recomputed
     from `logits_max` and `sum_exp_logits`. This kernel leaves `softmax` intact, but the vendor
-    kernel overwrites it: callers must not rely on its contents after the call."""
+    kernel overwrites it: callers must not rely on its contents after the call. No output may
+    share memory with an input (softmax included) or with the other output."""
+    label_smoothing = real(OP, "label_smoothing", label_smoothing)
     x = as_input(OP, "input", input)
     arrays = {
         "grad": as_input(OP, "grad", grad),
@@ -38,9 +41,11 @@ def fused_linear_cross_entropy_loss_grad(
     bt = x.shape[0] if x.ndim == 2 else 0
     h = x.shape[1] if x.ndim == 2 else 0
     v = w.shape[0] if w.ndim == 2 else 0
-    arrays["input_grad_out"] = output(OP, "input_grad_out", input_grad_out, (bt, h), x.dtype)
-    arrays["weight_grad_out"] = output(OP, "weight_grad_out", weight_grad_out, (v, h), x.dtype)
-    props = check(FusedLinearCrossEntropyLossGradOp, arrays, {"label_smoothing": float(label_smoothing)})
+    arrays["input_grad_out"] = output(OP, "input_grad_out", input_grad_out, (bt, h), x.dtype, "parameter 'input'")
+    arrays["weight_grad_out"] = output(OP, "weight_grad_out", weight_grad_out, (v, h), x.dtype, "parameter 'weight'")
+    props = check(FusedLinearCrossEntropyLossGradOp, arrays, {"label_smoothing": label_smoothing})
+    reject_overlap(OP, arrays, OUTPUTS)
+    allocate(OP, arrays, OUTPUTS)
     if softmax is not None:
         arrays["logits_max"] = arrays["sum_exp_logits"] = None  # ignored by the spec in this mode
     return Call(FusedLinearCrossEntropyLossGradOp, arrays, props, (arrays["input_grad_out"], arrays["weight_grad_out"]),

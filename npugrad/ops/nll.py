@@ -2,27 +2,13 @@
 
 from __future__ import annotations
 
-import operator
-
 import numpy as np
 
 from npugrad.dialect import NLLLossBackwardOp
-from npugrad.dialect.checks import SignatureError, SignatureTypeError
-from npugrad.ops.common import as_input, output
+from npugrad.ops.common import REDUCTION, Planned, allocate, as_input, integer, output, reject_overlap
 from npugrad.runtime.launch import Call, check, two_phase
 
 OP = "nll_loss_backward"
-_INT64 = np.iinfo(np.int64)
-
-
-def _int64_parameter(name: str, value) -> int:
-    try:
-        v = operator.index(value)
-    except TypeError:
-        raise SignatureTypeError(f"{OP}: parameter '{name}' must be an integer, got {type(value).__name__}") from None
-    if not _INT64.min <= v <= _INT64.max:
-        raise SignatureError(f"{OP}: parameter '{name}' must fit in int64, got {v}")
-    return v
 
 
 def _check_targets(target: np.ndarray, ignore_index: int, c: int) -> None:
@@ -44,21 +30,25 @@ def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index
     self (N, C) with target (N,), or (C,) with a 0-D target. weight (C,) or None for ones(C).
     grad_output is (N,) for reduction 0 (none) with 2-D self, one element otherwise;
     total_weight (one element) divides it for reduction 1 (mean) and is used as given."""
+    props = {
+        "reduction": integer(OP, "reduction", reduction, REDUCTION),
+        "ignore_index": integer(OP, "ignore_index", ignore_index, "an integer"),
+    }
     s = as_input(OP, "self", self)
-    if weight is None:
-        weight = np.ones(s.shape[-1:], s.dtype)  # what torch_npu passes when PyTorch has none
+    if weight is None:  # what torch_npu passes when PyTorch has none
+        weight = Planned(s.shape[-1:], s.dtype, "parameter 'self'", fill=1)
+    else:
+        weight = as_input(OP, "weight", weight)
     arrays = {
         "grad_output": as_input(OP, "grad_output", grad_output),
         "self": s,
         "target": as_input(OP, "target", target),
-        "weight": as_input(OP, "weight", weight),
+        "weight": weight,
         "total_weight": as_input(OP, "total_weight", total_weight),
-        "out": output(OP, "out", out, s.shape, s.dtype),
-    }
-    props = {
-        "reduction": _int64_parameter("reduction", reduction),
-        "ignore_index": _int64_parameter("ignore_index", ignore_index),
+        "out": output(OP, "out", out, s.shape, s.dtype, "parameter 'self'"),
     }
     props = check(NLLLossBackwardOp, arrays, props)
+    reject_overlap(OP, arrays, ("out",))
+    allocate(OP, arrays, ("weight", "out"))
     return Call(NLLLossBackwardOp, arrays, props, arrays["out"],
                 lambda: _check_targets(arrays["target"], props["ignore_index"], s.shape[-1]))

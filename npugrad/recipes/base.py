@@ -107,7 +107,7 @@ class OpRecipe:
         where = _source_file(cls)
         op = getattr(cls, "op", None)
         if not (isinstance(op, type) and issubclass(op, TrainOp)):
-            raise RecipeError(f"{where}: recipe {cls.__name__} must name its op class (op = SomeGradOp)")
+            raise RecipeError(f"{where}: recipe {cls.__name__} must name its op class (op = SomeTrainOp)")
         for part, use in PARTS.items():
             if not any(part in vars(k) for k in cls.__mro__ if k is not OpRecipe and k is not object):
                 raise RecipeError(

@@ -16,7 +16,7 @@ import numpy as np
 
 from npugrad.compiler import Pipeline
 from npugrad.dialect import TrainOp
-from npugrad.dialect.checks import Checker, SignatureTypeError
+from npugrad.dialect.checks import Checker, SignatureError, SignatureTypeError
 from npugrad.runtime.kernel import Kernel
 from npugrad.runtime.specialize import OperandClass, compile_op, dtype_name
 
@@ -55,11 +55,21 @@ def defaults(op_cls: type[TrainOp]) -> dict[str, int | float | bool]:
 
 
 def as_input(op: str, name: str, value) -> np.ndarray:
-    """An input operand as an ndarray (lists and scalars are accepted; the dtype is kept)."""
+    """An input operand as an ndarray (lists and scalars are accepted; the dtype is kept). An
+    array must be aligned: the kernels address elements (and stream 64-byte lines) assuming
+    that the data and the strides are multiples of the element size."""
     if isinstance(value, np.ndarray):
+        if not value.flags.aligned:
+            raise SignatureError(
+                f"{op}: parameter '{name}' is not aligned: its address and strides must be multiples of its "
+                f"element size ({value.itemsize} bytes), got strides {value.strides}"
+            )
         return value
     if isinstance(value, np.generic | int | float | bool | list | tuple):
-        return np.asarray(value)
+        try:
+            return np.asarray(value)
+        except (ValueError, TypeError, OverflowError) as e:  # e.g. a ragged list
+            raise SignatureTypeError(f"{op}: parameter '{name}' cannot be read as an array: {e}") from None
     raise SignatureTypeError(f"{op}: parameter '{name}' must be a numpy array, got {type(value).__name__}")
 
 

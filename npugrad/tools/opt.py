@@ -143,7 +143,12 @@ class NpugradOptMain(xDSLOptMain):
         if stage is None:
             return self.output_resulting_program(module)
         if stage == "run":
-            return self._run(module)
+            try:
+                return self._run(module)
+            except runner.RunError as e:
+                if e.op is None:
+                    raise
+                raise CompileError([located(e.op, str(e), text, name)]) from None
         result = self._pipeline().lower(module, stage, self.ctx)
         return str(result) + "\n" if isinstance(result, str) else self.output_resulting_program(result)
 

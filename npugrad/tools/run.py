@@ -8,23 +8,31 @@ write shows up), and every output is compared with the NumPy reference.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
 import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation
 
 from npugrad.dialect import TrainOp
 from npugrad.dialect.checks import Checker
 from npugrad.ir import defined_functions
+from npugrad.ops.common import MEMORY_BYTES, human_bytes
 from npugrad.reference import harness
 from npugrad.runtime.executable import Executable, signatures
 from npugrad.runtime.kernel import MemRefSpec
 
 
 class RunError(ValueError):
-    """The module cannot be run as asked (no such function, dynamic shapes without inputs...)."""
+    """The module cannot be run as asked (no such function, dynamic shapes without inputs...);
+    `op`, when known, is where the driver locates the error."""
+
+    def __init__(self, message: str, op: Operation | None = None):
+        super().__init__(message)
+        self.op = op
 
 
 @dataclass
@@ -67,6 +75,21 @@ def _single_grad_op(f: func.FuncOp) -> tuple[TrainOp, dict[str, int]] | None:
     return op, roles
 
 
+def _check_sizes(f: func.FuncOp, specs: list[MemRefSpec]) -> None:
+    """Arguments this machine could not hold are an error at the function, before any allocation."""
+    sizes = [math.prod(s.shape) * s.dtype.itemsize for s in specs]
+    if sum(sizes) <= MEMORY_BYTES:
+        return
+    i = max(range(len(sizes)), key=sizes.__getitem__)
+    arg = f.body.block.args[i]
+    others = f" (all arguments: {human_bytes(sum(sizes))})" if sum(sizes) != sizes[i] else ""
+    raise RunError(
+        f"argument {i} (%{arg.name_hint or i}: {arg.type}) needs {human_bytes(sizes[i])}{others}, more than this "
+        f"machine's memory ({human_bytes(MEMORY_BYTES)}): --stage run cannot allocate its inputs",
+        f,
+    )
+
+
 def prepare_inputs(module: ModuleOp, entry: str | None, npz: str | None, seed: int):
     """(function name, argument specs, arrays, train op and roles or None)."""
     f = _entry(module, entry)
@@ -95,6 +118,7 @@ def prepare_inputs(module: ModuleOp, entry: str | None, npz: str | None, seed: i
         return name, specs, arrays, found
     if any(d is None for s in specs for d in s.shape):
         raise RunError(f"@{name} has dynamic shapes: give the inputs with --inputs FILE.npz")
+    _check_sizes(f, specs)
     rng = np.random.default_rng(seed)
     arrays = [np.array(rng.standard_normal(s.shape), dtype=s.dtype, order="C") for s in specs]
     if found is not None:

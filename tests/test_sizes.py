@@ -1,0 +1,87 @@
+"""Every check runs before any allocation, and an output larger than this machine's memory is a
+ValueError naming the parameter that sized it and the size, in the API and, located at the
+function, in `npugrad-opt --stage run`."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from npugrad import ops
+
+BIN = Path(sys.executable).parent
+HUGE = 1 << 40
+
+
+def test_a_bool_grad_is_rejected_before_the_output_is_allocated():
+    """Was MemoryError: Unable to allocate 1.00 TiB (the output came before the dtype check)."""
+    with pytest.raises(TypeError, match="embedding_dense_backward: parameter 'grad' must have dtype"):
+        ops.embedding_dense_backward(np.ones((2, 1), bool), np.array([0, 1]), HUGE)
+
+
+def test_an_absurd_num_weights_names_it_and_the_size():
+    with pytest.raises(ValueError, match=r"embedding_dense_backward: parameter 'num_weights' = 1099511627776 .*"
+                                         r"4\.00 TiB.*memory"):
+        ops.embedding_dense_backward(np.ones((2, 1), np.float32), np.array([0, 1]), HUGE)
+
+
+def test_a_given_out_is_never_allocated():
+    """With out= given nothing is allocated: a wrong shape is the shape error, not a size error."""
+    with pytest.raises(ValueError, match="embedding_dense_backward: parameter 'out' must have shape"):
+        ops.embedding_dense_backward(np.ones((2, 1), np.float32), np.array([0, 1]), HUGE,
+                                     out=np.zeros((2, 1), np.float32))
+
+
+@pytest.mark.parametrize("op", ["bce", "nll", "flce"])
+def test_an_output_sized_by_a_huge_broadcast_input_names_the_input(op):
+    """A zero-stride input can describe terabytes in a few bytes; its output cannot be."""
+    big = np.broadcast_to(np.float32(0.5), (HUGE, 4))
+    if op == "bce":
+        call = lambda: ops.binary_cross_entropy_grad(big, big, np.float32(1))
+        words = ["binary_cross_entropy_grad: parameter 'input_x'", "'out'", "16.00 TiB"]
+    elif op == "nll":
+        self = np.broadcast_to(np.float32(0.5), (4, HUGE))
+        target = np.broadcast_to(np.int64(0), (4,))
+        call = lambda: ops.nll_loss_backward(np.float32(1), self, target, None, 1, -100, np.float32(1))
+        words = ["nll_loss_backward: parameter 'self'", "'out'", "16.00 TiB"]
+    else:
+        x = np.broadcast_to(np.float16(0.5), (HUGE, 4))
+        stat = np.broadcast_to(np.float32(1), (HUGE,))
+        mask = np.broadcast_to(np.True_, (HUGE,))
+        target = np.broadcast_to(np.int64(0), (HUGE,))
+        w = np.ones((3, 4), np.float16)
+        call = lambda: ops.fused_linear_cross_entropy_loss_grad(stat, x, w, mask, target,
+                                                               logits_max=stat, sum_exp_logits=stat)
+        words = ["fused_linear_cross_entropy_loss_grad: parameter 'input'", "'input_grad_out'", "8.00 TiB"]
+    with pytest.raises(ValueError) as info:
+        call()
+    for word in words:
+        assert word in str(info.value), f"{word!r} not in {info.value}"
+
+
+HUGE_MODULE = """// A function whose arrays could never be allocated.
+func.func @huge(%x: memref<1099511627776xf32>, %y: memref<1099511627776xf32>, %d: memref<f32>,
+                %dx: memref<1099511627776xf32>) {
+  train.binary_cross_entropy_grad input_x(%x : memref<1099511627776xf32>) input_y(%y : memref<1099511627776xf32>)
+      dloss(%d : memref<f32>) -> dx(%dx : memref<1099511627776xf32>) {reduction = 2 : i64}
+  func.return
+}
+"""
+
+
+def test_npugrad_opt_run_reports_an_unallocatable_argument_at_its_function(tmp_path):
+    """Was `npugrad-opt: internal error: MemoryError: ...`."""
+    path = tmp_path / "huge.mlir"
+    path.write_text(HUGE_MODULE)
+    result = subprocess.run([str(BIN / "npugrad-opt"), str(path), "--stage", "run"], capture_output=True, text=True,
+                            timeout=300, check=False)
+    assert result.returncode == 1, result.stderr
+    assert "internal error" not in result.stderr and "Traceback" not in result.stderr
+    first = result.stderr.splitlines()[0]
+    m = re.match(rf"^{re.escape(str(path))}:2:1: error: (.*)$", first)
+    assert m, result.stderr
+    for word in ("argument 0", "%x", "memref<1099511627776xf32>", "4.00 TiB", "memory"):
+        assert word in m.group(1), f"{word!r} not in {first!r}"
