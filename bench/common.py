@@ -80,6 +80,7 @@ class Result:
     times: tuple[float, ...] = ()
     compile_s: float | None = None
     first_only: bool = False  # timed on its first call alone (slower than `slow`)
+    timed_out: float | None = None  # the time-out (s) that stopped it: its time is at least that
 
 
 def combine(runs: list[Result]) -> Result:
@@ -114,7 +115,8 @@ def measure(name: str, spec: str, args: dict, repeats: int = 3, warmup: int = 1,
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
-            return Result(name, float("nan"), float("nan"), float("nan"), f"timed out after {timeout:.0f} s")
+            return Result(name, float("nan"), float("nan"), float("nan"), f"timed out after {timeout:.0f} s",
+                          timed_out=timeout)
         except BaseException:  # Ctrl-C: the child is in a session of its own and did not get it
             os.killpg(proc.pid, signal.SIGKILL)
             raise

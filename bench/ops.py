@@ -414,6 +414,8 @@ def torch_available() -> bool:
 
 
 def _fmt_ratio(other: Result | None, ours: Result) -> str:
+    if other is not None and other.timed_out and not ours.error:
+        return f">{other.timed_out / ours.median:.1f}x"  # its setup and first call took longer than the time-out
     if other is None or other.error or ours.error:
         return "-"
     return f"{other.median / ours.median:.2f}x"
@@ -514,7 +516,8 @@ def run_table(title: str, selected: Sequence[Case], alloc: bool, repeats: int, t
             r = results[c]
             name = case.label if c == "npugrad" else ""
             if r.error:
-                lines.append(f"{name:<40} {c:<13} failed: {r.error}")
+                lines.append(f"{name:<40} {c:<13} "
+                             + (f"{r.error} (setup and first call)" if r.timed_out else f"failed: {r.error}"))
                 continue
             mark = "*" if r.first_only else " "
             rate = case.work / r.median / 1e9
@@ -542,8 +545,9 @@ def run_table(title: str, selected: Sequence[Case], alloc: bool, repeats: int, t
 def contender_compile_table(shared: dict) -> str:
     """The compilers' compile time at each FLCE case's exact shapes (outside the timed calls)."""
     header = f"{'case':<40} {'contender':<13} {'compile s':>10}"
-    lines = ["Compile time of the compilers (exact shapes, in a fresh process: includes the compiler's start-up; "
-             "outside the timed calls; torch.compile: its first call minus a timed call)", header, "-" * len(header)]
+    title = ("Compile time of the compilers (exact shapes, in a fresh process: includes the compiler's start-up; "
+             "outside the timed calls; torch.compile: its first call minus a timed call)")
+    lines = [title, header, "-" * len(header)]
     for (label, c), r in shared.items():
         text = f"failed: {r.error}" if r.error else "-" if r.compile_s is None else f"{r.compile_s:>10.2f}"
         lines.append(f"{label:<40} {c:<13} {text:>10}")
