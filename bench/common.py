@@ -2,7 +2,9 @@
 its own. A contender is `module:function(**args)` returning a zero-argument callable (inputs
 allocated, kernels compiled). The child resets the RSS high-water mark (`/proc/self/clear_refs`),
 makes one call and reports VmHWM − VmRSS before it as "peak extra" memory, then times `repeats`
-calls after `warmup` and reports the median. `combine` pools the calls of several such runs
+calls after `warmup` and reports the median (a call slower than `slow` seconds is timed alone:
+its first call is its time). A setup may give its callable a `compile_s` (seconds spent compiling
+outside the measured calls), reported alongside. `combine` pools the calls of several such runs
 (rounds in which the contenders take turns, so that a slow spell of a shared machine falls on
 all of them rather than on one).
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -39,7 +42,7 @@ def _reset_hwm() -> bool:
         return False
 
 
-def child(spec: str, args: dict, repeats: int, warmup: int) -> dict:
+def child(spec: str, args: dict, repeats: int, warmup: int, slow: float | None = None) -> dict:
     module_name, func_name = spec.split(":")
     sys.path.insert(0, ROOT)
     module = __import__(module_name, fromlist=[func_name])
@@ -50,15 +53,21 @@ def child(spec: str, args: dict, repeats: int, warmup: int) -> dict:
     fn()
     first = time.perf_counter() - start
     peak = _status_kib()["VmHWM"] - before
-    for _ in range(warmup):
+    first_only = slow is not None and first > slow
+    for _ in range(0 if first_only else warmup):
         fn()
     times = []
-    for _ in range(repeats):
+    for _ in range(0 if first_only else repeats):
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
-    return {"median": statistics.median(times) if times else first, "min": min(times or [first]),
-            "first": first, "peak_mib": max(peak, 0) / 1024, "exact_peak": exact, "times": times}
+    median = statistics.median(times) if times else first
+    compile_s = getattr(fn, "compile_s", None)
+    if compile_s is not None and getattr(fn, "compile_includes_call", False):
+        compile_s = max(compile_s - median, 0.0)
+    return {"median": median, "min": min(times or [first]), "first": first, "peak_mib": max(peak, 0) / 1024,
+            "exact_peak": exact, "times": times if times else [first], "first_only": first_only,
+            "compile_s": compile_s}
 
 
 @dataclass
@@ -69,6 +78,9 @@ class Result:
     peak_mib: float
     error: str | None = None
     times: tuple[float, ...] = ()
+    compile_s: float | None = None
+    first_only: bool = False  # timed on its first call alone (slower than `slow`)
+    timed_out: float | None = None  # the time-out (s) that stopped it: its time is at least that
 
 
 def combine(runs: list[Result]) -> Result:
@@ -79,26 +91,41 @@ def combine(runs: list[Result]) -> Result:
         return failed
     times = tuple(t for r in runs for t in r.times)
     median = statistics.median(times) if times else runs[0].median
-    return Result(runs[0].name, median, runs[0].first, max(r.peak_mib for r in runs), None, times)
+    return Result(runs[0].name, median, runs[0].first, max(r.peak_mib for r in runs), None, times,
+                  runs[0].compile_s, any(r.first_only for r in runs))
 
 
-def measure(name: str, spec: str, args: dict, repeats: int = 3, warmup: int = 1, threads: int | None = None) -> Result:
-    """Run one contender in a fresh interpreter and return its figures (or the error it hit)."""
+def measure(name: str, spec: str, args: dict, repeats: int = 3, warmup: int = 1, threads: int | None = None,
+            slow: float | None = None, timeout: float | None = None) -> Result:
+    """Run one contender in a fresh interpreter and return its figures (or the error it hit, or
+    "timed out" after `timeout` seconds)."""
     env = dict(os.environ)
     if threads is not None:
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NPUGRAD_THREADS"):
             env[var] = str(threads)
     code = (
         f"import json, sys; sys.path.insert(0, {ROOT!r}); from bench.common import child; "
-        f"print('RESULT' + json.dumps(child({spec!r}, json.loads(sys.argv[1]), {repeats:d}, {warmup:d})))"
+        f"print('RESULT' + json.dumps(child({spec!r}, json.loads(sys.argv[1]), {repeats:d}, {warmup:d}, {slow!r})))"
     )
-    proc = subprocess.run([sys.executable, "-c", code, json.dumps(args)], capture_output=True, text=True, env=env,
-                          check=False)
-    for line in proc.stdout.splitlines():
+    # A session of its own, so that a time-out ends the child's own workers too (Inductor's compilers).
+    with subprocess.Popen([sys.executable, "-c", code, json.dumps(args)], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, env=env, start_new_session=True) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            return Result(name, float("nan"), float("nan"), float("nan"), f"timed out after {timeout:.0f} s",
+                          timed_out=timeout)
+        except BaseException:  # Ctrl-C: the child is in a session of its own and did not get it
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
+    for line in stdout.splitlines():
         if line.startswith("RESULT"):
             r = json.loads(line[len("RESULT"):])
-            return Result(name, r["median"], r["first"], r["peak_mib"], None, tuple(r["times"]))
-    tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+            return Result(name, r["median"], r["first"], r["peak_mib"], None, tuple(r["times"]), r["compile_s"],
+                          r["first_only"])
+    tail = (stderr or stdout).strip().splitlines()[-1:] or ["no output"]
     return Result(name, float("nan"), float("nan"), float("nan"), tail[0])
 
 

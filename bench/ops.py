@@ -7,7 +7,11 @@ preallocates (and pre-touches) every contender's outputs; the second lets each a
 (npugrad's API without `out=`, the functional NumPy/PyTorch forms). The PyTorch contenders are
 those of /work/shared/perf/measure_baselines.py: naive FLCE (logits materialised),
 aten.embedding_dense_backward, aten.nll_loss_backward, aten.binary_cross_entropy_backward,
-AdamW(fused=True) + _foreach_lerp_ EMA.
+AdamW(fused=True) + _foreach_lerp_ EMA. With the optional `[bench]` extra, the FLCE rows also
+get the compilers a user would pick instead (bench/contenders.py: XLA via jax.jit, IREE, and
+torch.compile), each compiling the same unfused program, and every FLCE row shows its rate as a
+fraction of the machine's SGEMM ceiling (and, for bfloat16, of its bf16 GEMM peak), both measured
+in the same run.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np
 
+from bench import contenders as compilers
 from bench.common import Result, combine, measure
 
 SEED = 1234
@@ -409,37 +414,143 @@ def torch_available() -> bool:
 
 
 def _fmt_ratio(other: Result | None, ours: Result) -> str:
+    if other is not None and other.timed_out and not ours.error:
+        return f">{other.timed_out / ours.median:.1f}x"  # its setup and first call took longer than the time-out
     if other is None or other.error or ours.error:
         return "-"
     return f"{other.median / ours.median:.2f}x"
 
 
+@dataclass
+class Ceilings:
+    """The machine's GEMM ceilings, measured in the same run (GFLOP/s; None: not measured)."""
+
+    sgemm: float | None = None
+    bf16: float | None = None
+    lines: tuple[str, ...] = ()
+
+
+CEILING_N = 4096  # the issue's SGEMM ceiling: NumPy matmul 4096³, float32
+SLOW_S = 60.0  # an FLCE call slower than this is timed on its first call alone
+
+
+def measure_ceilings(quick: bool, threads: int, log: Callable[[str], None], timeout: float | None) -> Ceilings:
+    """SGEMM (NumPy float32 matmul n³) and the bf16 GEMM peak: the better of torch.mm on bfloat16
+    (oneDNN's bf16 dot-product kernels where the CPU has them; elsewhere PyTorch's fallback loop,
+    measured at a smaller n so that it ends) and bfloat16 operands widened to float32 and multiplied
+    by NumPy's SGEMM (what a CPU without bf16 dot-product instructions can do)."""
+    n = 512 if quick else CEILING_N
+
+    def rate(name: str, spec: str, size: int, repeats: int = 3) -> tuple[float | None, str]:
+        log(f"  ceiling: {name}")
+        r = measure(name, spec, {"n": size}, repeats, 1, threads, slow=SLOW_S, timeout=timeout)
+        if r.error:
+            return None, f"failed: {r.error}"
+        return 2.0 * size**3 / r.median / 1e9, f"{2.0 * size**3 / r.median / 1e9:.1f} GFLOP/s"
+
+    sgemm, sgemm_text = rate("sgemm", "bench.contenders:sgemm_numpy", n)
+    lines = [f"SGEMM ceiling: NumPy float32 matmul {n}^3 = {sgemm_text}"]
+    widened, widened_text = rate("bf16 widened", "bench.contenders:bf16_gemm_widened", n)
+    candidates = [widened]
+    parts = [f"bfloat16 widened to float32 + NumPy SGEMM {n}^3 = {widened_text}"]
+    if torch_available():
+        hardware = compilers.torch_bf16_hardware()
+        tn = n if hardware or quick else 1024
+        torch_rate, torch_text = rate("bf16 torch.mm", "bench.contenders:bf16_gemm_torch", tn)
+        candidates.append(torch_rate)
+        parts.insert(0, f"torch.mm bfloat16 {tn}^3 = {torch_text} ("
+                     + ("oneDNN bf16 dot-product kernels" if hardware else
+                        "no bf16 dot-product instructions here: PyTorch's fallback loop") + ")")
+    bf16 = max((c for c in candidates if c), default=None)
+    peak = f"{bf16:.1f} GFLOP/s" if bf16 else "not measured"
+    lines.append(f"bf16 GEMM peak = {peak}, the better of: " + "; ".join(parts))
+    return Ceilings(sgemm, bf16, tuple(lines))
+
+
+def _fraction(rate: float, ceiling: float | None) -> str:
+    return f"{100.0 * rate / ceiling:.0f}%" if ceiling else "-"
+
+
+def spec_of(case: Case, contender: str) -> str:
+    if contender in compilers.CONTENDERS:
+        return f"bench.contenders:{case.op}_{contender.replace('.', '_')}"
+    return f"bench.ops:{case.op}_{contender}"
+
+
 def run_table(title: str, selected: Sequence[Case], alloc: bool, repeats: int, threads: int,
-              contenders: Sequence[str], log: Callable[[str], None], rounds: int = 1) -> str:
-    ratio_cols = [c for c in contenders if c != "npugrad"]
-    header = f"{'case':<40} {'contender':<9} {'median ms':>10} {'rate':>14} {'peak extra MiB':>15}" + "".join(
-        f" {'vs ' + c:>10}" for c in ratio_cols)
+              contenders: Sequence[str], log: Callable[[str], None], rounds: int = 1,
+              extra: Sequence[str] = (), ceilings: Ceilings | None = None, shared: dict | None = None,
+              timeout: float | None = None) -> str:
+    """One table: `contenders` on every case, `extra` (the compilers) on FLCE cases only. A
+    compiler's program allocates its outputs in either table: it is measured once per case and
+    `shared` (a dict kept across tables) holds its result."""
+    ratio_cols = [c for c in contenders if c != "npugrad"] + [c for c in extra if any(s.op == "flce" for s in selected)]
+    gemm_cols = ceilings is not None and any(s.unit == "GFLOP/s" for s in selected)
+    widths = [max(10, len(c) + 4) for c in ratio_cols]
+    header = (f"{'case':<40} {'contender':<13} {'median ms':>10} {'rate':>14}"
+              + (f" {'of SGEMM':>8} {'of bf16 pk':>10}" if gemm_cols else "") + f" {'peak extra MiB':>15}"
+              + "".join(f" {'vs ' + c:>{w}}" for c, w in zip(ratio_cols, widths)))
     lines = [title, header, "-" * len(header)]
+    shared = {} if shared is None else shared
+    notes = set()
     for case in selected:
-        runs: dict[str, list[Result]] = {c: [] for c in contenders}
+        names = [*contenders, *(extra if case.op == "flce" else ())]
+        runs: dict[str, list[Result]] = {c: [] for c in names}
         # An FLCE call takes seconds: its first call is its warm-up, and it runs one round.
         warmup, case_rounds = (0, 1) if case.op == "flce" else (1, rounds)
+        slow = SLOW_S if case.op == "flce" else None
         for turn in range(case_rounds):
-            for c in contenders:
+            for c in names:
+                if c in compilers.CONTENDERS and (case.label, c) in shared:
+                    runs[c].append(shared[case.label, c])
+                    continue
                 log(f"  {case.label}: {c}" + (f" (round {turn + 1} of {case_rounds})" if case_rounds > 1 else ""))
-                spec = f"bench.ops:{case.op}_{c}"
-                runs[c].append(measure(c, spec, {**case.size, "alloc": alloc}, repeats, warmup, threads))
+                r = measure(c, spec_of(case, c), {**case.size, "alloc": alloc}, repeats, warmup, threads,
+                            slow=slow, timeout=timeout)
+                runs[c].append(r)
+                if c in compilers.CONTENDERS:
+                    shared[case.label, c] = r
         results = {c: combine(r) for c, r in runs.items()}
         ours = results["npugrad"]
-        for c in contenders:
+        for c in names:
             r = results[c]
             name = case.label if c == "npugrad" else ""
             if r.error:
-                lines.append(f"{name:<40} {c:<9} failed: {r.error}")
+                lines.append(f"{name:<40} {c:<13} "
+                             + (f"{r.error} (setup and first call)" if r.timed_out else f"failed: {r.error}"))
                 continue
-            rate = f"{case.work / r.median / 1e9:8.1f} {case.unit}"
-            ratios = "".join(f" {_fmt_ratio(results[o], ours):>10}" for o in ratio_cols) if c == "npugrad" else ""
-            lines.append(f"{name:<40} {c:<9} {r.median * 1e3:>10.2f} {rate:>14} {r.peak_mib:>15.1f}{ratios}")
+            mark = "*" if r.first_only else " "
+            rate = case.work / r.median / 1e9
+            rate_text = f"{rate:8.1f} {case.unit}"
+            cols = f"{name:<40} {c:<13} {r.median * 1e3:>9.2f}{mark} {rate_text:>14}"
+            if gemm_cols:
+                sgemm = _fraction(rate, ceilings.sgemm) if case.unit == "GFLOP/s" else ""
+                bf16 = _fraction(rate, ceilings.bf16) if case.size.get("dtype") == "bfloat16" else ""
+                cols += f" {sgemm:>8} {bf16:>10}"
+            cols += f" {r.peak_mib:>15.1f}"
+            if c == "npugrad":
+                cols += "".join(f" {_fmt_ratio(results.get(o), ours) if o in results else '':>{w}}"
+                                for o, w in zip(ratio_cols, widths))
+            lines.append(cols.rstrip())
+            if r.first_only:
+                notes.add(f"* slower than {SLOW_S:.0f} s: timed on its first call alone")
+        if not alloc and case.op == "flce" and any(c in results for c in extra):
+            out_mib = (case.size["bt"] + case.size["v"]) * case.size["h"] * (2 if case.size["dtype"] == "bfloat16" else 4)
+            notes.add("compilers (" + ", ".join(extra) + ") return new dX and dW in this table too (a functional "
+                      "program has no out=): their peak extra includes the outputs")
+            lines.append(f"{'':<40} ({', '.join(extra)}: {out_mib / 2**20:.1f} MiB of outputs dX + dW)")
+    return "\n".join(lines + sorted(notes))
+
+
+def contender_compile_table(shared: dict) -> str:
+    """The compilers' compile time at each FLCE case's exact shapes (outside the timed calls)."""
+    header = f"{'case':<40} {'contender':<13} {'compile s':>10}"
+    title = ("Compile time of the compilers (exact shapes, in a fresh process: includes the compiler's start-up; "
+             "outside the timed calls; torch.compile: its first call minus a timed call)")
+    lines = [title, header, "-" * len(header)]
+    for (label, c), r in shared.items():
+        text = f"failed: {r.error}" if r.error else "-" if r.compile_s is None else f"{r.compile_s:>10.2f}"
+        lines.append(f"{label:<40} {c:<13} {text:>10}")
     return "\n".join(lines)
 
 
@@ -474,6 +585,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                          "the median is over all their timed calls (default 3)")
     ap.add_argument("--threads", type=int, default=2, help="threads for every contender (default 2)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test, not a measurement")
+    ap.add_argument("--timeout", type=float, default=1800.0,
+                    help="seconds after which a contender's process is stopped and reported as timed out "
+                         "(default 1800; 0: no limit)")
 
 
 def run(args: argparse.Namespace) -> None:
@@ -485,8 +599,12 @@ def run(args: argparse.Namespace) -> None:
         raise SystemExit("npugrad bench: --repeats must be at least 1")
     if args.rounds < 1:
         raise SystemExit("npugrad bench: --rounds must be at least 1")
+    timeout = args.timeout or None
     contenders = ["npugrad", "numpy", *(["torch"] if torch_available() else [])]
     selected = [c for c in cases(args.quick) if c.op in ops]
+    gemm_bound = any(c.unit == "GFLOP/s" for c in selected)
+    absent = {c: compilers.missing(c) for c in compilers.CONTENDERS} if gemm_bound else {}
+    extra = [c for c, why in absent.items() if why is None]
 
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
@@ -497,14 +615,30 @@ def run(args: argparse.Namespace) -> None:
                "take turns (FLCE: one round); ratios are the contender's time / npugrad's (>1: npugrad faster)")
     print(f"npugrad bench{' --quick (tiny sizes)' if args.quick else ''}: {setting}")
     print("FLCE: memory-saving mode; NumPy computes in float32 for the bfloat16 rows; "
-          "rates: FLCE 6*BT*V*H FLOP, others bytes read + written\n")
+          "rates: FLCE 6*BT*V*H FLOP, others bytes read + written")
+    ceilings = None
+    if gemm_bound:
+        if extra:
+            print("FLCE compilers, each compiling the same unfused program (logits materialised) for the exact "
+                  f"shapes outside the timed calls: {', '.join(extra)} (bench/contenders.py)")
+        for why in absent.values():
+            if why:
+                print(why)
+        ceilings = measure_ceilings(args.quick, args.threads, log, timeout)
+        print("Measured in this run, " + f"{args.threads} thread(s): " + "\n".join(ceilings.lines))
+        print("'of SGEMM' / 'of bf16 pk': the row's GFLOP/s as a fraction of these")
+    print()
+    shared: dict = {}
     print(run_table("Outputs preallocated (and pre-touched) for every contender", selected, False,
-                    args.repeats, args.threads, contenders, log, args.rounds), "\n", flush=True)
+                    args.repeats, args.threads, contenders, log, args.rounds, extra, ceilings, shared, timeout),
+          "\n", flush=True)
     print(run_table("Outputs allocated by every contender (npugrad without out=, functional NumPy/PyTorch; "
                     "EMA-Adam is in place in both tables)", selected, True, args.repeats, args.threads, contenders, log,
-                    args.rounds),
+                    args.rounds, extra, ceilings, shared, timeout),
           "\n", flush=True)
     print(compile_table(ops, args.threads, 300 if args.quick else 5000, log))
+    if shared:
+        print("\n" + contender_compile_table(shared))
 
 
 if __name__ == "__main__":

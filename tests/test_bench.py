@@ -1,8 +1,10 @@
-"""`npugrad bench --quick`: the tables' shape (not the numbers), and the kernel cache on repeated calls."""
+"""`npugrad bench --quick`: the tables' shape (not the numbers), the kernel cache on repeated calls,
+and the optional compilers (the `[bench]` extra) against NumPy at a small size."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -12,11 +14,13 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from bench import contenders as compilers
 from bench import ops as bench_ops
 from bench.common import Result, combine
 from npugrad.runtime import specialize
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
+EXTRA = [c for c in compilers.CONTENDERS if compilers.missing(c) is None]
 
 
 def _tables(stdout: str) -> list[list[str]]:
@@ -28,29 +32,65 @@ def _tables(stdout: str) -> list[list[str]]:
 def test_quick_bench_prints_every_op_with_ratio_columns():
     proc = subprocess.run(
         [sys.executable, "-m", "npugrad.tools.main", "bench", "--quick", "--repeats", "1", "--rounds", "2"],
-        check=False, capture_output=True, text=True, timeout=300, cwd=ROOT,
+        check=False, capture_output=True, text=True, timeout=900, cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stderr
     assert "median of 1 timed call(s)" in proc.stdout and "pooled over 2 round(s)" in proc.stdout
     assert "(round 2 of 2)" in proc.stderr
-    main, allocating, compile_times = _tables(proc.stdout)
+    assert "SGEMM ceiling: NumPy float32 matmul 512^3 = " in proc.stdout and "bf16 GEMM peak = " in proc.stdout
+    for c in compilers.CONTENDERS:  # absent: a one-line note, never an error
+        assert (f"{c}: skipped," in proc.stdout) == (c not in EXTRA)
+    main, allocating, compile_times, *contender_compile = _tables(proc.stdout)
     assert "preallocated" in main[0] and "allocated by every contender" in allocating[0]
     contenders = ["npugrad", "numpy", *(["torch"] if HAS_TORCH else [])]
     for table in (main, allocating):
         header = next(line for line in table if line.startswith("case "))
-        assert "vs numpy" in header
-        assert ("vs torch" in header) == HAS_TORCH
+        assert "vs numpy" in header and "of SGEMM" in header and "of bf16 pk" in header
+        assert ("vs torch " in header) == HAS_TORCH
+        for c in compilers.CONTENDERS:
+            assert (f"vs {c}" in header) == (c in EXTRA)
         rows = [line for line in table[3:] if line.strip()]
-        assert not [r for r in rows if "failed" in r]
+        assert not [r for r in rows if "failed" in r or "timed out" in r]
         for op in bench_ops.OPS:
+            names = contenders + (EXTRA if op == "flce" else [])
             at = next(i for i, r in enumerate(rows) if r.startswith(op))
-            group = rows[at:at + len(contenders)]
-            assert [r[41:].split()[0] for r in group] == contenders
+            group = rows[at:at + len(names)]
+            assert [r[41:].split()[0] for r in group] == names
             ours = group[0].split()
-            ratios = ours[-(len(contenders) - 1):]
+            ratios = ours[-(len(names) - 1):]
             assert all(r.endswith("x") for r in ratios), ours
+            if op == "flce":  # the rate as a fraction of the SGEMM ceiling
+                assert all(r.split("GFLOP/s")[1].split()[0].endswith("%") for r in group), group
     compiled = {line.split()[0] for line in compile_times[3:]}
     assert compiled == set(bench_ops.OPS)
+    if EXTRA:
+        rows = contender_compile[0][3:]
+        assert sorted({r[41:].split()[0] for r in rows}) == sorted(EXTRA) and not [r for r in rows if "failed" in r]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("name", compilers.CONTENDERS)
+def test_compiler_matches_numpy(name, dtype):
+    """Each compiler's dX and dW against NumPy at a small size, in a fresh process (thread flags,
+    CPU pinning and IREE's runtime flags are per process)."""
+    why = compilers.missing(name)
+    if why:
+        pytest.skip(why)
+    code = (f"import json, sys; sys.path.insert(0, {ROOT!r}); from bench.contenders import check; "
+            f"print('ERRORS' + json.dumps(check({name!r}, {dtype!r})))")
+    proc = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "NPUGRAD_THREADS": "2"})
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("ERRORS")), None)
+    assert line is not None, proc.stderr[-3000:]
+    errors = json.loads(line[len("ERRORS"):])
+    tolerance = 1e-5 if dtype == "float32" else 2e-2  # bf16: G and the outputs rounded to bfloat16
+    assert max(errors.values()) < tolerance, errors
+
+
+def test_absent_compiler_is_a_note(monkeypatch):
+    monkeypatch.setitem(compilers.REQUIRES, "xla", ("no_such_module_npugrad",))
+    assert compilers.missing("xla") == ('xla: skipped, no_such_module_npugrad not installed '
+                                        '(pip install -e ".[bench]")')
 
 
 @pytest.mark.parametrize("op", bench_ops.OPS)
