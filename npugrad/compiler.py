@@ -33,6 +33,7 @@ from npugrad.passes.check_capacity import CheckCapacityPass
 from npugrad.passes.choose_tile_sizes import ChooseTileSizesPass
 from npugrad.passes.distribute_over_cores import DistributeOverCoresPass
 from npugrad.passes.fuse_linear_cross_entropy_grad import FuseLinearCrossEntropyGradPass
+from npugrad.passes.fuse_linear_online_max_sum import FuseLinearOnlineMaxSumPass
 from npugrad.passes.tile_for_target import TileForTargetPass
 from npugrad.passes.vectorize_contractions import VectorizeContractionsPass
 from npugrad.passes.vectorize_elementwise import VectorizeElementwiseLoopsPass
@@ -201,7 +202,8 @@ class Pipeline:
     cpu: str = "host"  # what the untiled pipeline shapes its kernels for
     vectorize: bool = True
     distribute: bool = True
-    fused_passes: list[ModulePass] = field(default_factory=lambda: [FuseLinearCrossEntropyGradPass()])
+    fused_passes: list[ModulePass] = field(
+        default_factory=lambda: [FuseLinearOnlineMaxSumPass(), FuseLinearCrossEntropyGradPass()])
     loops_passes: list[ModulePass] = field(default_factory=lambda: [ConvertTrainToLoopsPass()])
     final_passes: list[ModulePass] = field(default_factory=lambda: [ConvertLinalgToLoopsPass(), LowerNpuToCpuPass()])
     verify_each: bool = field(default=True, compare=False)

@@ -15,6 +15,7 @@ from npugrad.universe import NPUGRAD_UNIVERSE
 BIN = Path(sys.executable).parent
 PASSES = [
     "choose-tile-sizes",
+    "fuse-linear-online-max-sum",
     "fuse-linear-cross-entropy-grad",
     "tile-for-target",
     "distribute-over-cores",

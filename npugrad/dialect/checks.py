@@ -74,6 +74,10 @@ class Checker:
     def prop(self, name: str):
         return self.props[name]
 
+    def prop_or(self, name: str, default=None):
+        """An optional property's value, or `default` when it is absent."""
+        return self.props.get(name, default)
+
     def rank(self, name: str, allowed: Iterable[int]) -> int:
         allowed = list(allowed)
         r = len(self.dims(name))

@@ -17,6 +17,7 @@ effects and every list of inputs or outputs the pipeline uses come from those de
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -79,8 +80,16 @@ class _WrittenDef(OperandDef):
 
 
 @dataclass(init=False)
+class _OptWrittenDef(OptOperandDef):
+    """An output the op writes when it is given."""
+
+
+@dataclass(init=False)
 class _UpdatedDef(OperandDef):
     """An operand the op reads, then writes in place."""
+
+
+_OUTPUT_KINDS = {_WrittenDef: "out", _OptWrittenDef: "out", _UpdatedDef: "inout"}
 
 
 @dataclass(frozen=True)
@@ -109,6 +118,11 @@ def output_def():
     return _OperandFieldDef(_WrittenDef, _MemRefOperand(MemRefType))
 
 
+def opt_output_def():
+    """A memref the op writes when it is given (an optional output)."""
+    return _OperandFieldDef(_OptWrittenDef, _MemRefOperand(MemRefType))
+
+
 def updated_def():
     """A memref the op reads and then writes in place."""
     return _OperandFieldDef(_UpdatedDef, _MemRefOperand(MemRefType))
@@ -120,7 +134,7 @@ def _roles(cls: type[IRDLOperation]) -> list[tuple[str, str, bool]]:
     roles = []
     for name, field in vars(cls).items():
         if isinstance(field, _OperandFieldDef):
-            kind = {_WrittenDef: "out", _UpdatedDef: "inout"}.get(field.cls, "in")
+            kind = _OUTPUT_KINDS.get(field.cls, "in")
             roles.append((name, kind, issubclass(field.cls, OptOperandDef)))
     return roles
 
@@ -266,8 +280,30 @@ class TrainOp(IRDLOperation):
 
 @cache
 def _operand_roles(cls: type[TrainOp]) -> dict[str, str]:
-    kinds = {_WrittenDef: "out", _UpdatedDef: "inout"}
-    return {name: kinds.get(type(d), "in") for name, d in cls.get_irdl_definition().operands}
+    return {name: _OUTPUT_KINDS.get(type(d), "in") for name, d in cls.get_irdl_definition().operands}
+
+
+def _finite(x: float) -> bool:
+    return math.isfinite(x)
+
+
+def check_extensions(c: Checker, v: Dim, logits: bool, mode: str) -> None:
+    """FORWARD.md §4's options on an op of the linear cross-entropy: label smoothing in [0, 1)
+    with the global vocabulary `vocab_size` (at least this shard's V), z-loss and softcap >= 0;
+    z-loss and softcap need the logits (`logits` False: they are not available in `mode`)."""
+    alpha, k = c.prop("label_smoothing"), c.prop("vocab_size")
+    c.prop_check("label_smoothing", _finite(alpha) and 0 <= alpha < 1, "in [0, 1)")
+    if alpha and k < max(1, v or 0):
+        c.fail(f"property 'label_smoothing' = {alpha} needs 'vocab_size', the global vocabulary K "
+               f"(>= V = {v}), got {k}" if v is not None else
+               f"property 'label_smoothing' = {alpha} needs 'vocab_size', the global vocabulary K (>= 1), got {k}")
+    c.prop_check("vocab_size", k >= 0, ">= 0")
+    for name in ("z_loss", "softcap"):
+        if name not in c.props:  # an op without the option
+            continue
+        c.prop_check(name, _finite(c.prop(name)) and c.prop(name) >= 0, "finite and >= 0 (0: off)")
+        if c.prop(name) and not logits:
+            c.fail(f"property '{name}' needs the logits: it is not available in {mode}")
 
 
 def _check_reduction(c: Checker) -> int:
@@ -296,7 +332,12 @@ class FusedLinearCrossEntropyLossGradOp(TrainOp):
     softmax = opt_input_def()
     input_grad_out = output_def()
     weight_grad_out = output_def()
+    # FORWARD.md §4's extensions, off by default (the vendor's semantics): label smoothing over
+    # the global vocabulary of `vocab_size` rows, the z-loss, the logit softcap.
     label_smoothing = prop_def(FloatAttr[Float64Type], default_value=_f64(0.0))
+    vocab_size = prop_def(IntegerAttr[I64], default_value=_i64(0))
+    z_loss = prop_def(FloatAttr[Float64Type], default_value=_f64(0.0))
+    softcap = prop_def(FloatAttr[Float64Type], default_value=_f64(0.0))
     # {bt = .., v = ..}: the token and vocabulary tile sizes of the fused loop nest. Chosen by
     # a pass (or written by hand); the fusion pass reads only this.
     tile_sizes = opt_prop_def(TileSizesAttr)
@@ -311,7 +352,6 @@ class FusedLinearCrossEntropyLossGradOp(TrainOp):
 
     @classmethod
     def check(cls, c: Checker) -> None:
-        c.prop_check("label_smoothing", c.prop("label_smoothing") == 0.0, "0 (the only supported value)")
         hp = c.present("softmax")
         given = [n for n in ("logits_max", "sum_exp_logits") if c.present(n)]
         if not hp and len(given) < 2:
@@ -352,6 +392,130 @@ class FusedLinearCrossEntropyLossGradOp(TrainOp):
                 c.operand_fail("weight", f"must have at least {cls.MIN_V_HIGH_PERFORMANCE} rows (V) in high-performance mode, got {v}")
         c.shape_is("input_grad_out", [bt, h], "(BT, H)")
         c.shape_is("weight_grad_out", [v, h], "(V, H)")
+        check_extensions(c, v, logits=not hp, mode="high-performance mode (softmax given)")
+
+
+@train_op
+class FusedLinearOnlineMaxSumOp(TrainOp):
+    """One vocabulary shard's statistics of the logits Z' = softcap(X·Wᵀ), computed with an online
+    row maximum (FORWARD.md §1): m_t = max_v Z'_tv, s_t = Σ_v exp(Z'_tv − m_t), the target's logit
+    minus m_t where the target is in [vocab_start_index, vocab_end_index), the bit-packed mask
+    (1 = not in the shard) and the local target column. Optional: the logits themselves (what
+    high-performance mode needs) and Σ_v Z'_tv (what label smoothing needs). With `ignore_index`,
+    rows whose target equals it are skipped: their statistics are 0."""
+
+    name = "train.fused_linear_online_max_sum"
+    input = input_def()
+    weight = input_def()
+    target = input_def()
+    logits_max_local_out = output_def()
+    sum_exp_logits_local_out = output_def()
+    predicted_logits_local_out = output_def()
+    target_mask_out = output_def()
+    masked_target_out = output_def()
+    vocab_parallel_logits_out = opt_output_def()
+    sum_logits_local_out = opt_output_def()
+    vocab_start_index = prop_def(IntegerAttr[I64])
+    vocab_end_index = prop_def(IntegerAttr[I64])
+    softcap = prop_def(FloatAttr[Float64Type], default_value=_f64(0.0))
+    ignore_index = opt_prop_def(IntegerAttr[I64])
+    tile_sizes = opt_prop_def(TileSizesAttr)
+
+    STATISTICS: ClassVar[tuple[str, ...]] = ("logits_max_local_out", "sum_exp_logits_local_out",
+                                             "predicted_logits_local_out")
+    TILE_DIMS: ClassVar[tuple[str, ...]] = ("bt", "v", "h")
+    irdl_options = (AttrSizedOperandSegments(as_property=True), ParsePropInAttrDict())
+
+    @classmethod
+    def check(cls, c: Checker) -> None:
+        c.rank("input", [2])
+        c.rank("weight", [2])
+        c.rank("target", [1])
+        c.element("input", FLOATS)
+        c.same_element("weight", "input")
+        c.element("target", ["int32", "int64"])
+        bt, h = c.dims("input")
+        v = c.dims("weight")[0]
+        c.dim_is("weight", 1, h, "H (input.shape[1])")
+        c.shape_is("target", [bt], "(BT,)")
+        start, end = c.prop("vocab_start_index"), c.prop("vocab_end_index")
+        c.prop_check("vocab_start_index", start >= 0, ">= 0")
+        if v is not None and end - start != v:
+            c.fail(f"property 'vocab_end_index' - 'vocab_start_index' must be V = weight.shape[0] = {v}, "
+                   f"got {end} - {start} = {end - start}")
+        if v == 0:
+            c.operand_fail("weight", "must have at least one row (V > 0)")
+        for name in (*cls.STATISTICS, *(("sum_logits_local_out",) if c.present("sum_logits_local_out") else ())):
+            c.element(name, ["float32"])
+            c.shape_is(name, [bt], "(BT,)")
+        c.element("target_mask_out", ["uint8"])
+        c.shape_is("target_mask_out", [None if bt is None else -(-bt // 8)], "(ceil(BT/8),)")
+        c.same_element("masked_target_out", "target")
+        c.shape_is("masked_target_out", [bt], "(BT,)")
+        if c.present("vocab_parallel_logits_out"):
+            c.same_element("vocab_parallel_logits_out", "input")
+            c.shape_is("vocab_parallel_logits_out", [bt, v], "(BT, V)")
+        softcap = c.prop("softcap")
+        c.prop_check("softcap", _finite(softcap) and softcap >= 0, "finite and >= 0 (0: off)")
+
+
+@train_op
+class FusedCrossEntropyLossWithMaxSumOp(TrainOp):
+    """The loss per token from the global statistics (FORWARD.md §2, §4):
+    loss_t = log S_t − P_t, + α·(P_t + M_t − ΣZ'_t/K) with label smoothing, + λ·(M_t + log S_t)²
+    with the z-loss, 0 on rows whose target equals `ignore_index`; and, given a shard's logits,
+    that shard's columns of the global softmax exp(Z − M)/S (the backward's high-performance input)."""
+
+    name = "train.fused_cross_entropy_loss_with_max_sum"
+    logits_max = input_def()
+    sum_exp_logits = input_def()
+    predicted_logits = input_def()
+    vocab_parallel_logits = opt_input_def()
+    sum_logits = opt_input_def()
+    target = opt_input_def()
+    loss_out = output_def()
+    softmax_out = opt_output_def()
+    label_smoothing = prop_def(FloatAttr[Float64Type], default_value=_f64(0.0))
+    vocab_size = prop_def(IntegerAttr[I64], default_value=_i64(0))
+    z_loss = prop_def(FloatAttr[Float64Type], default_value=_f64(0.0))
+    ignore_index = opt_prop_def(IntegerAttr[I64])
+    tile_sizes = opt_prop_def(TileSizesAttr)
+
+    TILE_DIMS: ClassVar[tuple[str, ...]] = ("n",)
+    irdl_options = (AttrSizedOperandSegments(as_property=True), ParsePropInAttrDict())
+
+    @classmethod
+    def check(cls, c: Checker) -> None:
+        for name in ("logits_max", "sum_exp_logits", "predicted_logits", "loss_out"):
+            c.rank(name, [1])
+            c.element(name, ["float32"])
+        bt = c.dims("logits_max")[0]
+        for name in ("sum_exp_logits", "predicted_logits", "loss_out"):
+            c.shape_is(name, [bt], "(BT,)")
+        logits, softmax = c.present("vocab_parallel_logits"), c.present("softmax_out")
+        if logits != softmax:
+            c.fail(f"needs both {c.word}s 'vocab_parallel_logits' and 'softmax_out', or neither")
+        v = None
+        if logits:
+            c.rank("vocab_parallel_logits", [2])
+            c.element("vocab_parallel_logits", FLOATS)
+            v = c.dims("vocab_parallel_logits")[1]
+            c.dim_is("vocab_parallel_logits", 0, bt, "BT (logits_max.shape[0])")
+            c.element("softmax_out", ["float32"])
+            c.shape_is("softmax_out", [bt, v], "(BT, V)")
+        check_extensions(c, v, logits=True, mode="")
+        if c.prop("label_smoothing") and not c.present("sum_logits"):
+            c.fail(f"property 'label_smoothing' needs {c.word} 'sum_logits' (the global Σ of the logits)")
+        if c.present("sum_logits"):
+            c.element("sum_logits", ["float32"])
+            c.shape_is("sum_logits", [bt], "(BT,)")
+        ignoring = c.prop_or("ignore_index") is not None
+        if ignoring != c.present("target"):
+            c.fail(f"property 'ignore_index' and {c.word} 'target' go together (the rows to ignore), got "
+                   f"{'only the property' if ignoring else f'only the {c.word}'}")
+        if ignoring:
+            c.element("target", ["int32", "int64"])
+            c.shape_is("target", [bt], "(BT,)")
 
 
 @train_op
@@ -526,6 +690,8 @@ class BinaryCrossEntropyGradOp(TrainOp):
 
 
 OPS: tuple[type[TrainOp], ...] = (
+    FusedLinearOnlineMaxSumOp,
+    FusedCrossEntropyLossWithMaxSumOp,
     FusedLinearCrossEntropyLossGradOp,
     EmbeddingDenseBackwardOp,
     NLLLossBackwardOp,

@@ -71,5 +71,11 @@ class Float:
     def sqrt(self) -> Float:
         return self._emit(math.SqrtOp(self.value))
 
+    def log(self) -> Float:
+        return self._emit(math.LogOp(self.value))
+
+    def tanh(self) -> Float:
+        return self._emit(math.TanhOp(self.value))
+
     def pow(self, other) -> Float:
         return self._emit(math.PowFOp(self.value, self._operand(other)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from npugrad.dialect import FusedLinearCrossEntropyLossGradOp
-from npugrad.ops.common import allocate, as_input, output, real, reject_overlap
+from npugrad.ops.common import allocate, as_input, integer, output, real, reject_overlap
 from npugrad.reference import unpack_target_mask
 from npugrad.runtime.launch import Call, check, two_phase
 
@@ -16,7 +16,8 @@ OUTPUTS = ("input_grad_out", "weight_grad_out")
 @two_phase
 def fused_linear_cross_entropy_loss_grad(
     grad, input, weight, target_mask, masked_target, label_smoothing=0.0,
-    logits_max=None, sum_exp_logits=None, softmax=None, *, input_grad_out=None, weight_grad_out=None,
+    logits_max=None, sum_exp_logits=None, softmax=None, *, vocab_size=0, z_loss=0.0, softcap=0.0,
+    input_grad_out=None, weight_grad_out=None,
 ):
     """Backward of a vocabulary-parallel LM head + cross entropy on one tensor-parallel rank;
     returns (input_grad (BT, H), weight_grad (V, H)), in input's dtype unless outputs are given.
@@ -24,8 +25,14 @@ def fused_linear_cross_entropy_loss_grad(
     Given `softmax` (high-performance mode) the statistics are ignored; otherwise P is recomputed
     from `logits_max` and `sum_exp_logits`. This kernel leaves `softmax` intact, but the vendor
     kernel overwrites it: callers must not rely on its contents after the call. No output may
-    share memory with an input (softmax included) or with the other output."""
+    share memory with an input (softmax included) or with the other output.
+
+    Extensions (FORWARD.md §4; 0 keeps the vendor's semantics): `label_smoothing` α over the
+    global vocabulary of `vocab_size` rows; `z_loss` λ and `softcap` c (memory-saving mode only:
+    they need the logits). Rows whose `grad` is 0 contribute nothing and are not computed."""
     label_smoothing = real(OP, "label_smoothing", label_smoothing)
+    extensions = {"label_smoothing": label_smoothing, "vocab_size": integer(OP, "vocab_size", vocab_size),
+                  "z_loss": real(OP, "z_loss", z_loss, float32=True), "softcap": real(OP, "softcap", softcap, float32=True)}
     x = as_input(OP, "input", input)
     arrays = {
         "grad": as_input(OP, "grad", grad),
@@ -43,7 +50,7 @@ def fused_linear_cross_entropy_loss_grad(
     v = w.shape[0] if w.ndim == 2 else 0
     arrays["input_grad_out"] = output(OP, "input_grad_out", input_grad_out, (bt, h), x.dtype, "parameter 'input'")
     arrays["weight_grad_out"] = output(OP, "weight_grad_out", weight_grad_out, (v, h), x.dtype, "parameter 'weight'")
-    props = check(FusedLinearCrossEntropyLossGradOp, arrays, {"label_smoothing": label_smoothing})
+    props = check(FusedLinearCrossEntropyLossGradOp, arrays, extensions)
     reject_overlap(OP, arrays, OUTPUTS)
     allocate(OP, arrays, OUTPUTS)
     if softmax is not None:

@@ -30,51 +30,71 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects import arith
 from xdsl.dialects.builtin import ModuleOp, f32
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, RewritePattern, op_type_rewrite_pattern
 
 from npugrad.dialect import FusedLinearCrossEntropyLossGradOp
-from npugrad.dialect.attributes import (
-    CONTRACTION,
-    FUSED,
-    ROLE,
-    Contraction,
-    ContractionAttr,
-    FusedNestAttr,
-    NestRole,
-    NestRoleAttr,
-)
-from npugrad.dialect.npu import PROMOTE, TileRole, TileRoleAttr
+from npugrad.dialect.attributes import FUSED, Contraction, FusedNestAttr, NestRole
 from npugrad.ir import IRBuilder
 from npugrad.ir.expr import Float
 from npugrad.lowering.train_to_loops.flce import target_in_shard
+from npugrad.passes.linear_nests import (
+    column_in_tile,
+    contract,
+    logits_tile,
+    loop_of,
+    mark,
+    pack_transposed,
+    round_into,
+    tile_buffer,
+)
 
 
 def target_in_tile(e: IRBuilder, op, t: SSAValue, v0: SSAValue, tv: SSAValue) -> tuple[SSAValue, SSAValue]:
-    """(the row's one-hot column lies in [v0, v0 + tv), that column relative to v0). A target
-    outside [0, V) matches no tile, so a bad index can never address memory."""
-    j = e.int_to_index(e.load(op.masked_target, [t]))
-    local = e.emit(arith.SubiOp(j, v0))
-    inside = e.emit(arith.AndIOp(e.emit(arith.CmpiOp(local, e.idx(0), "sge")), e.emit(arith.CmpiOp(local, tv, "slt"))))
-    return e.emit(arith.AndIOp(target_in_shard(e, op.target_mask, t), inside)), local
+    """(the row's one-hot column lies in [v0, v0 + tv), that column relative to v0)."""
+    column = e.int_to_index(e.load(op.masked_target, [t]))
+    return column_in_tile(e, column, target_in_shard(e, op.target_mask, t), v0, tv)
 
 
-def _round_into(e: IRBuilder, acc: SSAValue, out: SSAValue, role: NestRole) -> None:
-    """out = acc rounded once to out's element type (the accumulators are float32)."""
-    with e.loop_nest(e.dims(acc)) as ivs:
-        e.store_f32(e.load(acc, ivs), out, ivs)
-    _mark(ivs[0].owner.parent_op(), role)  # type: ignore[union-attr]
+class _Gradient:
+    """G = g·d of one element, d = P [+ 2λ·lse·P] [− α/K] [− (1 − α) at the target]
+    [· (1 − (Z'/c)²)], in the reference's float32 operation order (reference/forward.py)."""
 
+    def __init__(self, op: FusedLinearCrossEntropyLossGradOp, e: IRBuilder):
+        self.op, self.e = op, e
+        self.alpha = op.prop_float("label_smoothing")
+        self.k = float(op.prop_int("vocab_size"))
+        self.z_loss = op.prop_float("z_loss")
+        self.cap = op.prop_float("softcap")
 
-def _mark(op: Operation, role: NestRole) -> None:
-    """Name the part of the nest an op is, for passes that restructure it (see tiling/flce.py)."""
-    ROLE.set(op, NestRoleAttr(role))
+    def row(self, t: SSAValue) -> dict[str, Float | SSAValue]:
+        """What every element of row t shares: g, and M, S (and 2λ·lse) in memory-saving mode."""
+        e, op = self.e, self.op
+        row: dict[str, Float | SSAValue] = {"g": e.load(op.grad, [t])}
+        if not op.high_performance:
+            row["m"] = e.load(op.logits_max, [t])
+            row["s"] = e.load(op.sum_exp_logits, [t])
+            if self.z_loss:
+                row["zl"] = 2 * self.z_loss * (Float(e, row["m"]) + Float(e, row["s"]).log())
+        return row
 
+    def element(self, row, probability: SSAValue, logit: SSAValue | None, target: bool) -> SSAValue:
+        e = self.e
+        d = Float(e, probability)
+        if self.z_loss:
+            d = d + row["zl"] * d
+        if self.alpha:
+            d = d - (Float(e, e.f32(self.alpha)) / self.k)
+        if target:
+            d = d - (1.0 - Float(e, e.f32(self.alpha))) if self.alpha else d - 1.0
+        if self.cap:
+            zc = Float(e, logit) / self.cap
+            d = d * (1.0 - zc * zc)
+        return (Float(e, row["g"]) * d).value
 
-def _contract(e: IRBuilder, lhs, rhs, acc, maps, doc: str, kind: Contraction, dims: tuple[str, str, str]) -> None:
-    gen = e.contract(lhs, rhs, acc, maps, doc, reduction_dim=1)
-    CONTRACTION.set(gen, ContractionAttr(kind, dims))
+    def probability(self, row, logit: SSAValue) -> SSAValue:
+        return ((Float(self.e, logit) - row["m"]).exp() / row["s"]).value
 
 
 def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int], e: IRBuilder) -> None:
@@ -83,18 +103,15 @@ def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int], e: IRBuil
     bt, h, v = e.dim(x, 0), e.dim(x, 1), e.dim(w, 0)
     tb_max, tv_max = e.idx(tiles["bt"]), e.idx(tiles["v"])
     hp = op.high_performance
+    grad = _Gradient(op, e)
 
     gx_acc = gx if gx.type.element_type == f32 else e.alloc([bt, h], f32)  # type: ignore[attr-defined]
     if gx_acc is not gx:
         gx_acc.name_hint = "input_grad_acc"
-    _mark(e.fill(0.0, gx_acc), NestRole.INPUT_GRAD_INIT)
-    z_buf = None if hp else e.alloc([tiles["bt"], tiles["v"]], f32)
-    g_buf = z_buf if (z_buf is not None and in_t == f32) else e.alloc([tiles["bt"], tiles["v"]], in_t)
-    saved = None if hp else e.alloc([tiles["bt"]], f32)
-    for buf, name in ((saved, "saved_logits"), (g_buf, "grad_logits"), (z_buf, "logits")):
-        if buf is not None:  # tile-sized: a tiling pass may move these into local memory
-            PROMOTE.set(buf.owner, TileRoleAttr(TileRole.VECTOR))
-            buf.name_hint = name
+    mark(e.fill(0.0, gx_acc), NestRole.INPUT_GRAD_INIT)
+    z_buf = None if hp else tile_buffer(e, [tiles["bt"], tiles["v"]], f32, "logits")
+    g_buf = z_buf if (z_buf is not None and in_t == f32) else tile_buffer(e, [tiles["bt"], tiles["v"]], in_t, "grad_logits")
+    saved = None if hp else tile_buffer(e, [tiles["bt"]], f32, "saved_logits")
     w_packed = None if hp else e.alloc([h, tiles["v"]], in_t)
     if w_packed is not None:
         w_packed.name_hint = "weight_tile_packed"
@@ -103,27 +120,19 @@ def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int], e: IRBuil
         gw_acc.name_hint = "weight_grad_acc"
 
     with e.loop(v, step=tv_max) as v0:
-        v_loop = v0.owner.parent_op()  # type: ignore[union-attr]
-        FUSED.set(v_loop, FusedNestAttr(op.name, tiles))
+        FUSED.set(loop_of(v0), FusedNestAttr(op.name, tiles))
         tv = e.emit(arith.MinSIOp(tv_max, e.emit(arith.SubiOp(v, v0))))
         w_t = e.subview(w, [v0, 0], [tv, h])
         gw_t = e.subview(gw if gw_acc is None else gw_acc, [v0 if gw_acc is None else 0, 0], [tv, h])
-        _mark(e.fill(0.0, gw_t), NestRole.WEIGHT_GRAD_INIT)
-        if not hp:
-            # GEMM 1 reads W_v transposed: pack it once per vocabulary tile (amortised over all
-            # tokens) so that its innermost loop, too, runs along a contiguous dimension.
-            w_t_packed = e.subview(w_packed, [0, 0], [h, tv])
-            with e.loop(tv) as j, e.loop(h) as k:
-                e.store(e.load(w_t, [j, k]), w_t_packed, [k, j])
+        mark(e.fill(0.0, gw_t), NestRole.WEIGHT_GRAD_INIT)
+        w_t_packed = None if hp else pack_transposed(e, w_t, w_packed, tv, h)
         with e.loop(bt, step=tb_max) as t0:
-            _mark(t0.owner.parent_op(), NestRole.TOKEN_LOOP)  # type: ignore[union-attr]
+            mark(loop_of(t0), NestRole.TOKEN_LOOP)
             tb = e.emit(arith.MinSIOp(tb_max, e.emit(arith.SubiOp(bt, t0))))
             x_t = e.subview(x, [t0, 0], [tb, h])
             if not hp:
                 z_t = e.subview(z_buf, [0, 0], [tb, tv])
-                e.fill(0.0, z_t)
-                _contract(e, x_t, w_t_packed, z_t, [lambda t, h, v: (t, h), lambda t, h, v: (h, v), lambda t, h, v: (t, v)],
-                          "GEMM 1: logits tile Z = X_t * W_v^T", Contraction.LOGITS, ("bt", "h", "v"))
+                logits_tile(e, x_t, w_t_packed, z_t, grad.cap)
                 # G overwrites Z in place for float32: keep the one logit per row the one-hot needs.
                 with e.loop(tb) as i:
                     t = e.emit(arith.AddiOp(t0, i))
@@ -132,35 +141,35 @@ def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int], e: IRBuil
                         e.store(e.load(z_t, [i, local]), saved, [i])
             g_t = z_t if g_buf is z_buf else e.subview(g_buf, [0, 0], [tb, tv])
 
-            def probability(i: SSAValue, t: SSAValue, j: SSAValue, logit: SSAValue | None) -> SSAValue:
+            def probability(row, t: SSAValue, j: SSAValue, logit: SSAValue | None) -> SSAValue:
                 if hp:
                     return e.load(op.softmax, [t, e.emit(arith.AddiOp(v0, j))])
-                return ((Float(e, logit) - e.load(op.logits_max, [t])).exp() / e.load(op.sum_exp_logits, [t])).value
+                return grad.probability(row, logit)
 
             with e.loop(tb) as i:
                 t = e.emit(arith.AddiOp(t0, i))
-                g = e.load(op.grad, [t])
+                row = grad.row(t)
                 with e.loop(tv) as j:
                     logit = None if hp else e.load(z_t, [i, j])
-                    e.store_f32(e.emit(arith.MulfOp(g, probability(i, t, j, logit))), g_t, [i, j])
+                    e.store_f32(grad.element(row, probability(row, t, j, logit), logit, False), g_t, [i, j])
             with e.loop(tb) as i:  # the one-hot term: only the target column of unmasked rows
                 t = e.emit(arith.AddiOp(t0, i))
                 hit, local = target_in_tile(e, op, t, v0, tv)
                 with e.if_(hit):
+                    row = grad.row(t)
                     logit = None if hp else e.load(saved, [i])
-                    p = probability(i, t, local, logit)
-                    e.store_f32(e.emit(arith.MulfOp(e.load(op.grad, [t]), e.emit(arith.SubfOp(p, e.f32(1.0))))), g_t, [i, local])
+                    e.store_f32(grad.element(row, probability(row, t, local, logit), logit, True), g_t, [i, local])
             gx_t = e.subview(gx_acc, [t0, 0], [tb, h])
             # GEMMs 2 and 3 reduce over the middle dimension, so the innermost loop runs along
             # H, contiguous in every operand: a broadcast-multiply-add that vectorises.
-            _contract(e, g_t, w_t, gx_t, [lambda t, v, h: (t, v), lambda t, v, h: (v, h), lambda t, v, h: (t, h)],
-                      "GEMM 2: input grad tile dX_t += G * W_v", Contraction.INPUT_GRAD, ("bt", "v", "h"))
-            _contract(e, g_t, x_t, gw_t, [lambda v, t, h: (t, v), lambda v, t, h: (t, h), lambda v, t, h: (v, h)],
-                      "GEMM 3: weight grad tile dW_v += G^T * X_t", Contraction.WEIGHT_GRAD, ("v", "bt", "h"))
+            contract(e, g_t, w_t, gx_t, [lambda t, v, h: (t, v), lambda t, v, h: (v, h), lambda t, v, h: (t, h)],
+                     "GEMM 2: input grad tile dX_t += G * W_v", Contraction.INPUT_GRAD, ("bt", "v", "h"))
+            contract(e, g_t, x_t, gw_t, [lambda v, t, h: (t, v), lambda v, t, h: (t, h), lambda v, t, h: (v, h)],
+                     "GEMM 3: weight grad tile dW_v += G^T * X_t", Contraction.WEIGHT_GRAD, ("v", "bt", "h"))
         if gw_acc is not None:
-            _round_into(e, gw_t, e.subview(gw, [v0, 0], [tv, h]), NestRole.WEIGHT_GRAD_FINAL)
+            round_into(e, gw_t, e.subview(gw, [v0, 0], [tv, h]), NestRole.WEIGHT_GRAD_FINAL)
     if gx_acc is not gx:
-        _round_into(e, gx_acc, gx, NestRole.INPUT_GRAD_FINAL)
+        round_into(e, gx_acc, gx, NestRole.INPUT_GRAD_FINAL)
     for buf in {id(b): b for b in (z_buf, g_buf, saved, w_packed, gw_acc, None if gx_acc is gx else gx_acc) if b is not None}.values():
         e.dealloc(buf)
 

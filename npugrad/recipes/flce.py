@@ -12,7 +12,21 @@ from npugrad.dialect import FusedLinearCrossEntropyLossGradOp
 from npugrad.lowering.train_to_loops.flce import lower_fused_linear_cross_entropy_loss_grad
 from npugrad.passes.tiling import flce
 from npugrad.recipes.base import FLOAT_DTYPES, Example, FusedNest, OpRecipe, cast, not_supported
+from npugrad.reference import forward
 from npugrad.reference import ops as ref
+
+# FORWARD.md §4's options, alone and together (the vendor's defaults: all 0).
+EXTENSIONS = [
+    ("label smoothing 0.1", {"label_smoothing": 0.1, "vocab_size": 1000}),
+    ("z-loss 1e-3", {"z_loss": 1e-3}),
+    ("softcap 15", {"softcap": 15.0}),
+    ("all three", {"label_smoothing": 0.1, "vocab_size": 1000, "z_loss": 1e-3, "softcap": 15.0}),
+]
+
+
+def _extensions(props) -> dict:
+    return {k: props.get(k, d) for k, d in (("label_smoothing", 0.0), ("vocab_size", 0), ("z_loss", 0.0),
+                                            ("softcap", 0.0))}
 
 
 class LinearCrossEntropyNest(FusedNest):
@@ -42,9 +56,9 @@ class FusedLinearCrossEntropyLossGrad(OpRecipe):
     def reference(self, arrays, props):
         a = arrays
         dt = np.dtype(a["input"].dtype)
-        gi, gw = ref.fused_linear_cross_entropy_loss_grad(
-            a["grad"], a["input"], a["weight"], a["target_mask"], a["masked_target"], props.get("label_smoothing", 0.0),
-            a.get("logits_max"), a.get("sum_exp_logits"), a.get("softmax"),
+        gi, gw = forward.fused_linear_cross_entropy_loss_grad(
+            a["grad"], a["input"], a["weight"], a["target_mask"], a["masked_target"], a.get("logits_max"),
+            a.get("sum_exp_logits"), a.get("softmax"), **_extensions(props),
             round_grad_logits_to=None if dt == np.float32 else dt,
         )
         return {"input_grad_out": gi, "weight_grad_out": gw}
@@ -55,7 +69,7 @@ class FusedLinearCrossEntropyLossGrad(OpRecipe):
         dt = dtypes["input"]
         x = cast(rng.standard_normal((bt, h)) / max(h, 1) ** 0.25, dt)
         w = cast(rng.standard_normal((v, h)) / max(h, 1) ** 0.25, dt)
-        z = np.asarray(x, np.float32) @ np.asarray(w, np.float32).T
+        z = forward.softcapped(np.asarray(x, np.float32) @ np.asarray(w, np.float32).T, props.get("softcap", 0.0))
         # Global statistics over all shards: at least this shard's max, and more mass than it has.
         local_max = z.max(axis=1) if v else np.zeros(bt, np.float32)
         m = (local_max + rng.uniform(0, 1, bt)).astype(np.float32)
@@ -87,9 +101,10 @@ class FusedLinearCrossEntropyLossGrad(OpRecipe):
 
     def call_api(self, arrays, props):
         a = arrays
+        ext = _extensions(props)
         gi, gw = self.api()(a["grad"], a["input"], a["weight"], a["target_mask"], a["masked_target"],
-                            props.get("label_smoothing", 0.0), a.get("logits_max"), a.get("sum_exp_logits"),
-                            a.get("softmax"))
+                            ext.pop("label_smoothing"), a.get("logits_max"), a.get("sum_exp_logits"), a.get("softmax"),
+                            **ext)
         return {"input_grad_out": gi, "weight_grad_out": gw}
 
     def examples(self):
@@ -105,3 +120,10 @@ class FusedLinearCrossEntropyLossGrad(OpRecipe):
                 "input": dtype, "weight": dtype, "target_mask": np.dtype(np.uint8 if packed else np.bool_),
                 "masked_target": np.dtype(np.int32)}
             yield Example(f"{mode}, {'uint8 bit-packed' if packed else 'bool'} mask", shapes, dtypes)
+        for dtype, (label, props) in itertools.product(FLOAT_DTYPES, EXTENSIONS):
+            bt, h, v = 75, 40, 300
+            shapes = {"grad": (bt,), "input": (bt, h), "weight": (v, h), "target_mask": ((bt + 7) // 8,),
+                      "masked_target": (bt,), "logits_max": (bt,), "sum_exp_logits": (bt,)}
+            dtypes = dict.fromkeys(shapes, np.dtype(np.float32)) | {
+                "input": dtype, "weight": dtype, "target_mask": np.dtype(np.uint8), "masked_target": np.dtype(np.int64)}
+            yield Example(f"memory-saving, {label}", shapes, dtypes, props)

@@ -4,7 +4,7 @@ expected outputs (each op's recipe has them, see npugrad/recipes/).
 Tolerances (stated once, used by tests, `npugrad demo` and `npugrad-opt --stage run`):
 |got − want| ≤ tol·(|want| + max|want|) elementwise, where `want` is the float32 reference
 rounded once to the output dtype, and tol = 1e-5 (float32), 2e-3 (float16, two ulps) and
-1.6e-2 (bfloat16, two ulps).
+1.6e-2 (bfloat16, two ulps); integer results (masks, indices) must be exact.
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
 
 
 def tolerance(dtype) -> float:
-    return TOLERANCE[str(np.dtype(dtype))]
+    """The tolerance of results in `dtype`: 0 for integers and bools (exact)."""
+    dt = np.dtype(dtype)
+    return 0.0 if dt.kind in "biu" else TOLERANCE[str(dt)]
 
 
 def max_error(got: np.ndarray, want: np.ndarray) -> float:

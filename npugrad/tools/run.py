@@ -154,12 +154,14 @@ def run(executable: Executable, name: str, specs, arrays, found, compile_seconds
         for s, a in zip(specs, arrays):
             lines.append(f"  {s.name:<16} {a.shape!s:<16} {a.dtype!s:<9} sum={float(np.sum(a, dtype=np.float64)):.6g}")
         return RunReport(lines, ok, outputs)
-    lines.append(f"  {'operand':<16} {'shape':<16} {'dtype':<9} {'max error':>10} {'tolerance':>10}")
+    width = max([16, *(len(n) for n in want)])
+    lines.append(f"  {'operand':<{width}} {'shape':<16} {'dtype':<9} {'max error':>10} {'tolerance':>10}")
     for n, expect in want.items():
         got = arrays[roles[n]]
         err = harness.max_error(got, expect)
         tol = harness.tolerance(got.dtype)
         good = err <= tol
         ok &= good
-        lines.append(f"  {n:<16} {got.shape!s:<16} {got.dtype!s:<9} {err:>10.2e} {tol:>10.1e}  {'ok' if good else 'MISMATCH'}")
+        lines.append(f"  {n:<{width}} {got.shape!s:<16} {got.dtype!s:<9} {err:>10.2e} {tol:>10.1e}  "
+                     f"{'ok' if good else 'MISMATCH'}")
     return RunReport(lines, ok, outputs)

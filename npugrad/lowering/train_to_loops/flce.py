@@ -49,7 +49,7 @@ def lower_fused_linear_cross_entropy_loss_grad(op: FusedLinearCrossEntropyLossGr
             if op.high_performance:
                 p = e.load_f32(op.softmax, [t, j])
             else:
-                p = ((Float(e, _dot(e, op.input, op.weight, t, j, h)) - row_max).exp() / row_sum).value
+                p = ((Float(e, dot(e, op.input, op.weight, t, j, h)) - row_max).exp() / row_sum).value
             is_target = e.emit(arith.AndIOp(in_shard, e.emit(arith.CmpiOp(j, target, "eq"))))
             one_hot = e.emit(arith.SelectOp(is_target, e.f32(1.0), e.f32(0.0)))
             grad_logit = (Float(e, g) * (Float(e, p) - one_hot)).value
@@ -88,7 +88,7 @@ def target_in_shard(e: IRBuilder, mask: SSAValue, t: SSAValue) -> SSAValue:
     return e.emit(arith.CmpiOp(e.emit(arith.AndIOp(e.emit(arith.ShRUIOp(byte, shift)), e.const(1, i8))), e.const(0, i8), "eq"))
 
 
-def _dot(e: IRBuilder, x: SSAValue, w: SSAValue, t: SSAValue, v: SSAValue, h: SSAValue) -> SSAValue:
+def dot(e: IRBuilder, x: SSAValue, w: SSAValue, t: SSAValue, v: SSAValue, h: SSAValue) -> SSAValue:
     """Σ_k x[t, k]·w[v, k] in float32, in order of k: an scf.for carrying the partial sum."""
     total = [e.f32(0.0)]
     with e.carried_loop(h, total) as (k, (partial,), updated):

@@ -37,7 +37,7 @@ from npugrad.targets import Target
 _GEMM = {Contraction.LOGITS: "gemm1", Contraction.INPUT_GRAD: "gemm2", Contraction.WEIGHT_GRAD: "gemm3"}
 
 
-def _promote(alloc: memref.AllocOp, target: Target, e: IRBuilder) -> None:
+def promote(alloc: memref.AllocOp, target: Target, e: IRBuilder) -> None:
     """A heap tile buffer -> a local buffer of the level its role names; its dealloc goes."""
     role = PROMOTE.get(alloc)
     assert role is not None
@@ -77,7 +77,7 @@ def _contraction(op) -> Contraction | None:
     return attr.contraction if attr is not None else None
 
 
-def _spread(loop: scf.ForOp, bid, nblk, e: IRBuilder) -> None:
+def spread(loop: scf.ForOp, bid, nblk, e: IRBuilder) -> None:
     """for i = lb to ub step s  →  for i = lb + bid·s to ub step nblk·s (block-cyclic tiles)."""
     e = e.at(loop)
     first = e.emit(arith.MuliOp(bid, loop.step))
@@ -107,8 +107,8 @@ def split_over_blocks(nest: scf.ForOp, tiles: dict[str, int], e: IRBuilder) -> s
     for op in list(phase_b.walk()):
         if _contraction(op) is Contraction.WEIGHT_GRAD or _role(op) in (NestRole.WEIGHT_GRAD_INIT, NestRole.WEIGHT_GRAD_FINAL):
             e.erase(op)
-    _spread(nest, bid, nblk, e)
-    _spread(next(o for o in phase_b.walk() if _role(o) is NestRole.TOKEN_LOOP), bid, nblk, e)
+    spread(nest, bid, nblk, e)
+    spread(next(o for o in phase_b.walk() if _role(o) is NestRole.TOKEN_LOOP), bid, nblk, e)
 
     # dX is zeroed and rounded per block, on that block's token rows only.
     for op in [o for o in top.ops if _role(o) in (NestRole.INPUT_GRAD_INIT, NestRole.INPUT_GRAD_FINAL)]:
@@ -155,7 +155,7 @@ def tile_fused_flce(nest: scf.ForOp, target: Target, e: IRBuilder) -> None:
         tile_contraction(gen, [tiles[n] for n in attr.loop_dims], target, target.double_buffer, _GEMM[attr.contraction],
                          buffers, e.at(gen))
     for alloc in [o for o in f.walk() if isinstance(o, memref.AllocOp) and PROMOTE.on(o)]:
-        _promote(alloc, target, e)
+        promote(alloc, target, e)
 
 
 def footprint_bytes(bt: int, v: int, h: int, b: int) -> dict[str, int]:

@@ -1,0 +1,83 @@
+"""Pieces the fused nests of the linear cross-entropy ops are built from, forward
+(fuse-linear-online-max-sum) and backward (fuse-linear-cross-entropy-grad): parts marked with
+#train.role, contractions with #train.contraction, tile scratch a tiling may move into local memory
+with npu.promote, the W tile packed transposed once per vocabulary tile, the logits tile
+Z = X_t·W_vᵀ (softcapped when asked), and the target's column in a tile.
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects import arith
+from xdsl.ir import Operation, SSAValue
+
+from npugrad.dialect.attributes import CONTRACTION, ROLE, Contraction, ContractionAttr, NestRole, NestRoleAttr
+from npugrad.dialect.npu import PROMOTE, TileRole, TileRoleAttr
+from npugrad.ir import IRBuilder
+from npugrad.ir.expr import Float
+from npugrad.lowering.train_to_loops.forward import softcap
+
+
+def mark(op: Operation, role: NestRole) -> Operation:
+    """Name the part of the nest an op is, for passes that restructure it (see tiling/flce.py)."""
+    ROLE.set(op, NestRoleAttr(role))
+    return op
+
+
+def loop_of(iv: SSAValue) -> Operation:
+    """The scf.for whose induction variable `iv` is."""
+    return iv.owner.parent_op()  # type: ignore[union-attr, return-value]
+
+
+def contract(e: IRBuilder, lhs, rhs, acc, maps, doc: str, kind: Contraction, dims: tuple[str, str, str]) -> None:
+    """acc += lhs·rhs over the middle of three loop dims, typed as `kind` for the passes after."""
+    gen = e.contract(lhs, rhs, acc, maps, doc, reduction_dim=1)
+    CONTRACTION.set(gen, ContractionAttr(kind, dims))
+
+
+def tile_buffer(e: IRBuilder, shape: list[int], element, name: str) -> SSAValue:
+    """A heap tile of fixed shape that a tiling may move into the vector level."""
+    buf = e.alloc(shape, element)
+    PROMOTE.set(buf.owner, TileRoleAttr(TileRole.VECTOR))  # type: ignore[arg-type]
+    buf.name_hint = name
+    return buf
+
+
+def pack_transposed(e: IRBuilder, w_t: SSAValue, packed: SSAValue, tv: SSAValue, h: SSAValue) -> SSAValue:
+    """packed[k, j] = w_t[j, k] for the tv × h tile: GEMM 1 reads W_v transposed, and packed once
+    per vocabulary tile (amortised over all tokens) its innermost loop runs along a contiguous
+    dimension too."""
+    view = e.subview(packed, [0, 0], [h, tv])
+    with e.loop(tv) as j, e.loop(h) as k:
+        e.store(e.load(w_t, [j, k]), view, [k, j])
+    return view
+
+
+def logits_tile(e: IRBuilder, x_t: SSAValue, w_packed: SSAValue, z_t: SSAValue, cap: float) -> None:
+    """z_t = X_t·W_vᵀ (GEMM 1, float32), then Z' = c·tanh(Z/c) elementwise when capped."""
+    e.fill(0.0, z_t)
+    contract(e, x_t, w_packed, z_t, [lambda t, h, v: (t, h), lambda t, h, v: (h, v), lambda t, h, v: (t, v)],
+             "GEMM 1: logits tile Z = X_t * W_v^T", Contraction.LOGITS, ("bt", "h", "v"))
+    if cap:
+        rows, cols = e.dims(z_t)
+        with e.loop(rows) as i, e.loop(cols) as j:
+            e.store(softcap(e, Float(e, e.load(z_t, [i, j])), cap).value, z_t, [i, j])
+
+
+def column_in_tile(e: IRBuilder, column: SSAValue, valid: SSAValue, v0: SSAValue, tv: SSAValue) -> tuple[SSAValue, SSAValue]:
+    """(a row's target `column` (index, of the shard) is `valid` and lies in [v0, v0 + tv), that
+    column relative to v0). A column outside [0, V) matches no tile: a bad index never addresses
+    memory."""
+    local = e.emit(arith.SubiOp(column, v0))
+    inside = e.emit(arith.AndIOp(e.emit(arith.CmpiOp(local, e.idx(0), "sge")), e.emit(arith.CmpiOp(local, tv, "slt"))))
+    return e.emit(arith.AndIOp(valid, inside)), local
+
+
+def round_into(e: IRBuilder, acc: SSAValue, out: SSAValue, role: NestRole) -> None:
+    """out = acc rounded once to out's element type (the accumulators are float32)."""
+    with e.loop_nest(e.dims(acc)) as ivs:
+        e.store_f32(e.load(acc, ivs), out, ivs)
+    mark(loop_of(ivs[0]), role)
+
+
+__all__ = ["column_in_tile", "contract", "logits_tile", "loop_of", "mark", "pack_transposed", "round_into",
+           "tile_buffer"]

@@ -1,0 +1,174 @@
+"""The forward nests of the linear cross-entropy over cores and in local memory, and the tile sizes
+they take: the nest fuse-linear-online-max-sum made (marked `train.fused`), and the loss op.
+
+Over cores, the forward nest is split by token tiles: block b takes token tiles b, b + nblk, ...
+of every vocabulary tile (each packs the W tile it reads itself), and the running statistics of
+its rows are its own; the mask is written by contiguous ranges of bytes. No row's statistics are
+touched by two blocks, and every one sums its vocabulary tiles in the same order: results are
+bit-identical for any number of blocks, with the FLOPs of one block.
+
+    scf.for %t { m[t] = -inf ... }                  {train.role = #train.role<statistics_init>}
+becomes
+    scf.for %t0 = bid·tb to BT step nblk·tb { scf.for %i = 0 to min(tb, BT − t0) { m[t0 + i] = -inf ... } }
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects import arith, memref, scf
+from xdsl.ir import Block, SSAValue
+from xdsl.rewriter import InsertPoint
+
+from npugrad.analysis.footprint import TileBuffer, budget
+from npugrad.dialect import FusedCrossEntropyLossWithMaxSumOp
+from npugrad.dialect.attributes import CONTRACTION, FUSED, ROLE, NestRole
+from npugrad.dialect.npu import PROMOTE, BlockDimOp, BlockIdxOp, element_bytes
+from npugrad.ir import IRBuilder, enclosing_function, index
+from npugrad.passes.tiling.blocks import block_share
+from npugrad.passes.tiling.contraction import tile_contraction
+from npugrad.passes.tiling.elementwise import tile_op
+from npugrad.passes.tiling.flce import promote, spread
+from npugrad.targets import Target
+
+
+def footprint_bytes(bt: int, v: int, h: int, b: int) -> dict[str, int]:
+    """Bytes per role of the tiled forward nest: GEMM 1's accumulator (float32) and operand tiles,
+    and the vector-level logit tile."""
+    return {"accumulator": bt * v * 4, "matrix_a": bt * h * b, "matrix_b": h * v * b, "vector": bt * v * 4}
+
+
+def footprint(op, sizes: dict[str, int], target: Target) -> list[TileBuffer]:
+    b = element_bytes(op.input.type.element_type)
+    return [TileBuffer(role, n, target.double_buffer)
+            for role, n in footprint_bytes(sizes["bt"], sizes["v"], sizes["h"], b).items()]
+
+
+def choose_tile_sizes(op, target: Target) -> dict[str, int]:
+    """The largest bt × v tile (then the largest h) whose tiles fit every level at once; bt a
+    multiple of 8, so that token tiles own whole bytes of the bit-packed mask."""
+    b = element_bytes(op.input.type.element_type)
+    best = None
+    for bt in (128, 64, 32, 16, 8):
+        for v in (256, 128, 64, 32, 16):
+            for h in (512, 256, 128, 64, 32, 16):
+                used: dict[str, int] = {}
+                limit: dict[str, int] = {}
+                for role, size in footprint_bytes(bt, v, h, b).items():
+                    level = target.role(role).name
+                    used[level] = used.get(level, 0) + size
+                    limit[level] = budget(target, role)
+                if all(used[level] <= limit[level] for level in used):
+                    score = (bt * v, h)
+                    if best is None or score > best[0]:
+                        best = (score, {"bt": bt, "v": v, "h": h})
+    return best[1] if best is not None else {"bt": 8, "v": 16, "h": 16}
+
+
+def _role(op) -> NestRole | None:
+    attr = ROLE.get(op)
+    return attr.data if attr is not None else None
+
+
+def own_rows(loop: scf.ForOp, e: IRBuilder, bid: SSAValue, nblk: SSAValue, tile: int) -> None:
+    """`for t in [0, n)` → the same body for the rows of this block's token tiles only."""
+    e = e.at(loop)
+    n = loop.ub
+    tb = e.idx(tile)
+    body = Block(arg_types=[index])
+    outer = scf.ForOp(e.emit(arith.MuliOp(bid, tb)), n, e.emit(arith.MuliOp(nblk, tb)), [], body)
+    e.emit(outer)
+    end = scf.YieldOp()
+    e.rewriter.insert(end, InsertPoint.at_end(body))
+    inside = e.at(end)
+    t0 = body.args[0]
+    count = inside.emit(arith.MinSIOp(tb, inside.emit(arith.SubiOp(n, t0))))
+    loop.detach()
+    e.rewriter.insert(loop, InsertPoint.before(end))
+    iv = loop.body.block.args[0]
+    row = arith.AddiOp(t0, iv)
+    e.rewriter.insert(row, InsertPoint.before(loop.body.block.first_op))  # type: ignore[arg-type]
+    iv.replace_uses_with_if(row.result, lambda use: use.operation is not row)
+    loop.operands = [loop.lb, count, loop.step, *loop.iter_args]
+    ROLE.set(outer, ROLE.get(loop))  # type: ignore[arg-type]
+    ROLE.remove(loop)
+
+
+def _split_masks(loop: scf.ForOp, e: IRBuilder, bid: SSAValue, nblk: SSAValue) -> None:
+    """The loop over mask bytes → this block's contiguous range of bytes."""
+    e = e.at(loop)
+    n = loop.ub
+    first, count = block_share(e, bid, nblk, n, e.idx(1), 1)
+    last = e.emit(arith.MinUIOp(n, e.emit(arith.AddiOp(first, count))))
+    loop.operands = [first, e.emit(arith.MaxUIOp(first, last)), loop.step, *loop.iter_args]
+    e.modified(loop)
+
+
+def distribute_fused(nest: scf.ForOp, e: IRBuilder) -> None:
+    """Token tiles over blocks (module docstring)."""
+    fused = FUSED.get(nest)
+    assert fused is not None
+    tb = fused.tiles.as_dict()["bt"]
+    top = nest.parent
+    at = e.at(nest)
+    bid, nblk = at.emit(BlockIdxOp()), at.emit(BlockDimOp())
+    # The block ops must come before every part they restrict: move them to the top.
+    first = top.first_op
+    for op in (bid.owner, nblk.owner):
+        op.detach()
+        e.rewriter.insert(op, InsertPoint.before(first))
+    spread(next(o for o in nest.walk() if _role(o) is NestRole.TOKEN_LOOP), bid, nblk, e)
+    for op in list(top.ops):
+        role = _role(op)
+        if role is NestRole.TARGET_MASKS:
+            _split_masks(op, e, bid, nblk)  # type: ignore[arg-type]
+        elif role in (NestRole.STATISTICS_INIT, NestRole.STATISTICS_FINAL):
+            own_rows(op, e, bid, nblk, tb)  # type: ignore[arg-type]
+
+
+def tile_fused(nest: scf.ForOp, target: Target, e: IRBuilder) -> None:
+    """Over the blocks as distribute_fused; GEMM 1 into the matrix and accumulator levels; the
+    logits tile into the vector level."""
+    fused = FUSED.get(nest)
+    assert fused is not None
+    tiles = fused.tiles.as_dict()
+    f = enclosing_function(nest)
+    distribute_fused(nest, e)
+    buffers: dict = {}
+    for gen in [o for o in nest.walk() if CONTRACTION.get(o) is not None]:
+        attr = CONTRACTION.get(gen)
+        tile_contraction(gen, [tiles[n] for n in attr.loop_dims], target, target.double_buffer, "gemm1",  # type: ignore[union-attr]
+                         buffers, e.at(gen))
+    for alloc in [o for o in f.walk() if isinstance(o, memref.AllocOp) and PROMOTE.on(o)]:
+        promote(alloc, target, e)
+
+
+# -- the loss op ---------------------------------------------------------------------------------
+
+ROWS = ("logits_max", "sum_exp_logits", "predicted_logits", "sum_logits", "target", "loss_out")
+
+
+def loss_rows(op: FusedCrossEntropyLossWithMaxSumOp) -> list[str]:
+    """The loss op's operands with one value per row (every operand but the logits and softmax)."""
+    return [n for n in ROWS if getattr(op, n) is not None]
+
+
+def distribute_loss_rows(op: FusedCrossEntropyLossWithMaxSumOp, e: IRBuilder) -> bool:
+    """With a shard's logits (BT × V softmax to write), rows over blocks, contiguous ranges of at
+    least 64 rows; without, the op is O(BT): left on one block."""
+    if op.vocab_parallel_logits is None:
+        return False
+    bid, nblk = e.emit(BlockIdxOp()), e.emit(BlockDimOp())
+    rows = e.dim(op.logits_max, 0)
+    r0, chunk = block_share(e, bid, nblk, rows, e.idx(64), 1)
+    with e.if_(e.emit(arith.CmpiOp(r0, rows, "ult"))):
+        rn = e.emit(arith.MinSIOp(chunk, e.emit(arith.SubiOp(rows, r0))))
+        windows = {n: e.subview(getattr(op, n), [r0], [rn]) for n in loss_rows(op)}
+        for n in ("vocab_parallel_logits", "softmax_out"):
+            ref = getattr(op, n)
+            windows[n] = e.subview(ref, [r0, 0], [rn, e.dim(ref, 1)])
+        e.emit(tile_op(op, windows))
+    e.erase(op)
+    return True
+
+
+__all__ = ["choose_tile_sizes", "distribute_fused", "distribute_loss_rows", "footprint", "loss_rows",
+           "tile_fused"]
