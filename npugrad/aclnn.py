@@ -63,6 +63,45 @@ class FusedLinearCrossEntropyLossGrad:
         return _phase_one("aclnnFusedLinearCrossEntropyLossGrad", call, repeatable)
 
 
+class FusedLinearOnlineMaxSum:
+    """The forward statistics of one vocabulary shard (FORWARD.md §1), the vendor's outputs given."""
+
+    @staticmethod
+    def get_workspace_size(input, weight, target, vocabStartIndex, vocabEndIndex, logitsMaxLocalOut,
+                           sumExpLogitsLocalOut, predictedLogitsLocalOut, targetMaskOut, maskedTargetOut,
+                           vocabParallelLogitsOutOptional=None, *, repeatable=False):
+        outs = {"logits_max_out": logitsMaxLocalOut, "sum_exp_logits_out": sumExpLogitsLocalOut,
+                "predicted_logits_out": predictedLogitsLocalOut, "target_mask_out": targetMaskOut,
+                "masked_target_out": maskedTargetOut}
+        for name, given in outs.items():
+            if given is None:  # the vendor's outputs are required (null pointer)
+                raise TypeError(f"aclnnFusedLinearOnlineMaxSum: parameter '{name}' is null")
+        call = ops.fused_linear_online_max_sum.plan(input, weight, target, vocabStartIndex, vocabEndIndex,
+                                                    logits_out=vocabParallelLogitsOutOptional, **outs)
+        return _phase_one("aclnnFusedLinearOnlineMaxSum", call, repeatable)
+
+
+class FusedCrossEntropyLossWithMaxSum:
+    """The loss per token from the global statistics (FORWARD.md §2); the vendor takes no
+    inputOptional/weightOptional (must be null)."""
+
+    @staticmethod
+    def get_workspace_size(logitsMax, sumExpLogits, predictedLogits, labelSmoothing, inputOptional, weightOptional,
+                           vocabParallelLogitsOptional, lossOut, softMaxOutOptional=None, *, repeatable=False):
+        for name, given in (("inputOptional", inputOptional), ("weightOptional", weightOptional)):
+            if given is not None:
+                raise ValueError(f"aclnnFusedCrossEntropyLossWithMaxSum: parameter '{name}' must be null")
+        if lossOut is None:
+            raise TypeError("aclnnFusedCrossEntropyLossWithMaxSum: parameter 'lossOut' is null")
+        if (vocabParallelLogitsOptional is None) != (softMaxOutOptional is None):
+            raise ValueError("aclnnFusedCrossEntropyLossWithMaxSum: parameters 'vocabParallelLogitsOptional' and "
+                             "'softMaxOutOptional' are given together or not at all")
+        call = ops.fused_cross_entropy_loss_with_max_sum.plan(
+            logitsMax, sumExpLogits, predictedLogits, labelSmoothing, vocabParallelLogitsOptional,
+            loss_out=lossOut, softmax_out=softMaxOutOptional)
+        return _phase_one("aclnnFusedCrossEntropyLossWithMaxSum", call, repeatable)
+
+
 class EmbeddingDenseBackward:
     @staticmethod
     def get_workspace_size(grad, indices, numWeights, paddingIdx, scaleGradByFreq, out, *, repeatable=False):
@@ -122,6 +161,9 @@ def _vendor_pair(cls):
 
 aclnnFusedLinearCrossEntropyLossGradGetWorkspaceSize, aclnnFusedLinearCrossEntropyLossGrad = _vendor_pair(
     FusedLinearCrossEntropyLossGrad)
+aclnnFusedLinearOnlineMaxSumGetWorkspaceSize, aclnnFusedLinearOnlineMaxSum = _vendor_pair(FusedLinearOnlineMaxSum)
+aclnnFusedCrossEntropyLossWithMaxSumGetWorkspaceSize, aclnnFusedCrossEntropyLossWithMaxSum = _vendor_pair(
+    FusedCrossEntropyLossWithMaxSum)
 aclnnEmbeddingDenseBackwardGetWorkspaceSize, aclnnEmbeddingDenseBackward = _vendor_pair(EmbeddingDenseBackward)
 aclnnNLLLossBackwardGetWorkspaceSize, aclnnNLLLossBackward = _vendor_pair(NLLLossBackward)
 aclnnApplyFusedEmaAdamGetWorkspaceSize, aclnnApplyFusedEmaAdam = _vendor_pair(ApplyFusedEmaAdam)

@@ -19,6 +19,8 @@ from npugrad.dialect import (
     ApplyFusedEmaAdamOp,
     BinaryCrossEntropyGradOp,
     EmbeddingDenseBackwardOp,
+    FusedCrossEntropyLossWithMaxSumOp,
+    FusedLinearOnlineMaxSumOp,
     FusedLinearCrossEntropyLossGradOp,
     NLLLossBackwardOp,
     TrainOp,
@@ -56,6 +58,56 @@ def flce(r: random.Random) -> tuple[Operands, dict[str, str]]:
     props = {}
     if r.random() < 0.3:
         props["tile_sizes"] = f"#train.tiles<bt = {r.randint(1, 64)}, v = {r.randint(1, 512)}>"
+    if r.random() < 0.3:  # label smoothing over a global vocabulary of at least V
+        props |= {"label_smoothing": _f64(r.uniform(0, 0.9)), "vocab_size": f"{v + r.randint(0, 1000)} : i64"}
+    if mode == "memory-saving":
+        for name in ("z_loss", "softcap"):
+            if r.random() < 0.3:
+                props[name] = _f64(r.uniform(0, 50))
+    return ops, props
+
+
+def online_max_sum(r: random.Random) -> tuple[Operands, dict[str, str]]:
+    bt, h, v = r.randint(0, 40), r.randint(1, 64), r.randint(1, 300)
+    dt, target = r.choice(FLOATS), r.choice(["i32", "i64"])
+    start = r.randint(0, 5000)
+    ops = {"input": ((bt, h), dt), "weight": ((v, h), dt), "target": ((bt,), target),
+           "logits_max_local_out": ((bt,), "f32"), "sum_exp_logits_local_out": ((bt,), "f32"),
+           "predicted_logits_local_out": ((bt,), "f32"), "target_mask_out": ((-(-bt // 8),), "ui8"),
+           "masked_target_out": ((bt,), target)}
+    if r.random() < 0.5:
+        ops["vocab_parallel_logits_out"] = ((bt, v), dt)
+    if r.random() < 0.5:
+        ops["sum_logits_local_out"] = ((bt,), "f32")
+    props = {"vocab_start_index": f"{start} : i64", "vocab_end_index": f"{start + v} : i64"}
+    if r.random() < 0.4:
+        props["softcap"] = _f64(r.uniform(0, 50))
+    if r.random() < 0.4:
+        props["ignore_index"] = f"{r.randint(-200, 20)} : i64"
+    if r.random() < 0.3:
+        props["tile_sizes"] = f"#train.tiles<bt = {r.randint(1, 64)}, v = {r.randint(1, 512)}>"
+    return ops, props
+
+
+def loss_with_max_sum(r: random.Random) -> tuple[Operands, dict[str, str]]:
+    bt = r.randint(0, 40)
+    ops = {name: ((bt,), "f32") for name in ("logits_max", "sum_exp_logits", "predicted_logits")}
+    logits = r.random() < 0.5
+    v = r.randint(1, 300)
+    if logits:
+        ops["vocab_parallel_logits"] = ((bt, v), r.choice(FLOATS))
+    props = {}
+    if r.random() < 0.4:
+        ops["sum_logits"] = ((bt,), "f32")
+        props |= {"label_smoothing": _f64(r.uniform(0, 0.9)), "vocab_size": f"{v + r.randint(0, 1000)} : i64"}
+    if r.random() < 0.4:
+        ops["target"] = ((bt,), r.choice(["i32", "i64"]))
+        props["ignore_index"] = f"{r.randint(-200, 20)} : i64"
+    ops["loss_out"] = ((bt,), "f32")
+    if logits:
+        ops["softmax_out"] = ((bt, v), "f32")
+    if r.random() < 0.4:
+        props["z_loss"] = _f64(r.uniform(0, 1e-2))
     return ops, props
 
 
@@ -144,6 +196,8 @@ def bce(r: random.Random) -> tuple[Operands, dict[str, str]]:
 
 GENERATORS: dict[type[TrainOp], Callable[[random.Random], tuple[Operands, dict[str, str]]]] = {
     FusedLinearCrossEntropyLossGradOp: flce,
+    FusedLinearOnlineMaxSumOp: online_max_sum,
+    FusedCrossEntropyLossWithMaxSumOp: loss_with_max_sum,
     EmbeddingDenseBackwardOp: embedding,
     NLLLossBackwardOp: nll,
     ApplyFusedEmaAdamOp: ema_adam,
@@ -166,7 +220,8 @@ def instance(op: type[TrainOp], r: random.Random) -> tuple[str, dict[str, str]]:
     args = ", ".join(f"%{name}: {t}" for name, t in types.items())
     roles = op.operand_roles()
     operands = [f"{name}(%{name} : {types[name]})" for name, role in roles.items() if role == "in" and name in types]
-    operands += ["->", *(f"{name}(%{name} : {types[name]})" for name, role in roles.items() if role != "in")]
+    operands += ["->", *(f"{name}(%{name} : {types[name]})" for name, role in roles.items()
+                        if role != "in" and name in types)]
     attrs = f" {{{', '.join(f'{k} = {v}' for k, v in props.items())}}}" if props else ""
     return f"func.func @f({args}) {{\n  {op.name} {' '.join(operands)}{attrs}\n  func.return\n}}\n", props
 

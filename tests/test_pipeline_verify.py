@@ -20,7 +20,7 @@ F32 = "float32"
 
 def flce_module():
     classes = {name: OperandClass(F32, shape, False) for name, shape in {
-        "grad": (1,), "input": (24, 16), "weight": (40, 16), "target_mask": (24,), "masked_target": (24,),
+        "grad": (24,), "input": (24, 16), "weight": (40, 16), "target_mask": (24,), "masked_target": (24,),
         "logits_max": (24,), "sum_exp_logits": (24,), "input_grad_out": (24, 16), "weight_grad_out": (40, 16)}.items()}
     classes["target_mask"] = OperandClass("bool", (24,), False)
     classes["masked_target"] = OperandClass("int64", (24,), False)

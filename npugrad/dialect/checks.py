@@ -108,7 +108,12 @@ class Checker:
         got = self.dims(name)
         if len(got) != len(expected) or any(g is not None and e is not None and g != e for g, e in zip(got, expected)):
             if what.startswith("("):  # a formula, perhaps qualified: "(N,) for reduction none"
-                end = what.index(")") + 1
+                depth, end = 0, len(what)
+                for i, ch in enumerate(what):  # the formula ends at its balancing parenthesis
+                    depth += {"(": 1, ")": -1}.get(ch, 0)
+                    if depth == 0:
+                        end = i + 1
+                        break
                 want = f"{what[:end]} = {fmt_shape(expected)}{what[end:]}"
             else:
                 want = f"{fmt_shape(expected)} ({what})"

@@ -402,7 +402,7 @@ class FusedLinearOnlineMaxSumOp(TrainOp):
     minus m_t where the target is in [vocab_start_index, vocab_end_index), the bit-packed mask
     (1 = not in the shard) and the local target column. Optional: the logits themselves (what
     high-performance mode needs) and Σ_v Z'_tv (what label smoothing needs). With `ignore_index`,
-    rows whose target equals it are skipped: their statistics are 0."""
+    rows whose target equals it are skipped: their statistics and logits are 0."""
 
     name = "train.fused_linear_online_max_sum"
     input = input_def()

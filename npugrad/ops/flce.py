@@ -55,8 +55,46 @@ def fused_linear_cross_entropy_loss_grad(
     allocate(OP, arrays, OUTPUTS)
     if softmax is not None:
         arrays["logits_max"] = arrays["sum_exp_logits"] = None  # ignored by the spec in this mode
-    return Call(FusedLinearCrossEntropyLossGradOp, arrays, props, (arrays["input_grad_out"], arrays["weight_grad_out"]),
-                lambda: _check_targets(arrays["target_mask"], arrays["masked_target"], bt, v))
+    return _RowsThatCount(FusedLinearCrossEntropyLossGradOp, arrays, props,
+                          (arrays["input_grad_out"], arrays["weight_grad_out"]),
+                          lambda: _check_targets(arrays["target_mask"], arrays["masked_target"], bt, v))
+
+
+_ROW_OPERANDS = ("grad", "input", "masked_target", "logits_max", "sum_exp_logits", "softmax")
+
+
+class _RowsThatCount(Call):
+    """The call, with the rows whose upstream gradient is 0 left out of the kernel: such a row
+    contributes nothing (FORWARD.md §4: its input_grad row is 0, whatever it holds, NaN or Inf
+    included), so the kernel runs on the other rows, gathered, and time follows the rows that
+    count."""
+
+    def run(self):
+        a = self.arrays
+        skip = a["grad"] == 0
+        if not skip.any():
+            return super().run()
+        if self.value_check is not None:
+            self.value_check()
+        keep = np.flatnonzero(~skip)
+        compact = {k: (x[keep] if k in _ROW_OPERANDS and x is not None else x) for k, x in a.items()}
+        compact["target_mask"] = _rows_of_mask(a["target_mask"], keep, skip.size)
+        gx = a["input_grad_out"]
+        compact["input_grad_out"] = np.empty((keep.size, gx.shape[1]), gx.dtype)
+        Call(self.op_cls, compact, self.props, None, static_shapes=self.static_shapes).kernel(
+            *[compact[n] for n in self.op_cls.operand_names() if compact.get(n) is not None])
+        gx[skip] = 0
+        gx[keep] = compact["input_grad_out"]
+        return self.result
+
+
+def _rows_of_mask(target_mask: np.ndarray, keep: np.ndarray, bt: int) -> np.ndarray:
+    """The target mask of rows `keep`, in the form it came in (bool, or bit-packed with padding 1)."""
+    if target_mask.dtype == np.bool_:
+        return target_mask[keep]
+    bits = np.ones(-(-keep.size // 8) * 8, np.uint8)
+    bits[:keep.size] = np.unpackbits(target_mask, bitorder="little")[:bt][keep]
+    return np.packbits(bits, bitorder="little")
 
 
 def _check_targets(target_mask: np.ndarray, masked_target: np.ndarray, bt: int, v: int) -> None:

@@ -38,7 +38,7 @@ from npugrad.dialect import FusedLinearCrossEntropyLossGradOp
 from npugrad.dialect.attributes import FUSED, Contraction, FusedNestAttr, NestRole
 from npugrad.ir import IRBuilder
 from npugrad.ir.expr import Float
-from npugrad.lowering.train_to_loops.flce import target_in_shard
+from npugrad.lowering.train_to_loops.flce import Gradient, target_in_shard
 from npugrad.passes.linear_nests import (
     column_in_tile,
     contract,
@@ -57,53 +57,13 @@ def target_in_tile(e: IRBuilder, op, t: SSAValue, v0: SSAValue, tv: SSAValue) ->
     return column_in_tile(e, column, target_in_shard(e, op.target_mask, t), v0, tv)
 
 
-class _Gradient:
-    """G = g·d of one element, d = P [+ 2λ·lse·P] [− α/K] [− (1 − α) at the target]
-    [· (1 − (Z'/c)²)], in the reference's float32 operation order (reference/forward.py)."""
-
-    def __init__(self, op: FusedLinearCrossEntropyLossGradOp, e: IRBuilder):
-        self.op, self.e = op, e
-        self.alpha = op.prop_float("label_smoothing")
-        self.k = float(op.prop_int("vocab_size"))
-        self.z_loss = op.prop_float("z_loss")
-        self.cap = op.prop_float("softcap")
-
-    def row(self, t: SSAValue) -> dict[str, Float | SSAValue]:
-        """What every element of row t shares: g, and M, S (and 2λ·lse) in memory-saving mode."""
-        e, op = self.e, self.op
-        row: dict[str, Float | SSAValue] = {"g": e.load(op.grad, [t])}
-        if not op.high_performance:
-            row["m"] = e.load(op.logits_max, [t])
-            row["s"] = e.load(op.sum_exp_logits, [t])
-            if self.z_loss:
-                row["zl"] = 2 * self.z_loss * (Float(e, row["m"]) + Float(e, row["s"]).log())
-        return row
-
-    def element(self, row, probability: SSAValue, logit: SSAValue | None, target: bool) -> SSAValue:
-        e = self.e
-        d = Float(e, probability)
-        if self.z_loss:
-            d = d + row["zl"] * d
-        if self.alpha:
-            d = d - (Float(e, e.f32(self.alpha)) / self.k)
-        if target:
-            d = d - (1.0 - Float(e, e.f32(self.alpha))) if self.alpha else d - 1.0
-        if self.cap:
-            zc = Float(e, logit) / self.cap
-            d = d * (1.0 - zc * zc)
-        return (Float(e, row["g"]) * d).value
-
-    def probability(self, row, logit: SSAValue) -> SSAValue:
-        return ((Float(self.e, logit) - row["m"]).exp() / row["s"]).value
-
-
 def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int], e: IRBuilder) -> None:
     x, w, gx, gw = op.input, op.weight, op.input_grad_out, op.weight_grad_out
     in_t = x.type.element_type  # type: ignore[attr-defined]
     bt, h, v = e.dim(x, 0), e.dim(x, 1), e.dim(w, 0)
     tb_max, tv_max = e.idx(tiles["bt"]), e.idx(tiles["v"])
     hp = op.high_performance
-    grad = _Gradient(op, e)
+    grad = Gradient(op, e)
 
     gx_acc = gx if gx.type.element_type == f32 else e.alloc([bt, h], f32)  # type: ignore[attr-defined]
     if gx_acc is not gx:

@@ -14,7 +14,7 @@ from npugrad.dialect.attributes import CONTRACTION, ROLE, Contraction, Contracti
 from npugrad.dialect.npu import PROMOTE, TileRole, TileRoleAttr
 from npugrad.ir import IRBuilder
 from npugrad.ir.expr import Float
-from npugrad.lowering.train_to_loops.forward import softcap
+from npugrad.lowering.train_to_loops.flce import softcap
 
 
 def mark(op: Operation, role: NestRole) -> Operation:

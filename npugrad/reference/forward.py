@@ -40,7 +40,8 @@ class ShardStatistics:
 def fused_linear_online_max_sum(input, weight, target, vocab_start: int, vocab_end: int, *, softcap: float = 0.0,
                                 ignore_index: int | None = None, return_logits: bool = False) -> ShardStatistics:
     """One shard's statistics. With `ignore_index`, rows whose target equals it are not computed:
-    their statistics are 0 (their loss is 0 by definition; see fused_cross_entropy_loss_with_max_sum)."""
+    their statistics and logits are 0 (their loss is 0 by definition; see
+    fused_cross_entropy_loss_with_max_sum)."""
     x = np.asarray(input)
     w = np.asarray(weight)
     t = np.asarray(target)
@@ -66,7 +67,11 @@ def fused_linear_online_max_sum(input, weight, target, vocab_start: int, vocab_e
     bits = np.ones(-(-bt // 8) * 8, np.uint8)
     bits[:bt] = outside
     mask = np.packbits(bits, bitorder="little")
-    logits = z.astype(x.dtype) if return_logits else None
+    logits = None
+    if return_logits:
+        logits = z.astype(x.dtype)
+        if ignore_index is not None:
+            logits[t == ignore_index] = 0
     return ShardStatistics(m.astype(F32), s.astype(F32), p, mask, masked, logits, sum_z)
 
 
@@ -172,9 +177,11 @@ def fused_linear_cross_entropy_loss_grad(grad, input, weight, target_mask, maske
     d[rows, cols] -= F32(1) - F32(label_smoothing)
     if softcap:
         d *= F32(1) - (z / F32(softcap)) ** 2
-    live = g != 0
-    gl = np.zeros_like(d)
-    gl[live] = d[live] * g[live, None]
+    # A row with g = 0 contributes nothing (FORWARD.md §4), whatever it holds: it is left out.
+    live = np.flatnonzero(g != 0)
+    gl = d[live] * g[live, None]
     if round_grad_logits_to is not None:
         gl = round_to(gl, round_grad_logits_to)
-    return gl @ w, gl.T @ x
+    dx = np.zeros((bt, w.shape[1]), F32)
+    dx[live] = gl @ w
+    return dx, gl.T @ x[live]

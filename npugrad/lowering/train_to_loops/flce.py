@@ -12,7 +12,8 @@ becomes
       scf.for %h { ax[t, h] += %G·w[v, h]; aw[v, h] += %G·x[t, h] } } }
     dx = truncf(ax); dw = truncf(aw); memref.dealloc %ax, %aw
 
-Float32 outputs are their own accumulators. The loops run in a fixed order, so results are
+FORWARD.md §4's extensions (label smoothing, z-loss, softcap) enter G through `Gradient`, the
+same code the fused nest uses. Float32 outputs are their own accumulators. The loops run in a fixed order, so results are
 deterministic. The target enters only a compare with v, never an index: an out-of-range target
 cannot touch memory.
 """
@@ -38,21 +39,22 @@ def lower_fused_linear_cross_entropy_loss_grad(op: FusedLinearCrossEntropyLossGr
     acc_in, acc_w = accumulators = [_accumulator(e, out) for out in outputs]
     for acc in accumulators:
         zero_fill(e, acc)
+    gradient = Gradient(op, e)
     with e.loop(bt) as t:
-        g = e.load_f32(op.grad, [t])
+        row = gradient.row(t)
         in_shard = target_in_shard(e, op.target_mask, t)
         target = e.int_to_index(e.load(op.masked_target, [t]))
-        if not op.high_performance:
-            row_max = e.load_f32(op.logits_max, [t])
-            row_sum = e.load_f32(op.sum_exp_logits, [t])
         with e.loop(v) as j:
+            logit = None
             if op.high_performance:
                 p = e.load_f32(op.softmax, [t, j])
             else:
-                p = ((Float(e, dot(e, op.input, op.weight, t, j, h)) - row_max).exp() / row_sum).value
+                logit = dot(e, op.input, op.weight, t, j, h)
+                if gradient.cap:
+                    logit = softcap(e, Float(e, logit), gradient.cap).value
+                p = gradient.probability(row, logit)
             is_target = e.emit(arith.AndIOp(in_shard, e.emit(arith.CmpiOp(j, target, "eq"))))
-            one_hot = e.emit(arith.SelectOp(is_target, e.f32(1.0), e.f32(0.0)))
-            grad_logit = (Float(e, g) * (Float(e, p) - one_hot)).value
+            grad_logit = gradient.element(row, p, logit, is_target)
             # The device feeds both GEMMs from G stored in the input dtype (spec §1.6).
             grad_logit = e.to_f32(e.from_f32(grad_logit, element))
             with e.loop(h) as k:
@@ -63,6 +65,61 @@ def lower_fused_linear_cross_entropy_loss_grad(op: FusedLinearCrossEntropyLossGr
             with e.loop_nest(e.dims(out)) as ivs:
                 e.store_f32(e.load(acc, ivs), out, ivs)
             e.dealloc(acc)
+
+
+class Gradient:
+    """G = g·d of one element, d = P [+ 2λ·lse·P] [− α/K] [− (1 − α) at the target]
+    [· (1 − (Z'/c)²)], in the reference's float32 operation order (reference/forward.py).
+    Shared by the unfused lowering and the fused nest, so both compute the same bits."""
+
+    def __init__(self, op: FusedLinearCrossEntropyLossGradOp, e: IRBuilder):
+        self.op, self.e = op, e
+        self.alpha = op.prop_float("label_smoothing")
+        self.k = float(op.prop_int("vocab_size"))
+        self.z_loss = op.prop_float("z_loss")
+        self.cap = op.prop_float("softcap")
+
+    def row(self, t: SSAValue) -> dict[str, Float | SSAValue]:
+        """What every element of row t shares: g, and M, S (and 2λ·lse) in memory-saving mode."""
+        e, op = self.e, self.op
+        row: dict[str, Float | SSAValue] = {"g": e.load(op.grad, [t])}
+        if not op.high_performance:
+            row["m"] = e.load(op.logits_max, [t])
+            row["s"] = e.load(op.sum_exp_logits, [t])
+            if self.z_loss:
+                row["zl"] = 2 * self.z_loss * (Float(e, row["m"]) + Float(e, row["s"]).log())
+        return row
+
+    def element(self, row, probability: SSAValue, logit: SSAValue | None, target: bool | SSAValue) -> SSAValue:
+        """G of one element; `target`: whether it is the row's target column (an i1 when only
+        known at run time: then 0 is subtracted elsewhere, which changes no bit)."""
+        e = self.e
+        if isinstance(target, SSAValue):
+            one = (1.0 - Float(e, e.f32(self.alpha))).value if self.alpha else e.f32(1.0)
+            d = Float(e, probability)
+            if self.z_loss:
+                d = d + row["zl"] * d
+            if self.alpha:
+                d = d - (Float(e, e.f32(self.alpha)) / self.k)
+            d = d - e.emit(arith.SelectOp(target, one, e.f32(0.0)))
+            return self._capped(row, d, logit)
+        d = Float(e, probability)
+        if self.z_loss:
+            d = d + row["zl"] * d
+        if self.alpha:
+            d = d - (Float(e, e.f32(self.alpha)) / self.k)
+        if target:
+            d = d - (1.0 - Float(e, e.f32(self.alpha))) if self.alpha else d - 1.0
+        return self._capped(row, d, logit)
+
+    def _capped(self, row, d: Float, logit: SSAValue | None) -> SSAValue:
+        if self.cap:
+            zc = Float(self.e, logit) / self.cap
+            d = d * (1.0 - zc * zc)
+        return (Float(self.e, row["g"]) * d).value
+
+    def probability(self, row, logit: SSAValue) -> SSAValue:
+        return ((Float(self.e, logit) - row["m"]).exp() / row["s"]).value
 
 
 def _accumulator(e: IRBuilder, out: SSAValue) -> SSAValue:
@@ -86,6 +143,13 @@ def target_in_shard(e: IRBuilder, mask: SSAValue, t: SSAValue) -> SSAValue:
     byte = e.load(mask, [e.emit(arith.DivUIOp(t, e.idx(8)))])
     shift = e.emit(arith.IndexCastOp(e.emit(arith.RemUIOp(t, e.idx(8))), i8))
     return e.emit(arith.CmpiOp(e.emit(arith.AndIOp(e.emit(arith.ShRUIOp(byte, shift)), e.const(1, i8))), e.const(0, i8), "eq"))
+
+
+def softcap(e: IRBuilder, z: Float, cap: float) -> Float:
+    """Z' = c·tanh(Z/c) (0: no cap)."""
+    if not cap:
+        return z
+    return (z / cap).tanh() * cap
 
 
 def dot(e: IRBuilder, x: SSAValue, w: SSAValue, t: SSAValue, v: SSAValue, h: SSAValue) -> SSAValue:

@@ -23,14 +23,7 @@ from xdsl.ir import SSAValue
 from npugrad.dialect import FusedCrossEntropyLossWithMaxSumOp, FusedLinearOnlineMaxSumOp
 from npugrad.ir import IRBuilder, index
 from npugrad.ir.expr import Float
-from npugrad.lowering.train_to_loops.flce import dot
-
-
-def softcap(e: IRBuilder, z: Float, cap: float) -> Float:
-    """Z' = c·tanh(Z/c) (0: no cap)."""
-    if not cap:
-        return z
-    return (z / cap).tanh() * cap
+from npugrad.lowering.train_to_loops.flce import dot, softcap
 
 
 def target_local(e: IRBuilder, op: FusedLinearOnlineMaxSumOp, t: SSAValue) -> tuple[SSAValue, SSAValue]:

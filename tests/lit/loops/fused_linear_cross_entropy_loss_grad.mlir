@@ -24,6 +24,8 @@
 // CHECK-NEXT:        memref.store %[[ZERO]], %[[AWF]]
 // CHECK:         scf.for %[[T:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
 // CHECK-NEXT:      %[[G:.*]] = memref.load %{{.*}}[%[[T]]] : memref<?xf32>
+// CHECK-NEXT:      %[[MAX:.*]] = memref.load %{{.*}}[%[[T]]] : memref<?xf32>
+// CHECK-NEXT:      %[[SUM:.*]] = memref.load %{{.*}}[%[[T]]] : memref<?xf32>
 // CHECK-NEXT:      %[[BYTE_I:.*]] = arith.divui %[[T]], %[[C8]] : index
 // CHECK-NEXT:      %[[BYTE_U:.*]] = memref.load %{{.*}}[%[[BYTE_I]]] : memref<?xui8>
 // CHECK-NEXT:      %[[BYTE:.*]] = builtin.unrealized_conversion_cast %[[BYTE_U]] : ui8 to i8
@@ -34,8 +36,6 @@
 // CHECK-NEXT:      %[[MINE:.*]] = arith.cmpi eq, %[[BIT]], %[[ZERO_I8]] : i8
 // CHECK-NEXT:      %[[J32:.*]] = memref.load %{{.*}}[%[[T]]] : memref<?xi32>
 // CHECK-NEXT:      %[[J:.*]] = arith.index_cast %[[J32]] : i32 to index
-// CHECK-NEXT:      %[[MAX:.*]] = memref.load %{{.*}}[%[[T]]] : memref<?xf32>
-// CHECK-NEXT:      %[[SUM:.*]] = memref.load %{{.*}}[%[[T]]] : memref<?xf32>
 // CHECK-NEXT:      scf.for %[[V:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
 // CHECK-NEXT:        %[[DOT:.*]] = scf.for %[[K:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%[[PART:.*]] = %[[ZERO]]) -> (f32) {
 // CHECK:               %[[XW:.*]] = arith.mulf

@@ -76,3 +76,67 @@ func.func @ema_adam_runtime_hyperparameters(%g: memref<?xf32>, %step: memref<1xi
       -> var(%var : memref<?xf32>) m(%m : memref<?xf32>) v(%v : memref<?xf32>) s(%s : memref<?xf32>)
   func.return
 }
+
+// CHECK-LABEL: func.func @online_max_sum
+func.func @online_max_sum(%x: memref<100x48xbf16>, %w: memref<300x48xbf16>, %t: memref<100xi64>,
+                          %m: memref<100xf32>, %s: memref<100xf32>, %p: memref<100xf32>,
+                          %mask: memref<13xui8>, %mt: memref<100xi64>) {
+  // CHECK: train.fused_linear_online_max_sum input(%{{.*}} : memref<100x48xbf16>) weight(%{{.*}} : memref<300x48xbf16>) target(%{{.*}} : memref<100xi64>) -> logits_max_local_out(%{{.*}} : memref<100xf32>) sum_exp_logits_local_out(%{{.*}} : memref<100xf32>) predicted_logits_local_out(%{{.*}} : memref<100xf32>) target_mask_out(%{{.*}} : memref<13xui8>) masked_target_out(%{{.*}} : memref<100xi64>) {vocab_start_index = 1000 : i64, vocab_end_index = 1300 : i64}
+  // CHECK-NOT: vocab_parallel_logits_out
+  train.fused_linear_online_max_sum input(%x : memref<100x48xbf16>) weight(%w : memref<300x48xbf16>)
+      target(%t : memref<100xi64>) -> logits_max_local_out(%m : memref<100xf32>)
+      sum_exp_logits_local_out(%s : memref<100xf32>) predicted_logits_local_out(%p : memref<100xf32>)
+      target_mask_out(%mask : memref<13xui8>) masked_target_out(%mt : memref<100xi64>)
+      {vocab_start_index = 1000 : i64, vocab_end_index = 1300 : i64}
+  func.return
+}
+
+// CHECK-LABEL: func.func @online_max_sum_every_option
+func.func @online_max_sum_every_option(%x: memref<?x?xf32>, %w: memref<?x?xf32>, %t: memref<?xi32>,
+    %m: memref<?xf32>, %s: memref<?xf32>, %p: memref<?xf32>, %mask: memref<?xui8>, %mt: memref<?xi32>,
+    %z: memref<?x?xf32>, %sz: memref<?xf32>) {
+  // CHECK: masked_target_out(%{{.*}} : memref<?xi32>) vocab_parallel_logits_out(%{{.*}} : memref<?x?xf32>) sum_logits_local_out(%{{.*}} : memref<?xf32>) {vocab_start_index = 0 : i64, vocab_end_index = 64 : i64, softcap = 3.000000e+01 : f64, ignore_index = -100 : i64, tile_sizes = #train.tiles<bt = 32, v = 64>}
+  train.fused_linear_online_max_sum input(%x : memref<?x?xf32>) weight(%w : memref<?x?xf32>)
+      target(%t : memref<?xi32>) -> logits_max_local_out(%m : memref<?xf32>)
+      sum_exp_logits_local_out(%s : memref<?xf32>) predicted_logits_local_out(%p : memref<?xf32>)
+      target_mask_out(%mask : memref<?xui8>) masked_target_out(%mt : memref<?xi32>)
+      vocab_parallel_logits_out(%z : memref<?x?xf32>) sum_logits_local_out(%sz : memref<?xf32>)
+      {vocab_start_index = 0 : i64, vocab_end_index = 64 : i64, softcap = 30.0 : f64, ignore_index = -100 : i64,
+       tile_sizes = #train.tiles<bt = 32, v = 64>}
+  func.return
+}
+
+// CHECK-LABEL: func.func @loss_with_max_sum
+func.func @loss_with_max_sum(%m: memref<8xf32>, %s: memref<8xf32>, %p: memref<8xf32>, %l: memref<8xf32>) {
+  // CHECK: train.fused_cross_entropy_loss_with_max_sum logits_max(%{{.*}} : memref<8xf32>) sum_exp_logits(%{{.*}} : memref<8xf32>) predicted_logits(%{{.*}} : memref<8xf32>) -> loss_out(%{{.*}} : memref<8xf32>)
+  // CHECK-NOT: softmax_out
+  train.fused_cross_entropy_loss_with_max_sum logits_max(%m : memref<8xf32>) sum_exp_logits(%s : memref<8xf32>)
+      predicted_logits(%p : memref<8xf32>) -> loss_out(%l : memref<8xf32>)
+  func.return
+}
+
+// CHECK-LABEL: func.func @loss_with_max_sum_every_option
+func.func @loss_with_max_sum_every_option(%m: memref<?xf32>, %s: memref<?xf32>, %p: memref<?xf32>,
+    %z: memref<?x?xbf16>, %sz: memref<?xf32>, %t: memref<?xi64>, %l: memref<?xf32>, %sm: memref<?x?xf32>) {
+  // CHECK: predicted_logits(%{{.*}} : memref<?xf32>) vocab_parallel_logits(%{{.*}} : memref<?x?xbf16>) sum_logits(%{{.*}} : memref<?xf32>) target(%{{.*}} : memref<?xi64>) -> loss_out(%{{.*}} : memref<?xf32>) softmax_out(%{{.*}} : memref<?x?xf32>) {label_smoothing = 1.000000e-01 : f64, vocab_size = 1000 : i64, z_loss = 1.000000e-04 : f64, ignore_index = -100 : i64}
+  train.fused_cross_entropy_loss_with_max_sum logits_max(%m : memref<?xf32>) sum_exp_logits(%s : memref<?xf32>)
+      predicted_logits(%p : memref<?xf32>) vocab_parallel_logits(%z : memref<?x?xbf16>)
+      sum_logits(%sz : memref<?xf32>) target(%t : memref<?xi64>)
+      -> loss_out(%l : memref<?xf32>) softmax_out(%sm : memref<?x?xf32>)
+      {label_smoothing = 0.1 : f64, vocab_size = 1000 : i64, z_loss = 1.0e-04 : f64, ignore_index = -100 : i64}
+  func.return
+}
+
+// The gradient's extensions (FORWARD.md §4) print as properties, off (absent) by default.
+// CHECK-LABEL: func.func @flce_extensions
+func.func @flce_extensions(%g: memref<8xf32>, %x: memref<8x16xf32>, %w: memref<256x16xf32>,
+    %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>,
+    %gx: memref<8x16xf32>, %gw: memref<256x16xf32>) {
+  // CHECK: weight_grad_out(%{{.*}} : memref<256x16xf32>) {label_smoothing = 1.000000e-01 : f64, vocab_size = 1000 : i64, z_loss = 1.000000e-04 : f64, softcap = 3.000000e+01 : f64}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xf32>)
+      weight(%w : memref<256x16xf32>) target_mask(%mask : memref<1xui8>) masked_target(%t : memref<8xi64>)
+      logits_max(%lm : memref<8xf32>) sum_exp_logits(%se : memref<8xf32>)
+      -> input_grad_out(%gx : memref<8x16xf32>) weight_grad_out(%gw : memref<256x16xf32>)
+      {label_smoothing = 0.1 : f64, vocab_size = 1000 : i64, z_loss = 1.0e-04 : f64, softcap = 30.0 : f64}
+  func.return
+}

@@ -4,11 +4,11 @@
 // RUN: npugrad-opt %s --split-input-file --verify-diagnostics
 // RUN: npugrad-opt %s --split-input-file --verify-diagnostics | FileCheck %s
 
-// labelSmoothing must be 0.
+// Label smoothing (FORWARD.md §4) spreads α over the global vocabulary: it needs vocab_size.
 func.func @label_smoothing(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
     %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>,
     %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
-  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op property 'label_smoothing' must be 0 (the only supported value), got 0.1}}
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op property 'label_smoothing' = 0.1 needs 'vocab_size', the global vocabulary K (>= V = 256), got 0}}
   train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>)
@@ -668,5 +668,124 @@ func.func @missing_grad(%x: memref<8x16xbf16>, %w: memref<256x16xbf16>, %mask: m
   "train.fused_linear_cross_entropy_loss_grad"(%x, %w, %mask, %t, %lm, %se, %gx, %gw) <{operandSegmentSizes = array<i32: 0, 1, 1, 1, 1, 1, 1, 0, 1, 1>}>
       : (memref<8x16xbf16>, memref<256x16xbf16>, memref<1xui8>, memref<8xi64>, memref<8xf32>, memref<8xf32>,
          memref<8x16xbf16>, memref<256x16xbf16>) -> ()
+  func.return
+}
+
+// -----
+
+// label_smoothing must be in [0, 1).
+func.func @ls_one(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
+    %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>,
+    %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op property 'label_smoothing' must be in [0, 1), got 1.0}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+      weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
+      masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>)
+      sum_exp_logits(%se : memref<8xf32>) -> input_grad_out(%gx : memref<8x16xbf16>)
+      weight_grad_out(%gw : memref<256x16xbf16>) {label_smoothing = 1.0 : f64, vocab_size = 1000 : i64}
+  func.return
+}
+
+// -----
+
+// The global vocabulary is at least this shard's V.
+func.func @ls_small_k(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
+    %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>,
+    %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op property 'label_smoothing' = 0.1 needs 'vocab_size', the global vocabulary K (>= V = 256), got 255}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+      weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
+      masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>)
+      sum_exp_logits(%se : memref<8xf32>) -> input_grad_out(%gx : memref<8x16xbf16>)
+      weight_grad_out(%gw : memref<256x16xbf16>) {label_smoothing = 0.1 : f64, vocab_size = 255 : i64}
+  func.return
+}
+
+// -----
+
+// z_loss must be finite and >= 0.
+func.func @z_negative(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
+    %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>,
+    %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op property 'z_loss' must be finite and >= 0 (0: off), got -0.0001}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+      weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
+      masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>)
+      sum_exp_logits(%se : memref<8xf32>) -> input_grad_out(%gx : memref<8x16xbf16>)
+      weight_grad_out(%gw : memref<256x16xbf16>) {z_loss = -1.0e-04 : f64}
+  func.return
+}
+
+// -----
+
+// softcap must be finite and >= 0.
+func.func @softcap_nan(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
+    %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>,
+    %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op property 'softcap' must be finite and >= 0 (0: off), got nan}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+      weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
+      masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>)
+      sum_exp_logits(%se : memref<8xf32>) -> input_grad_out(%gx : memref<8x16xbf16>)
+      weight_grad_out(%gw : memref<256x16xbf16>) {softcap = 0x7FF8000000000000 : f64}
+  func.return
+}
+
+// -----
+
+// The z-loss needs the logits, which high-performance mode does not recompute.
+func.func @z_hp(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
+    %mask: memref<1xui8>, %t: memref<8xi64>, %p: memref<8x256xf32>,
+    %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op property 'z_loss' needs the logits: it is not available in high-performance mode (softmax given)}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+      weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
+      masked_target(%t : memref<8xi64>) softmax(%p : memref<8x256xf32>)
+      -> input_grad_out(%gx : memref<8x16xbf16>) weight_grad_out(%gw : memref<256x16xbf16>) {z_loss = 1.0e-04 : f64}
+  func.return
+}
+
+// -----
+
+// The softcap needs the logits too.
+func.func @softcap_hp(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
+    %mask: memref<1xui8>, %t: memref<8xi64>, %p: memref<8x256xf32>,
+    %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op property 'softcap' needs the logits: it is not available in high-performance mode (softmax given)}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+      weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
+      masked_target(%t : memref<8xi64>) softmax(%p : memref<8x256xf32>)
+      -> input_grad_out(%gx : memref<8x16xbf16>) weight_grad_out(%gw : memref<256x16xbf16>) {softcap = 30.0 : f64}
+  func.return
+}
+
+// -----
+
+// Label smoothing works in high-performance mode (the softmax is all it needs).
+// CHECK-LABEL: func.func @ls_hp
+// CHECK: train.fused_linear_cross_entropy_loss_grad
+func.func @ls_hp(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
+    %mask: memref<1xui8>, %t: memref<8xi64>, %p: memref<8x256xf32>,
+    %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+      weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
+      masked_target(%t : memref<8xi64>) softmax(%p : memref<8x256xf32>)
+      -> input_grad_out(%gx : memref<8x16xbf16>) weight_grad_out(%gw : memref<256x16xbf16>) {label_smoothing = 0.1 : f64, vocab_size = 1000 : i64}
+  func.return
+}
+
+// -----
+
+// Every extension at once, memory-saving mode.
+// CHECK-LABEL: func.func @all_extensions
+// CHECK: train.fused_linear_cross_entropy_loss_grad
+func.func @all_extensions(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
+    %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>,
+    %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+      weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
+      masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>)
+      sum_exp_logits(%se : memref<8xf32>) -> input_grad_out(%gx : memref<8x16xbf16>)
+      weight_grad_out(%gw : memref<256x16xbf16>) {label_smoothing = 0.1 : f64, vocab_size = 1000 : i64, z_loss = 1.0e-04 : f64, softcap = 30.0 : f64}
   func.return
 }

@@ -1,0 +1,133 @@
+"""The whole LM-head loss (issue 14's targets): forward + backward of cross entropy over X·Wᵀ with
+npugrad's fused kernels (`npugrad.ops.linear_cross_entropy`: the online max/sum forward, the
+collectives, the loss, the fused gradient; no BT×V buffer anywhere) against PyTorch eager
+(`F.cross_entropy(X @ W.T, y)` + `backward()`), in one run on the same inputs:
+
+  1. forward + backward, per dtype: time and peak extra memory, ratio to PyTorch eager;
+  2. the forward alone (one GEMM's worth of FLOPs, 2·BT·H·V) against the machine's SGEMM
+     ceiling (NumPy 4096³) measured in the same run;
+  3. the whole step with 50 % of the rows ignored (`ignore_index`), against none ignored.
+
+Every contender runs in its own process (bench/common.py): peak extra memory is its own, and
+includes the gradients it returns (both sides allocate them). Threads: `--threads` (2).
+
+    .venv/bin/python bench/loss.py                    # BT=4096 H=4096 V=32000, float32 and bfloat16
+    .venv/bin/python bench/loss.py --quick            # BT=1024 H=1024 V=8192, float32
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np
+
+from bench.common import measure, table
+
+SEED = 0
+
+
+def _inputs(bt: int, h: int, v: int, dtype: str, ignored: float):
+    from npugrad.dtypes import BFLOAT16
+
+    rng = np.random.default_rng(SEED)
+    x = rng.standard_normal((bt, h), dtype=np.float32) * np.float32(h**-0.5)
+    w = rng.standard_normal((v, h), dtype=np.float32) * np.float32(0.02)
+    y = rng.integers(0, v, bt)
+    y[rng.permutation(bt)[: int(round(ignored * bt))]] = -100
+    dt = BFLOAT16 if dtype == "bfloat16" else np.dtype(dtype)
+    return x.astype(dt), w.astype(dt), y
+
+
+def npugrad_step(bt: int, h: int, v: int, dtype: str, ignored: float = 0.0):
+    """Forward + backward through npugrad's fused kernels (compiled on a tiny case first: the
+    kernels are shape-generic, so compiling is not part of the measured calls)."""
+    from npugrad import ops
+
+    tiny = _inputs(64, 32, 256, dtype, ignored)
+    ops.linear_cross_entropy(*tiny)
+    x, w, y = _inputs(bt, h, v, dtype, ignored)
+    return lambda: ops.linear_cross_entropy(x, w, y)
+
+
+def npugrad_forward(bt: int, h: int, v: int, dtype: str):
+    """The forward statistics of one shard holding the whole vocabulary."""
+    from npugrad import ops
+
+    tx, tw, ty = _inputs(64, 32, 256, dtype, 0.0)
+    ops.fused_linear_online_max_sum(tx, tw, ty, 0, 256)
+    x, w, y = _inputs(bt, h, v, dtype, 0.0)
+    return lambda: ops.fused_linear_online_max_sum(x, w, y, 0, v)
+
+
+def torch_step(bt: int, h: int, v: int, dtype: str, ignored: float = 0.0):
+    """PyTorch eager: the logits materialised, cross entropy, autograd."""
+    import torch
+    import torch.nn.functional as F
+
+    torch.set_num_threads(int(os.environ.get("NPUGRAD_THREADS", "2")))
+    tdt = torch.bfloat16 if dtype == "bfloat16" else getattr(torch, dtype)
+    x, w, y = _inputs(bt, h, v, dtype, ignored)
+
+    def tensors(x, w, y):
+        return (torch.from_numpy(np.asarray(x, np.float32)).to(tdt).requires_grad_(),
+                torch.from_numpy(np.asarray(w, np.float32)).to(tdt).requires_grad_(), torch.from_numpy(y))
+
+    def step(X, W, Y):
+        X.grad = W.grad = None
+        F.cross_entropy(X @ W.T, Y, ignore_index=-100).backward()
+        return X.grad, W.grad
+
+    warm = tensors(*_inputs(64, 32, 256, dtype, ignored))
+    step(*warm)
+    big = tensors(x, w, y)
+    return lambda: step(*big)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bt", type=int, default=4096)
+    ap.add_argument("--h", type=int, default=4096)
+    ap.add_argument("--v", type=int, default=32000)
+    ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=900.0, help="per contender, seconds")
+    ap.add_argument("--quick", action="store_true", help="BT=1024 H=1024 V=8192, float32 only")
+    args = ap.parse_args()
+    if args.quick:
+        args.bt, args.h, args.v, args.dtypes = 1024, 1024, 8192, "float32"
+    size = {"bt": args.bt, "h": args.h, "v": args.v}
+    gemm = 2.0 * args.bt * args.h * args.v
+    kw = {"repeats": args.repeats, "warmup": 0, "threads": args.threads, "slow": 60.0, "timeout": args.timeout}
+    n = 4096
+    sgemm = measure(f"SGEMM ceiling (NumPy {n}³)", "bench.contenders:sgemm_numpy", {"n": n}, **kw)
+    ceiling = 2.0 * n**3 / sgemm.median
+    print(f"SGEMM ceiling: {ceiling / 1e9:.1f} GFLOP/s ({args.threads} threads)\n")
+    summary = []
+    for dtype in args.dtypes.split(","):
+        case = {**size, "dtype": dtype}
+        ours = measure("npugrad fused (no BT×V buffer)", "bench.loss:npugrad_step", case, **kw)
+        eager = measure("PyTorch eager (logits materialised)", "bench.loss:torch_step", case, **kw)
+        print(table(f"LM-head loss forward + backward, {dtype}, BT={args.bt} H={args.h} V={args.v}",
+                    [(ours, "3 GEMMs of work"), (eager, "")], eager.name, 3 * gemm) + "\n")
+        fwd = measure("npugrad forward (online max/sum)", "bench.loss:npugrad_forward", case, **kw)
+        print(table(f"forward alone, {dtype}: one GEMM's worth", [(fwd, ""), (sgemm, "n³ float32")],
+                    sgemm.name, gemm) + "\n")
+        half = measure("npugrad fused, 50 % rows ignored", "bench.loss:npugrad_step", {**case, "ignored": 0.5}, **kw)
+        print(table(f"50 % of the rows ignored, {dtype}", [(half, ""), (ours, "none ignored")], ours.name,
+                    None) + "\n")
+        summary.append((dtype, ours, eager, fwd, half))
+    print("targets (issue 14)                         measured")
+    for dtype, ours, eager, fwd, half in summary:
+        print(f"{dtype:<9} time vs PyTorch eager ≤ 1.0×          {ours.median / eager.median:6.2f}×")
+        print(f"{dtype:<9} peak memory vs eager ≤ 1/16            1/{eager.peak_mib / max(ours.peak_mib, 1e-9):.0f}")
+        print(f"{dtype:<9} forward vs SGEMM ceiling ≥ 0.9×       {gemm / fwd.median / ceiling:6.2f}×")
+        print(f"{dtype:<9} 50 % ignored vs none ≤ 0.6×            {half.median / ours.median:6.2f}×")
+
+
+if __name__ == "__main__":
+    main()

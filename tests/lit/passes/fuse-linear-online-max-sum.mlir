@@ -1,0 +1,78 @@
+// fuse-linear-online-max-sum: the forward of one vocabulary shard becomes one nest over vocabulary
+// tiles (outer) and token tiles (inner). Per row, the online maximum and the rescaled sum of
+// exponentials (s := s·exp(m_old − m_new) + Σ exp(z − m_new)) are kept in the outputs; the
+// target's logit is picked up on the tile that holds it; the packed mask and masked targets are
+// written by a loop of their own before the nest. The only scratch is tile-sized: no buffer that
+// grows with V (the BT×V logits exist only when vocab_parallel_logits_out is asked for).
+// RUN: npugrad-opt %s -p 'fuse-linear-online-max-sum{tile_bt=32 tile_v=64}' | FileCheck %s
+
+// CHECK-LABEL: func.func @max_sum(
+// CHECK-DAG:     %[[NEG_INF:.*]] = arith.constant 0xff800000 : f32
+// CHECK-DAG:     %[[CAP:.*]] = arith.constant 3.000000e+01 : f32
+// CHECK:         %logits = memref.alloc() {alignment = 64 : i64, npu.promote = #npu.role<vector>} : memref<32x64xf32>
+// CHECK-NOT:     memref.alloc({{.*}}) {{.*}}: memref<?x?xf32>
+// Eight rows' mask bits make one byte (bit set: the target is not in this shard).
+// CHECK:         scf.for
+// CHECK-COUNT-8:   arith.shli
+// CHECK:           memref.store {{.*}}, %mask[{{.*}}] : memref<?xui8>
+// CHECK:         } {train.role = #train.role<target_masks>}
+// CHECK:         scf.for
+// CHECK:           memref.store %[[NEG_INF]], %m[
+// CHECK:         } {train.role = #train.role<statistics_init>}
+// CHECK:         scf.for
+// CHECK:           scf.for
+// CHECK:             linalg.generic {{.*}}attrs = {train.contraction = #train.contraction<logits, dims = [bt, h, v]>}
+// The softcap, z := cap·tanh(z/cap), on the tile.
+// CHECK:             arith.divf {{.*}}, %[[CAP]] : f32
+// CHECK-NEXT:        math.tanh
+// CHECK-NEXT:        arith.mulf {{.*}}, %[[CAP]] : f32
+// The online max and the rescaled sum (and Σz for label smoothing), per row of the tile.
+// CHECK:             arith.maximumf
+// CHECK:             %[[OLD:.*]] = memref.load %m[
+// CHECK:             %[[NEW:.*]] = arith.maximumf %[[OLD]],
+// CHECK:             math.exp
+// CHECK:             %[[DIFF:.*]] = arith.subf %[[OLD]], %[[NEW]] : f32
+// CHECK-NEXT:        %[[SCALE:.*]] = math.exp %[[DIFF]] : f32
+// CHECK:             memref.store %[[NEW]], %m[
+// CHECK:             memref.store {{.*}}, %sz[
+// The target's logit where this tile holds it.
+// CHECK:             scf.if
+// CHECK:               memref.store {{.*}}, %p[
+// CHECK:           } {train.role = #train.role<token_loop>}
+// CHECK-NEXT:    } {train.fused = #train.fused<"train.fused_linear_online_max_sum", #train.tiles<bt = 32, v = 64>>}
+// Afterwards: the target logit relative to the max; ignored rows' statistics are 0.
+// CHECK:         scf.for
+// CHECK:           arith.cmpi eq, {{.*}} : i64
+// CHECK:         } {train.role = #train.role<statistics_final>}
+// CHECK-NOT:     train.fused_linear_online_max_sum input(
+func.func @max_sum(%x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %t: memref<?xi64>,
+                   %m: memref<?xf32>, %s: memref<?xf32>, %p: memref<?xf32>, %mask: memref<?xui8>,
+                   %mt: memref<?xi64>, %sz: memref<?xf32>) {
+  train.fused_linear_online_max_sum input(%x : memref<?x?xbf16>) weight(%w : memref<?x?xbf16>)
+      target(%t : memref<?xi64>) -> logits_max_local_out(%m : memref<?xf32>)
+      sum_exp_logits_local_out(%s : memref<?xf32>) predicted_logits_local_out(%p : memref<?xf32>)
+      target_mask_out(%mask : memref<?xui8>) masked_target_out(%mt : memref<?xi64>)
+      sum_logits_local_out(%sz : memref<?xf32>)
+      {vocab_start_index = 1000 : i64, vocab_end_index = 1300 : i64, softcap = 30.0 : f64, ignore_index = -100 : i64}
+  func.return
+}
+
+// With the logits asked for, they are written tile by tile into the (BT, V) output: still no
+// scratch that grows with V.
+// CHECK-LABEL: func.func @with_logits(
+// CHECK:         %logits = memref.alloc() {{.*}} : memref<32x64xf32>
+// CHECK:         linalg.generic {{.*}}#train.contraction<logits
+// CHECK:         %[[Z:.*]] = memref.subview %z[{{.*}}] : memref<100x300xf32> to memref<?x?xf32, strided<[300, 1], offset: ?>>
+// CHECK:         memref.store {{.*}}, %[[Z]][
+// CHECK:       } {train.fused = #train.fused<"train.fused_linear_online_max_sum"
+func.func @with_logits(%x: memref<100x48xf32>, %w: memref<300x48xf32>, %t: memref<100xi32>,
+                       %m: memref<100xf32>, %s: memref<100xf32>, %p: memref<100xf32>,
+                       %mask: memref<13xui8>, %mt: memref<100xi32>, %z: memref<100x300xf32>) {
+  train.fused_linear_online_max_sum input(%x : memref<100x48xf32>) weight(%w : memref<300x48xf32>)
+      target(%t : memref<100xi32>) -> logits_max_local_out(%m : memref<100xf32>)
+      sum_exp_logits_local_out(%s : memref<100xf32>) predicted_logits_local_out(%p : memref<100xf32>)
+      target_mask_out(%mask : memref<13xui8>) masked_target_out(%mt : memref<100xi32>)
+      vocab_parallel_logits_out(%z : memref<100x300xf32>)
+      {vocab_start_index = 0 : i64, vocab_end_index = 300 : i64}
+  func.return
+}

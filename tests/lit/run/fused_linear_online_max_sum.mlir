@@ -1,0 +1,38 @@
+// --stage run of the forward statistics on random valid operands (targets spread over and
+// outside the shard), fused (default), unfused, and tiled for both shipped targets, checked
+// against the NumPy reference: statistics in float32, the mask and masked targets exactly.
+// RUN: npugrad-opt %examples/flce_forward.mlir --stage run --seed 3 | FileCheck %s
+// RUN: npugrad-opt %examples/flce_forward.mlir --stage run --no-fuse | FileCheck %s
+// RUN: npugrad-opt %examples/flce_forward.mlir --stage run --target npu-a2 | FileCheck %s
+// RUN: npugrad-opt %examples/flce_forward.mlir --stage run --target host | FileCheck %s
+// RUN: npugrad-opt %s --stage run --entry every_option | FileCheck %s --check-prefix=ALL
+// RUN: npugrad-opt %s --stage run --entry every_option --target npu-a2 | FileCheck %s --check-prefix=ALL
+
+// CHECK: @flce_forward: compiled in {{.*}} ms, ran in {{.*}} ms
+// CHECK: logits_max_local_out {{ *}}(100,) {{ *}}float32 {{.*}} ok
+// CHECK: sum_exp_logits_local_out {{ *}}(100,) {{ *}}float32 {{.*}} ok
+// CHECK: predicted_logits_local_out (100,) {{ *}}float32 {{.*}} ok
+// CHECK: target_mask_out {{ *}}(13,) {{ *}}uint8 {{ *}}0.00e+00 {{.*}} ok
+// CHECK: masked_target_out {{ *}}(100,) {{ *}}int64 {{ *}}0.00e+00 {{.*}} ok
+
+// Sizes no tile divides, the logits and Σz asked for, the softcap and ignored rows.
+// ALL: @every_option
+// ALL: logits_max_local_out {{.*}} ok
+// ALL: sum_exp_logits_local_out {{.*}} ok
+// ALL: predicted_logits_local_out {{.*}} ok
+// ALL: target_mask_out {{.*}} ok
+// ALL: masked_target_out {{.*}} ok
+// ALL: vocab_parallel_logits_out (37, 203) {{ *}}float16 {{.*}} ok
+// ALL: sum_logits_local_out {{.*}} ok
+func.func @every_option(%x: memref<37x19xf16>, %w: memref<203x19xf16>, %t: memref<37xi32>,
+                        %m: memref<37xf32>, %s: memref<37xf32>, %p: memref<37xf32>,
+                        %mask: memref<5xui8>, %mt: memref<37xi32>, %z: memref<37x203xf16>,
+                        %sz: memref<37xf32>) {
+  train.fused_linear_online_max_sum input(%x : memref<37x19xf16>) weight(%w : memref<203x19xf16>)
+      target(%t : memref<37xi32>) -> logits_max_local_out(%m : memref<37xf32>)
+      sum_exp_logits_local_out(%s : memref<37xf32>) predicted_logits_local_out(%p : memref<37xf32>)
+      target_mask_out(%mask : memref<5xui8>) masked_target_out(%mt : memref<37xi32>)
+      vocab_parallel_logits_out(%z : memref<37x203xf16>) sum_logits_local_out(%sz : memref<37xf32>)
+      {vocab_start_index = 400 : i64, vocab_end_index = 603 : i64, softcap = 2.0 : f64, ignore_index = -100 : i64}
+  func.return
+}

@@ -1,0 +1,42 @@
+// The forward statistics tiled for each shipped target: GEMM 1's operands in the matrix levels
+// and its float32 accumulator in the accumulator level, the logit tile in the vector level, DMA
+// copies in and out; the blocks split the work by token tiles (each owns its rows' statistics,
+// so no two blocks write the same row: bit-identical for any block count) and the packed mask
+// by bytes. Run on both, checked against the reference.
+// RUN: npugrad-opt %examples/flce_forward.mlir --target npu-a2 --stage tiled | FileCheck %s --check-prefix=NPU
+// RUN: npugrad-opt %examples/flce_forward.mlir --target host --stage tiled | FileCheck %s --check-prefix=HOST
+// RUN: npugrad-opt %examples/flce_forward.mlir --target npu-a2 --stage run | FileCheck %s --check-prefix=EXEC
+
+// NPU-DAG:   %gemm1_acc = npu.alloc_local {double_buffer} : memref<128x128xf32, #npu.mem<l0c>>
+// NPU-DAG:   %gemm1_rhs = npu.alloc_local {double_buffer} : memref<128x128xbf16, #npu.mem<l0b>>
+// NPU-DAG:   %gemm1_lhs = npu.alloc_local {double_buffer} : memref<128x128xbf16, #npu.mem<l0a>>
+// NPU-DAG:   %logits = npu.alloc_local {double_buffer} : memref<128x128xf32, #npu.mem<ub>>
+// NPU-DAG:   %[[BID:.*]] = npu.block_idx
+// NPU-DAG:   %[[NBLK:.*]] = npu.block_dim
+// The mask bytes, a contiguous range per block.
+// NPU:       %[[LO:.*]] = arith.muli %[[BID]], %{{.*}} : index
+// NPU:       scf.for %{{.*}} = %[[LO]] to %{{.*}} step
+// NPU:       } {train.role = #train.role<target_masks>}
+// NPU:       } {train.role = #train.role<statistics_init>}
+// Vocabulary tiles outer; each block walks its own token tiles inside.
+// NPU:       scf.for
+// NPU:         scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} {
+// NPU:           npu.copy %{{.*}}, %{{.*}} : memref<?x?xf32, strided<[128, 1], offset: ?>, #npu.mem<ub>>, memref<?x?xf32, strided<[128, 1]>, #npu.mem<l0c>>
+// NPU:           npu.copy %{{.*}}, %{{.*}} : memref<?x?xbf16, strided<[48, 1], offset: ?>>, memref<?x?xbf16, strided<[128, 1]>, #npu.mem<l0a>>
+// NPU:           npu.copy %{{.*}}, %{{.*}} : memref<?x?xbf16, strided<[128, 1], offset: ?>>, memref<?x?xbf16, strided<[128, 1]>, #npu.mem<l0b>>
+// NPU:           linalg.generic {{.*}} ins({{.*}}#npu.mem<l0a>>, {{.*}}#npu.mem<l0b>>) outs({{.*}}#npu.mem<l0c>>)
+// NPU:           npu.copy %{{.*}}, %{{.*}} : memref<?x?xf32, strided<[128, 1]>, #npu.mem<l0c>>, memref<?x?xf32, strided<[128, 1], offset: ?>, #npu.mem<ub>>
+// NPU:           math.exp
+// NPU:         } {train.role = #train.role<token_loop>}
+// NPU:       } {train.fused = #train.fused<"train.fused_linear_online_max_sum", #train.tiles<bt = 128, v = 128, h = 128>>}
+// NPU:       } {train.role = #train.role<statistics_final>}
+
+// The host has one level (the last-level cache): the same nest with its own tiles.
+// HOST:      npu.alloc_local : memref<{{.*}}xf32, #npu.mem<l2>>
+// HOST:      } {train.fused = #train.fused<"train.fused_linear_online_max_sum", #train.tiles<
+
+// EXEC: logits_max_local_out {{.*}} ok
+// EXEC: sum_exp_logits_local_out {{.*}} ok
+// EXEC: predicted_logits_local_out {{.*}} ok
+// EXEC: target_mask_out {{.*}} ok
+// EXEC: masked_target_out {{.*}} ok

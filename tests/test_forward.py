@@ -1,0 +1,365 @@
+"""The forward companions of the linear cross-entropy gradient (FORWARD.md §1, §2), the backward's
+extensions (§4) and the whole loss across shards (§3): against the NumPy references on fresh
+random inputs, against PyTorch autograd where it is installed, bit-identical for any number of
+threads, and the reject rules through the Python API."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import FLOAT_DTYPES, assert_close
+
+from npugrad import aclnn, ops
+from npugrad.collectives import InProcess
+from npugrad.compiler import Pipeline
+from npugrad.dtypes import BFLOAT16
+from npugrad.recipes import recipe_of
+from npugrad.reference import forward
+from npugrad.runtime import pool
+from npugrad.runtime.launch import using
+
+MAX_SUM = recipe_of("fused_linear_online_max_sum")
+LOSS = recipe_of("fused_cross_entropy_loss_with_max_sum")
+FLCE = recipe_of("fused_linear_cross_entropy_loss_grad")
+
+
+
+def _check_all(got: dict, want: dict) -> None:
+    assert set(got) == set(want)
+    for name in want:
+        assert_close(got[name], want[name])
+
+
+def _max_sum(rng, bt, h, v, dtype, start=0, target_dtype=np.int64, **props):
+    shapes = {"input": (bt, h), "weight": (v, h), "target": (bt,)}
+    if props.pop("logits", False):
+        shapes["vocab_parallel_logits_out"] = (bt, v)
+    if props.pop("sum_logits", False):
+        shapes["sum_logits_local_out"] = (bt,)
+    dtypes = {"input": dtype, "weight": dtype, "target": np.dtype(target_dtype), "vocab_parallel_logits_out": dtype}
+    props = {"vocab_start_index": start, "vocab_end_index": start + v, **props}
+    return MAX_SUM.random_inputs(shapes, dtypes, props, rng), props
+
+
+# -- fused_linear_online_max_sum ------------------------------------------------------------------
+
+SIZES = [(75, 40, 300), (1, 8, 1), (200, 33, 129), (64, 64, 256), (0, 16, 50), (9, 1, 7)]
+
+
+@pytest.mark.parametrize(("bt", "h", "v"), SIZES, ids=str)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_max_sum_matches_reference(rng, bt, h, v, dtype):
+    a, props = _max_sum(rng, bt, h, v, dtype, start=2 * v)
+    _check_all(MAX_SUM.call_api(dict(a), props), MAX_SUM.reference(a, props))
+
+
+@pytest.mark.parametrize("options", [{"softcap": 10.0}, {"ignore_index": -100}, {"logits": True, "sum_logits": True},
+                                     {"softcap": 3.0, "ignore_index": 7, "logits": True, "sum_logits": True}], ids=str)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_max_sum_options_match_reference(rng, options, dtype):
+    a, props = _max_sum(rng, 150, 48, 260, dtype, start=0, target_dtype=np.int32, **options)
+    _check_all(MAX_SUM.call_api(dict(a), props), MAX_SUM.reference(a, props))
+
+
+def test_max_sum_mask_padding_bits_are_one_and_targets_masked(rng):
+    a, props = _max_sum(rng, 13, 8, 20, np.float32, start=100)
+    a["target"] = np.array([99, 100, 119, 120, -100, 105, 0, 200, 101, 110, 118, 5, 119], np.int64)
+    got = MAX_SUM.call_api(dict(a), props)
+    outside = np.array([1, 0, 0, 1, 1, 0, 1, 1, 0, 0, 0, 1, 0], bool)
+    bits = np.unpackbits(got["target_mask_out"], bitorder="little")
+    assert bits[:13].tolist() == outside.astype(int).tolist() and bits[13:].tolist() == [1, 1, 1]
+    assert got["masked_target_out"].tolist() == np.where(outside, 0, a["target"] - 100).tolist()
+    assert np.all(got["predicted_logits_local_out"][outside] == 0)
+
+
+def test_max_sum_statistics_are_the_logits(rng):
+    """m and s are the max and sum of exp of X·Wᵀ: the global softmax of one shard sums to 1."""
+    a, props = _max_sum(rng, 20, 16, 40, np.float32, logits=True)
+    got = MAX_SUM.call_api(dict(a), props)
+    z = got["vocab_parallel_logits_out"]
+    np.testing.assert_allclose(got["logits_max_local_out"], z.max(axis=1), rtol=1e-6)
+    np.testing.assert_allclose((np.exp(z - z.max(1)[:, None]) / got["sum_exp_logits_local_out"][:, None]).sum(1), 1,
+                               rtol=1e-5)
+
+
+# -- fused_cross_entropy_loss_with_max_sum ---------------------------------------------------------
+
+@pytest.mark.parametrize("example", list(LOSS.examples()), ids=lambda e: f"{e.label}-{e.dtypes.get('vocab_parallel_logits', '')}")
+def test_loss_matches_reference(rng, example):
+    a = LOSS.random_inputs(dict(example.shapes), dict(example.dtypes), example.props, rng)
+    _check_all(LOSS.call_api(dict(a), example.props), LOSS.reference(a, example.props))
+
+
+def test_loss_softmax_rows_spread_over_blocks_are_bit_identical(rng):
+    bt, v = 1000, 300
+    shapes = {"logits_max": (bt,), "sum_exp_logits": (bt,), "predicted_logits": (bt,), "vocab_parallel_logits": (bt, v)}
+    a = LOSS.random_inputs(shapes, dict.fromkeys(shapes, np.dtype(np.float32)), {}, rng)
+    results = []
+    for n in (1, 2, 3):
+        pool.set_threads(n)
+        results.append(LOSS.call_api(dict(a), {}))
+    pool.set_threads(2)
+    for r in results[1:]:
+        for k in r:
+            assert r[k].tobytes() == results[0][k].tobytes()
+    _check_all(results[0], LOSS.reference(a, {}))
+
+
+# -- the backward's extensions ---------------------------------------------------------------------
+
+EXTENSIONS = [{"label_smoothing": 0.1, "vocab_size": 777}, {"z_loss": 1e-2}, {"softcap": 4.0},
+              {"label_smoothing": 0.2, "vocab_size": 500, "z_loss": 1e-3, "softcap": 8.0}]
+
+
+@pytest.mark.parametrize("extra", EXTENSIONS, ids=str)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("fuse", [True, False], ids=["fused", "unfused"])
+def test_flce_extensions_match_reference(rng, extra, dtype, fuse):
+    bt, h, v = 69, 40, 131
+    shapes = {"grad": (bt,), "input": (bt, h), "weight": (v, h), "target_mask": ((bt + 7) // 8,), "masked_target": (bt,),
+              "logits_max": (bt,), "sum_exp_logits": (bt,)}
+    dtypes = dict.fromkeys(shapes, np.dtype(np.float32)) | {"input": dtype, "weight": dtype,
+                                                            "target_mask": np.dtype(np.uint8),
+                                                            "masked_target": np.dtype(np.int64)}
+    a = FLCE.random_inputs(shapes, dtypes, extra, rng)
+    with using(Pipeline(fuse=fuse)):
+        _check_all(FLCE.call_api(dict(a), extra), FLCE.reference(a, extra))
+
+
+def test_flce_label_smoothing_in_high_performance_mode(rng):
+    bt, h, v = 40, 24, 200
+    extra = {"label_smoothing": 0.1, "vocab_size": 600}
+    shapes = {"grad": (bt,), "input": (bt, h), "weight": (v, h), "target_mask": (bt,), "masked_target": (bt,),
+              "softmax": (bt, v)}
+    dtypes = dict.fromkeys(shapes, np.dtype(np.float32)) | {"target_mask": np.dtype(np.bool_),
+                                                            "masked_target": np.dtype(np.int32)}
+    a = FLCE.random_inputs(shapes, dtypes, extra, rng)
+    _check_all(FLCE.call_api(dict(a), extra), FLCE.reference(a, extra))
+
+
+def _flce_case(rng, bt=30, h=16, v=50):
+    shapes = {"grad": (bt,), "input": (bt, h), "weight": (v, h), "target_mask": ((bt + 7) // 8,), "masked_target": (bt,),
+              "logits_max": (bt,), "sum_exp_logits": (bt,)}
+    dtypes = dict.fromkeys(shapes, np.dtype(np.float32)) | {"target_mask": np.dtype(np.uint8),
+                                                            "masked_target": np.dtype(np.int64)}
+    return FLCE.random_inputs(shapes, dtypes, {}, rng)
+
+
+def test_flce_rows_with_zero_grad_are_left_out_of_the_kernel(rng, monkeypatch):
+    """Rows whose upstream gradient is 0 add nothing: the kernel runs on the others only (time
+    follows the rows that count), and the result is the reference's."""
+    import npugrad.ops.flce as flce_api
+
+    a = _flce_case(rng)
+    zero = rng.random(30) < 0.5
+    a["grad"][zero] = 0
+    a["grad"][np.flatnonzero(zero)[:1]] = -0.0
+    seen = []
+
+    class Spy(flce_api.Call):
+        def __post_init__(self):
+            seen.append(self.arrays["input"].shape[0])
+            super().__post_init__()
+
+    monkeypatch.setattr(flce_api, "Call", Spy)
+    gi, gw = FLCE.call_api(dict(a), {}).values()
+    assert seen == [int((~zero).sum())]
+    assert np.all(gi[zero] == 0)
+    want = FLCE.reference(a, {})
+    assert_close(gi, want["input_grad_out"])
+    assert_close(gw, want["weight_grad_out"])
+
+
+def test_flce_zero_grad_rows_contribute_nothing_even_non_finite(rng):
+    """A row with g = 0 contributes nothing (FORWARD.md §4), NaN or Inf in it included: it is
+    not computed at all (0·Inf would be NaN)."""
+    a = _flce_case(rng)
+    a["grad"][:10] = 0
+    a["input"][3, 2] = np.inf
+    a["sum_exp_logits"][5] = np.nan
+    a["logits_max"][7] = -np.inf
+    gi, gw = FLCE.call_api(dict(a), {}).values()
+    want = FLCE.reference(a, {})
+    assert np.all(gi[:10] == 0) and np.all(np.isfinite(gi)) and np.all(np.isfinite(gw))
+    assert_close(gi, want["input_grad_out"])
+    assert_close(gw, want["weight_grad_out"])
+
+
+# -- the whole loss ------------------------------------------------------------------------------
+
+OPTIONS = [{}, {"label_smoothing": 0.1}, {"z_loss": 1e-3}, {"softcap": 30.0}, {"ignore_index": -100},
+           {"label_smoothing": 0.1, "z_loss": 1e-3, "softcap": 5.0, "ignore_index": -100}]
+
+
+def _loss_case(rng, bt, h, k, dtype, ignored=0.2):
+    x = rng.standard_normal((bt, h)).astype(np.float32)
+    w = (rng.standard_normal((k, h)) * 0.5).astype(np.float32)
+    y = rng.integers(0, k, bt)
+    y[rng.random(bt) < ignored] = -100
+    return x.astype(dtype), w.astype(dtype), y
+
+
+def _uneven(w: np.ndarray, shards: int) -> list[np.ndarray]:
+    cuts = np.linspace(0, w.shape[0], shards + 1).astype(int)
+    cuts[1:-1] += 7
+    return [w[a:b] for a, b in zip(cuts, cuts[1:], strict=False)]
+
+
+def _torch_loss(x, w, y, reduction, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=0.0):
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+
+    X = torch.tensor(np.asarray(x, np.float32), dtype=torch.float64, requires_grad=True)
+    W = torch.tensor(np.asarray(w, np.float32), dtype=torch.float64, requires_grad=True)
+    Z = X @ W.T
+    if softcap:
+        Z = softcap * torch.tanh(Z / softcap)
+    Y = torch.tensor(y)
+    keep = Y != ignore_index
+    per = F.cross_entropy(Z, Y, ignore_index=ignore_index, label_smoothing=label_smoothing, reduction="none")
+    per = per + z_loss * torch.logsumexp(Z, 1) ** 2 * keep
+    n = int(keep.sum())
+    total = {"mean": per.sum() / n, "sum": per.sum(), "none": per}[reduction]
+    (total.sum() if reduction == "none" else total).backward()
+    return total.detach().numpy(), X.grad.numpy(), W.grad.numpy()
+
+
+@pytest.mark.parametrize("shards", [1, 2, 3])
+@pytest.mark.parametrize("options", OPTIONS, ids=str)
+def test_whole_loss_matches_torch_autograd(rng, shards, options):
+    x, w, y = _loss_case(rng, 61, 24, 300, np.float32, ignored=0.2 if "ignore_index" in options else 0.0)
+    for reduction in ("mean", "sum", "none"):
+        got = ops.linear_cross_entropy(x, _uneven(w, shards), y, reduction=reduction, **options)
+        want = _torch_loss(x, w, y, reduction, **{k: v for k, v in options.items()})
+        assert_close(got.loss, want[0])
+        assert_close(got.input_grad, want[1])
+        assert_close(np.concatenate(got.weight_grad), want[2])
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_whole_loss_every_dtype(rng, dtype):
+    x, w, y = _loss_case(rng, 50, 32, 200, dtype)
+    options = {"label_smoothing": 0.1, "z_loss": 1e-3, "softcap": 10.0}
+    got = ops.linear_cross_entropy(x, w, y, shards=2, **options)
+    want = _torch_loss(x, w, y, "mean", **options)
+    assert got.input_grad.dtype == dtype and got.weight_grad.dtype == dtype and got.weight_grad.shape == w.shape
+    assert_close(got.loss, want[0], np.float32)
+    assert_close(got.input_grad, want[1])
+    assert_close(got.weight_grad, want[2])
+
+
+def test_whole_loss_empty_batch_and_all_ignored(rng):
+    x, w, y = _loss_case(rng, 0, 8, 40, np.float32)
+    r = ops.linear_cross_entropy(x, w, y, shards=2)
+    assert np.isnan(r.loss) and r.input_grad.shape == (0, 8) and np.all(r.weight_grad == 0)
+    x, w, y = _loss_case(rng, 10, 8, 40, np.float32)
+    y[:] = -100
+    r = ops.linear_cross_entropy(x, w, y, reduction="sum")
+    assert r.loss == 0 and np.all(r.input_grad == 0) and np.all(r.weight_grad == 0)
+
+
+def test_whole_loss_leaves_ignored_rows_out(rng):
+    """Ignored rows are not in the kernels: their gradient is 0 whatever their input holds."""
+    x, w, y = _loss_case(rng, 40, 8, 60, np.float32, ignored=0.5)
+    x[y == -100] = np.inf
+    r = ops.linear_cross_entropy(x, w, y)
+    assert np.all(np.isfinite(r.weight_grad)) and np.all(r.input_grad[y == -100] == 0)
+
+
+def test_collectives_in_process():
+    g = InProcess()
+    a, b = np.array([1.0, 5.0], np.float32), np.array([3.0, 2.0], np.float32)
+    assert g.all_reduce([a, b], "max").tolist() == [3.0, 5.0]
+    assert g.all_reduce([a, b], "sum").tolist() == [4.0, 7.0]
+    assert a.tolist() == [1.0, 5.0]  # inputs untouched
+    with pytest.raises(ValueError, match="op must be"):
+        g.all_reduce([a], "min")
+
+
+def test_reference_combines_shards_like_one(rng):
+    """FORWARD.md §3 over uneven shards gives the one-shard statistics."""
+    x, w, y = _loss_case(rng, 30, 12, 100, np.float32)
+    whole = forward.fused_linear_online_max_sum(x, w, y, 0, 100)
+    parts, start = [], 0
+    for piece in _uneven(w, 3):
+        parts.append(forward.fused_linear_online_max_sum(x, piece, y, start, start + piece.shape[0]))
+        start += piece.shape[0]
+    g = forward.combine_shards(parts)
+    # BLAS may round a shard's X·Wᵀ differently from the whole's (its blocking follows the shape).
+    np.testing.assert_allclose(g.logits_max, whole.logits_max, rtol=1e-6)
+    np.testing.assert_allclose(g.sum_exp_logits, whole.sum_exp_logits, rtol=1e-5)
+    np.testing.assert_allclose(g.predicted_logits, whole.predicted_logits, rtol=1e-5, atol=1e-6)
+
+
+# -- threads and pipelines -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [np.dtype(np.float32), BFLOAT16], ids=str)
+def test_max_sum_is_bit_identical_for_any_thread_count(rng, dtype):
+    a, props = _max_sum(rng, 333, 40, 250, dtype, logits=True, sum_logits=True, ignore_index=-100)
+    results = []
+    for n in (1, 2, 3):
+        pool.set_threads(n)
+        results.append(MAX_SUM.call_api({k: v.copy() for k, v in a.items()}, props))
+    pool.set_threads(2)
+    for r in results[1:]:
+        for k in r:
+            assert r[k].tobytes() == results[0][k].tobytes(), k
+    _check_all(results[0], MAX_SUM.reference(a, props))
+
+
+@pytest.mark.parametrize("target", ["npu-a2", "host"])
+def test_max_sum_tiled_for_targets(rng, target):
+    a, props = _max_sum(rng, 150, 48, 260, BFLOAT16, softcap=20.0, ignore_index=-100, logits=True)
+    with using(Pipeline(target=target)):
+        _check_all(MAX_SUM.call_api(dict(a), props), MAX_SUM.reference(a, props))
+
+
+# -- rejections ----------------------------------------------------------------------------------
+
+def test_max_sum_rejections_name_op_and_parameter(rng):
+    a, props = _max_sum(rng, 10, 8, 20, np.float32, start=5)
+    f = ops.fused_linear_online_max_sum
+    with pytest.raises(ValueError, match="fused_linear_online_max_sum:.*vocab_end_index.*V = weight.shape\\[0\\] = 20"):
+        f(a["input"], a["weight"], a["target"], 5, 24)
+    with pytest.raises(ValueError, match="fused_linear_online_max_sum:.*'vocab_start_index' must be >= 0"):
+        f(a["input"], a["weight"], a["target"], -1, 19)
+    with pytest.raises(TypeError, match="fused_linear_online_max_sum: parameter 'target' must have dtype int32 or int64"):
+        f(a["input"], a["weight"], a["target"].astype(np.float32), 5, 25)
+    with pytest.raises(TypeError, match="fused_linear_online_max_sum: parameter 'weight' must have the dtype of 'input'"):
+        f(a["input"], a["weight"].astype(np.float16), a["target"], 5, 25)
+    with pytest.raises(ValueError, match="'softcap' must be a finite"):
+        f(a["input"], a["weight"], a["target"], 5, 25, softcap=float("inf"))
+    with pytest.raises(ValueError, match="weight.*at least one row"):
+        f(a["input"], a["weight"][:0], a["target"], 5, 5)
+
+
+def test_loss_and_flce_extension_rejections():
+    m = np.zeros(4, np.float32)
+    f = ops.fused_cross_entropy_loss_with_max_sum
+    with pytest.raises(ValueError, match="'label_smoothing' needs parameter 'sum_logits'"):
+        f(m, m + 1, m, 0.1, vocab_size=10)
+    with pytest.raises(ValueError, match="'label_smoothing' = 0.1 needs 'vocab_size'"):
+        f(m, m + 1, m, 0.1, sum_logits=m)
+    with pytest.raises(ValueError, match="'ignore_index' and parameter 'target' go together"):
+        f(m, m + 1, m, ignore_index=-100)
+    with pytest.raises(ValueError, match="'label_smoothing' must be in \\[0, 1\\)"):
+        f(m, m + 1, m, 1.0, sum_logits=m, vocab_size=10)
+
+
+def test_aclnn_forward_two_phase(rng):
+    a, props = _max_sum(rng, 20, 8, 30, np.float32, start=10)
+    outs = [np.full(20, np.nan, np.float32) for _ in range(3)] + [np.zeros(3, np.uint8), np.zeros(20, np.int64)]
+    size, ex = aclnn.aclnnFusedLinearOnlineMaxSumGetWorkspaceSize(a["input"], a["weight"], a["target"], 10, 40, *outs)
+    assert size == 0
+    aclnn.aclnnFusedLinearOnlineMaxSum(None, size, ex)
+    want = MAX_SUM.reference(a, props)
+    assert_close(outs[0], want["logits_max_local_out"])
+    assert outs[3].tobytes() == want["target_mask_out"].tobytes()
+    loss = np.zeros(20, np.float32)
+    size, ex = aclnn.FusedCrossEntropyLossWithMaxSum.get_workspace_size(outs[0], outs[1], outs[2], 0.0, None, None,
+                                                                        None, loss)
+    aclnn.execute(None, ex)
+    assert_close(loss, np.log(outs[1]) - outs[2])
+    with pytest.raises(ValueError, match="'inputOptional' must be null"):
+        aclnn.FusedCrossEntropyLossWithMaxSum.get_workspace_size(outs[0], outs[1], outs[2], 0.0, a["input"], None,
+                                                                 None, loss)
