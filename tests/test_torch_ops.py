@@ -8,6 +8,7 @@ import inspect
 
 import numpy as np
 import pytest
+from xdsl.irdl import OptOperandDef
 
 from npugrad.recipes import recipes
 
@@ -36,32 +37,63 @@ def test_every_op_is_a_torch_operator_with_a_schema_from_its_recipe():
             f"npugrad::{recipe.op.short_name()}(")
 
 
+def test_the_forward_operators_take_the_api_keywords_and_return_optional_outputs():
+    max_sum = next(r for r in RECIPES if r.op.short_name() == "fused_linear_online_max_sum")
+    assert kernels.schema(max_sum).endswith(
+        "int vocab_end_index, *, float softcap=0.0, int? ignore_index=None, bool return_logits=False, "
+        "bool return_sum_logits=False) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor?, Tensor?)")
+    g = torch.Generator().manual_seed(7)
+    x, w = torch.randn(10, 8, generator=g).bfloat16(), torch.randn(30, 8, generator=g).bfloat16()
+    t = torch.randint(0, 30, (10,), generator=g)
+    plain = torch.ops.npugrad.fused_linear_online_max_sum(x, w, t, 0, 30)
+    assert plain[5] is None and plain[6] is None
+    stats = torch.ops.npugrad.fused_linear_online_max_sum(x, w, t, 0, 30, return_logits=True)
+    assert stats[5].shape == (10, 30) and stats[5].dtype == torch.bfloat16 and stats[6] is None
+    loss, softmax = torch.ops.npugrad.fused_cross_entropy_loss_with_max_sum(*stats[:3])
+    assert softmax is None
+    torch.testing.assert_close(loss, F.cross_entropy(x.float() @ w.float().T, t, reduction="none"))
+
+
+def _asks_optional_outputs(recipe, example) -> bool:
+    return any(n in example.shapes for n, d in recipe.op.get_irdl_definition().operands
+               if isinstance(d, OptOperandDef) and recipe.op.operand_roles()[n] == "out")
+
+
 def _operator_args(recipe, example):
+    """Arrays by operand name; the operator's positional arguments and keyword arguments."""
     arrays = recipe.random_inputs(example.shapes, example.dtypes, example.props, np.random.default_rng(5))
     values = {k: to_torch(np.ascontiguousarray(v)) for k, v in arrays.items()}
-    args = []
+    asked = _asks_optional_outputs(recipe, example)
+    args, kwargs = [], {}
     for p in kernels.parameters(recipe):
         if p.kind.startswith("Tensor"):
-            args.append(values.get(p.name))
+            value = values.get(p.name)
         elif p.name in example.props:
-            args.append(example.props[p.name])
+            value = example.props[p.name]
+        elif p.kind == "bool" and p.name not in recipe.op.get_irdl_definition().properties:
+            value = asked  # a switch for optional outputs (return_logits)
         else:
             assert p.default is not inspect.Parameter.empty, p
-            args.append(p.default)
-    return arrays, args
+            value = p.default
+        if p.keyword_only:
+            kwargs[p.schema_name] = value
+        else:
+            args.append(value)
+    return arrays, args, kwargs
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.op.short_name())
 def test_every_operator_passes_opcheck_and_matches_the_api(recipe):
-    example = next(iter(recipe.examples()))
-    arrays, args = _operator_args(recipe, example)
+    examples = list(recipe.examples())  # the first asking for optional outputs, else the first
+    example = next((e for e in examples if _asks_optional_outputs(recipe, e)), examples[0])
+    arrays, args, kwargs = _operator_args(recipe, example)
     op = getattr(torch.ops.npugrad, recipe.op.short_name()).default
-    opcheck(op, tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args))
+    opcheck(op, tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args), kwargs)
     want = recipe.call_api({k: np.ascontiguousarray(v).copy() for k, v in arrays.items()}, example.props)
-    result = op(*args)
+    result = op(*args, **kwargs)
     outputs = [n for n, r in recipe.op.operand_roles().items() if r == "out"]
-    got = dict(zip(outputs, result if isinstance(result, tuple) else (result,))) if outputs else {
-        p.name: a for p, a in zip(kernels.parameters(recipe), args) if p.kind.endswith("!)")}
+    got = {k: v for k, v in zip(outputs, result if isinstance(result, tuple) else (result,)) if v is not None} \
+        if outputs else {p.name: a for p, a in zip(kernels.parameters(recipe), args) if p.kind.endswith("!)")}
     assert set(got) == set(want)
     for name, w in want.items():
         assert np.array_equal(got[name].view(torch.int16 if got[name].dtype == torch.bfloat16 else got[name].dtype)

@@ -1,16 +1,17 @@
 """Losses and layers for PyTorch models whose backward is an npugrad kernel: the forward is
-PyTorch's own (ATen), the gradient `torch.ops.npugrad.<op>` (kernels.py). Each is a custom
-operator (`torch.ops.npugrad.<name>`) with its autograd formula registered.
+PyTorch's own (ATen) but for the linear cross entropy's (npugrad's forward kernels), the gradient
+`torch.ops.npugrad.<op>` (kernels.py). Each is a custom operator (`torch.ops.npugrad.<name>`)
+with its autograd formula registered.
 
     loss = npugrad.torch.linear_cross_entropy(hidden, lm_head_weight, target)   # LM head + CE
     loss.backward()        # dX, dW: fused_linear_cross_entropy_loss_grad (no BT×V buffer)
 
-| function | forward (PyTorch's) | backward (npugrad kernel) |
+| function | forward | backward (npugrad kernel) |
 |---|---|---|
 | binary_cross_entropy(input, target, weight, reduction) | aten.binary_cross_entropy | binary_cross_entropy_grad |
 | nll_loss(input, target, weight, ignore_index, reduction) | aten.nll_loss_forward | nll_loss_backward |
 | embedding(input, weight, padding_idx, scale_grad_by_freq) | aten.embedding | embedding_dense_backward |
-| linear_cross_entropy(input, weight, target, ignore_index, reduction) | logits' max and sum of exponentials | fused_linear_cross_entropy_loss_grad (memory-saving mode) |
+| linear_cross_entropy(input, weight, target, ignore_index, reduction) | fused_linear_online_max_sum, fused_cross_entropy_loss_with_max_sum | fused_linear_cross_entropy_loss_grad (memory-saving mode) |
 
 Gradients flow to what the kernels compute: BCE and NLL to `input` (not to target or weight, as
 the kernels' ops define them), the embedding to `weight`, the linear cross entropy to `input` and
@@ -18,8 +19,9 @@ the kernels' ops define them), the embedding to `weight`, the linear cross entro
 
 `linear_cross_entropy` is the whole vocabulary on one rank (target_mask = ignored tokens,
 masked_target = target); input and weight in float16 or bfloat16, as the kernel takes them; the
-loss is float32. Its forward computes the logits' statistics in float32 in chunks of tokens:
-when the forward ops (`fused_linear_online_max_sum`, ...) have kernels, they belong there.
+loss is float32. Its forward is two kernels too: fused_linear_online_max_sum (the logits' max,
+sum of exponentials and target logit in one pass over the weight, no BT×V buffer), then
+fused_cross_entropy_loss_with_max_sum.
 """
 
 from __future__ import annotations
@@ -32,10 +34,10 @@ from npugrad.torch import kernels
 
 K = torch.ops.npugrad
 REDUCTIONS = {"none": REDUCTION_NONE, "mean": REDUCTION_MEAN, "sum": REDUCTION_SUM}
-_CHUNK = 1024  # tokens per block of logits in linear_cross_entropy's forward
 
 assert set(kernels.KERNELS) >= {"binary_cross_entropy_grad", "nll_loss_backward", "embedding_dense_backward",
-                                 "fused_linear_cross_entropy_loss_grad"}
+                                 "fused_linear_cross_entropy_loss_grad", "fused_linear_online_max_sum",
+                                 "fused_cross_entropy_loss_with_max_sum"}
 
 
 def _reduction(reduction: str) -> int:
@@ -157,20 +159,14 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, sca
 @torch.library.custom_op("npugrad::linear_cross_entropy", mutates_args=())
 def _linear_cross_entropy(input: Tensor, weight: Tensor, target: Tensor,
                           ignore_index: int) -> tuple[Tensor, Tensor, Tensor]:
-    """Per-token loss, logits' max and sum of exp(logit − max), all float32 (BT,)."""
-    bt = input.shape[0]
-    loss, maxes, sums = (input.new_empty(bt, dtype=torch.float32) for _ in range(3))
-    w = weight.float()
-    for lo in range(0, bt, _CHUNK):
-        hi = min(lo + _CHUNK, bt)
-        z = input[lo:hi].float() @ w.T
-        m = z.max(dim=1).values
-        s = torch.exp(z - m[:, None]).sum(dim=1)
-        t = target[lo:hi]
-        valid = t != ignore_index
-        picked = z.gather(1, torch.where(valid, t, 0)[:, None])[:, 0]
-        loss[lo:hi] = torch.where(valid, torch.log(s) + m - picked, 0.0)
-        maxes[lo:hi], sums[lo:hi] = m, s
+    """Per-token loss, logits' max and sum of exp(logit − max), all float32 (BT,): the forward
+    kernels on one shard holding the whole vocabulary (its max, sum and target logit are the
+    global ones). Ignored rows are computed with target 0 (their statistics stay finite for the
+    backward) and their loss is 0."""
+    ignored = target == ignore_index
+    stats = K.fused_linear_online_max_sum(input, weight, torch.where(ignored, 0, target), 0, weight.shape[0])
+    maxes, sums, predicted = stats[0], stats[1], stats[2]
+    loss, _ = K.fused_cross_entropy_loss_with_max_sum(maxes, sums, predicted, target=target, ignore_index=ignore_index)
     return loss, maxes, sums
 
 

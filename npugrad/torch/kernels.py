@@ -7,9 +7,15 @@ recipe: the schema from the op's operands and properties in the order of its API
 
 Operands the op reads are `Tensor` (`Tensor?` if the op declares them optional), operands it
 updates in place are mutated arguments (`Tensor(a!)`, nothing returned), operands it writes are
-returned (the API's `out=` parameters are not part of the schema). Properties are `int`, `bool`
-or `float` with the API's defaults (a name in RESERVED takes a trailing underscore). A new op gets its operator with no code here; for
+returned (`Tensor?` if optional: None when not asked for; the API's `*_out=` buffers are not
+part of the schema). Properties are `int`, `bool` or `float` with the API's defaults (`int?` when
+the default is None; a name in RESERVED takes a trailing underscore); an API switch that is
+neither (`return_logits=False`) is a `bool`. A new op gets its operator with no code here; for
 `torch.compile` it also needs its outputs' shapes in FAKE (else it runs eagerly only).
+
+    torch.ops.npugrad.fused_linear_online_max_sum(x, w, t, 0, 300, return_logits=True)
+    # (…, int vocab_end_index, *, float softcap=0.0, int? ignore_index=None, bool return_logits=False,
+    #  bool return_sum_logits=False) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor?, Tensor?)
 """
 
 from __future__ import annotations
@@ -37,6 +43,15 @@ FAKE: dict[str, Callable[[Mapping[str, object]], list[tuple[tuple[int, ...], tor
     "embedding_dense_backward": lambda a: [((a["num_weights"], a["grad"].shape[-1]), a["grad"].dtype)],
     "nll_loss_backward": lambda a: [(a["self"].shape, a["self"].dtype)],
     "apply_fused_ema_adam": lambda a: [],
+    "fused_linear_online_max_sum": lambda a: [
+        *[((a["input"].shape[0],), torch.float32)] * 3,
+        ((-(-a["input"].shape[0] // 8),), torch.uint8),
+        (a["target"].shape, a["target"].dtype),
+        ((a["input"].shape[0], a["weight"].shape[0]), a["input"].dtype) if a["return_logits"] else None,
+        ((a["input"].shape[0],), torch.float32) if a["return_sum_logits"] else None],
+    "fused_cross_entropy_loss_with_max_sum": lambda a: [
+        (a["logits_max"].shape, torch.float32),
+        None if a["vocab_parallel_logits"] is None else (a["vocab_parallel_logits"].shape, torch.float32)],
 }
 
 
@@ -52,8 +67,9 @@ class BindingError(TypeError):
 @dataclass(frozen=True)
 class Parameter:
     name: str  # the API's
-    kind: str  # "Tensor", "Tensor?", "Tensor(a!)", "int", "bool", "float"
+    kind: str  # "Tensor", "Tensor?", "Tensor(a!)", "int", "int?", "bool", "float"
     default: object = inspect.Parameter.empty
+    keyword_only: bool = False
 
     @property
     def schema_name(self) -> str:
@@ -95,28 +111,40 @@ def parameters(recipe: OpRecipe) -> list[Parameter]:
     props = op_cls.get_irdl_definition().properties
     result = []
     for p in inspect.signature(recipe.api()).parameters.values():
-        if p.kind is inspect.Parameter.KEYWORD_ONLY:  # outputs given by the caller (out=...)
-            continue
+        keyword = p.kind is inspect.Parameter.KEYWORD_ONLY
         if p.name in roles:
             role = roles[p.name]
             kind = "Tensor(a!)" if role == "inout" else "Tensor?" if p.name in optional or p.default is None else "Tensor"
             if role == "out":
                 continue
+            # torch.library takes no keyword-only tensor: the API's come last of the positional ones.
             result.append(Parameter(p.name, kind, None if kind == "Tensor?" else inspect.Parameter.empty))
         elif p.name in props:
-            result.append(Parameter(p.name, _property_type(op_cls, p.name), p.default))
+            kind = _property_type(op_cls, p.name) + ("?" if p.default is None else "")
+            result.append(Parameter(p.name, kind, p.default, keyword))
+        elif keyword and (p.name == "out" or p.name.endswith("_out")) and p.default is None:  # a buffer for an output
+            continue
+        elif isinstance(p.default, bool):  # a switch of the API (return_logits=False)
+            result.append(Parameter(p.name, "bool", p.default, keyword))
         else:
             raise BindingError(f"{recipe.api().__name__}: parameter '{p.name}' is neither an operand nor a property "
                                f"of '{op_cls.name}'")
+    result.sort(key=lambda p: p.keyword_only)
     # Aliasing annotations need distinct names per mutated argument.
     letters = iter("abcdefghijklmnopqrstuvwxyz")
-    return [Parameter(p.name, f"Tensor({next(letters)}!)", p.default) if p.kind == "Tensor(a!)" else p for p in result]
+    return [Parameter(p.name, f"Tensor({next(letters)}!)", p.default, p.keyword_only) if p.kind == "Tensor(a!)"
+            else p for p in result]
 
 
 def schema(recipe: OpRecipe) -> str:
-    outputs = [n for n, r in recipe.op.operand_roles().items() if r == "out"]
-    returns = "()" if not outputs else "Tensor" if len(outputs) == 1 else f"({', '.join(['Tensor'] * len(outputs))})"
-    return f"({', '.join(p.schema() for p in parameters(recipe))}) -> {returns}"
+    optional = {name for name, d in recipe.op.get_irdl_definition().operands if isinstance(d, OptOperandDef)}
+    outputs = ["Tensor?" if n in optional else "Tensor" for n, r in recipe.op.operand_roles().items() if r == "out"]
+    returns = "()" if not outputs else outputs[0] if len(outputs) == 1 else f"({', '.join(outputs)})"
+    params = parameters(recipe)
+    listed = [p.schema() for p in params if not p.keyword_only]
+    if any(p.keyword_only for p in params):
+        listed += ["*", *(p.schema() for p in params if p.keyword_only)]
+    return f"({', '.join(listed)}) -> {returns}"
 
 
 def _bind(params: list[Parameter], args: tuple, kwargs: dict) -> dict[str, object]:
@@ -146,7 +174,7 @@ def register(recipe: OpRecipe) -> torch.library.CustomOpDef:
 
         def fake(*args, **kwargs):
             values = _bind(params, args, kwargs)
-            outs = [torch.empty(s, dtype=d) for s, d in shapes(values)]
+            outs = [None if o is None else torch.empty(o[0], dtype=o[1]) for o in shapes(values)]
             return None if mutated else outs[0] if len(outs) == 1 else tuple(outs)
 
         op.register_fake(fake)
