@@ -30,12 +30,12 @@ import torch
 from torch import Tensor
 
 from npugrad.ops.common import REDUCTION_MEAN, REDUCTION_NONE, REDUCTION_SUM
-from npugrad.torch import kernels
+from npugrad.torch.kernels import KERNELS
 
 K = torch.ops.npugrad
 REDUCTIONS = {"none": REDUCTION_NONE, "mean": REDUCTION_MEAN, "sum": REDUCTION_SUM}
 
-assert set(kernels.KERNELS) >= {"binary_cross_entropy_grad", "nll_loss_backward", "embedding_dense_backward",
+assert set(KERNELS) >= {"binary_cross_entropy_grad", "nll_loss_backward", "embedding_dense_backward",
                                  "fused_linear_cross_entropy_loss_grad", "fused_linear_online_max_sum",
                                  "fused_cross_entropy_loss_with_max_sum"}
 

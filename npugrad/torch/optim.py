@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import torch
 
-from npugrad.torch import kernels
+from npugrad.torch.kernels import KERNELS
 
-assert "apply_fused_ema_adam" in kernels.KERNELS
+assert "apply_fused_ema_adam" in KERNELS
 
 
 class FusedEmaAdam(torch.optim.Optimizer):
