@@ -1,11 +1,13 @@
 """The stage ladder: every stage of the pipeline can be reached, printed and fed back in.
 
     train ──fuse-linear-cross-entropy-grad──▶ fused ──tile-for-target / distribute-over-cores──▶ tiled
-    ──convert-train-to-loops──▶ loops ──vectorize-contractions, vectorize-elementwise-loops──▶ vectorized
+    ──convert-train-to-loops, lower-npu-to-cpu──▶ loops ──vectorize-contractions, vectorize-elementwise-loops──▶ vectorized
     ──upstream MLIR──▶ llvm-dialect ──translate──▶ llvm-ir ──llvmlite O3──▶ asm / JIT ──▶ run
 
 `train` to `vectorized` are xDSL modules; from `llvm-dialect` on the IR is text produced by the
-upstream MLIR bindings and llvmlite. Errors carry source locations (`file:line:col: error: ...`).
+upstream MLIR bindings and llvmlite. From `loops` on, every stage is read by the upstream tool of
+its level (mlir-opt up to `llvm-dialect`, opt/llc for `llvm-ir`): `npu` ops, which upstream does
+not know, end at `tiled`. Errors carry source locations (`file:line:col: error: ...`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from npugrad.diagnostics import PassFailure
 from npugrad.dialect import Npu, Train, verify_attributes
 from npugrad.lowering import machine_code
 from npugrad.lowering.npu_to_cpu import LowerNpuToCpuPass
-from npugrad.lowering.to_llvm import to_llvm_dialect, to_llvm_ir
+from npugrad.lowering.to_llvm import TO_LLVM_PIPELINE, to_llvm_dialect, to_llvm_ir
 from npugrad.lowering.train_to_loops import ConvertTrainToLoopsPass
 from npugrad.passes.check_capacity import CheckCapacityPass
 from npugrad.passes.choose_tile_sizes import ChooseTileSizesPass
@@ -183,9 +185,10 @@ class Pipeline:
         train ─(choose-tile-sizes)─ fuse-linear-cross-entropy-grad ─▶ fused
              ─ tile-for-target, check-capacity ─▶ tiled       (with a target)
              ─ distribute-over-cores ─▶ tiled                 (without: nothing tiled, work spread)
-             ─ convert-train-to-loops ─▶ loops                 (contractions stay linalg.generic)
+             ─ convert-train-to-loops, lower-npu-to-cpu ─▶ loops   (contractions stay linalg.generic;
+                                                     upstream dialects only, mlir-opt reads it)
              ─ vectorize-contractions, vectorize-elementwise-loops,
-               convert-linalg-to-loops, lower-npu-to-cpu ─▶ vectorized   (what goes upstream)
+               convert-linalg-to-loops ─▶ vectorized   (what goes upstream)
 
     Without a `target` code is vectorised for `cpu` (the host, or a target file describing
     another CPU, whose instruction set the `asm` stage then prints); `vectorize=False` leaves it scalar,
@@ -204,8 +207,8 @@ class Pipeline:
     distribute: bool = True
     fused_passes: list[ModulePass] = field(
         default_factory=lambda: [FuseLinearOnlineMaxSumPass(), FuseLinearCrossEntropyGradPass()])
-    loops_passes: list[ModulePass] = field(default_factory=lambda: [ConvertTrainToLoopsPass()])
-    final_passes: list[ModulePass] = field(default_factory=lambda: [ConvertLinalgToLoopsPass(), LowerNpuToCpuPass()])
+    loops_passes: list[ModulePass] = field(default_factory=lambda: [ConvertTrainToLoopsPass(), LowerNpuToCpuPass()])
+    final_passes: list[ModulePass] = field(default_factory=lambda: [ConvertLinalgToLoopsPass()])
     verify_each: bool = field(default=True, compare=False)
 
     def key(self) -> tuple:
@@ -237,6 +240,26 @@ class Pipeline:
             passes += self.final_passes
         return passes
 
+    def xdsl_pipeline(self, stage: str) -> str:
+        """The xDSL passes up to `stage` as an `xdsl-opt -p` (or `npugrad-opt -p`) pipeline."""
+        last = stage if stage in XDSL_STAGES else XDSL_STAGES[-1]
+        return ",".join(str(p.pipeline_pass_spec()) for p in self.passes_to(last))
+
+    def upstream_commands(self, stage: str) -> list[str]:
+        """The upstream tools that take the `vectorized` stage to `stage`, one command each (a
+        shell pipeline): what the bindings and llvmlite do in-process."""
+        commands = []
+        if STAGES.index(stage) >= STAGES.index("llvm-dialect"):
+            commands.append(f"mlir-opt --pass-pipeline='{TO_LLVM_PIPELINE}'")
+        if STAGES.index(stage) >= STAGES.index("llvm-ir"):
+            commands.append("mlir-translate --mlir-to-llvmir")
+        if stage == "asm":
+            cpu = get_target(self.cpu)
+            flags = "-mcpu=native" if self.cpu == "host" or not cpu.llvm_cpu else f"-mcpu={cpu.llvm_cpu}"
+            flags += f" -mattr={cpu.llvm_features}" if self.cpu != "host" and cpu.llvm_features else ""
+            commands += [f"opt -O3 {flags}", f"llc -O3 {flags}"]
+        return commands
+
     def to_xdsl_stage(self, module: ModuleOp, stage: str, ctx: Context | None = None, verify_last: bool = True) -> ModuleOp:
         """Run the xDSL passes in place up to `stage` (one of XDSL_STAGES). `verify_last=False`:
         whoever reads the result verifies it (the upstream parser does)."""
@@ -262,7 +285,8 @@ class Pipeline:
         llvm_dialect = to_llvm_dialect(str(self.to_xdsl_stage(module, "vectorized", ctx, verify_last=False)))
         if stage == "llvm-dialect":
             return llvm_dialect
-        llvm_ir = to_llvm_ir(llvm_dialect)
+        # In the syntax of LLVM 22 (llvmlite's, and Debian's opt-22/llc-22/lli-22), not the bindings' newer one.
+        llvm_ir = machine_code.to_llvmlite_syntax(to_llvm_ir(llvm_dialect))
         if stage == "llvm-ir":
             return llvm_ir
         cpu = get_target(self.cpu)

@@ -4,6 +4,7 @@
     npugrad-opt examples/bce_grad.mlir --stage run        # compile, run on random inputs, check
     npugrad-opt bad.mlir --verify-diagnostics --split-input-file   # expected-error annotations
     npugrad-opt examples/bce_grad.mlir --target npu-a2 --report   # tiled IR, then its numbers
+    npugrad-opt examples/bce_grad.mlir --emit-harness out/   # kernel.ll + a main for lli/clang, inputs
 
 Errors are reported as `file:line:col: error: message` with a non-zero exit, never a traceback
 (set NPUGRAD_TRACEBACK=1 to see one for an internal error).
@@ -14,10 +15,12 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import sys
 import time
 from collections.abc import Sequence
 from io import StringIO
+from pathlib import Path
 from typing import NoReturn
 
 import numpy as np
@@ -34,6 +37,7 @@ from npugrad.lowering.to_llvm import LoweringError
 from npugrad.passes import ALL_PASSES
 from npugrad.runtime.executable import Executable, block_kernels, signatures
 from npugrad.targets import get as get_target
+from npugrad.tools import harness
 from npugrad.tools import run as runner
 
 EXPECTED = re.compile(r"//\s*expected-error(?:@([+-]\d+))?\s*\{\{(.*?)\}\}")
@@ -112,6 +116,21 @@ class NpugradOptMain(xDSLOptMain):
         arg_parser.add_argument("--inputs", default=None, help=".npz with one array per argument (--stage run)")
         arg_parser.add_argument("--outputs", default=None, help="save all arguments after the run to this .npz")
         arg_parser.add_argument("--seed", type=int, default=0, help="seed for random inputs (--stage run)")
+        arg_parser.add_argument(
+            "--print-pipeline",
+            action="store_true",
+            help="print, instead of the IR, the commands that produce --stage's IR from the input: the xDSL "
+            "passes as an `npugrad-opt -p` (or `xdsl-opt -p`) pipeline, then the upstream tools "
+            "(`mlir-opt --pass-pipeline=...`, mlir-translate, opt, llc) for the later stages",
+        )
+        arg_parser.add_argument(
+            "--emit-harness",
+            metavar="DIR",
+            default=None,
+            help="write DIR/kernel.ll (the llvm-ir stage), DIR/harness.ll (a main that reads DIR/<arg>.bin, "
+            "runs the function and writes DIR/<arg>.out.bin) and the inputs (--inputs, or valid random ones), "
+            "so that lli or clang runs the kernel outside Python; prints the commands",
+        )
 
     def _pipeline(self) -> Pipeline:
         return Pipeline(fuse=not self.args.no_fuse, target=self.args.target, cpu=self.args.cpu,
@@ -140,15 +159,17 @@ class NpugradOptMain(xDSLOptMain):
         if self.args.report:
             return self._report(module)
         stage = self.args.stage
-        if stage is None:
-            return self.output_resulting_program(module)
-        if stage == "run":
+        if self.args.print_pipeline:
+            return self._pipeline_commands(stage or "train")
+        if stage == "run" or self.args.emit_harness:
             try:
-                return self._run(module)
+                return self._harness(module) if self.args.emit_harness else self._run(module)
             except runner.RunError as e:
                 if e.op is None:
                     raise
                 raise CompileError([located(e.op, str(e), text, name)]) from None
+        if stage is None:
+            return self.output_resulting_program(module)
         result = self._pipeline().lower(module, stage, self.ctx)
         return str(result) + "\n" if isinstance(result, str) else self.output_resulting_program(result)
 
@@ -170,6 +191,27 @@ class NpugradOptMain(xDSLOptMain):
         if not report.ok:
             raise CompileError([Diagnostic(self.get_input_name(), 0, 0, "results do not match the reference:\n" + str(report))])
         return str(report) + "\n"
+
+    def _pipeline_commands(self, stage: str) -> str:
+        pipeline = self._pipeline()
+        last = "asm" if stage == "run" else stage
+        source = shlex.quote(self.args.input_file or "-")
+        options = f" --target {shlex.quote(self.args.target)}" if self.args.target else ""
+        commands = [f"npugrad-opt {source}{options} -p {shlex.quote(pipeline.xdsl_pipeline(last))}",
+                    *pipeline.upstream_commands(last)]
+        return " \\\n  | ".join(commands) + "\n"
+
+    def _harness(self, module) -> str:
+        entry, specs, arrays, _ = runner.prepare_inputs(module, self.args.entry, self.args.inputs, self.args.seed)
+        llvm_ir = self._pipeline().lower(module, "llvm-ir", self.ctx)
+        blocks = entry in block_kernels(module)  # `module` is at the vectorized stage now
+        d = Path(self.args.emit_harness)
+        harness.write(d, entry, specs, arrays, llvm_ir, blocks)
+        return (f"// @{entry}: {d / 'kernel.ll'}, {d / 'harness.ll'}, inputs {d}/<argument>.bin "
+                f"({', '.join(s.name for s in specs)})\n"
+                f"// llvm-link-22 {d / 'kernel.ll'} {d / 'harness.ll'} -o {d / 'prog.bc'} && lli-22 {d / 'prog.bc'} {d}\n"
+                f"// clang-22 -O2 {d / 'kernel.ll'} {d / 'harness.ll'} -o {d / 'prog'} && {d / 'prog'} {d}\n"
+                f"// outputs: {d}/<argument>.out.bin, raw little-endian, C order\n")
 
     def _diagnose(self, text: str, name: str) -> tuple[str, list[Diagnostic]]:
         try:

@@ -137,16 +137,28 @@ def prepare_inputs(module: ModuleOp, entry: str | None, npz: str | None, seed: i
 def run(executable: Executable, name: str, specs, arrays, found, compile_seconds: float) -> RunReport:
     inputs = [a.copy() for a in arrays]
     kernel = executable[name]
-    want = None
-    if found is not None:
-        op, roles = found
-        # Before the launch: the reference rejects the values (indices out of range...) that would
-        # make the kernel read or write out of bounds.
-        want = harness.expected(op.short_name(), {n: inputs[i] for n, i in roles.items()}, op.attribute_values())
+    # Before the launch: the reference rejects the values (indices out of range...) that would
+    # make the kernel read or write out of bounds.
+    want = expected(found, inputs)
     start = time.perf_counter()
     kernel(*arrays)
     elapsed = time.perf_counter() - start
-    lines = [f"@{name}: compiled in {compile_seconds * 1e3:.1f} ms, ran in {elapsed * 1e3:.3f} ms"]
+    report = compare(specs, arrays, found, want)
+    report.lines.insert(0, f"@{name}: compiled in {compile_seconds * 1e3:.1f} ms, ran in {elapsed * 1e3:.3f} ms")
+    return report
+
+
+def expected(found, inputs: list[np.ndarray]) -> dict[str, np.ndarray] | None:
+    """The reference's outputs by operand name for the inputs of a single-op function, else None."""
+    if found is None:
+        return None
+    op, roles = found
+    return harness.expected(op.short_name(), {n: inputs[i] for n, i in roles.items()}, op.attribute_values())
+
+
+def compare(specs, arrays: list[np.ndarray], found, want: dict[str, np.ndarray] | None) -> RunReport:
+    """The arguments after a run against the reference's outputs `want` (see `expected`)."""
+    lines = []
     outputs = {s.name: a for s, a in zip(specs, arrays)}
     ok = True
     if want is None:
@@ -154,6 +166,7 @@ def run(executable: Executable, name: str, specs, arrays, found, compile_seconds
         for s, a in zip(specs, arrays):
             lines.append(f"  {s.name:<16} {a.shape!s:<16} {a.dtype!s:<9} sum={float(np.sum(a, dtype=np.float64)):.6g}")
         return RunReport(lines, ok, outputs)
+    _, roles = found
     width = max([16, *(len(n) for n in want)])
     lines.append(f"  {'operand':<{width}} {'shape':<16} {'dtype':<9} {'max error':>10} {'tolerance':>10}")
     for n, expect in want.items():
