@@ -12,7 +12,8 @@ not know, end at `tiled`. Errors carry source locations (`file:line:col: error: 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
@@ -198,7 +199,11 @@ class Pipeline:
     `verify_each` (MLIR's -verify-each) verifies the module after every pass, so that a pass
     that breaks the IR is named; without it the module is verified once, after the last pass,
     by xDSL for the xDSL stages, by the upstream parser for the later ones. It does not change
-    the code, only the time to compile (xDSL's verifier is most of it)."""
+    the code, only the time to compile (xDSL's verifier is most of it).
+
+    `observer`, if given, is called after every step with its name, the module (None after the
+    upstream steps, whose IR is text) and its seconds: npugrad-opt's --time-passes and
+    --print-between-passes."""
 
     fuse: bool = True
     target: str | None = None  # "host", a shipped target's name, or a target file
@@ -210,6 +215,7 @@ class Pipeline:
     loops_passes: list[ModulePass] = field(default_factory=lambda: [ConvertTrainToLoopsPass(), LowerNpuToCpuPass()])
     final_passes: list[ModulePass] = field(default_factory=lambda: [ConvertLinalgToLoopsPass()])
     verify_each: bool = field(default=True, compare=False)
+    observer: Callable[[str, ModuleOp | None, float], None] | None = field(default=None, compare=False, repr=False)
 
     def key(self) -> tuple:
         """Identifies the pipeline in compile caches."""
@@ -266,10 +272,12 @@ class Pipeline:
         ctx = ctx or make_context()
         passes = self.passes_to(stage)
         for p in passes:
+            start = time.perf_counter()
             try:
                 p.apply(ctx, module)
             except PassFailure as e:
                 raise CompileError([_located(e.op, f"{p.name}: {e.message}", "", "")]) from None
+            self._observe(p.name, module, start)
             if self.verify_each:
                 verify(module)
         if passes and verify_last and not self.verify_each:
@@ -282,12 +290,24 @@ class Pipeline:
             raise ValueError(f"unknown stage '{stage}'; stages are {', '.join(STAGES)}")
         if stage in XDSL_STAGES:
             return self.to_xdsl_stage(module, stage, ctx)
-        llvm_dialect = to_llvm_dialect(str(self.to_xdsl_stage(module, "vectorized", ctx, verify_last=False)))
+        vectorized = str(self.to_xdsl_stage(module, "vectorized", ctx, verify_last=False))
+        start = time.perf_counter()
+        llvm_dialect = to_llvm_dialect(vectorized)
+        self._observe("upstream MLIR passes (mlir-opt --pass-pipeline)", None, start)
         if stage == "llvm-dialect":
             return llvm_dialect
+        start = time.perf_counter()
         # In the syntax of LLVM 22 (llvmlite's, and Debian's opt-22/llc-22/lli-22), not the bindings' newer one.
         llvm_ir = machine_code.to_llvmlite_syntax(to_llvm_ir(llvm_dialect))
+        self._observe("translation to LLVM IR (mlir-translate)", None, start)
         if stage == "llvm-ir":
             return llvm_ir
+        start = time.perf_counter()
         cpu = get_target(self.cpu)
-        return machine_code.assembly(llvm_ir, cpu.llvm_cpu, cpu.llvm_features)
+        asm = machine_code.assembly(llvm_ir, cpu.llvm_cpu, cpu.llvm_features)
+        self._observe("LLVM O3 and code generation (llvmlite)", None, start)
+        return asm
+
+    def _observe(self, step: str, module: ModuleOp | None, start: float) -> None:
+        if self.observer is not None:
+            self.observer(step, module, time.perf_counter() - start)
