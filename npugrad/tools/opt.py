@@ -239,7 +239,7 @@ class NpugradOptMain(xDSLOptMain):
             pipeline._observe("LLVM O3 and JIT (llvmlite)", None, jit_start)
         report = runner.run(executable, entry, specs, arrays, found, time.perf_counter() - start)
         if self.args.outputs:
-            np.savez(self.args.outputs, **report.outputs)
+            runner.save_npz(self.args.outputs, report.outputs)
         if not report.ok:
             raise CompileError([Diagnostic(self.get_input_name(), 0, 0, "results do not match the reference:\n" + str(report))])
         return str(report) + "\n"
