@@ -102,6 +102,21 @@ def test_the_harness_runs_the_llvm_ir_stage_in_lli_and_matches_the_reference(pat
             assert outputs[spec.name].tobytes() == np.ascontiguousarray(before).tobytes(), spec.name
 
 
+def test_the_harness_builds_with_clang_into_a_program_that_matches_the_reference(tmp_path):
+    if shutil.which("clang" + SUFFIX) is None:
+        pytest.skip(f"clang{SUFFIX} not installed (apt-get install clang-22); lli runs the harness above")
+    path = ROOT / "examples" / "flce_forward.mlir"  # a block kernel, uint8 and int64 outputs
+    ctx = make_context()
+    module = parse(path.read_text(), str(path), ctx)
+    entry, specs, arrays, found = runner.prepare_inputs(module, None, None, seed=4)
+    harness.write(tmp_path, entry, specs, arrays, Pipeline().lower(module, "llvm-ir", ctx), entry in block_kernels(module))
+    _tool("clang", "-O2", "-Wno-override-module", "kernel.ll", "harness.ll", "-o", "prog", "-lm", cwd=tmp_path)
+    subprocess.run([str(tmp_path / "prog"), str(tmp_path)], check=True, timeout=60)
+    outputs = harness.read_outputs(tmp_path, specs, [a.shape for a in arrays])
+    report = runner.compare(specs, [outputs[s.name] for s in specs], found, runner.expected(found, arrays))
+    assert report.ok, str(report)
+
+
 def test_a_harness_without_its_input_files_says_which_file_is_missing(tmp_path):
     path = ROOT / "examples" / "bce_grad.mlir"
     ctx = make_context()
