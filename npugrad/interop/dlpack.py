@@ -194,7 +194,8 @@ def _plan_foreign(plan: Callable, args: tuple, kwargs: dict):
 
     def back(result):
         if isinstance(result, tuple):
-            return tuple(back(r) for r in result)
+            items = [back(r) for r in result]
+            return type(result)(*items) if hasattr(result, "_fields") else tuple(items)  # a NamedTuple stays one
         if isinstance(result, np.ndarray):
             if id(result) in given:
                 return given[id(result)]
