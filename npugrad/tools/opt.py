@@ -26,7 +26,6 @@ from io import StringIO
 from pathlib import Path
 from typing import NoReturn
 
-import numpy as np
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import ParseError, VerifyException
 from xdsl.xdsl_opt_main import xDSLOptMain
