@@ -277,7 +277,7 @@ class Pipeline:
                 p.apply(ctx, module)
             except PassFailure as e:
                 raise CompileError([_located(e.op, f"{p.name}: {e.message}", "", "")]) from None
-            self._observe(p.name, module, start)
+            self.report_step(p.name, module, start)
             if self.verify_each:
                 verify(module)
         if passes and verify_last and not self.verify_each:
@@ -293,21 +293,22 @@ class Pipeline:
         vectorized = str(self.to_xdsl_stage(module, "vectorized", ctx, verify_last=False))
         start = time.perf_counter()
         llvm_dialect = to_llvm_dialect(vectorized)
-        self._observe("upstream MLIR passes (mlir-opt --pass-pipeline)", None, start)
+        self.report_step("upstream MLIR passes (mlir-opt --pass-pipeline)", None, start)
         if stage == "llvm-dialect":
             return llvm_dialect
         start = time.perf_counter()
         # In the syntax of LLVM 22 (llvmlite's, and Debian's opt-22/llc-22/lli-22), not the bindings' newer one.
         llvm_ir = machine_code.to_llvmlite_syntax(to_llvm_ir(llvm_dialect))
-        self._observe("translation to LLVM IR (mlir-translate)", None, start)
+        self.report_step("translation to LLVM IR (mlir-translate)", None, start)
         if stage == "llvm-ir":
             return llvm_ir
         start = time.perf_counter()
         cpu = get_target(self.cpu)
         asm = machine_code.assembly(llvm_ir, cpu.llvm_cpu, cpu.llvm_features)
-        self._observe("LLVM O3 and code generation (llvmlite)", None, start)
+        self.report_step("LLVM O3 and code generation (llvmlite)", None, start)
         return asm
 
-    def _observe(self, step: str, module: ModuleOp | None, start: float) -> None:
+    def report_step(self, step: str, module: ModuleOp | None, start: float) -> None:
+        """Tell the observer, if any, that `step` (begun at perf_counter() `start`) is done."""
         if self.observer is not None:
             self.observer(step, module, time.perf_counter() - start)

@@ -30,8 +30,8 @@ from xdsl.printer import Printer
 from xdsl.utils.exceptions import ParseError, VerifyException
 from xdsl.xdsl_opt_main import xDSLOptMain
 
-from npugrad.analysis.report import report as report_of
 from npugrad import progress
+from npugrad.analysis.report import report as report_of
 from npugrad.compiler import STAGES, XDSL_STAGES, CompileError, Diagnostic, Pipeline, make_context, parse, verify
 from npugrad.compiler import _located as located
 from npugrad.diagnostics import PassFailure
@@ -235,7 +235,7 @@ class NpugradOptMain(xDSLOptMain):
             llvm_ir = pipeline.lower(module, "llvm-ir", self.ctx)
             jit_start = time.perf_counter()
             executable = Executable(llvm_ir, sigs, block_kernels(module))  # `module` is at the vectorized stage now
-            pipeline._observe("LLVM O3 and JIT (llvmlite)", None, jit_start)
+            pipeline.report_step("LLVM O3 and JIT (llvmlite)", None, jit_start)
         report = runner.run(executable, entry, specs, arrays, found, time.perf_counter() - start)
         if self.args.outputs:
             runner.save_npz(self.args.outputs, report.outputs)
