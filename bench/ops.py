@@ -31,6 +31,7 @@ import numpy as np
 
 from bench import contenders as compilers
 from bench.common import Result, combine, measure
+from npugrad import progress
 
 SEED = 1234
 IGNORE = -100
@@ -585,6 +586,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                          "the median is over all their timed calls (default 3)")
     ap.add_argument("--threads", type=int, default=2, help="threads for every contender (default 2)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test, not a measurement")
+    ap.add_argument("-q", "--quiet", action="store_true",
+                    help="no progress messages (otherwise on stderr when it is a terminal)")
     ap.add_argument("--timeout", type=float, default=1800.0,
                     help="seconds after which a contender's process is stopped and reported as timed out "
                          "(default 1800; 0: no limit)")
@@ -606,8 +609,8 @@ def run(args: argparse.Namespace) -> None:
     absent = {c: compilers.missing(c) for c in compilers.CONTENDERS} if gemm_bound else {}
     extra = [c for c, why in absent.items() if why is None]
 
-    def log(message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
+    progress.set_quiet(args.quiet)
+    log = progress.say  # on stderr, to a terminal only
 
     setting = (f"{args.threads} thread(s) per contender, each in its own process, warmed on tiny inputs; "
                f"median of {args.repeats} timed call(s) after a first call (which measures peak extra memory) "

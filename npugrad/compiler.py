@@ -1,16 +1,19 @@
 """The stage ladder: every stage of the pipeline can be reached, printed and fed back in.
 
     train ──fuse-linear-cross-entropy-grad──▶ fused ──tile-for-target / distribute-over-cores──▶ tiled
-    ──convert-train-to-loops──▶ loops ──vectorize-contractions, vectorize-elementwise-loops──▶ vectorized
+    ──convert-train-to-loops, lower-npu-to-cpu──▶ loops ──vectorize-contractions, vectorize-elementwise-loops──▶ vectorized
     ──upstream MLIR──▶ llvm-dialect ──translate──▶ llvm-ir ──llvmlite O3──▶ asm / JIT ──▶ run
 
 `train` to `vectorized` are xDSL modules; from `llvm-dialect` on the IR is text produced by the
-upstream MLIR bindings and llvmlite. Errors carry source locations (`file:line:col: error: ...`).
+upstream MLIR bindings and llvmlite. From `loops` on, every stage is read by the upstream tool of
+its level (mlir-opt up to `llvm-dialect`, opt/llc for `llvm-ir`): `npu` ops, which upstream does
+not know, end at `tiled`. Errors carry source locations (`file:line:col: error: ...`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
@@ -27,7 +30,7 @@ from npugrad.diagnostics import PassFailure
 from npugrad.dialect import Npu, Train, verify_attributes
 from npugrad.lowering import machine_code
 from npugrad.lowering.npu_to_cpu import LowerNpuToCpuPass
-from npugrad.lowering.to_llvm import to_llvm_dialect, to_llvm_ir
+from npugrad.lowering.to_llvm import TO_LLVM_PIPELINE, to_llvm_dialect, to_llvm_ir
 from npugrad.lowering.train_to_loops import ConvertTrainToLoopsPass
 from npugrad.passes.check_capacity import CheckCapacityPass
 from npugrad.passes.choose_tile_sizes import ChooseTileSizesPass
@@ -183,9 +186,10 @@ class Pipeline:
         train ─(choose-tile-sizes)─ fuse-linear-cross-entropy-grad ─▶ fused
              ─ tile-for-target, check-capacity ─▶ tiled       (with a target)
              ─ distribute-over-cores ─▶ tiled                 (without: nothing tiled, work spread)
-             ─ convert-train-to-loops ─▶ loops                 (contractions stay linalg.generic)
+             ─ convert-train-to-loops, lower-npu-to-cpu ─▶ loops   (contractions stay linalg.generic;
+                                                     upstream dialects only, mlir-opt reads it)
              ─ vectorize-contractions, vectorize-elementwise-loops,
-               convert-linalg-to-loops, lower-npu-to-cpu ─▶ vectorized   (what goes upstream)
+               convert-linalg-to-loops ─▶ vectorized   (what goes upstream)
 
     Without a `target` code is vectorised for `cpu` (the host, or a target file describing
     another CPU, whose instruction set the `asm` stage then prints); `vectorize=False` leaves it scalar,
@@ -195,7 +199,11 @@ class Pipeline:
     `verify_each` (MLIR's -verify-each) verifies the module after every pass, so that a pass
     that breaks the IR is named; without it the module is verified once, after the last pass,
     by xDSL for the xDSL stages, by the upstream parser for the later ones. It does not change
-    the code, only the time to compile (xDSL's verifier is most of it)."""
+    the code, only the time to compile (xDSL's verifier is most of it).
+
+    `observer`, if given, is called after every step with its name, the module (None after the
+    upstream steps, whose IR is text) and its seconds: npugrad-opt's --time-passes and
+    --print-between-passes."""
 
     fuse: bool = True
     target: str | None = None  # "host", a shipped target's name, or a target file
@@ -204,9 +212,10 @@ class Pipeline:
     distribute: bool = True
     fused_passes: list[ModulePass] = field(
         default_factory=lambda: [FuseLinearOnlineMaxSumPass(), FuseLinearCrossEntropyGradPass()])
-    loops_passes: list[ModulePass] = field(default_factory=lambda: [ConvertTrainToLoopsPass()])
-    final_passes: list[ModulePass] = field(default_factory=lambda: [ConvertLinalgToLoopsPass(), LowerNpuToCpuPass()])
+    loops_passes: list[ModulePass] = field(default_factory=lambda: [ConvertTrainToLoopsPass(), LowerNpuToCpuPass()])
+    final_passes: list[ModulePass] = field(default_factory=lambda: [ConvertLinalgToLoopsPass()])
     verify_each: bool = field(default=True, compare=False)
+    observer: Callable[[str, ModuleOp | None, float], None] | None = field(default=None, compare=False, repr=False)
 
     def key(self) -> tuple:
         """Identifies the pipeline in compile caches."""
@@ -237,16 +246,38 @@ class Pipeline:
             passes += self.final_passes
         return passes
 
+    def xdsl_pipeline(self, stage: str) -> str:
+        """The xDSL passes up to `stage` as an `xdsl-opt -p` (or `npugrad-opt -p`) pipeline."""
+        last = stage if stage in XDSL_STAGES else XDSL_STAGES[-1]
+        return ",".join(str(p.pipeline_pass_spec()) for p in self.passes_to(last))
+
+    def upstream_commands(self, stage: str) -> list[str]:
+        """The upstream tools that take the `vectorized` stage to `stage`, one command each (a
+        shell pipeline): what the bindings and llvmlite do in-process."""
+        commands = []
+        if STAGES.index(stage) >= STAGES.index("llvm-dialect"):
+            commands.append(f"mlir-opt --pass-pipeline='{TO_LLVM_PIPELINE}'")
+        if STAGES.index(stage) >= STAGES.index("llvm-ir"):
+            commands.append("mlir-translate --mlir-to-llvmir")
+        if stage == "asm":
+            cpu = get_target(self.cpu)
+            flags = "-mcpu=native" if self.cpu == "host" or not cpu.llvm_cpu else f"-mcpu={cpu.llvm_cpu}"
+            flags += f" -mattr={cpu.llvm_features}" if self.cpu != "host" and cpu.llvm_features else ""
+            commands += [f"opt -O3 {flags}", f"llc -O3 {flags}"]
+        return commands
+
     def to_xdsl_stage(self, module: ModuleOp, stage: str, ctx: Context | None = None, verify_last: bool = True) -> ModuleOp:
         """Run the xDSL passes in place up to `stage` (one of XDSL_STAGES). `verify_last=False`:
         whoever reads the result verifies it (the upstream parser does)."""
         ctx = ctx or make_context()
         passes = self.passes_to(stage)
         for p in passes:
+            start = time.perf_counter()
             try:
                 p.apply(ctx, module)
             except PassFailure as e:
                 raise CompileError([_located(e.op, f"{p.name}: {e.message}", "", "")]) from None
+            self.report_step(p.name, module, start)
             if self.verify_each:
                 verify(module)
         if passes and verify_last and not self.verify_each:
@@ -259,11 +290,25 @@ class Pipeline:
             raise ValueError(f"unknown stage '{stage}'; stages are {', '.join(STAGES)}")
         if stage in XDSL_STAGES:
             return self.to_xdsl_stage(module, stage, ctx)
-        llvm_dialect = to_llvm_dialect(str(self.to_xdsl_stage(module, "vectorized", ctx, verify_last=False)))
+        vectorized = str(self.to_xdsl_stage(module, "vectorized", ctx, verify_last=False))
+        start = time.perf_counter()
+        llvm_dialect = to_llvm_dialect(vectorized)
+        self.report_step("upstream MLIR passes (mlir-opt --pass-pipeline)", None, start)
         if stage == "llvm-dialect":
             return llvm_dialect
-        llvm_ir = to_llvm_ir(llvm_dialect)
+        start = time.perf_counter()
+        # In the syntax of LLVM 22 (llvmlite's, and Debian's opt-22/llc-22/lli-22), not the bindings' newer one.
+        llvm_ir = machine_code.to_llvmlite_syntax(to_llvm_ir(llvm_dialect))
+        self.report_step("translation to LLVM IR (mlir-translate)", None, start)
         if stage == "llvm-ir":
             return llvm_ir
+        start = time.perf_counter()
         cpu = get_target(self.cpu)
-        return machine_code.assembly(llvm_ir, cpu.llvm_cpu, cpu.llvm_features)
+        asm = machine_code.assembly(llvm_ir, cpu.llvm_cpu, cpu.llvm_features)
+        self.report_step("LLVM O3 and code generation (llvmlite)", None, start)
+        return asm
+
+    def report_step(self, step: str, module: ModuleOp | None, start: float) -> None:
+        """Tell the observer, if any, that `step` (begun at perf_counter() `start`) is done."""
+        if self.observer is not None:
+            self.observer(step, module, time.perf_counter() - start)

@@ -33,6 +33,7 @@ def test_quick_bench_prints_every_op_with_ratio_columns():
     proc = subprocess.run(
         [sys.executable, "-m", "npugrad.tools.main", "bench", "--quick", "--repeats", "1", "--rounds", "2"],
         check=False, capture_output=True, text=True, timeout=900, cwd=ROOT,
+        env={**os.environ, "NPUGRAD_PROGRESS": "1"},  # progress on stderr, though it is no terminal
     )
     assert proc.returncode == 0, proc.stderr
     assert "median of 1 timed call(s)" in proc.stdout and "pooled over 2 round(s)" in proc.stdout

@@ -7,6 +7,9 @@ parsed like any attribute, read and written through accessors.
                                                    the outer loop of a fused nest: the op it computes
     #train.role<token_loop>                         a part of a fused nest, for passes that restructure it
     #train.contraction<input_grad, dims = [bt, v, h]>   which contraction of a fused nest, its loop dims
+    #train.source<"train.bce...", {reduction = 1 : i64}, {input_x = 0 : i64, ...}>
+                                                   on a function: the op its body computes (its
+                                                   properties, its operands' argument positions)
 
 Attributes that ride on ops of other dialects (a loop, a function, an alloc) are *discardable*:
 each one npugrad uses is declared once as a `Discardable` (name, attribute type, meaning), and
@@ -75,6 +78,34 @@ class FusedNestAttr(ParametrizedAttribute):
 
     def __init__(self, op: str, tiles: Mapping[str, int]):
         super().__init__(StringAttr(op), TileSizesAttr(tiles))
+
+
+@irdl_attr_definition
+class SourceOpAttr(ParametrizedAttribute):
+    """`#train.source<"train.<op>", {properties}, {operand = argument position}>` on a function
+    whose one train op a pass replaced (fused, tiled, spread over cores): which op, with which
+    properties, on which arguments. A stage resumed from a file is then still checked against
+    the op's reference, on inputs valid for it (npugrad-opt --stage run)."""
+
+    name = "train.source"
+    op: StringAttr
+    properties: DictionaryAttr
+    operands: DictionaryAttr
+
+    def __init__(self, op: str, properties: Mapping[str, Attribute], operands: Mapping[str, int]):
+        super().__init__(StringAttr(op), DictionaryAttr(dict(properties)),
+                         DictionaryAttr({k: IntegerAttr(v, i64) for k, v in operands.items()}))
+
+    def arguments(self) -> dict[str, int]:
+        """Operand name -> the position of the function argument it is."""
+        return {k: v.value.data for k, v in self.operands.data.items()}  # type: ignore[attr-defined]
+
+    def verify(self) -> None:
+        if not self.op.data.startswith("train."):
+            raise VerifyException(f"#train.source names a train op, got '{self.op.data}'")
+        for key, value in self.operands.data.items():
+            if not isinstance(value, IntegerAttr) or value.value.data < 0:
+                raise VerifyException(f"#train.source needs an argument position for operand '{key}', got {value}")
 
 
 class NestRole(StrEnum):
@@ -199,9 +230,12 @@ DISTRIBUTED = Discardable("train.distributed", UnitAttr,
                           "on a function: distribute-over-cores split work one block could do alone", after_lowering=True)
 VECTORIZED = Discardable("train.vectorized", UnitAttr, "on a loop: the vector main loop of an elementwise loop",
                          after_lowering=True)
+SOURCE = Discardable("train.source", SourceOpAttr,
+                     "on a function: the one train op its body computed before a pass replaced it")
 
-TRAIN_DISCARDABLE: tuple[Discardable, ...] = (TILES, FUSED, ROLE, CONTRACTION, DISTRIBUTED, VECTORIZED)
-TRAIN_ATTRIBUTES: tuple[type[Attribute], ...] = (TileSizesAttr, FusedNestAttr, NestRoleAttr, ContractionAttr)
+TRAIN_DISCARDABLE: tuple[Discardable, ...] = (TILES, FUSED, ROLE, CONTRACTION, DISTRIBUTED, VECTORIZED, SOURCE)
+TRAIN_ATTRIBUTES: tuple[type[Attribute], ...] = (TileSizesAttr, FusedNestAttr, NestRoleAttr, ContractionAttr,
+                                                 SourceOpAttr)
 
 
 def verify_discardable(op: Operation, declared: Mapping[str, Discardable], prefixes: tuple[str, ...]) -> None:

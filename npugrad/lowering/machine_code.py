@@ -33,7 +33,7 @@ def init() -> None:
 # unresolved one becomes a call to address 0. `__truncsfbf2` rounds float to bfloat16 on CPUs
 # without AVX512-BF16, where LLVM legalises a bfloat16 vector op (a masked load's lanes) through
 # float. Round to nearest even, NaNs kept quiet, as compiler-rt does.
-_SUPPORT_IR = """
+SUPPORT_IR = """
 define bfloat @__truncsfbf2(float %x) {
   %bits = bitcast float %x to i32
   %magnitude = and i32 %bits, 2147483647
@@ -54,7 +54,7 @@ _SUPPORT: list = []  # the engine holding the support functions, alive as long a
 
 
 def _define_support_functions() -> None:
-    module = llvm.parse_assembly(_SUPPORT_IR)
+    module = llvm.parse_assembly(SUPPORT_IR)
     engine = llvm.create_mcjit_compiler(module, _host_machine())
     engine.finalize_object()
     for name in ("__truncsfbf2",):

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from npugrad.lowering.mlir_bindings import ir, passmanager, translate_module_to_llvmir
 
-# Every func gets a C interface (`_mlir_ciface_<name>`) taking pointers to memref descriptors.
 TO_LLVM_PASSES = (
+    # Every func gets a C interface (`_mlir_ciface_<name>`) taking pointers to memref descriptors.
+    "func.func(llvm-request-c-wrappers)",
     "canonicalize",
     "cse",
     "convert-scf-to-cf",
@@ -28,6 +29,8 @@ TO_LLVM_PASSES = (
     "convert-cf-to-llvm",
     "reconcile-unrealized-casts",
 )
+# The same as `mlir-opt --pass-pipeline=...` runs it (npugrad-opt --print-pipeline).
+TO_LLVM_PIPELINE = f"builtin.module({','.join(TO_LLVM_PASSES)})"
 
 
 class LoweringError(RuntimeError):
@@ -59,10 +62,7 @@ def to_llvm_dialect(loops_mlir: str) -> str:
     """The LLVM-dialect module (upstream's textual form) for a loop-level module."""
     with ir.Context() as ctx, ir.Location.unknown():
         module = _parse(ctx, loops_mlir)
-        for op in module.body.operations:
-            if op.operation.name == "func.func":
-                op.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
-        pm = passmanager.PassManager.parse(f"builtin.module({','.join(TO_LLVM_PASSES)})")
+        pm = passmanager.PassManager.parse(TO_LLVM_PIPELINE)
         try:
             pm.run(module.operation)
         except ir.MLIRError as e:  # type: ignore[attr-defined]

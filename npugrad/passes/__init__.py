@@ -22,6 +22,13 @@ _PASSES = {
     "lower-npu-to-cpu": "npugrad.lowering.npu_to_cpu:LowerNpuToCpuPass",
 }
 
+# What each pass option means (npugrad-opt --help); every option of a pass above has an entry.
+OPTION_HELP = {
+    "target": "the hardware: host, npu-a2, or a target .toml file",
+    "tile_bt": "tokens per tile, for ops without a tile_sizes attribute (an op's own sizes win)",
+    "tile_v": "vocabulary rows per tile, for ops without a tile_sizes attribute (an op's own sizes win)",
+}
+
 
 def _loader(path: str) -> Callable[[], type[ModulePass]]:
     module, name = path.split(":")

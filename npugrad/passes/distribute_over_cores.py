@@ -42,6 +42,7 @@ from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, Rewrite
 from npugrad.dialect import TrainOp
 from npugrad.dialect.attributes import DISTRIBUTED, FUSED
 from npugrad.ir import IRBuilder
+from npugrad.passes.source_op import record_source
 from npugrad.recipes import recipe_of
 
 
@@ -62,6 +63,8 @@ class DistributeFunction(RewritePattern):
             done = True
         else:
             recipe = recipe_of(grads[0])
+            if recipe.supports("distribute"):
+                record_source(grads[0], rewriter)
             done = recipe.supports("distribute") and recipe.distribute(grads[0], IRBuilder(rewriter, grads[0]))
         if done:
             DISTRIBUTED.set(f)

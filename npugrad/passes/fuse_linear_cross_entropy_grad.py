@@ -49,6 +49,7 @@ from npugrad.passes.linear_nests import (
     round_into,
     tile_buffer,
 )
+from npugrad.passes.source_op import record_source
 
 
 def target_in_tile(e: IRBuilder, op, t: SSAValue, v0: SSAValue, tv: SSAValue) -> tuple[SSAValue, SSAValue]:
@@ -140,6 +141,7 @@ class FuseOp(RewritePattern):
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: FusedLinearCrossEntropyLossGradOp, rewriter: PatternRewriter) -> None:
+        record_source(op, rewriter)
         fuse(op, {**self.tiles, **(op.tiles() or {})}, IRBuilder(rewriter, op))
         rewriter.erase(op)
 

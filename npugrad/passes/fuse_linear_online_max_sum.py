@@ -40,6 +40,7 @@ from npugrad.ir import IRBuilder, index
 from npugrad.ir.expr import Float
 from npugrad.lowering.train_to_loops.forward import skipped, target_local, write_masks
 from npugrad.passes.linear_nests import column_in_tile, logits_tile, loop_of, mark, pack_transposed, tile_buffer
+from npugrad.passes.source_op import record_source
 
 
 def _row_update(e: IRBuilder, op: FusedLinearOnlineMaxSumOp, z_t: SSAValue, i: SSAValue, t: SSAValue,
@@ -126,6 +127,7 @@ class FuseOp(RewritePattern):
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: FusedLinearOnlineMaxSumOp, rewriter: PatternRewriter) -> None:
+        record_source(op, rewriter)
         fuse(op, {**self.tiles, **(op.tiles() or {})}, IRBuilder(rewriter, op))
         rewriter.erase(op)
 

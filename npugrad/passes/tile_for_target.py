@@ -28,6 +28,7 @@ from npugrad.dialect import TrainOp
 from npugrad.dialect.attributes import FUSED
 from npugrad.dialect.npu import level_of
 from npugrad.ir import IRBuilder
+from npugrad.passes.source_op import record_source
 from npugrad.recipes import recipe_of
 from npugrad.targets import Target, get
 
@@ -41,6 +42,7 @@ class TileOp(RewritePattern):
         recipe = recipe_of(op)
         # A tile instance (an op on local buffers, as a tiling emits it) is a tile already.
         if recipe.supports("tile") and all(level_of(v.type) is None for v in op.operands):
+            record_source(op, rewriter)
             recipe.tile(op, self.target, IRBuilder(rewriter, op))
 
 
@@ -51,7 +53,8 @@ class TileFusedNest(RewritePattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: scf.ForOp, rewriter: PatternRewriter) -> None:
         fused = FUSED.get(op)
-        if fused is not None:
+        # A nest that works on local buffers is tiled already (a `tiled` stage read back in).
+        if fused is not None and not any(level_of(v.type) is not None for o in op.walk() for v in o.operands):
             nest = recipe_of(fused.op.data).fused
             assert nest is not None, f"{fused.op.data} has no fused nest"
             nest.tile(op, self.target, IRBuilder(rewriter, op))

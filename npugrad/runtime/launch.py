@@ -17,6 +17,7 @@ import numpy as np
 from npugrad.compiler import Pipeline
 from npugrad.dialect import TrainOp
 from npugrad.dialect.checks import Checker, SignatureError, SignatureTypeError
+from npugrad.interop.dlpack import accepting_foreign_arrays
 from npugrad.runtime.kernel import Kernel
 from npugrad.runtime.specialize import OperandClass, compile_op, dtype_name
 
@@ -159,7 +160,9 @@ class Call:
 
 def two_phase(plan: Callable[..., Call]) -> Callable:
     """Turn `plan(...) -> Call` into the API function that runs it at once; `f.plan` stays
-    available for the two-phase form."""
+    available for the two-phase form. Both take PyTorch tensors (anything with `__dlpack__`) as
+    well as NumPy arrays, without a copy, and return what they were given (interop/dlpack.py)."""
+    plan = accepting_foreign_arrays(plan)
 
     @functools.wraps(plan)
     def run_now(*args, **kwargs):

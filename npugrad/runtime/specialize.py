@@ -27,6 +27,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, Region
 
 from npugrad import dtypes
+from npugrad import progress
 from npugrad.compiler import Pipeline
 from npugrad.dialect import TrainOp
 from npugrad.runtime import pool
@@ -154,6 +155,8 @@ def compile_op(
             module = build_module(op_cls, operands, props)
             module.verify()
             sigs = signatures(module)
-            llvm_ir = pipeline.lower(module, "llvm-ir")  # leaves `module` at the vectorized stage
-            _CACHE[key] = Executable(llvm_ir, sigs, block_kernels(module))[op_cls.short_name()]
+            kinds = ", ".join(f"{n}: {c.dtype}" for n, c in operands.items())
+            with progress.slow(f"npugrad: compiling {op_cls.name} ({kinds})"):
+                llvm_ir = pipeline.lower(module, "llvm-ir")  # leaves `module` at the vectorized stage
+                _CACHE[key] = Executable(llvm_ir, sigs, block_kernels(module))[op_cls.short_name()]
         return _CACHE[key]

@@ -4,6 +4,7 @@
     npugrad-opt examples/bce_grad.mlir --stage run        # compile, run on random inputs, check
     npugrad-opt bad.mlir --verify-diagnostics --split-input-file   # expected-error annotations
     npugrad-opt examples/bce_grad.mlir --target npu-a2 --report   # tiled IR, then its numbers
+    npugrad-opt examples/bce_grad.mlir --emit-harness out/   # kernel.ll + a main for lli/clang, inputs
 
 Errors are reported as `file:line:col: error: message` with a non-zero exit, never a traceback
 (set NPUGRAD_TRACEBACK=1 to see one for an internal error).
@@ -12,28 +13,34 @@ Errors are reported as `file:line:col: error: message` with a non-zero exit, nev
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
+import shlex
 import sys
+import textwrap
 import time
 from collections.abc import Sequence
+from importlib.metadata import version as _version
 from io import StringIO
+from pathlib import Path
 from typing import NoReturn
 
-import numpy as np
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import ParseError, VerifyException
 from xdsl.xdsl_opt_main import xDSLOptMain
 
+from npugrad import progress
 from npugrad.analysis.report import report as report_of
-from npugrad.compiler import STAGES, CompileError, Diagnostic, Pipeline, make_context, parse, verify
+from npugrad.compiler import STAGES, XDSL_STAGES, CompileError, Diagnostic, Pipeline, make_context, parse, verify
 from npugrad.compiler import _located as located
 from npugrad.diagnostics import PassFailure
 from npugrad.lowering.machine_code import JitError
 from npugrad.lowering.to_llvm import LoweringError
-from npugrad.passes import ALL_PASSES
+from npugrad.passes import ALL_PASSES, OPTION_HELP
 from npugrad.runtime.executable import Executable, block_kernels, signatures
 from npugrad.targets import get as get_target
+from npugrad.tools import harness
 from npugrad.tools import run as runner
 
 EXPECTED = re.compile(r"//\s*expected-error(?:@([+-]\d+))?\s*\{\{(.*?)\}\}")
@@ -44,6 +51,8 @@ class NpugradOptMain(xDSLOptMain):
     hardware target (host, npu-a2, or a target file) rather than an output format: npugrad-opt
     always prints MLIR up to `llvm-dialect`, then LLVM IR or assembly."""
 
+    version_format = f"npugrad-opt (npugrad {_version('npugrad')}), built on xDSL {{xdsl_version}}"
+
     def __init__(self, args: Sequence[str] | None = None):
         self.available_frontends = {}
         self.available_passes = {}
@@ -52,9 +61,12 @@ class NpugradOptMain(xDSLOptMain):
         self.register_all_frontends()
         self.register_all_passes()
         # "resolve": our -t/--target replaces xdsl-opt's output-format option.
-        arg_parser = argparse.ArgumentParser(description="npugrad modular optimizer driver", conflict_handler="resolve")
+        arg_parser = argparse.ArgumentParser(
+            prog="npugrad-opt", description=__doc__.split("\n\n")[0], conflict_handler="resolve",
+            formatter_class=argparse.RawDescriptionHelpFormatter)
         self.register_all_arguments(arg_parser)
         self.args = arg_parser.parse_args(args=args)
+        progress.set_quiet(self.args.quiet)
         self.ctx.allow_unregistered = self.args.allow_unregistered_dialect
         for target in (self.args.target, self.args.cpu):
             if target is not None:
@@ -70,8 +82,21 @@ class NpugradOptMain(xDSLOptMain):
         for name, factory in ALL_PASSES.items():
             self.register_pass(name, factory)
 
-    def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
-        super().register_all_arguments(arg_parser)
+    def register_all_arguments(self, parser: argparse.ArgumentParser) -> None:
+        # npugrad's options and passes first, then xdsl-opt's, each group apart.
+        arg_parser = parser.add_argument_group("npugrad's options")
+        parser.add_argument_group("npugrad's passes (-p 'name{option=value ...}', in pipeline order)", _passes_help())
+        xdsl = parser.add_argument_group(f"xdsl-opt's options (xDSL {_version('xdsl')})")
+        super().register_all_arguments(xdsl)
+        theirs = ",".join(n for n in self.available_passes if n not in ALL_PASSES)
+        for action in xdsl._group_actions:
+            if "--passes" in action.option_strings:
+                action.help = (f"a pass pipeline, e.g. 'fuse-linear-cross-entropy-grad{{tile_bt=32}},convert-train-to-loops': "
+                               f"npugrad's passes above, or xDSL's: {theirs}")
+            elif "--time-passes" in action.option_strings:
+                action.help = "print each pass's time, on stdout before the output (with -p or --stage)"
+            elif "--print-between-passes" in action.option_strings:
+                action.help = "print the IR after each pass but the last, on stdout before the output (with -p or --stage)"
         arg_parser.add_argument(
             "-t",
             "--target",
@@ -112,10 +137,50 @@ class NpugradOptMain(xDSLOptMain):
         arg_parser.add_argument("--inputs", default=None, help=".npz with one array per argument (--stage run)")
         arg_parser.add_argument("--outputs", default=None, help="save all arguments after the run to this .npz")
         arg_parser.add_argument("--seed", type=int, default=0, help="seed for random inputs (--stage run)")
+        arg_parser.add_argument(
+            "-q",
+            "--quiet",
+            action="store_true",
+            help="no progress messages (otherwise printed on stderr, when it is a terminal, for work that "
+            "takes more than two seconds, e.g. compiling the linear cross-entropy kernels)",
+        )
+        arg_parser.add_argument(
+            "--print-pipeline",
+            action="store_true",
+            help="print, instead of the IR, the commands that produce --stage's IR from the input: the xDSL "
+            "passes as an `npugrad-opt -p` (or `xdsl-opt -p`) pipeline, then the upstream tools "
+            "(`mlir-opt --pass-pipeline=...`, mlir-translate, opt, llc) for the later stages",
+        )
+        arg_parser.add_argument(
+            "--emit-harness",
+            metavar="DIR",
+            default=None,
+            help="write DIR/kernel.ll (the llvm-ir stage), DIR/harness.ll (a main that reads DIR/<arg>.bin, "
+            "runs the function and writes DIR/<arg>.out.bin) and the inputs (--inputs, or valid random ones), "
+            "so that lli or clang runs the kernel outside Python; prints the commands",
+        )
 
-    def _pipeline(self) -> Pipeline:
-        return Pipeline(fuse=not self.args.no_fuse, target=self.args.target, cpu=self.args.cpu,
-                        distribute=not self.args.no_distribute)
+    def _pipeline(self, stage: str | None = None) -> Pipeline:
+        """The stage pipeline; given the `stage` it runs to, with --time-passes and
+        --print-between-passes as xdsl-opt's -p pipelines have them."""
+        pipeline = Pipeline(fuse=not self.args.no_fuse, target=self.args.target, cpu=self.args.cpu,
+                            distribute=not self.args.no_distribute)
+        if stage is not None and (self.args.time_passes or self.args.print_between_passes):
+            # The IR after the last pass of an xDSL stage is the output: not printed twice.
+            last = len(pipeline.passes_to(stage)) if stage in XDSL_STAGES else None
+            count = 0
+
+            def observe(step: str, module, seconds: float) -> None:
+                nonlocal count
+                count += module is not None
+                if self.args.time_passes:
+                    print(f"Pass {step} took {seconds} seconds")
+                if self.args.print_between_passes and module is not None and count != last:
+                    print(f"IR after {step}:")
+                    print(self._print(module)[0] + "\n\n")
+
+            pipeline.observer = observe
+        return pipeline
 
     def _print(self, prog) -> tuple[str, Printer]:
         out = StringIO()
@@ -140,20 +205,23 @@ class NpugradOptMain(xDSLOptMain):
         if self.args.report:
             return self._report(module)
         stage = self.args.stage
-        if stage is None:
-            return self.output_resulting_program(module)
-        if stage == "run":
+        if self.args.print_pipeline:
+            return self._pipeline_commands(stage or "train")
+        if stage == "run" or self.args.emit_harness:
             try:
-                return self._run(module)
+                return self._harness(module) if self.args.emit_harness else self._run(module)
             except runner.RunError as e:
                 if e.op is None:
                     raise
                 raise CompileError([located(e.op, str(e), text, name)]) from None
-        result = self._pipeline().lower(module, stage, self.ctx)
+        if stage is None:
+            return self.output_resulting_program(module)
+        with progress.slow(f"npugrad-opt: compiling {name} to {stage}"):
+            result = self._pipeline(stage).lower(module, stage, self.ctx)
         return str(result) + "\n" if isinstance(result, str) else self.output_resulting_program(result)
 
     def _report(self, module) -> str:
-        tiled = self._pipeline().lower(module, "tiled", self.ctx)
+        tiled = self._pipeline("tiled").lower(module, "tiled", self.ctx)
         text, printer = self._print(tiled)
         # The report names buffers as the printed IR does, including the numbers of unnamed values.
         return text + report_of(tiled, get_target(self.args.target), printer._ssa_values)
@@ -162,14 +230,40 @@ class NpugradOptMain(xDSLOptMain):
         entry, specs, arrays, found = runner.prepare_inputs(module, self.args.entry, self.args.inputs, self.args.seed)
         sigs = signatures(module)
         start = time.perf_counter()
-        llvm_ir = self._pipeline().lower(module, "llvm-ir", self.ctx)
-        executable = Executable(llvm_ir, sigs, block_kernels(module))  # `module` is at the vectorized stage now
+        pipeline = self._pipeline("llvm-ir")
+        with progress.slow(f"npugrad-opt: compiling @{entry}"):
+            llvm_ir = pipeline.lower(module, "llvm-ir", self.ctx)
+            jit_start = time.perf_counter()
+            executable = Executable(llvm_ir, sigs, block_kernels(module))  # `module` is at the vectorized stage now
+            pipeline.report_step("LLVM O3 and JIT (llvmlite)", None, jit_start)
         report = runner.run(executable, entry, specs, arrays, found, time.perf_counter() - start)
         if self.args.outputs:
-            np.savez(self.args.outputs, **report.outputs)
+            runner.save_npz(self.args.outputs, report.outputs)
         if not report.ok:
             raise CompileError([Diagnostic(self.get_input_name(), 0, 0, "results do not match the reference:\n" + str(report))])
         return str(report) + "\n"
+
+    def _pipeline_commands(self, stage: str) -> str:
+        pipeline = self._pipeline()
+        last = "asm" if stage == "run" else stage
+        source = shlex.quote(self.args.input_file or "-")
+        options = f" --target {shlex.quote(self.args.target)}" if self.args.target else ""
+        commands = [f"npugrad-opt {source}{options} -p {shlex.quote(pipeline.xdsl_pipeline(last))}",
+                    *pipeline.upstream_commands(last)]
+        return " \\\n  | ".join(commands) + "\n"
+
+    def _harness(self, module) -> str:
+        entry, specs, arrays, _ = runner.prepare_inputs(module, self.args.entry, self.args.inputs, self.args.seed)
+        with progress.slow(f"npugrad-opt: compiling @{entry}"):
+            llvm_ir = self._pipeline("llvm-ir").lower(module, "llvm-ir", self.ctx)
+        blocks = entry in block_kernels(module)  # `module` is at the vectorized stage now
+        d = Path(self.args.emit_harness)
+        harness.write(d, entry, specs, arrays, llvm_ir, blocks)
+        return (f"// @{entry}: {d / 'kernel.ll'}, {d / 'harness.ll'}, inputs {d}/<argument>.bin "
+                f"({', '.join(s.name for s in specs)})\n"
+                f"// llvm-link-22 {d / 'kernel.ll'} {d / 'harness.ll'} -o {d / 'prog.bc'} && lli-22 {d / 'prog.bc'} {d}\n"
+                f"// clang-22 -O2 {d / 'kernel.ll'} {d / 'harness.ll'} -o {d / 'prog'} && {d / 'prog'} {d}\n"
+                f"// outputs: {d}/<argument>.out.bin, raw little-endian, C order\n")
 
     def _diagnose(self, text: str, name: str) -> tuple[str, list[Diagnostic]]:
         try:
@@ -208,6 +302,21 @@ class NpugradOptMain(xDSLOptMain):
         if out is not sys.stdout:
             out.close()
         sys.exit(1 if failed else 0)
+
+
+def _passes_help() -> str:
+    """Each of npugrad's passes: what it does (its module's first sentence) and its options."""
+    lines = []
+    for name, factory in ALL_PASSES.items():
+        cls = factory()
+        doc = " ".join((sys.modules[cls.__module__].__doc__ or "").split("\n\n")[0].split())
+        summary = doc.split(": ", 1)[1] if doc.startswith(name) and ": " in doc else doc
+        summary = summary.split(". ")[0].rstrip(".") + "."
+        lines.append(f"  {name}")
+        lines += textwrap.wrap(summary, 96, initial_indent="      ", subsequent_indent="      ")
+        for f in dataclasses.fields(cls):
+            lines.append(f"      {f.name}={f.default}: {OPTION_HELP[f.name]}")
+    return "\n".join(lines)
 
 
 def _check_expected(text: str, diagnostics: list[Diagnostic], name: str) -> bool:

@@ -1,7 +1,8 @@
 """Run one function of a module on random or `.npz` inputs and check it against the reference.
 
 Used by `npugrad-opt --stage run`. When the function's body is a single `train` op whose operands
-are the function's arguments, inputs are drawn from the op's valid domain (indices in range,
+are the function's arguments (or was, before a pass replaced it: `train.source`, a resumed
+`fused` or `tiled` stage), inputs are drawn from the op's valid domain (indices in range,
 probabilities in (0, 1), ...), pure outputs start as NaN (so an element the kernel forgets to
 write shows up), and every output is compared with the NumPy reference.
 """
@@ -18,9 +19,12 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
 
 from npugrad.dialect import TrainOp
+from npugrad.dialect.attributes import SOURCE
 from npugrad.dialect.checks import Checker
 from npugrad.ir import defined_functions
 from npugrad.ops.common import MEMORY_BYTES, human_bytes
+from npugrad.passes.source_op import single_train_op
+from npugrad.recipes import recipe_of
 from npugrad.reference import harness
 from npugrad.runtime.executable import Executable, signatures
 from npugrad.runtime.kernel import MemRefSpec
@@ -57,22 +61,22 @@ def _entry(module: ModuleOp, name: str | None) -> func.FuncOp:
     return funcs[0]
 
 
-def _single_grad_op(f: func.FuncOp) -> tuple[TrainOp, dict[str, int]] | None:
-    """The function's only train op, with operand name → argument position, if it has one."""
-    ops = [op for op in f.walk() if isinstance(op, TrainOp)]
-    if len(ops) != 1:
+def _source_op(f: func.FuncOp) -> tuple[TrainOp, dict[str, int]] | None:
+    """The train op the function computes, with operand name → argument position: its only op,
+    or, in a stage where a pass replaced it (fused, tiled), the op its `train.source` names."""
+    found = single_train_op(f)
+    if found is not None:
+        return found
+    source = SOURCE.get(f)
+    if source is None:
         return None
-    op = ops[0]
-    args = list(f.body.block.args)
-    roles = {}
-    for name in op.operand_names():
-        value = getattr(op, name)
-        if value is None:
-            continue
-        if value not in args:
-            return None
-        roles[name] = args.index(value)
-    return op, roles
+    try:
+        op_cls = recipe_of(source.op.data).op
+    except KeyError as e:
+        raise RunError(f"@{f.sym_name.data}: train.source: {e.args[0]}", f) from None
+    # The op without its operands: enough for its name, properties, checks and reference.
+    op = op_cls.create(properties=dict(source.properties.data))
+    return op, source.arguments()
 
 
 def _check_sizes(f: func.FuncOp, specs: list[MemRefSpec]) -> None:
@@ -90,23 +94,66 @@ def _check_sizes(f: func.FuncOp, specs: list[MemRefSpec]) -> None:
     )
 
 
+DTYPES_KEY = "__npugrad_dtypes__"
+
+
+def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
+    """np.savez, except that a dtype the .npy format cannot name (bfloat16, which it would save as
+    raw '|V2' that loads as no number) is saved as its bits, unsigned integers of its width, with
+    its name in the entry DTYPES_KEY ("name:dtype" lines), so that load_npz gives it back."""
+    encoded, names = {}, []
+    for key, a in arrays.items():
+        if a.dtype.kind == "V" and a.dtype.names is None:
+            encoded[key] = a.view(f"u{a.dtype.itemsize}")
+            names.append(f"{key}:{a.dtype}")
+        else:
+            encoded[key] = a
+    if names:
+        encoded[DTYPES_KEY] = np.array(names)
+    np.savez(path, **encoded)
+
+
+def load_npz(path: str) -> dict[str, np.ndarray]:
+    """The arrays of an .npz file, those save_npz encoded in their own dtype again."""
+    try:
+        with np.load(path) as data:
+            arrays = {k: data[k] for k in data.files}
+    except (ValueError, OSError, EOFError) as e:  # not an .npz (np.load then guesses a pickle)
+        raise RunError(f"{path} is not a NumPy .npz file: {e}") from None
+    for entry in arrays.pop(DTYPES_KEY, np.array([], dtype=str)):
+        key, _, dtype = str(entry).rpartition(":")
+        try:
+            arrays[key] = arrays[key].view(np.dtype(dtype))
+        except (KeyError, TypeError) as e:
+            raise RunError(f"{path}: {DTYPES_KEY} names array '{key}' as {dtype}, which cannot be: {e}") from None
+    return arrays
+
+
+def _as_dtype(a: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:
+    """`a` as a C-contiguous array of `dtype`: converted by value, or, for raw bytes of the same
+    width (a bfloat16 array another tool saved as '|V2'), reinterpreted."""
+    if a.dtype.kind == "V" and a.dtype.names is None and a.dtype.itemsize == dtype.itemsize:
+        return np.ascontiguousarray(a).view(dtype)
+    try:
+        return np.array(a, dtype=dtype, order="C")
+    except (TypeError, ValueError) as e:
+        raise RunError(f"{what} has dtype {a.dtype}, which does not convert to {dtype} ({e})") from None
+
+
 def prepare_inputs(module: ModuleOp, entry: str | None, npz: str | None, seed: int):
     """(function name, argument specs, arrays, train op and roles or None)."""
     f = _entry(module, entry)
     name = f.sym_name.data
     specs: list[MemRefSpec] = signatures(module)[name]
-    found = _single_grad_op(f)
+    found = _source_op(f)
     if npz is not None:
-        try:
-            data = np.load(npz)
-        except ValueError as e:  # not an .npz (np.load then guesses a pickle)
-            raise RunError(f"{npz} is not a NumPy .npz file: {e}") from None
+        data = load_npz(npz)
         arrays = []
         for i, spec in enumerate(specs):
             key = spec.name if spec.name in data else f"arg{i}"
             if key not in data:
                 raise RunError(f"{npz} has no array '{spec.name}' (or 'arg{i}') for argument {i} of @{name}")
-            arrays.append(np.array(data[key], dtype=spec.dtype, order="C"))
+            arrays.append(_as_dtype(data[key], spec.dtype, f"{npz}: array '{key}' for argument {i} of @{name}"))
         if found is not None:
             op, roles = found
             # Dynamic dimensions are known only now; a kernel run on mismatched sizes would index
@@ -137,16 +184,28 @@ def prepare_inputs(module: ModuleOp, entry: str | None, npz: str | None, seed: i
 def run(executable: Executable, name: str, specs, arrays, found, compile_seconds: float) -> RunReport:
     inputs = [a.copy() for a in arrays]
     kernel = executable[name]
-    want = None
-    if found is not None:
-        op, roles = found
-        # Before the launch: the reference rejects the values (indices out of range...) that would
-        # make the kernel read or write out of bounds.
-        want = harness.expected(op.short_name(), {n: inputs[i] for n, i in roles.items()}, op.attribute_values())
+    # Before the launch: the reference rejects the values (indices out of range...) that would
+    # make the kernel read or write out of bounds.
+    want = expected(found, inputs)
     start = time.perf_counter()
     kernel(*arrays)
     elapsed = time.perf_counter() - start
-    lines = [f"@{name}: compiled in {compile_seconds * 1e3:.1f} ms, ran in {elapsed * 1e3:.3f} ms"]
+    report = compare(specs, arrays, found, want)
+    report.lines.insert(0, f"@{name}: compiled in {compile_seconds * 1e3:.1f} ms, ran in {elapsed * 1e3:.3f} ms")
+    return report
+
+
+def expected(found, inputs: list[np.ndarray]) -> dict[str, np.ndarray] | None:
+    """The reference's outputs by operand name for the inputs of a single-op function, else None."""
+    if found is None:
+        return None
+    op, roles = found
+    return harness.expected(op.short_name(), {n: inputs[i] for n, i in roles.items()}, op.attribute_values())
+
+
+def compare(specs, arrays: list[np.ndarray], found, want: dict[str, np.ndarray] | None) -> RunReport:
+    """The arguments after a run against the reference's outputs `want` (see `expected`)."""
+    lines = []
     outputs = {s.name: a for s, a in zip(specs, arrays)}
     ok = True
     if want is None:
@@ -154,6 +213,7 @@ def run(executable: Executable, name: str, specs, arrays, found, compile_seconds
         for s, a in zip(specs, arrays):
             lines.append(f"  {s.name:<16} {a.shape!s:<16} {a.dtype!s:<9} sum={float(np.sum(a, dtype=np.float64)):.6g}")
         return RunReport(lines, ok, outputs)
+    _, roles = found
     width = max([16, *(len(n) for n in want)])
     lines.append(f"  {'operand':<{width}} {'shape':<16} {'dtype':<9} {'max error':>10} {'tolerance':>10}")
     for n, expect in want.items():

@@ -6,7 +6,10 @@
 // RUN: npugrad-opt %s --stage run --entry hand_set_tiles | FileCheck %s --check-prefix=EXEC
 
 // CHECK-LABEL: func.func @hand_set_tiles
-// CHECK-NOT:     train.fused_linear_cross_entropy_loss_grad
+// The function says which op the nest computes (properties, operands' argument positions), so
+// that this stage read back in is still run against the op's reference (--stage run).
+// CHECK-SAME:    attributes {train.source = #train.source<"train.fused_linear_cross_entropy_loss_grad", {{.*}}, {grad = 0 : i64, input = 1 : i64, {{.*}}, weight_grad_out = 8 : i64}>}
+// CHECK-NOT:     train.fused_linear_cross_entropy_loss_grad grad(
 // The only allocations: the 32x128 logit tile, the 32 saved target logits and the W tile
 // packed transposed (48x128); float32 outputs accumulate in place.
 // CHECK-DAG:     %[[BT_TILE:.*]] = arith.constant 32 : index

@@ -1,0 +1,161 @@
+"""A `main` in LLVM IR that runs one kernel on files, so that the `llvm-ir` stage runs outside
+Python (`npugrad-opt --emit-harness DIR`):
+
+    llvm-link-22 DIR/kernel.ll DIR/harness.ll -o DIR/prog.bc && lli-22 DIR/prog.bc DIR
+    clang-22 -O2 DIR/kernel.ll DIR/harness.ll -o DIR/prog && DIR/prog DIR
+
+For every argument `x` of the function, main reads `DIR/x.bin` (raw little-endian, C order, the
+shape the harness was written for), builds its memref descriptor (MLIR's C interface:
+allocated and aligned pointers, offset, sizes, strides) and calls `_mlir_ciface_<function>`;
+a block kernel (lower-npu-to-cpu) is called once per block, in turn. Then it writes every
+argument to `DIR/x.out.bin`. A missing or short file is an error message and exit status 1.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from npugrad.lowering.machine_code import SUPPORT_IR
+from npugrad.runtime.kernel import MemRefSpec
+
+BLOCKS = 4  # blocks a block kernel is called with (in turn: they never wait for each other)
+ALIGNMENT = 64
+
+
+def _string(name: str, text: str) -> str:
+    data = text.encode() + b"\0"
+    escaped = "".join(chr(b) if 32 <= b < 127 and b not in (34, 92) else f"\\{b:02X}" for b in data)
+    return f'@{name} = private unnamed_addr constant [{len(data)} x i8] c"{escaped}"'
+
+
+_PRELUDE = """
+declare ptr @fopen(ptr, ptr)
+declare i64 @fread(ptr, i64, i64, ptr)
+declare i64 @fwrite(ptr, i64, i64, ptr)
+declare i32 @fclose(ptr)
+declare ptr @aligned_alloc(i64, i64)
+declare i32 @snprintf(ptr, i64, ptr, ...)
+declare i32 @puts(ptr)
+declare void @exit(i32)
+
+; Opens DIR/NAME SUFFIX in MODE, or says which file it could not and exits with status 1.
+define internal ptr @open_file(ptr %dir, ptr %name, ptr %suffix, ptr %mode) {
+  %path = alloca [4096 x i8]
+  %n = call i32 (ptr, i64, ptr, ...) @snprintf(ptr %path, i64 4096, ptr @.path, ptr %dir, ptr %name, ptr %suffix)
+  %f = call ptr @fopen(ptr %path, ptr %mode)
+  %bad = icmp eq ptr %f, null
+  br i1 %bad, label %fail, label %ok
+fail:
+  %m = alloca [4200 x i8]
+  %k = call i32 (ptr, i64, ptr, ...) @snprintf(ptr %m, i64 4200, ptr @.cannot, ptr %path)
+  %p = call i32 @puts(ptr %m)
+  call void @exit(i32 1)
+  unreachable
+ok:
+  ret ptr %f
+}
+
+; Reads exactly BYTES bytes of DIR/NAME.bin into BUF.
+define internal void @read_input(ptr %dir, ptr %name, ptr %buf, i64 %bytes) {
+  %f = call ptr @open_file(ptr %dir, ptr %name, ptr @.in, ptr @.rb)
+  %got = call i64 @fread(ptr %buf, i64 1, i64 %bytes, ptr %f)
+  %c = call i32 @fclose(ptr %f)
+  %short = icmp ne i64 %got, %bytes
+  br i1 %short, label %fail, label %ok
+fail:
+  %m = alloca [4200 x i8]
+  %k = call i32 (ptr, i64, ptr, ...) @snprintf(ptr %m, i64 4200, ptr @.short, ptr %dir, ptr %name, i64 %bytes, i64 %got)
+  %p = call i32 @puts(ptr %m)
+  call void @exit(i32 1)
+  unreachable
+ok:
+  ret void
+}
+
+define internal void @write_output(ptr %dir, ptr %name, ptr %buf, i64 %bytes) {
+  %f = call ptr @open_file(ptr %dir, ptr %name, ptr @.out, ptr @.wb)
+  %put = call i64 @fwrite(ptr %buf, i64 1, i64 %bytes, ptr %f)
+  %c = call i32 @fclose(ptr %f)
+  ret void
+}
+"""
+
+
+def harness(function: str, specs: Sequence[MemRefSpec], shapes: Sequence[tuple[int, ...]], blocks: bool) -> str:
+    """LLVM IR of `main` for `function` with arguments `specs` of the given (static) shapes."""
+    globals_ = [
+        _string(".path", "%s/%s%s"), _string(".in", ".bin"), _string(".out", ".out.bin"),
+        _string(".rb", "rb"), _string(".wb", "wb"), _string(".here", "."),
+        _string(".cannot", "harness: cannot open %s"),
+        _string(".short", "harness: %s/%s.bin: expected %lld bytes, read %lld"),
+    ]
+    body = [
+        "define i32 @main(i32 %argc, ptr %argv) {",
+        "entry:",
+        "  %has_dir = icmp sgt i32 %argc, 1",
+        "  %arg1 = getelementptr ptr, ptr %argv, i64 1",
+        "  %given = load ptr, ptr %arg1",
+        "  %dir = select i1 %has_dir, ptr %given, ptr @.here",
+    ]
+    descriptors = []
+    for i, (spec, shape) in enumerate(zip(specs, shapes)):
+        globals_.append(_string(f".name{i}", spec.name))
+        nbytes = math.prod(shape) * spec.dtype.itemsize
+        strides = [math.prod(shape[k + 1:]) for k in range(len(shape))]
+        words = 3 + 2 * len(shape)
+        body += [
+            f"  %buf{i} = call ptr @aligned_alloc(i64 {ALIGNMENT}, i64 {-(-max(nbytes, 1) // ALIGNMENT) * ALIGNMENT})",
+            f"  call void @read_input(ptr %dir, ptr @.name{i}, ptr %buf{i}, i64 {nbytes})",
+            f"  %d{i} = alloca [{words} x i64], align 8",
+            f"  store ptr %buf{i}, ptr %d{i}",
+            f"  %d{i}.1 = getelementptr i64, ptr %d{i}, i64 1",
+            f"  store ptr %buf{i}, ptr %d{i}.1",
+        ]
+        for k, word in enumerate([0, *shape, *strides], start=2):
+            body += [f"  %d{i}.{k} = getelementptr i64, ptr %d{i}, i64 {k}", f"  store i64 {word}, ptr %d{i}.{k}"]
+        descriptors.append(f"ptr %d{i}")
+    extra = ["i64", "i64"] if blocks else []
+    declare = f"declare void @_mlir_ciface_{function}({', '.join(['ptr'] * len(specs) + extra)})"
+    if blocks:
+        body += [
+            "  br label %block",
+            "block:",
+            "  %b = phi i64 [ 0, %entry ], [ %next, %block ]",
+            f"  call void @_mlir_ciface_{function}({', '.join(descriptors)}, i64 %b, i64 {BLOCKS})",
+            "  %next = add i64 %b, 1",
+            f"  %more = icmp slt i64 %next, {BLOCKS}",
+            "  br i1 %more, label %block, label %done",
+            "done:",
+        ]
+    else:
+        body.append(f"  call void @_mlir_ciface_{function}({', '.join(descriptors)})")
+    for i, (spec, shape) in enumerate(zip(specs, shapes)):
+        nbytes = math.prod(shape) * spec.dtype.itemsize
+        body.append(f"  call void @write_output(ptr %dir, ptr @.name{i}, ptr %buf{i}, i64 {nbytes})")
+    body += ["  ret i32 0", "}"]
+    support = SUPPORT_IR.replace("define bfloat", "define weak bfloat")
+    return "\n".join([f"; npugrad harness for @{function}", *globals_, _PRELUDE, declare, support, *body]) + "\n"
+
+
+def write(directory: Path, function: str, specs: Sequence[MemRefSpec], arrays: Sequence[np.ndarray],
+          llvm_ir: str, blocks: bool) -> list[Path]:
+    """DIR/kernel.ll, DIR/harness.ll and one DIR/<argument>.bin per argument; the files written."""
+    directory.mkdir(parents=True, exist_ok=True)
+    written = [directory / "kernel.ll", directory / "harness.ll"]
+    written[0].write_text(llvm_ir)
+    written[1].write_text(harness(function, specs, [a.shape for a in arrays], blocks))
+    for spec, array in zip(specs, arrays):
+        path = directory / f"{spec.name}.bin"
+        path.write_bytes(np.ascontiguousarray(array).tobytes())
+        written.append(path)
+    return written
+
+
+def read_outputs(directory: Path, specs: Sequence[MemRefSpec], shapes: Sequence[tuple[int, ...]]) -> dict[str, np.ndarray]:
+    """The arrays a harness run wrote, by argument name."""
+    return {s.name: np.fromfile(directory / f"{s.name}.out.bin", dtype=s.dtype).reshape(shape)
+            for s, shape in zip(specs, shapes)}

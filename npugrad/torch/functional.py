@@ -1,0 +1,208 @@
+"""Losses and layers for PyTorch models whose backward is an npugrad kernel: the forward is
+PyTorch's own (ATen) but for the linear cross entropy's (npugrad's forward kernels), the gradient
+`torch.ops.npugrad.<op>` (kernels.py). Each is a custom operator (`torch.ops.npugrad.<name>`)
+with its autograd formula registered.
+
+    loss = npugrad.torch.linear_cross_entropy(hidden, lm_head_weight, target)   # LM head + CE
+    loss.backward()        # dX, dW: fused_linear_cross_entropy_loss_grad (no BT×V buffer)
+
+| function | forward | backward (npugrad kernel) |
+|---|---|---|
+| binary_cross_entropy(input, target, weight, reduction) | aten.binary_cross_entropy | binary_cross_entropy_grad |
+| nll_loss(input, target, weight, ignore_index, reduction) | aten.nll_loss_forward | nll_loss_backward |
+| embedding(input, weight, padding_idx, scale_grad_by_freq) | aten.embedding | embedding_dense_backward |
+| linear_cross_entropy(input, weight, target, ignore_index, reduction) | fused_linear_online_max_sum, fused_cross_entropy_loss_with_max_sum | fused_linear_cross_entropy_loss_grad (memory-saving mode) |
+
+Gradients flow to what the kernels compute: BCE and NLL to `input` (not to target or weight, as
+the kernels' ops define them), the embedding to `weight`, the linear cross entropy to `input` and
+`weight`. Second derivatives are not supported (the kernels have no backward of their own).
+
+`linear_cross_entropy` is the whole vocabulary on one rank (target_mask = ignored tokens,
+masked_target = target); input and weight in float16 or bfloat16, as the kernel takes them; the
+loss is float32. Its forward is two kernels too: fused_linear_online_max_sum (the logits' max,
+sum of exponentials and target logit in one pass over the weight, no BT×V buffer), then
+fused_cross_entropy_loss_with_max_sum.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from npugrad.ops.common import REDUCTION_MEAN, REDUCTION_NONE, REDUCTION_SUM
+from npugrad.torch.kernels import KERNELS
+
+K = torch.ops.npugrad
+REDUCTIONS = {"none": REDUCTION_NONE, "mean": REDUCTION_MEAN, "sum": REDUCTION_SUM}
+
+assert set(KERNELS) >= {"binary_cross_entropy_grad", "nll_loss_backward", "embedding_dense_backward",
+                                 "fused_linear_cross_entropy_loss_grad", "fused_linear_online_max_sum",
+                                 "fused_cross_entropy_loss_with_max_sum"}
+
+
+def _reduction(reduction: str) -> int:
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction must be one of {', '.join(REDUCTIONS)}, got {reduction!r}")
+    return REDUCTIONS[reduction]
+
+
+# -- binary cross entropy ----------------------------------------------------------------------
+
+
+@torch.library.custom_op("npugrad::binary_cross_entropy", mutates_args=())
+def _binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None, reduction: int) -> Tensor:
+    return torch.ops.aten.binary_cross_entropy(input, target, weight, reduction).clone()
+
+
+@_binary_cross_entropy.register_fake
+def _(input, target, weight, reduction):
+    return torch.ops.aten.binary_cross_entropy(input, target, weight, reduction)
+
+
+def _bce_setup(ctx, inputs, output) -> None:
+    input, target, weight, reduction = inputs
+    ctx.save_for_backward(input, target, weight)
+    ctx.reduction = reduction
+
+
+def _bce_backward(ctx, grad: Tensor):
+    input, target, weight = ctx.saved_tensors
+    dloss = grad if ctx.reduction == REDUCTION_NONE else grad.reshape(1)
+    return K.binary_cross_entropy_grad(input, target, dloss, weight, ctx.reduction), None, None, None
+
+
+_binary_cross_entropy.register_autograd(_bce_backward, setup_context=_bce_setup)
+
+
+def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, reduction: str = "mean") -> Tensor:
+    """torch.nn.functional.binary_cross_entropy; its gradient is npugrad's binary_cross_entropy_grad."""
+    return _binary_cross_entropy(input, target, weight, _reduction(reduction))
+
+
+# -- negative log-likelihood -------------------------------------------------------------------
+
+
+@torch.library.custom_op("npugrad::nll_loss", mutates_args=())
+def _nll_loss(input: Tensor, target: Tensor, weight: Tensor | None, reduction: int,
+              ignore_index: int) -> tuple[Tensor, Tensor]:
+    return torch.ops.aten.nll_loss_forward(input, target, weight, reduction, ignore_index)
+
+
+@_nll_loss.register_fake
+def _(input, target, weight, reduction, ignore_index):
+    return torch.ops.aten.nll_loss_forward(input, target, weight, reduction, ignore_index)
+
+
+def _nll_setup(ctx, inputs, output) -> None:
+    input, target, weight, reduction, ignore_index = inputs
+    weight = weight if weight is not None else input.new_ones(input.shape[-1])
+    ctx.save_for_backward(input, target, weight, output[1])
+    ctx.reduction, ctx.ignore_index = reduction, ignore_index
+    ctx.mark_non_differentiable(output[1])
+
+
+def _nll_backward(ctx, grad: Tensor, _total_weight_grad):
+    input, target, weight, total_weight = ctx.saved_tensors
+    dx = K.nll_loss_backward(grad, input, target, weight, ctx.reduction, ctx.ignore_index, total_weight)
+    return dx, None, None, None, None
+
+
+_nll_loss.register_autograd(_nll_backward, setup_context=_nll_setup)
+
+
+def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
+             reduction: str = "mean") -> Tensor:
+    """torch.nn.functional.nll_loss (input (N, C) or (C,)); its gradient is npugrad's nll_loss_backward."""
+    return _nll_loss(input, target, weight, _reduction(reduction), ignore_index)[0]
+
+
+# -- embedding ---------------------------------------------------------------------------------
+
+
+@torch.library.custom_op("npugrad::embedding", mutates_args=())
+def _embedding(weight: Tensor, indices: Tensor, padding_idx: int, scale_grad_by_freq: bool) -> Tensor:
+    return torch.ops.aten.embedding(weight, indices, padding_idx, scale_grad_by_freq).clone()
+
+
+@_embedding.register_fake
+def _(weight, indices, padding_idx, scale_grad_by_freq):
+    return weight.new_empty((*indices.shape, weight.shape[-1]))
+
+
+def _embedding_setup(ctx, inputs, output) -> None:
+    weight, indices, padding_idx, scale_grad_by_freq = inputs
+    ctx.save_for_backward(indices)
+    ctx.num_weights, ctx.padding_idx, ctx.scale = weight.shape[0], padding_idx, scale_grad_by_freq
+
+
+def _embedding_backward(ctx, grad: Tensor):
+    (indices,) = ctx.saved_tensors
+    dw = K.embedding_dense_backward(grad, indices, ctx.num_weights, ctx.padding_idx, ctx.scale)
+    return dw, None, None, None
+
+
+_embedding.register_autograd(_embedding_backward, setup_context=_embedding_setup)
+
+
+def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, scale_grad_by_freq: bool = False) -> Tensor:
+    """torch.nn.functional.embedding; the weight's gradient is npugrad's embedding_dense_backward."""
+    if padding_idx is None:
+        padding_idx = -1
+    elif padding_idx < 0:  # as F.embedding counts it
+        padding_idx += weight.shape[0]
+    return _embedding(weight, input, padding_idx, scale_grad_by_freq)
+
+
+# -- linear + cross entropy (LM head) ----------------------------------------------------------
+
+
+@torch.library.custom_op("npugrad::linear_cross_entropy", mutates_args=())
+def _linear_cross_entropy(input: Tensor, weight: Tensor, target: Tensor,
+                          ignore_index: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-token loss, logits' max and sum of exp(logit − max), all float32 (BT,): the forward
+    kernels on one shard holding the whole vocabulary (its max, sum and target logit are the
+    global ones). Ignored rows are computed with target 0 (their statistics stay finite for the
+    backward) and their loss is 0."""
+    ignored = target == ignore_index
+    stats = K.fused_linear_online_max_sum(input, weight, torch.where(ignored, 0, target), 0, weight.shape[0])
+    maxes, sums, predicted = stats[0], stats[1], stats[2]
+    loss, _ = K.fused_cross_entropy_loss_with_max_sum(maxes, sums, predicted, target=target, ignore_index=ignore_index)
+    return loss, maxes, sums
+
+
+@_linear_cross_entropy.register_fake
+def _(input, weight, target, ignore_index):
+    return tuple(input.new_empty(input.shape[0], dtype=torch.float32) for _ in range(3))
+
+
+def _lce_setup(ctx, inputs, output) -> None:
+    input, weight, target, ignore_index = inputs
+    ctx.save_for_backward(input, weight, target, output[1], output[2])
+    ctx.ignore_index = ignore_index
+    ctx.mark_non_differentiable(output[1], output[2])
+
+
+def _lce_backward(ctx, grad: Tensor, _max_grad, _sum_grad):
+    input, weight, target, maxes, sums = ctx.saved_tensors
+    ignored = target == ctx.ignore_index
+    g = torch.where(ignored, 0.0, grad.float()).contiguous()
+    masked_target = torch.where(ignored, 0, target)
+    dx, dw = K.fused_linear_cross_entropy_loss_grad(g, input, weight, ignored, masked_target, 0.0, maxes, sums, None)
+    return dx, dw, None, None
+
+
+_linear_cross_entropy.register_autograd(_lce_backward, setup_context=_lce_setup)
+
+
+def linear_cross_entropy(input: Tensor, weight: Tensor, target: Tensor, ignore_index: int = -100,
+                         reduction: str = "mean") -> Tensor:
+    """cross_entropy(input @ weight.T, target) for input (BT, H), weight (V, H), target (BT,), without
+    a BT×V gradient: the backward is npugrad's fused_linear_cross_entropy_loss_grad. `mean` divides
+    by the tokens not ignored, as F.cross_entropy does."""
+    loss = _linear_cross_entropy(input, weight, target, ignore_index)[0]
+    r = _reduction(reduction)
+    if r == REDUCTION_NONE:
+        return loss
+    if r == REDUCTION_SUM:
+        return loss.sum()
+    return loss.sum() / (target != ignore_index).sum().clamp(min=1)

@@ -1,0 +1,61 @@
+"""FusedEmaAdam: a torch.optim optimizer whose step is npugrad's apply_fused_ema_adam kernel, one
+call per parameter: Adam (mode 0, L2 decay) or AdamW (mode 1, decoupled decay), plus an
+exponential moving average of the parameters (`ema(p)`, the kernel's `s`), all in place.
+
+    opt = FusedEmaAdam(model.parameters(), lr=1e-3, weight_decay=0.01)   # = torch.optim.AdamW + EMA
+    loss.backward(); opt.step(); opt.zero_grad()
+
+Defaults are the kernel's (aclnnApplyFusedEmaAdam). State per parameter: `exp_avg`, `exp_avg_sq`
+(m, v, in the parameter's dtype), `ema` (starts as a copy of the parameter), `step` (int64 (1,),
+incremented before each call, as MindSpeed's FusedEmaAdamW does).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from npugrad.torch.kernels import KERNELS
+
+assert "apply_fused_ema_adam" in KERNELS
+
+
+class FusedEmaAdam(torch.optim.Optimizer):
+    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0, ema_decay: float = 0.9999, mode: int = 1, bias_correction: bool = True):
+        defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay, "ema_decay": ema_decay,
+                    "mode": mode, "bias_correction": bias_correction}
+        super().__init__(params, defaults)
+
+    def _state(self, p: torch.Tensor) -> dict:
+        state = self.state[p]
+        if not state:
+            state["step"] = torch.zeros(1, dtype=torch.int64)
+            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
+            state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
+            state["ema"] = p.detach().clone(memory_format=torch.contiguous_format)
+        return state
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if p.grad.is_sparse:
+                    raise RuntimeError("FusedEmaAdam does not support sparse gradients")
+                state = self._state(p)
+                state["step"] += 1
+                torch.ops.npugrad.apply_fused_ema_adam(
+                    p.grad, p, state["exp_avg"], state["exp_avg_sq"], state["ema"], state["step"],
+                    group["lr"], group["ema_decay"], beta1, beta2, group["eps"], group["mode"],
+                    group["bias_correction"], group["weight_decay"])
+        return loss
+
+    def ema(self, p: torch.Tensor) -> torch.Tensor:
+        """The moving average of parameter `p` (its state `ema`)."""
+        return self._state(p)["ema"]

@@ -1,0 +1,33 @@
+// --print-pipeline: the commands behind a stage instead of its IR, the xDSL passes as an
+// `npugrad-opt -p` pipeline (options as the passes take them), then the upstream tools.
+// RUN: npugrad-opt %s --stage train --print-pipeline | FileCheck %s --check-prefix=TRAIN
+// RUN: npugrad-opt %s --stage loops --print-pipeline | FileCheck %s --check-prefix=LOOPS
+// RUN: npugrad-opt %s --stage tiled --target npu-a2 --print-pipeline | FileCheck %s --check-prefix=TILED
+// RUN: npugrad-opt %s --stage llvm-ir --no-fuse --print-pipeline | FileCheck %s --check-prefix=IR
+// RUN: npugrad-opt %s --stage asm --cpu %inputs/avx2.toml --print-pipeline | FileCheck %s --check-prefix=ASM
+// The xDSL part gives the stage itself:
+// RUN: npugrad-opt %s -p fuse-linear-online-max-sum,fuse-linear-cross-entropy-grad,distribute-over-cores,convert-train-to-loops,lower-npu-to-cpu > %t.p
+// RUN: npugrad-opt %s --stage loops > %t.stage
+// RUN: diff %t.p %t.stage
+
+// TRAIN: npugrad-opt {{.*}}print-pipeline.mlir -p ''
+// TRAIN-NOT: |
+
+// LOOPS: npugrad-opt {{.*}}print-pipeline.mlir -p fuse-linear-online-max-sum,fuse-linear-cross-entropy-grad,distribute-over-cores,convert-train-to-loops,lower-npu-to-cpu{{$}}
+// LOOPS-NOT: mlir-opt
+
+// TILED: npugrad-opt {{.*}} --target npu-a2 -p 'choose-tile-sizes{target="npu-a2"},fuse-linear-online-max-sum,fuse-linear-cross-entropy-grad,tile-for-target{target="npu-a2"},check-capacity{target="npu-a2"}'{{$}}
+
+// --no-fuse leaves the fusions out; the upstream part is the bindings' pipeline as mlir-opt takes it.
+// IR: npugrad-opt {{.*}} -p distribute-over-cores,convert-train-to-loops,lower-npu-to-cpu,vectorize-contractions,vectorize-elementwise-loops,convert-linalg-to-loops \
+// IR-NEXT: | mlir-opt --pass-pipeline='builtin.module(func.func(llvm-request-c-wrappers),canonicalize,cse,{{.*}},reconcile-unrealized-casts)' \
+// IR-NEXT: | mlir-translate --mlir-to-llvmir{{$}}
+
+// ASM: vectorize-contractions{target="{{.*}}avx2.toml"}
+// ASM: | opt -O3 -mcpu=x86-64-v3 \
+// ASM-NEXT: | llc -O3 -mcpu=x86-64-v3{{$}}
+
+func.func @bce(%x: memref<64xf32>, %y: memref<64xf32>, %dloss: memref<1xf32>, %dx: memref<64xf32>) {
+  train.binary_cross_entropy_grad input_x(%x : memref<64xf32>) input_y(%y : memref<64xf32>) dloss(%dloss : memref<1xf32>) -> dx(%dx : memref<64xf32>)
+  func.return
+}

@@ -1,0 +1,202 @@
+"""npugrad's kernels as PyTorch operators (npugrad.torch): one per op, made from its recipe and
+checked by torch.library.opcheck; losses and layers whose backward is a kernel, against PyTorch's
+own autograd; the EMA-Adam optimizer against torch.optim."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+from xdsl.irdl import OptOperandDef
+
+from npugrad.recipes import recipes
+
+torch = pytest.importorskip("torch", reason="PyTorch is an optional extra (pip install npugrad[torch])")
+
+import torch.nn.functional as F  # noqa: E402
+from torch.library import opcheck  # noqa: E402
+
+import npugrad.torch as nt  # noqa: E402
+from npugrad.interop.dlpack import to_torch  # noqa: E402
+from npugrad.torch import kernels  # noqa: E402
+
+RECIPES = list(recipes().values())
+
+
+def test_every_op_is_a_torch_operator_with_a_schema_from_its_recipe():
+    assert set(nt.KERNELS) == {r.op.short_name() for r in RECIPES}
+    bce = next(r for r in RECIPES if r.op.short_name() == "binary_cross_entropy_grad")
+    assert kernels.schema(bce) == (
+        "(Tensor input_x, Tensor input_y, Tensor dloss, Tensor? weight=None, int reduction=1) -> Tensor")
+    ema = next(r for r in RECIPES if r.op.short_name() == "apply_fused_ema_adam")
+    assert "Tensor(a!) var, Tensor(b!) m, Tensor(c!) v, Tensor(d!) s" in kernels.schema(ema)
+    assert kernels.schema(ema).endswith("-> ()")
+    for recipe in RECIPES:
+        assert str(getattr(torch.ops.npugrad, recipe.op.short_name()).default._schema).startswith(
+            f"npugrad::{recipe.op.short_name()}(")
+
+
+def test_the_forward_operators_take_the_api_keywords_and_return_optional_outputs():
+    max_sum = next(r for r in RECIPES if r.op.short_name() == "fused_linear_online_max_sum")
+    assert kernels.schema(max_sum).endswith(
+        "int vocab_end_index, *, float softcap=0.0, int? ignore_index=None, bool return_logits=False, "
+        "bool return_sum_logits=False) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor?, Tensor?)")
+    g = torch.Generator().manual_seed(7)
+    x, w = torch.randn(10, 8, generator=g).bfloat16(), torch.randn(30, 8, generator=g).bfloat16()
+    t = torch.randint(0, 30, (10,), generator=g)
+    plain = torch.ops.npugrad.fused_linear_online_max_sum(x, w, t, 0, 30)
+    assert plain[5] is None and plain[6] is None
+    stats = torch.ops.npugrad.fused_linear_online_max_sum(x, w, t, 0, 30, return_logits=True)
+    assert stats[5].shape == (10, 30) and stats[5].dtype == torch.bfloat16 and stats[6] is None
+    loss, softmax = torch.ops.npugrad.fused_cross_entropy_loss_with_max_sum(*stats[:3])
+    assert softmax is None
+    torch.testing.assert_close(loss, F.cross_entropy(x.float() @ w.float().T, t, reduction="none"))
+
+
+def _asks_optional_outputs(recipe, example) -> bool:
+    return any(n in example.shapes for n, d in recipe.op.get_irdl_definition().operands
+               if isinstance(d, OptOperandDef) and recipe.op.operand_roles()[n] == "out")
+
+
+def _operator_args(recipe, example):
+    """Arrays by operand name; the operator's positional arguments and keyword arguments."""
+    arrays = recipe.random_inputs(example.shapes, example.dtypes, example.props, np.random.default_rng(5))
+    values = {k: to_torch(np.ascontiguousarray(v)) for k, v in arrays.items()}
+    asked = _asks_optional_outputs(recipe, example)
+    args, kwargs = [], {}
+    for p in kernels.parameters(recipe):
+        if p.kind.startswith("Tensor"):
+            value = values.get(p.name)
+        elif p.name in example.props:
+            value = example.props[p.name]
+        elif p.kind == "bool" and p.name not in recipe.op.get_irdl_definition().properties:
+            value = asked  # a switch for optional outputs (return_logits)
+        else:
+            assert p.default is not inspect.Parameter.empty, p
+            value = p.default
+        if p.keyword_only:
+            kwargs[p.schema_name] = value
+        else:
+            args.append(value)
+    return arrays, args, kwargs
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.op.short_name())
+def test_every_operator_passes_opcheck_and_matches_the_api(recipe):
+    examples = list(recipe.examples())  # the first asking for optional outputs, else the first
+    example = next((e for e in examples if _asks_optional_outputs(recipe, e)), examples[0])
+    arrays, args, kwargs = _operator_args(recipe, example)
+    op = getattr(torch.ops.npugrad, recipe.op.short_name()).default
+    opcheck(op, tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args), kwargs)
+    want = recipe.call_api({k: np.ascontiguousarray(v).copy() for k, v in arrays.items()}, example.props)
+    result = op(*args, **kwargs)
+    outputs = [n for n, r in recipe.op.operand_roles().items() if r == "out"]
+    got = {k: v for k, v in zip(outputs, result if isinstance(result, tuple) else (result,)) if v is not None} \
+        if outputs else {p.name: a for p, a in zip(kernels.parameters(recipe), args) if p.kind.endswith("!)")}
+    assert set(got) == set(want)
+    for name, w in want.items():
+        assert np.array_equal(got[name].view(torch.int16 if got[name].dtype == torch.bfloat16 else got[name].dtype)
+                              .numpy().view(np.uint8), w.view(np.uint8)), name
+
+
+# -- losses and layers: forward PyTorch's, backward a kernel ----------------------------------------
+
+
+def _grads(loss, inputs):
+    return torch.autograd.grad(loss, inputs)
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_binary_cross_entropy_matches_pytorch(reduction, dtype):
+    g = torch.Generator().manual_seed(1)
+    x = (torch.rand(17, 9, generator=g) * 0.98 + 0.01).to(dtype).requires_grad_()
+    y = torch.rand(17, 9, generator=g).to(dtype)
+    w = torch.rand(17, 9, generator=g).to(dtype)
+    for weight in (None, w):
+        ours = nt.binary_cross_entropy(x, y, weight, reduction)
+        theirs = F.binary_cross_entropy(x, y, weight, reduction=reduction)
+        torch.testing.assert_close(ours, theirs)
+        torch.testing.assert_close(_grads((ours * 1.5).sum(), x)[0], _grads((theirs * 1.5).sum(), x)[0])
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_nll_loss_matches_pytorch(reduction):
+    g = torch.Generator().manual_seed(2)
+    logp = torch.randn(13, 7, generator=g).log_softmax(1).requires_grad_()
+    target = torch.randint(0, 7, (13,), generator=g)
+    target[4] = -100
+    weight = torch.rand(7, generator=g)
+    for w in (None, weight):
+        ours = nt.nll_loss(logp, target, w, reduction=reduction)
+        theirs = F.nll_loss(logp, target, w, reduction=reduction)
+        torch.testing.assert_close(ours, theirs)
+        torch.testing.assert_close(_grads(ours.sum() * 2, logp)[0], _grads(theirs.sum() * 2, logp)[0])
+
+
+@pytest.mark.parametrize("padding_idx, scale", [(None, False), (3, False), (-2, True)])
+def test_embedding_matches_pytorch(padding_idx, scale):
+    g = torch.Generator().manual_seed(3)
+    weight = torch.randn(20, 8, generator=g).requires_grad_()
+    idx = torch.randint(0, 20, (4, 6), generator=g)
+    ours = nt.embedding(idx, weight, padding_idx, scale)
+    theirs = F.embedding(idx, weight, padding_idx, scale_grad_by_freq=scale)
+    assert torch.equal(ours, theirs)
+    torch.testing.assert_close(_grads((ours ** 2).sum(), weight)[0], _grads((theirs ** 2).sum(), weight)[0])
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_linear_cross_entropy_matches_pytorch_in_float32(reduction, dtype):
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(70, 24, generator=g).to(dtype).requires_grad_()
+    w = (torch.randn(300, 24, generator=g) * 0.3).to(dtype).requires_grad_()
+    target = torch.randint(0, 300, (70,), generator=g)
+    target[[3, 9]] = -100
+    ours = nt.linear_cross_entropy(x, w, target, reduction=reduction)
+    xf, wf = x.detach().float().requires_grad_(), w.detach().float().requires_grad_()
+    theirs = F.cross_entropy(xf @ wf.T, target, reduction=reduction)
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+    dx, dw = _grads((ours * 3).sum(), (x, w))
+    dxf, dwf = _grads((theirs * 3).sum(), (xf, wf))
+    assert dx.dtype == dw.dtype == dtype
+    # The kernel rounds G and its results to the input dtype (OPS.md §1.6): two ulps of it.
+    tol = 1.6e-2 if dtype == torch.bfloat16 else 2e-3
+    for ours_grad, exact in ((dx, dxf), (dw, dwf)):
+        assert (ours_grad.float() - exact).abs().max() <= tol * exact.abs().max()
+    assert torch.all(dx[[3, 9]] == 0)
+
+
+@pytest.mark.parametrize("op, args", [
+    ("binary_cross_entropy", lambda: (torch.rand(6, 5).mul(.9).add(.05).requires_grad_(), torch.rand(6, 5), None, 1)),
+    ("nll_loss", lambda: (torch.randn(7, 11).log_softmax(1).requires_grad_(), torch.randint(0, 11, (7,)), None, 1, -100)),
+    ("embedding", lambda: (torch.randn(20, 8, requires_grad=True), torch.randint(0, 20, (4, 6)), -1, False)),
+    ("linear_cross_entropy", lambda: (torch.randn(33, 16).bfloat16().requires_grad_(),
+                                      torch.randn(200, 16).bfloat16().requires_grad_(), torch.randint(0, 200, (33,)), -100)),
+])
+def test_the_losses_and_layers_pass_opcheck(op, args):
+    opcheck(getattr(torch.ops.npugrad, op).default, args())
+
+
+# -- the optimizer -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode, reference", [(1, "AdamW"), (0, "Adam")])
+def test_fused_ema_adam_steps_like_torch_optim(mode, reference):
+    g = torch.Generator().manual_seed(6)
+    start = torch.randn(4, 25, generator=g)
+    ours = torch.nn.Parameter(start.clone())
+    theirs = torch.nn.Parameter(start.clone())
+    opt = nt.FusedEmaAdam([ours], lr=0.05, weight_decay=0.1, ema_decay=0.9, mode=mode)
+    ref = getattr(torch.optim, reference)([theirs], lr=0.05, weight_decay=0.1)
+    ema = start.clone()
+    for _ in range(6):
+        for p in (ours, theirs):
+            p.grad = torch.sin(3 * p.detach()) + 0.1
+        opt.step()
+        ref.step()
+        ema = 0.9 * ema + 0.1 * theirs.detach()
+    torch.testing.assert_close(ours.detach(), theirs.detach(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(opt.ema(ours), ema, rtol=1e-5, atol=1e-6)
+    assert opt.state[ours]["step"].item() == 6
