@@ -82,6 +82,13 @@ def test_npu_a2_figures():
     }
     assert dict(t.roles) == {"vector": "ub", "stage": "l1", "matrix_a": "l0a", "matrix_b": "l0b", "accumulator": "l0c"}
     assert t.role("vector").capacity == 192 * KiB
+    # The cost model's figures (cited in npu-a2.toml): 16x16x16 bf16 MACs per cycle at 1.8 GHz.
+    assert t.clock_ghz == 1.8
+    assert t.unit_for("matrix").rate("matrix", "bf16") == 16 * 16 * 16 * 2
+    assert t.unit_for("vector").rate("vector", "f32") == 64
+    assert t.global_level.bandwidth == pytest.approx(1.6e12 / 1.8e9, rel=1e-3)
+    assert t.has_path("gm", "l1") and t.has_path("l1", "l0a") and not t.has_path("gm", "l0a")
+    assert "cited" in t.costs
 
 
 def _sys_cache(level: int) -> int:
@@ -119,6 +126,14 @@ def test_host_vector_width():
     flags = _cpu_flags()
     want = 512 if "avx512f" in flags else 256 if flags & {"avx2", "avx"} else 128
     assert host().vector_bits == want
+
+
+def test_host_costs():
+    t = host()
+    assert t.clock_ghz > 0 and "calibrate" in t.costs
+    lanes = t.vector_bits // 32
+    assert t.unit_for("matrix").rate("matrix", "f32") == 4 * lanes  # two FMA pipes
+    assert all(t.has_path(a.name, b.name) for a in t.levels for b in t.levels)
 
 
 def test_host_shape():
@@ -273,6 +288,32 @@ MALFORMED = [
         "multiple of 32",
     ),
     ("no cores", lambda s: s.replace("cores = 4", "cores = 0"), "'cores'", ">= 1"),
+    ("negative clock", lambda s: s.replace("cores = 4", "cores = 4\nclock_ghz = -1"), "'clock_ghz'", "positive number"),
+    (
+        "unit doing unknown work",
+        lambda s: s + '[[unit]]\nname = "u"\nwork = ["dance"]\nrate = {}\n',
+        "'work'",
+        "must list some of matrix, vector, scalar",
+    ),
+    (
+        "rate of work the unit does not do",
+        lambda s: s + '[[unit]]\nname = "u"\nwork = ["vector"]\nrate = { matrix = { f32 = 1 } }\n',
+        "'matrix'",
+        "which is not in its 'work'",
+    ),
+    (
+        "path to no level",
+        lambda s: s + '[[path]]\nfrom = "hbm"\nto = "l9"\nbandwidth = 4\n',
+        "'to' names 'l9'",
+        "which is not a level",
+    ),
+    ("path without bandwidth", lambda s: s + '[[path]]\nfrom = "hbm"\nto = "vec"\n', "'bandwidth'", "missing field"),
+    (
+        "bandwidth on a local level",
+        lambda s: s.replace("alignment = 32", "alignment = 32\nbandwidth = 4"),
+        "'bandwidth'",
+        "global level only",
+    ),
 ]
 
 

@@ -1,5 +1,7 @@
 """Hardware descriptions as data: memory levels (name, capacity, alignment, the unit that reads
-them, the level they are filled from), core count, vector width. A target is a small TOML file:
+them, the level they are filled from), core count, vector width, and what a cost model needs:
+the clock, each unit's rate per kind of work and element type, each path's bandwidth between
+levels. A target is a small TOML file:
 
     name = "my-npu"
     cores = 8
@@ -15,7 +17,23 @@ them, the level they are filled from), core count, vector width. A target is a s
     unit = "vector"
     parent = "gm"
 
-Shipped: `npu-a2` (this folder) and `host`, read off the machine it runs on.
+and, for the cost model (npugrad/analysis/cost.py; every figure optional, nominal defaults):
+
+    clock_ghz = 1.8
+    [[unit]]                  # who does which work, how fast (per core, per cycle)
+    name = "vector"
+    work = ["vector"]         # matrix: contraction FLOP; vector: element operations on local
+    overhead = 12             # tiles; scalar: operations on global memory. Cycles per instruction.
+    rate = { vector = { f32 = 64, bf16 = 128 } }      # per element type; "any" matches every type
+    [[path]]                  # a copy between two levels: bytes per cycle per core, cycles per copy
+    from = "gm"
+    to = "ub"
+    bandwidth = 56
+    latency = 24
+
+The global level may give `bandwidth` (bytes per cycle shared by all cores) and a shared cache in
+front of it (`cache`, `cache_bandwidth`). Shipped: `npu-a2` (this folder, figures cited there) and
+`host`, read off the machine it runs on (`npugrad calibrate` measures it instead).
 """
 
 from __future__ import annotations
@@ -29,6 +47,9 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 UNITS = ("cube", "vector", "scalar", "mte", "cpu")
+# What the cost model counts: matrix = FLOP of contractions (linalg.generic), vector = element
+# operations of loops on local buffers, scalar = operations of loops reading or writing global memory.
+WORK = ("matrix", "vector", "scalar")
 # What the tiling passes place in local memory, and the level each goes to (the [roles] table):
 # vector = operands and results of elementwise work; stage = matrix tiles fetched from global
 # memory; matrix_a / matrix_b = the left / right operand of a matrix-unit contraction;
@@ -54,10 +75,41 @@ class MemoryLevel:
     alignment: int = 1
     unit: str = "cpu"
     parent: str | None = None
+    # Global memory only: bytes per cycle shared by all cores, and a shared cache in front of it
+    # (bytes, bytes per cycle) that serves what is read more than once when the arguments fit it.
+    bandwidth: float | None = None
+    cache: int | None = None
+    cache_bandwidth: float | None = None
 
     @property
     def is_global(self) -> bool:
         return self.capacity is None
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A unit of a core that does work: the kinds of work (WORK) it does, at `rates`
+    ((work, element type or "any", per cycle)), and the cycles each instruction costs on top."""
+
+    name: str
+    work: tuple[str, ...]
+    rates: tuple[tuple[str, str, float], ...]
+    overhead: float = 0.0
+
+    def rate(self, work: str, element: str) -> float | None:
+        found = {(w, t): r for w, t, r in self.rates}
+        return found.get((work, element), found.get((work, "any")))
+
+
+@dataclass(frozen=True)
+class CopyPath:
+    """Copies from level `source` to level `target`: bytes per cycle per core, and the cycles
+    each copy costs on top (its setup)."""
+
+    source: str
+    target: str
+    bandwidth: float
+    latency: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -74,6 +126,23 @@ class Target:
     # what the `asm` stage prints code for. Empty: the machine running npugrad.
     llvm_cpu: str = ""
     llvm_features: str = ""
+    clock_ghz: float = 1.0
+    units: tuple[Unit, ...] = ()
+    paths: tuple[CopyPath, ...] = ()
+    # Where the cost figures come from ("" = none given: the cost model uses nominal ones).
+    costs: str = field(default="", compare=False)
+
+    def unit_for(self, work: str) -> Unit | None:
+        """The unit doing `work` (one of WORK), or None when the target names none."""
+        return next((u for u in self.units if work in u.work), None)
+
+    def path(self, source: str, target: str) -> CopyPath | None:
+        return next((p for p in self.paths if p.source == source and p.target == target), None)
+
+    def has_path(self, source: str, target: str) -> bool:
+        """Whether a copy can go straight from `source` to `target`: a target that lists no paths
+        (a CPU, a file without cost figures) can copy between any two levels."""
+        return not self.paths or self.path(source, target) is not None
 
     def role(self, role: str) -> MemoryLevel:
         """The level that holds `role` (one of ROLES)."""
@@ -99,7 +168,7 @@ class Target:
     def key(self) -> tuple:
         """What compiled code depends on (for compile caches)."""
         return (self.name, self.cores, self.vector_bits, self.vector_registers, self.double_buffer, self.levels,
-                self.roles, self.llvm_cpu, self.llvm_features)
+                self.roles, self.llvm_cpu, self.llvm_features, self.clock_ghz, self.units, self.paths)
 
 
 def _size(where: str, value) -> int:
@@ -130,7 +199,7 @@ def _field(where: str, table: dict, name: str, kind, default=None, required: boo
 
 def from_dict(data: dict, source: str = "<dict>") -> Target:
     known = {"name", "cores", "vector_bits", "vector_registers", "double_buffer", "level", "roles", "llvm_cpu",
-             "llvm_features"}
+             "llvm_features", "clock_ghz", "unit", "path", "costs"}
     if unknown := set(data) - known:
         raise TargetError(f"{source}: unknown field(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(known))})")
     name = _field(source, data, "name", str)
@@ -146,7 +215,8 @@ def from_dict(data: dict, source: str = "<dict>") -> Target:
         where = f"{source}: level {i + 1}"
         if not isinstance(lv, dict):
             raise TargetError(f"{where} must be a table ([[level]])")
-        if unknown := set(lv) - {"name", "kind", "capacity", "alignment", "unit", "parent"}:
+        if unknown := set(lv) - {"name", "kind", "capacity", "alignment", "unit", "parent", "bandwidth", "cache",
+                                 "cache_bandwidth"}:
             raise TargetError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
         lname = _field(where, lv, "name", str)
         where = f"{source}: level '{lname}'"
@@ -157,8 +227,13 @@ def from_dict(data: dict, source: str = "<dict>") -> Target:
         if kind not in ("global", "local"):
             raise TargetError(f"{where}: field 'kind' must be 'global' or 'local', got {kind!r}")
         if kind == "global":
-            levels.append(MemoryLevel(lname, None, 1, "mte", None))
+            cache = lv.get("cache")
+            levels.append(MemoryLevel(
+                lname, None, 1, "mte", None, _rate(where, lv, "bandwidth"),
+                None if cache is None else _size(f"{where}: field 'cache'", cache), _rate(where, lv, "cache_bandwidth")))
             continue
+        if extra := {"bandwidth", "cache", "cache_bandwidth"} & set(lv):
+            raise TargetError(f"{where}: field '{sorted(extra)[0]}' is for the global level only")
         capacity = _size(f"{where}: field 'capacity'", _field(where, lv, "capacity", (int, str)))
         alignment = _field(where, lv, "alignment", int, 1, required=False)
         if alignment < 1 or alignment & (alignment - 1):
@@ -197,6 +272,10 @@ def from_dict(data: dict, source: str = "<dict>") -> Target:
     vector_registers = _field(source, data, "vector_registers", int, 0, required=False)
     if vector_registers < 0:
         raise TargetError(f"{source}: field 'vector_registers' must be >= 0, got {vector_registers}")
+    clock = _rate(source, data, "clock_ghz")
+    units = tuple(_unit(f"{source}: unit {i + 1}", u) for i, u in enumerate(_field(source, data, "unit", list, [], required=False)))
+    paths = tuple(_path(f"{source}: path {i + 1}", p, names) for i, p in enumerate(_field(source, data, "path", list, [], required=False)))
+    given = "clock_ghz" in data or units or paths
     return Target(
         name, cores, vector_bits, tuple(levels),
         vector_registers,
@@ -205,7 +284,63 @@ def from_dict(data: dict, source: str = "<dict>") -> Target:
         source,
         _field(source, data, "llvm_cpu", str, "", required=False),
         _field(source, data, "llvm_features", str, "", required=False),
+        clock if clock is not None else 1.0,
+        units,
+        paths,
+        _field(source, data, "costs", str, source if given else "", required=False),
     )
+
+
+def _rate(where: str, table: dict, name: str) -> float | None:
+    """A positive number (bytes or operations per cycle, GHz), or None when absent."""
+    if name not in table:
+        return None
+    value = table[name]
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise TargetError(f"{where}: field '{name}' must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _unit(where: str, data) -> Unit:
+    if not isinstance(data, dict):
+        raise TargetError(f"{where} must be a table ([[unit]])")
+    if unknown := set(data) - {"name", "work", "rate", "overhead"}:
+        raise TargetError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+    name = _field(where, data, "name", str)
+    where = f"{where} ('{name}')"
+    work = _field(where, data, "work", list)
+    if not work or any(w not in WORK for w in work):
+        raise TargetError(f"{where}: field 'work' must list some of {', '.join(WORK)}, got {work!r}")
+    rates = []
+    for kind, table in _field(where, data, "rate", dict).items():
+        if kind not in work:
+            raise TargetError(f"{where}: [rate] names '{kind}', which is not in its 'work' ({', '.join(work)})")
+        if not isinstance(table, dict):
+            raise TargetError(f"{where}: rate.{kind} must be a table of element type = per cycle")
+        for element in table:
+            rates.append((kind, element, _rate(f"{where}: rate.{kind}", table, element)))
+    overhead = data.get("overhead", 0)
+    if isinstance(overhead, bool) or not isinstance(overhead, int | float) or overhead < 0:
+        raise TargetError(f"{where}: field 'overhead' must be a number >= 0, got {overhead!r}")
+    return Unit(name, tuple(work), tuple(rates), float(overhead))
+
+
+def _path(where: str, data, levels: list[str]) -> CopyPath:
+    if not isinstance(data, dict):
+        raise TargetError(f"{where} must be a table ([[path]])")
+    if unknown := set(data) - {"from", "to", "bandwidth", "latency"}:
+        raise TargetError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+    ends = [_field(where, data, end, str) for end in ("from", "to")]
+    for end, level in zip(("from", "to"), ends):
+        if level not in levels:
+            raise TargetError(f"{where}: field '{end}' names '{level}', which is not a level ({', '.join(levels)})")
+    bandwidth = _rate(where, data, "bandwidth")
+    if bandwidth is None:
+        raise TargetError(f"{where}: missing field 'bandwidth'")
+    latency = data.get("latency", 0)
+    if isinstance(latency, bool) or not isinstance(latency, int | float) or latency < 0:
+        raise TargetError(f"{where}: field 'latency' must be a number >= 0, got {latency!r}")
+    return CopyPath(ends[0], ends[1], bandwidth, float(latency))
 
 
 def load(path: str | os.PathLike) -> Target:
@@ -245,9 +380,43 @@ def _cache_bytes(level: int) -> int | None:
     return None
 
 
+def _clock_ghz() -> float | None:
+    """The highest clock this machine's first CPU runs at, from /sys or /proc/cpuinfo."""
+    try:
+        return int(Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq").read_text()) / 1e6
+    except (OSError, ValueError):
+        pass
+    try:
+        mhz = [float(line.split(":")[1]) for line in Path("/proc/cpuinfo").read_text().splitlines()
+               if line.startswith("cpu MHz")]
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(mhz) / 1e3 if mhz else None
+
+
+# Bytes per cycle one core copies out of each level of `host` when nothing was measured: rough
+# figures for the scalar loops copies become (estimates; `npugrad calibrate` measures them).
+_HOST_COPY = {"l1": 32.0, "l2": 16.0, "l3": 8.0, "dram": 4.0}
+HOST_DEFAULTS = (
+    "defaults read off this machine: the clock from /sys (or /proc/cpuinfo), the contraction rate "
+    "as two FMA pipes of the vector width (2 x lanes x 2 FLOP per cycle), elementwise work as two vector "
+    "ALUs, copy bandwidths estimated (l1 32, l2 16, l3 8, dram 4 bytes per cycle per core, dram shared by "
+    "all cores at 2 x that); run `npugrad calibrate` to measure them"
+)
+
+
+def host_costs(levels: list[str], lanes: int) -> tuple[tuple[Unit, ...], tuple[CopyPath, ...], float]:
+    """The defaults above: one unit doing all work, a path between every two levels (a CPU copies
+    anything), and the dram's shared bandwidth."""
+    cpu = Unit("cpu", WORK, (("matrix", "any", 4.0 * lanes), ("vector", "any", 2.0 * lanes), ("scalar", "any", 2.0)))
+    paths = tuple(CopyPath(a, b, min(_HOST_COPY.get(a, 4.0), _HOST_COPY.get(b, 4.0))) for a in levels for b in levels)
+    return (cpu,), paths, 2 * _HOST_COPY["dram"]
+
+
 @cache
 def host() -> Target:
-    """This machine: its cores, data caches as the local levels, and its vector width."""
+    """This machine: its cores, data caches as the local levels, its vector width, and the cost
+    figures HOST_DEFAULTS says."""
     import llvmlite.binding as llvm
 
     llvm.initialize_native_target()
@@ -255,7 +424,9 @@ def host() -> Target:
     vector_bits = 512 if features.get("avx512f") else 256 if features.get("avx2") or features.get("avx") else 128
     registers = 32 if features.get("avx512f") else 16
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    levels = [MemoryLevel("dram", None, 1, "mte", None)]
+    names = ["dram", "l3", "l2", "l1"]
+    units, paths, shared = host_costs(names, vector_bits // 32)
+    levels = [MemoryLevel("dram", None, 1, "mte", None, shared)]
     parent = "dram"
     for lvl, fallback in ((3, 8 << 20), (2, 1 << 20), (1, 32 << 10)):
         size = _cache_bytes(lvl) or fallback
@@ -264,7 +435,7 @@ def host() -> Target:
     # On a CPU "local buffers" are tiles sized to stay in a cache level of one core.
     roles = {"vector": "l2", "stage": "l3", "matrix_a": "l2", "matrix_b": "l2", "accumulator": "l2"}
     return Target("host", cores, vector_bits, tuple(levels), registers, False, tuple(sorted(roles.items())), "host",
-                  llvm.get_host_cpu_name(), features.flatten())
+                  llvm.get_host_cpu_name(), features.flatten(), _clock_ghz() or 2.0, units, paths, HOST_DEFAULTS)
 
 
 def get(name_or_path: str | os.PathLike) -> Target:
