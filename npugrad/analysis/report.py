@@ -4,9 +4,11 @@
   to the level's alignment, x2 when double-buffered) and the level's total against its capacity;
 - the bytes every `npu.copy` moves over the whole run, grouped by (source level -> target level),
   global memory being the memrefs without a memory space; the total, the busiest block, and the
-  global traffic against the bytes of the arguments (each moved once: 1.00x). With the flops
-  fixed by the shapes, arithmetic intensity is inversely proportional to the global traffic;
-  the report gives "intensity" as argument bytes per byte of global traffic.
+  global traffic against the bytes of the arguments (each moved once: 1.00x);
+- the work every unit does (contraction FLOP, element operations on local buffers, element
+  operations reaching into global memory), and what analysis/cost.py makes of it: the modelled
+  time per stage (a top-level loop nest, or the straight-line code between two), what bounds
+  it, the compute bound, the compulsory traffic, the intensity (FLOP per global byte).
 
 The bytes come from interpreting the index arithmetic of each function on its static shapes: the
 tile loops run (for every block: `block_idx` = 0 .. cores-1, `block_dim` = cores) and each copy
@@ -28,11 +30,14 @@ import operator
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from xdsl.dialects import affine, arith, func, memref, scf
+from xdsl.dialects.linalg import ops as linalg
 from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerAttr, MemRefType, ModuleOp
 from xdsl.ir import Block, BlockArgument, Operation, OpResult, SSAValue
 
+from npugrad.analysis.cost import format_prediction, of_report
 from npugrad.analysis.footprint import local_buffer_bytes as footprint
 from npugrad.dialect import TrainOp
 from npugrad.dialect.checks import static_product
@@ -43,7 +48,7 @@ from npugrad.targets import Target, TargetError
 # Ops interpreted per function (all blocks) before loops of more than FALLBACK_TRIPS trips are
 # counted as trips x one iteration instead of being run (exact where the sizes do not depend on
 # the loop, an upper bound where they do).
-BUDGET = 500_000
+BUDGET = 2_000_000
 FALLBACK_TRIPS = 8
 
 
@@ -96,6 +101,26 @@ class FunctionReport:
     caveats: list[str] = field(default_factory=list)
     untiled: list[str] = field(default_factory=list)  # train ops with every operand in global memory
     direct: dict[str, int] = field(default_factory=dict)  # other ops reaching into global memory
+    work: dict[Work, Move] = field(default_factory=dict)  # over all blocks
+    stages: list[Stage] = field(default_factory=list)
+
+
+class Work(NamedTuple):
+    """A key of the tallies next to the copies' paths: work of a kind (the target's WORK: matrix
+    = contraction FLOP, vector = element operations on local buffers, scalar = element operations
+    reaching into global memory) on an element type. Its Move counts the amount in `bytes` and
+    the instructions (contractions, loops) in `copies`."""
+
+    kind: str
+    element: str
+
+
+@dataclass
+class Stage:
+    """One top-level op of a function that moved bytes or did work (a loop nest, a fill): what each
+    block did in it, path or Work -> tally."""
+
+    blocks: list[dict] = field(default_factory=list)
 
 
 class _OverBudget(Exception):
@@ -161,6 +186,7 @@ class _Body:
 
     steps: list[Step]
     yields: list[SSAValue]
+    nests: list[bool] = field(default_factory=list)  # per step: whether its op is a loop
 
 
 @dataclass
@@ -178,6 +204,30 @@ class _Run:
     steps: int = 0
     weight: int = 1  # how many times the op being interpreted runs (loops counted, not run)
     bounded: bool = True
+
+    def run_stages(self, body: _Body) -> list[dict]:
+        """Run a function's body, what each stage (a top-level loop, or the ops between two)
+        moved and did apart."""
+        self.steps += len(body.steps)
+        stages: list[dict] = []
+        total = self.moves
+        for i, step in enumerate(body.steps):
+            if i == 0 or body.nests[i] or body.nests[i - 1]:
+                stages.append({})
+            self.moves = {}
+            step(self)
+            for key, m in self.moves.items():
+                total.setdefault(key, Move()).add(m)
+                stages[-1].setdefault(key, Move()).add(m)
+        self.moves = total
+        return stages
+
+    def tally(self, key, amount: int, count: int = 1, exact: bool = True) -> None:
+        m = self.moves.setdefault(key, Move())
+        m.bytes += amount * self.weight
+        m.copies += count * self.weight
+        m.exact &= exact
+        m.bounded &= self.bounded
 
     def run(self, body: _Body) -> list[int | None]:
         self.steps += len(body.steps)
@@ -219,7 +269,9 @@ class _Compiler:
     def __init__(self, f: func.FuncOp, target: Target):
         self.global_level = target.global_level.name
         self.moving: set[Operation] = set()
-        for copy in (o for o in f.walk() if isinstance(o, CopyOp)):
+        self.leaves = {o for o in f.walk() if _leaf_loop(o)}
+        counted = (CopyOp, linalg.GenericOp, linalg.FillOp)
+        for copy in (o for o in f.walk() if isinstance(o, counted) or o in self.leaves):
             parent = copy.parent_op()
             while parent is not None and parent not in self.moving:
                 self.moving.add(parent)
@@ -235,13 +287,74 @@ class _Compiler:
         for op in block.ops:
             if isinstance(op, scf.YieldOp | affine.YieldOp):
                 yields = list(op.operands)
-            elif op in self.moving or isinstance(op, CopyOp) or any(r in self.relevant for r in op.results):
+            elif self._kept(op):
                 steps.append(self.step(op))
-        return _Body(steps, yields)
+        return _Body(steps, yields, [isinstance(o, scf.ForOp) for o in block.ops
+                                     if not isinstance(o, scf.YieldOp | affine.YieldOp) and self._kept(o)])
+
+    def _kept(self, op: Operation) -> bool:
+        return (op in self.moving or isinstance(op, CopyOp | linalg.GenericOp | linalg.FillOp) or op in self.leaves
+                or any(r in self.relevant for r in op.results))
 
     def step(self, op: Operation) -> Step:
+        if op in self.leaves:
+            return self.leaf(op)  # type: ignore[arg-type]
         impl = EXACT.get(type(op))
         return impl(self, op) if impl is not None else self.other(op)
+
+    def leaf(self, op: scf.ForOp) -> Step:
+        """An element loop (no loops inside, nothing counted inside): trips x its body's element
+        operations (of the longer branch of a condition), without running it. Scalar work when it
+        reads or writes global memory, else vector work."""
+        n = _element_ops(op.body.block)
+        kind = "scalar" if any(_global_access(o) for o in op.walk()) else "vector"
+        lb, ub, by = op.lb, op.ub, op.step
+
+        def step(run: _Run) -> None:
+            start, stop, s = run.values.get(lb), run.values.get(ub), run.values.get(by)
+            if start is None or stop is None or s is None or s <= 0:
+                run.caveats.add(f"the element loop at {_where(op)} has bounds that are not constants: counted once")
+                trips, exact = 1, False
+            else:
+                trips, exact = max(0, -(-(stop - start) // s)), True
+            run.tally(Work(kind, "f32"), trips * n, 1, exact)
+
+        return step
+
+    def work(self, op: linalg.GenericOp | linalg.FillOp) -> Step:
+        """A contraction (a reduction over two inputs): 2 FLOP per point of its iteration space on
+        the inputs' element type; any other generic or fill: element operations."""
+        if isinstance(op, linalg.FillOp):
+            maps, operands, per_point = None, [op.outputs[0]], 1
+            kinds = []
+        else:
+            maps = _dims_of(op)
+            operands = [*op.inputs, *op.outputs]
+            kinds = [str(it.data) for it in op.iterator_types.data]  # type: ignore[attr-defined]
+            per_point = sum(_element_op(o) for o in op.body.block.ops)
+        contraction = "reduction" in kinds and len(op.inputs) >= 2
+        local = all(level_of(v.type) is not None for v in operands)
+        if contraction:
+            key = Work("matrix", str(operands[0].type.element_type))  # type: ignore[attr-defined]
+            per_point = 2
+        else:
+            key = Work("vector" if local else "scalar", "f32")
+
+        def step(run: _Run) -> None:
+            extents: dict[int, int | None] = {}
+            for v, dims in zip(operands, maps or [None]):
+                shape = run.memrefs[v][0] if v in run.memrefs else _static(v.type)
+                for axis, d in enumerate(dims if dims is not None else range(len(shape))):
+                    if extents.get(d) is None:
+                        extents[d] = shape[axis]
+            points = static_product(extents.values()) if extents else 1
+            exact = points is not None
+            if points is None:
+                points = max((run.bound(v) or 0) for v in operands)
+                run.caveats.add("work of sizes that could not be evaluated counts as the largest tile it can be")
+            run.tally(key, points * per_point, 1, exact)
+
+        return step
 
     def copy(self, op: CopyOp) -> Step:
         src, dst = op.source, op.target
@@ -401,6 +514,40 @@ class _Compiler:
         return step
 
 
+def _leaf_loop(op: Operation) -> bool:
+    """A loop of element operations: nothing inside is a loop, a copy or counted work."""
+    return isinstance(op, scf.ForOp) and _element_ops(op.body.block) > 0 and not any(
+        isinstance(o, scf.ForOp | CopyOp | linalg.GenericOp | linalg.FillOp) for o in op.body.walk())
+
+
+def _element_ops(block: Block) -> int:
+    """Element operations one run of `block` does, counting the longer branch of each condition."""
+    n = 0
+    for o in block.ops:
+        if o.regions:
+            n += max((_element_ops(b) for r in o.regions for b in r.blocks), default=0)
+        else:
+            n += _element_op(o)
+    return n
+
+
+def _element_op(op: Operation) -> bool:
+    """An operation on elements: a load or store, or arithmetic on floats."""
+    if isinstance(op, memref.LoadOp | memref.StoreOp) or op.dialect_name() == "math":
+        return True
+    return op.dialect_name() == "arith" and any(isinstance(getattr(r.type, "bitwidth", None), int)
+                                                and "Float" in type(r.type).__name__ for r in op.results)
+
+
+def _global_access(op: Operation) -> bool:
+    return isinstance(op, memref.LoadOp | memref.StoreOp) and level_of(op.memref.type) is None
+
+
+def _dims_of(gen: linalg.GenericOp) -> list[list[int]]:
+    """For each operand, the loop dimension each of its indices walks."""
+    return [[r.position for r in m.data.results] for m in gen.indexing_maps.data]  # type: ignore[attr-defined]
+
+
 def _const(r: SSAValue, value: int | None) -> Step:
     def step(run: _Run) -> None:
         run.values[r] = value
@@ -497,6 +644,8 @@ EXACT: dict[type[Operation], Callable[[_Compiler, Operation], Step]] = {
     memref.DimOp: lambda c, op: _dim(*op.operands, op.results[0]),
     memref.SubviewOp: lambda c, op: _subview(op),
     CopyOp: lambda c, op: c.copy(op),  # type: ignore[arg-type]
+    linalg.GenericOp: lambda c, op: c.work(op),  # type: ignore[arg-type]
+    linalg.FillOp: lambda c, op: c.work(op),  # type: ignore[arg-type]
     scf.ForOp: lambda c, op: c.loop(op),
     scf.IfOp: lambda c, op: c.branch(op),
 }
@@ -509,6 +658,8 @@ def _slice(f: func.FuncOp) -> set[SSAValue]:
     for op in f.walk():
         if isinstance(op, CopyOp):
             work += [op.source, op.target]
+        elif isinstance(op, linalg.GenericOp | linalg.FillOp):
+            work += [v for v in op.operands if isinstance(v.type, MemRefType)]
         elif isinstance(op, scf.ForOp):
             work += op.operands[:3]
         elif isinstance(op, scf.IfOp):
@@ -607,26 +758,29 @@ def analyze(f: func.FuncOp, target: Target, names: dict[SSAValue, str] | None = 
     if dynamic:
         return report
     blocks = target.cores if any(isinstance(o, BlockIdxOp | BlockDimOp) for o in f.walk()) else 1
-    runs = _interpret_blocks(f, target, blocks)
+    runs, stages = _interpret_blocks(f, target, blocks)
     report.moves = {}
     for run in runs:
-        report.block_bytes.append(sum(m.bytes for m in run.moves.values()))
+        report.block_bytes.append(sum(m.bytes for k, m in run.moves.items() if not isinstance(k, Work)))
         for key, m in run.moves.items():
-            report.moves.setdefault(key, Move()).add(m)
+            (report.work if isinstance(key, Work) else report.moves).setdefault(key, Move()).add(m)  # type: ignore[arg-type]
         report.caveats += [c for c in sorted(run.caveats) if c not in report.caveats]
+    report.stages = [Stage(blocks) for blocks in stages]
     return report
 
 
-def _interpret_blocks(f: func.FuncOp, target: Target, blocks: int) -> list[_Run]:
+def _interpret_blocks(f: func.FuncOp, target: Target, blocks: int) -> tuple[list[_Run], list[list[dict]]]:
+    """Each block's run, and per stage (top-level step that moved or did anything) each block's tallies."""
     compiler = _Compiler(f, target)
     body = compiler.body(f.body.block)
+    steps: list[list[dict]] = []
 
     def interpret(block: int, budget: int | None) -> _Run:
         run = _Run(block, blocks, budget)
         for arg in f.body.block.args:
             if isinstance(arg.type, MemRefType):
                 run.memref(arg, _static(arg.type))
-        run.run(body)
+        steps.append(run.run_stages(body))
         return run
 
     runs: list[_Run] = []
@@ -636,8 +790,10 @@ def _interpret_blocks(f: func.FuncOp, target: Target, blocks: int) -> list[_Run]
             runs.append(interpret(b, budget))
             budget -= runs[-1].steps
     except _OverBudget:
+        steps.clear()
         runs = [interpret(b, None) for b in range(blocks)]
-    return runs
+    used = [i for i in range(len(steps[0]) if steps else 0) if any(s[i] for s in steps)]
+    return runs, [[s[i] for s in steps] for i in used]
 
 
 def _human(n: int) -> str:
@@ -698,17 +854,23 @@ def format_report(r: FunctionReport, target: Target) -> list[str]:
             f"  busiest block: {busiest} with {_amount(Move(r.block_bytes[busiest], 0, total.exact, total.bounded))}"
         )
     if r.argument_bytes:
-        # Flops are fixed by the shapes, so arithmetic intensity (flops per global byte) compares
-        # two tilings as this ratio does.
-        intensity = f"{r.argument_bytes / global_.bytes:.2f}" if global_.bytes and global_.bounded else "-"
-        if not global_.exact and intensity != "-":
-            intensity = f">= {intensity}"
         lines.append(
             f"global traffic: {_amount(global_)} = {global_.bytes / r.argument_bytes:.2f}x the {r.argument_bytes} B "
-            f"of the arguments; intensity {intensity} argument bytes per global byte"
+            f"of the arguments"
         )
+    work = sorted(r.work.items())
+    if work:
+        lines.append("work (all blocks): " + ", ".join(
+            f"{k.kind} {_amount(m).removesuffix(' B')} {'FLOP' if k.kind == 'matrix' else 'ops'} on {k.element}"
+            for k, m in work))
+    prediction = of_report(r, target)
+    if prediction is not None:
+        flop = sum(m.bytes for k, m in r.work.items() if k.kind == "matrix")
+        lines += format_prediction(prediction, target, flop, global_.bytes)
     if total.exact and total.bounded:
         lines.append("exact: trip counts and tile sizes evaluated on the static shapes")
+        if not all(m.exact for m in r.work.values()):
+            lines += ["work: an upper bound:", *(f"  {c}" for c in r.caveats)]
     else:
         lines += ["upper bound:" if total.bounded else "not a bound:", *(f"  {c}" for c in r.caveats)]
     return lines
