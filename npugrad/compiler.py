@@ -216,6 +216,8 @@ class Pipeline:
     final_passes: list[ModulePass] = field(default_factory=lambda: [ConvertLinalgToLoopsPass()])
     verify_each: bool = field(default=True, compare=False)
     observer: Callable[[str, ModuleOp | None, float], None] | None = field(default=None, compare=False, repr=False)
+    # False: tiles that do not fit are left for the report to say by how much (npugrad-opt --report).
+    check_capacity: bool = field(default=True, compare=False)
 
     def key(self) -> tuple:
         """Identifies the pipeline in compile caches."""
@@ -234,7 +236,9 @@ class Pipeline:
                 passes += self.fused_passes
         if order >= XDSL_STAGES.index("tiled"):
             if self.target is not None:
-                passes += [TileForTargetPass(self.target), CheckCapacityPass(self.target)]
+                passes.append(TileForTargetPass(self.target))
+                if self.check_capacity:
+                    passes.append(CheckCapacityPass(self.target))
             elif self.distribute:
                 passes.append(DistributeOverCoresPass())
         if order >= XDSL_STAGES.index("loops"):

@@ -72,6 +72,9 @@ class MseLossGrad(OpRecipe):
     def footprint(self, op, sizes, target):
         return elementwise.footprint(op, TILED, sizes, target)
 
+    def load(self, op, sizes, target):
+        return elementwise.load(op, TILED, sizes, target)
+
     def _compute(self, op):
         return lambda e, tiles, u: _elements(e, tiles["x"], tiles["y"], u, tiles["dx"])
 

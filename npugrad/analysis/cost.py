@@ -43,6 +43,8 @@ class Load:
     work: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)  # (kind, element) -> (amount, count)
     global_bytes: float = 0.0  # all cores
     total_work: dict[tuple[str, str], float] = field(default_factory=dict)  # all cores
+    # The extent of each tile dimension (a model's first stage says): where tile counts change.
+    extents: dict[str, int] = field(default_factory=dict)
 
     def add_move(self, path: tuple[str, str], nbytes: float, copies: float) -> None:
         b, c = self.moves.get(path, (0.0, 0.0))

@@ -40,6 +40,7 @@ from xdsl.ir import Block, BlockArgument, Operation, OpResult, SSAValue
 from npugrad.analysis.cost import format_prediction, of_report
 from npugrad.analysis.footprint import local_buffer_bytes as footprint
 from npugrad.dialect import TrainOp
+from npugrad.dialect.attributes import FUSED, TILES
 from npugrad.dialect.checks import static_product
 from npugrad.dialect.npu import AllocLocalOp, BlockDimOp, BlockIdxOp, CopyOp, element_bytes, level_of
 from npugrad.ir import defined_functions
@@ -815,14 +816,21 @@ def _amount(m: Move) -> str:
 
 def format_report(r: FunctionReport, target: Target) -> list[str]:
     """Exact byte counts first, readable units in parentheses."""
-    lines = [f"report of @{r.name} on {target.name} ({target.cores} cores)", "local memory per core:"]
+    lines = [f"report of @{r.name} on {target.name} ({target.cores} cores)"]
+    if over := [lv for lv in r.levels if lv.capacity is not None and lv.used > lv.capacity]:
+        lines.append("does not fit " + target.name + ": " + ", ".join(
+            f"{lv.name} by {lv.used - lv.capacity} B ({_human(lv.used - lv.capacity)}, "
+            f"{lv.used / lv.capacity:.2f}x its capacity)" for lv in over) + "; the figures below are what it would cost")
+    lines.append("local memory per core:")
     for lv in r.levels:
         if lv.capacity is None:
             lines.append(f"  {lv.name}: {lv.used} B, not a local level of {target.name}")
         else:
+            over = f", does not fit: {lv.used - lv.capacity} B ({_human(lv.used - lv.capacity)}) over" if (
+                lv.used > lv.capacity) else ""
             lines.append(
                 f"  {lv.name}: {lv.used} B of {lv.capacity} B = {100 * lv.used / lv.capacity:.1f}% "
-                f"({_human(lv.used)} of {_human(lv.capacity)})"
+                f"({_human(lv.used)} of {_human(lv.capacity)}){over}"
             )
         for b in lv.buffers:
             padded = f" ({b.unpadded} B aligned)" if b.unpadded != b.bytes else ""
@@ -874,6 +882,59 @@ def format_report(r: FunctionReport, target: Target) -> list[str]:
     else:
         lines += ["upper bound:" if total.bounded else "not a bound:", *(f"  {c}" for c in r.caveats)]
     return lines
+
+
+def _tilings(f: func.FuncOp) -> str:
+    """The tile sizes the function's tile loops and fused nests were made with."""
+    found: list[str] = []
+    for o in f.walk():
+        attr = FUSED.get(o)
+        tiles = attr.tiles if attr is not None else TILES.get(o)
+        if tiles is not None:
+            text = ", ".join(f"{k} = {v}" for k, v in tiles.as_dict().items())
+            if text not in found:
+                found.append(text)
+    return "; ".join(found) or "-"
+
+
+def _figures(f: func.FuncOp, target: Target) -> dict[str, str]:
+    """One function's figures by name, for a side-by-side table."""
+    r = analyze(f, target)
+    rows = {"tiles": _tilings(f)}
+    for lv in r.levels:
+        if lv.capacity is not None:
+            rows[f"{lv.name} used"] = f"{_human(lv.used)} ({100 * lv.used / lv.capacity:.0f}%)"
+    if r.moves is None:
+        return rows
+    g = target.global_level.name
+    for (src, dst), m in sorted(r.moves.items()):
+        rows[f"{src} -> {dst}"] = _human(m.bytes)
+    rows["global traffic"] = _human(sum(m.bytes for k, m in r.moves.items() if g in k))
+    for k, m in sorted(r.work.items()):
+        rows[f"{k.kind} work ({k.element})"] = f"{m.bytes:.4g}"
+    p = of_report(r, target)
+    if p is not None:
+        rows["predicted"] = f"{p.cycles:.4g} cycles ({p.seconds * 1e3:.4g} ms)"
+        rows["bound by"] = p.bound
+        rows["/ lower bound"] = f"{p.cycles / p.lower_bound:.2f}x" if p.lower_bound else "-"
+    return rows
+
+
+def compare(a: ModuleOp, b: ModuleOp, target: Target, labels: tuple[str, str]) -> str:
+    """Two tiled modules' figures side by side, function by function (in order), as `//` lines."""
+    out: list[str] = []
+    fa, fb = defined_functions(a), defined_functions(b)
+    for x, y in zip(fa, fb):
+        left, right = _figures(x, target), _figures(y, target)
+        keys = list(dict.fromkeys([*left, *right]))
+        width = max(len(k) for k in keys)
+        col = max(16, *(len(v) for v in left.values()), len(labels[0]))
+        out.append(f"compare @{x.sym_name.data} with @{y.sym_name.data} on {target.name}")
+        out.append(f"{'':{width}}  {labels[0]:<{col}}  {labels[1]}")
+        out += [f"{k:{width}}  {left.get(k, '-'):<{col}}  {right.get(k, '-')}" for k in keys]
+    if len(fa) != len(fb):
+        out.append(f"the inputs have {len(fa)} and {len(fb)} functions: only the first {min(len(fa), len(fb))} compared")
+    return "".join(f"// {line}\n" for line in out)
 
 
 def report(module: ModuleOp, target: Target, names: dict[SSAValue, str] | None = None) -> str:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from enum import auto
 from typing import Generic, TypeVar
 
-from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, IntegerAttr, StringAttr, UnitAttr, i64
+from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, FloatAttr, IntegerAttr, StringAttr, UnitAttr, i64
 from xdsl.dialects.utils import EnumAttribute
 from xdsl.ir import Attribute, Operation, ParametrizedAttribute
 from xdsl.irdl import irdl_attr_definition
@@ -232,8 +232,12 @@ VECTORIZED = Discardable("train.vectorized", UnitAttr, "on a loop: the vector ma
                          after_lowering=True)
 SOURCE = Discardable("train.source", SourceOpAttr,
                      "on a function: the one train op its body computed before a pass replaced it")
+PREDICTED = Discardable("train.predicted_cycles", FloatAttr,
+                        "on a train op: the cycles the cost model predicts for its tile sizes on the target "
+                        "(choose-tile-sizes)")
 
-TRAIN_DISCARDABLE: tuple[Discardable, ...] = (TILES, FUSED, ROLE, CONTRACTION, DISTRIBUTED, VECTORIZED, SOURCE)
+TRAIN_DISCARDABLE: tuple[Discardable, ...] = (TILES, FUSED, ROLE, CONTRACTION, DISTRIBUTED, VECTORIZED, SOURCE,
+                                              PREDICTED)
 TRAIN_ATTRIBUTES: tuple[type[Attribute], ...] = (TileSizesAttr, FusedNestAttr, NestRoleAttr, ContractionAttr,
                                                  SourceOpAttr)
 

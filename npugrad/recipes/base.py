@@ -27,6 +27,7 @@ from npugrad.dtypes import BFLOAT16
 if TYPE_CHECKING:
     from xdsl.dialects import scf
 
+    from npugrad.analysis.cost import Load
     from npugrad.analysis.footprint import TileBuffer
     from npugrad.ir import IRBuilder
     from npugrad.targets import Target
@@ -41,6 +42,8 @@ PARTS: dict[str, str] = {
     "lower": "convert-train-to-loops: the op as loops (lower(op, builder))",
     "choose_tile_sizes": "choose-tile-sizes: tile sizes for a target (choose_tile_sizes(op, target) -> dict)",
     "footprint": "the local buffers its tiling allocates for tile sizes (footprint(op, sizes, target) -> [TileBuffer])",
+    "load": "choose-tile-sizes' search: what its tiling moves and computes on the busiest core for tile sizes, per "
+            "stage (load(op, sizes, target) -> [analysis.cost.Load])",
     "tile": "tile-for-target: the op in tiles of the target's local memories (tile(op, target, builder))",
     "distribute": "distribute-over-cores: the op's work split over blocks (distribute(op, builder) -> bool)",
     "reference": "the NumPy reference: expected outputs by operand name (reference(arrays, props) -> dict)",
@@ -122,6 +125,7 @@ class OpRecipe:
     def lower(self, op: TrainOp, e: IRBuilder) -> None: ...
     def choose_tile_sizes(self, op: TrainOp, target: Target) -> dict[str, int]: ...
     def footprint(self, op: TrainOp, sizes: Mapping[str, int], target: Target) -> list[TileBuffer]: ...
+    def load(self, op: TrainOp, sizes: Mapping[str, int], target: Target) -> list[Load]: ...
     def tile(self, op: TrainOp, target: Target, e: IRBuilder) -> None: ...
     def distribute(self, op: TrainOp, e: IRBuilder) -> bool: ...
     def reference(self, arrays: Mapping[str, np.ndarray], props: Mapping[str, object]) -> dict[str, np.ndarray]: ...

@@ -51,6 +51,9 @@ class BinaryCrossEntropyGrad(OpRecipe):
     def footprint(self, op, sizes, target):
         return elementwise.footprint(op, _tiled(op), sizes, target)
 
+    def load(self, op, sizes, target):
+        return elementwise.load(op, _tiled(op), sizes, target)
+
     def tile(self, op, target, e):
         elementwise.tile_elementwise(op, target, e, _tiled(op), _prepare(op), _compute(op))
 

@@ -36,6 +36,9 @@ class ApplyFusedEmaAdam(OpRecipe):
     def footprint(self, op, sizes, target):
         return elementwise.footprint(op, TILED, sizes, target)
 
+    def load(self, op, sizes, target):
+        return elementwise.load(op, TILED, sizes, target)
+
     def tile(self, op, target, e):
         elementwise.tile_elementwise(op, target, e, TILED, _prepare, elementwise.same_op(op))
 

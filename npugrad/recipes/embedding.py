@@ -25,6 +25,9 @@ class EmbeddingDenseBackward(OpRecipe):
     def footprint(self, op, sizes, target):
         return embedding.footprint(op, sizes, target)
 
+    def load(self, op, sizes, target):
+        return embedding.load(op, sizes, target)
+
     def tile(self, op, target, e):
         embedding.tile_embedding_dense_backward(op, target, e)
 

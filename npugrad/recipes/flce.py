@@ -50,6 +50,9 @@ class FusedLinearCrossEntropyLossGrad(OpRecipe):
     def footprint(self, op, sizes, target):
         return flce.footprint(op, sizes, target)
 
+    def load(self, op, sizes, target):
+        return flce.load(op, sizes, target)
+
     tile = not_supported("tiled as its fused nest (fuse-linear-cross-entropy-grad first); unfused it stays whole")
     distribute = not_supported("spread over cores as its fused nest; unfused it stays on one block")
 

@@ -32,6 +32,9 @@ class FusedCrossEntropyLossWithMaxSum(OpRecipe):
     def footprint(self, op, sizes, target):
         return elementwise.footprint(op, online_max_sum.loss_rows(op), sizes, target)
 
+    def load(self, op, sizes, target):
+        return elementwise.load(op, online_max_sum.loss_rows(op), sizes, target)
+
     def tile(self, op, target, e):
         # In tiles of rows; with a shard's logits the op writes a BT × V softmax, a memory-bound
         # pass of its own that stays on global memory (the report says so).

@@ -25,6 +25,9 @@ class NLLLossBackward(OpRecipe):
     def footprint(self, op, sizes, target):
         return nll.footprint(op, sizes, target)
 
+    def load(self, op, sizes, target):
+        return nll.load(op, sizes, target)
+
     def tile(self, op, target, e):
         nll.tile_nll_loss_backward(op, target, e)
 

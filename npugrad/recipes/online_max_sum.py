@@ -39,6 +39,9 @@ class FusedLinearOnlineMaxSum(OpRecipe):
     def footprint(self, op, sizes, target):
         return online_max_sum.footprint(op, sizes, target)
 
+    def load(self, op, sizes, target):
+        return online_max_sum.load(op, sizes, target)
+
     tile = not_supported("tiled as its fused nest (fuse-linear-online-max-sum first); unfused it stays whole")
     distribute = not_supported("spread over cores as its fused nest; unfused it stays on one block")
 

@@ -397,19 +397,23 @@ def _clock_ghz() -> float | None:
 # Bytes per cycle one core copies out of each level of `host` when nothing was measured: rough
 # figures for the scalar loops copies become (estimates; `npugrad calibrate` measures them).
 _HOST_COPY = {"l1": 32.0, "l2": 16.0, "l3": 8.0, "dram": 4.0}
+HOST_LOOP = 16.0  # cycles to enter a loop nest (an instruction's overhead)
+HOST_COPY_SETUP = 32.0  # cycles to start a copy loop nest
 HOST_DEFAULTS = (
     "defaults read off this machine: the clock from /sys (or /proc/cpuinfo), the contraction rate "
     "as two FMA pipes of the vector width (2 x lanes x 2 FLOP per cycle), elementwise work as two vector "
     "ALUs, copy bandwidths estimated (l1 32, l2 16, l3 8, dram 4 bytes per cycle per core, dram shared by "
-    "all cores at 2 x that); run `npugrad calibrate` to measure them"
+    "all cores at 2 x that), 16 cycles per loop nest and 32 per copy on top (estimated); run `npugrad calibrate` to measure them"
 )
 
 
 def host_costs(levels: list[str], lanes: int) -> tuple[tuple[Unit, ...], tuple[CopyPath, ...], float]:
     """The defaults above: one unit doing all work, a path between every two levels (a CPU copies
     anything), and the dram's shared bandwidth."""
-    cpu = Unit("cpu", WORK, (("matrix", "any", 4.0 * lanes), ("vector", "any", 2.0 * lanes), ("scalar", "any", 2.0)))
-    paths = tuple(CopyPath(a, b, min(_HOST_COPY.get(a, 4.0), _HOST_COPY.get(b, 4.0))) for a in levels for b in levels)
+    cpu = Unit("cpu", WORK, (("matrix", "any", 4.0 * lanes), ("vector", "any", 2.0 * lanes), ("scalar", "any", 2.0)),
+               HOST_LOOP)
+    paths = tuple(CopyPath(a, b, min(_HOST_COPY.get(a, 4.0), _HOST_COPY.get(b, 4.0)), HOST_COPY_SETUP)
+                  for a in levels for b in levels)
     return (cpu,), paths, 2 * _HOST_COPY["dram"]
 
 

@@ -31,6 +31,7 @@ from xdsl.utils.exceptions import ParseError, VerifyException
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from npugrad import progress
+from npugrad.analysis.report import compare
 from npugrad.analysis.report import report as report_of
 from npugrad.compiler import STAGES, XDSL_STAGES, CompileError, Diagnostic, Pipeline, make_context, parse, verify
 from npugrad.compiler import _located as located
@@ -71,6 +72,8 @@ class NpugradOptMain(xDSLOptMain):
         for target in (self.args.target, self.args.cpu):
             if target is not None:
                 get_target(target)  # a malformed target file is a usage error, before any input
+        if self.args.compare and not self.args.report:
+            raise ValueError("--compare needs --report")
         if self.args.report and self.args.target is None:
             raise ValueError("--report needs --target (host, npu-a2 or a target file)")
         if self.args.report and self.args.stage not in (None, "tiled"):
@@ -115,7 +118,14 @@ class NpugradOptMain(xDSLOptMain):
             help="print the tiled IR (implies --stage tiled; needs --target and static shapes for the "
             "bytes) followed by its report as // comment lines, so the output still parses: per memory "
             "level the local buffers and their total against the capacity, and the bytes moved between "
-            "levels by all blocks",
+            "levels by all blocks, the work of every unit, the modelled time and what bounds it",
+        )
+        arg_parser.add_argument(
+            "--compare",
+            default=None,
+            metavar="FILE",
+            help="with --report: a second input, tiled the same way; prints the two tilings' figures side by "
+            "side (function by function) instead of the IR",
         )
         arg_parser.add_argument(
             "--stage",
@@ -164,7 +174,7 @@ class NpugradOptMain(xDSLOptMain):
         """The stage pipeline; given the `stage` it runs to, with --time-passes and
         --print-between-passes as xdsl-opt's -p pipelines have them."""
         pipeline = Pipeline(fuse=not self.args.no_fuse, target=self.args.target, cpu=self.args.cpu,
-                            distribute=not self.args.no_distribute)
+                            distribute=not self.args.no_distribute, check_capacity=not self.args.report)
         if stage is not None and (self.args.time_passes or self.args.print_between_passes):
             # The IR after the last pass of an xDSL stage is the output: not printed twice.
             last = len(pipeline.passes_to(stage)) if stage in XDSL_STAGES else None
@@ -222,6 +232,16 @@ class NpugradOptMain(xDSLOptMain):
 
     def _report(self, module) -> str:
         tiled = self._pipeline("tiled").lower(module, "tiled", self.ctx)
+        if self.args.compare:
+            path = Path(self.args.compare)
+            try:
+                text = path.read_text()
+            except OSError as e:
+                raise ValueError(f"--compare: cannot read {path}: {e.strerror}") from None
+            other = parse(text, str(path), self.ctx)
+            verify(other, text, str(path))
+            other = self._pipeline("tiled").lower(other, "tiled", self.ctx)
+            return compare(tiled, other, get_target(self.args.target), (self.get_input_name(), str(path)))
         text, printer = self._print(tiled)
         # The report names buffers as the printed IR does, including the numbers of unnamed values.
         return text + report_of(tiled, get_target(self.args.target), printer._ssa_values)

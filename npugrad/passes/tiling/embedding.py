@@ -42,6 +42,7 @@ from xdsl.dialects import arith
 from xdsl.dialects.builtin import DYNAMIC_INDEX, MemRefType, f32
 from xdsl.ir import SSAValue
 
+from npugrad.analysis.cost import Load
 from npugrad.analysis.footprint import TileBuffer, budget, clamp, fits, largest, round_down, vector_elements
 from npugrad.dialect import EmbeddingDenseBackwardOp
 from npugrad.dialect.checks import static_product
@@ -62,6 +63,32 @@ def footprint(op: EmbeddingDenseBackwardOp, sizes: dict[str, int], target: Targe
     db = target.double_buffer
     buffers = [TileBuffer("vector", rows * d * 4, db and f32_out), TileBuffer("vector", d * b_in, db)]
     return buffers + ([] if f32_out else [TileBuffer("vector", rows * d * b_out, db)])
+
+
+def load(op: EmbeddingDenseBackwardOp, sizes: dict[str, int], target: Target) -> list[Load]:
+    """The busiest core's row tiles: each index's grad row copied in d columns at a time (one
+    copy per chunk), out written once per tile; a scan of all indices per block (scalar)."""
+    num_weights = op.prop_int("num_weights")
+    g_shape = [d or 1024 for d in static_shape(op.grad.type)]  # type: ignore[arg-type]
+    D = g_shape[-1]
+    n = static_product(g_shape[:-1]) or 1024
+    rows, d = min(sizes["rows"], num_weights), min(sizes["d"], D)
+    b_out, b_in = element_bytes(op.out.type.element_type), element_bytes(op.grad.type.element_type)  # type: ignore[attr-defined]
+    tiles = -(-num_weights // rows)
+    mine = -(-tiles // target.cores)
+    share = min(1.0, mine * rows / num_weights)  # of the indices, when they spread evenly
+    chunks = -(-D // d)
+    g, vec = target.global_level.name, target.role("vector").name
+    one = Load()
+    one.add_move((g, vec), share * n * D * b_in, share * n * chunks)
+    one.add_move((vec, g), mine * rows * D * b_out, mine * chunks)
+    one.add_work("vector", "f32", share * n * D * 3 + mine * rows * D * 2, mine * chunks, 0)
+    one.add_work("scalar", "f32", n * 8, 1, 0)
+    one.total_work[("vector", "f32")] = n * D * 3 + num_weights * D * 2
+    one.total_work[("scalar", "f32")] = n * 8 * target.cores
+    one.global_bytes = n * D * b_in + num_weights * D * b_out
+    one.extents = {"rows": num_weights, "d": D}
+    return [one]
 
 
 def choose_tile_sizes(op: EmbeddingDenseBackwardOp, target: Target) -> dict[str, int]:

@@ -21,11 +21,15 @@ The parts each phase keeps or drops are found by their `#train.role` and `#train
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import lru_cache
+
 from xdsl.dialects import arith, memref, scf
 from xdsl.dialects.builtin import MemRefType
 from xdsl.dialects.linalg.ops import GenericOp
 from xdsl.rewriter import InsertPoint
 
+from npugrad.analysis.cost import Load
 from npugrad.analysis.footprint import TileBuffer, budget
 from npugrad.dialect.attributes import CONTRACTION, FUSED, ROLE, Contraction, NestRole
 from npugrad.dialect.npu import PROMOTE, AllocLocalOp, BlockDimOp, BlockIdxOp, element_bytes, local_type
@@ -171,9 +175,92 @@ def footprint_bytes(bt: int, v: int, h: int, b: int) -> dict[str, int]:
 
 
 def footprint(op, sizes: dict[str, int], target: Target) -> list[TileBuffer]:
-    b = element_bytes(op.input.type.element_type)
+    b = gemm_shape(op).b
     return [TileBuffer(role, n, target.double_buffer)
             for role, n in footprint_bytes(sizes["bt"], sizes["v"], sizes["h"], b).items()]
+
+
+@dataclass(frozen=True)
+class GemmShape:
+    """What the cost models of the linear nests read off the op (once: xDSL's accessors are slow
+    for a search's thousands of calls): BT, V, H (4096 where dynamic), element bytes and type."""
+
+    bt: int
+    v: int
+    h: int
+    b: int
+    element: str
+
+
+@lru_cache(maxsize=64)
+def gemm_shape(op) -> GemmShape:
+    bt, h = (d if d != -1 else 4096 for d in op.input.type.get_shape())
+    v = op.weight.type.get_shape()[0]
+    t = op.input.type.element_type
+    return GemmShape(bt, v if v != -1 else 4096, h, element_bytes(t), str(t))
+
+
+def logit_tiles(load: Load, n: int, tile: tuple[int, int, int], op, target: Target) -> None:
+    """n bt × v logit tiles on one core: GEMM 1 in chunks of h (X and the packed W tile in, the
+    tile in and out of the accumulator level: its fill and its result), 2 FLOP per MAC; the
+    vector work on the tile (about 8 operations per element and 30 per row)."""
+    bt, v, h = tile
+    shape = gemm_shape(op)
+    H, b = shape.h, shape.b
+    g = target.global_level.name
+    a, bb, acc, vec = (target.role(r).name for r in ("matrix_a", "matrix_b", "accumulator", "vector"))
+    hc = -(-H // h)
+    load.add_move((g, a), n * bt * H * b, n * hc)
+    load.add_move((g, bb), n * H * v * b, n * hc)
+    load.add_move((vec, acc), n * bt * v * 4, n)
+    load.add_move((acc, vec), n * bt * v * 4, n)
+    load.add_work("matrix", shape.element, n * 2 * bt * v * H, n * hc, 0)
+    load.add_work("vector", "f32", n * (8 * bt * v + 30 * bt), n * 4, 0)
+
+
+def spread_totals(load: Load, scale: float, scalar_all: float, target: Target) -> None:
+    """All cores' work and global bytes: `scale` times the busiest core's, scalar work as given."""
+    g = target.global_level.name
+    for key, (amount, _) in load.work.items():
+        load.total_work[key] = amount * scale
+    load.total_work[("scalar", "f32")] = scalar_all
+    load.global_bytes = sum(n for (s, t), (n, _) in load.moves.items() if g in (s, t)) * scale
+
+
+def load(op, sizes: dict[str, int], target: Target) -> list[Load]:
+    """What the tiled nest does on its busiest core, per phase (see the module docstring): per
+    (token tile, vocabulary tile) its logit tile (logit_tiles), then GEMM 3 (phase A) or GEMM 2
+    (phase B) in chunks of h, whose float32 accumulator tile goes to global memory and back for
+    every chunk; W's tile transposed by scalar loops in global memory; dX and dW zeroed and
+    rounded there (6 and 4 operations per element)."""
+    shape = gemm_shape(op)
+    BT, V, H, b = shape.bt, shape.v, shape.h, shape.b
+    bt, v, h = (min(sizes[d], n) for d, n in zip(("bt", "v", "h"), (BT, V, H)))
+    g = target.global_level.name
+    a, bb, acc, vec = (target.role(r).name for r in ("matrix_a", "matrix_b", "accumulator", "vector"))
+    cores = target.cores
+    nt, nv, hc = -(-BT // bt), -(-V // v), -(-H // h)
+
+    def pairs(n: int, rows: int, rhs_rows: int) -> Load:
+        """n pairs whose second GEMM accumulates a rows × H tile from G and a rhs_rows × H operand."""
+        load = Load()
+        logit_tiles(load, n, (bt, v, h), op, target)
+        load.add_work("matrix", shape.element, n * 2 * bt * v * H, n * hc, 0)
+        load.add_move((g, acc), n * rows * H * 4, n * hc)
+        load.add_move((acc, g), n * rows * H * 4, n * hc)
+        load.add_move((vec, a), n * hc * bt * v * b, n * hc)
+        load.add_move((g, bb), n * rhs_rows * H * b, n * hc)
+        return load
+
+    va, tb = -(-nv // cores), -(-nt // cores)
+    phase_a = pairs(va * nt, v, bt)  # vocabulary tiles over cores, each with all token tiles: dW
+    phase_a.add_work("scalar", "f32", va * v * H * 6, va * 3, 0)
+    spread_totals(phase_a, nv / va, nv * v * H * 6, target)
+    phase_b = pairs(tb * nv, bt, v)  # token tiles over cores, each with all vocabulary tiles: dX
+    phase_b.add_work("scalar", "f32", nv * v * H * 2 + tb * bt * H * 4, nv + 2 * tb, 0)
+    spread_totals(phase_b, nt / tb, cores * nv * v * H * 2 + BT * H * 4, target)
+    phase_a.extents = {"bt": BT, "v": V, "h": H}
+    return [phase_a, phase_b]
 
 
 def choose_tile_sizes(op, target: Target) -> dict[str, int]:

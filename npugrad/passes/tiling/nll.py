@@ -37,6 +37,7 @@ from xdsl.dialects import arith
 from xdsl.dialects.builtin import MemRefType, i64
 from xdsl.ir import SSAValue
 
+from npugrad.analysis.cost import Load
 from npugrad.analysis.footprint import TileBuffer, budget, clamp, fits, largest, round_down, vector_elements
 from npugrad.dialect import NLLLossBackwardOp
 from npugrad.dialect.checks import static_product
@@ -65,6 +66,27 @@ def footprint(op: NLLLossBackwardOp, sizes: dict[str, int], target: Target) -> l
     per_sample = two_d and op.prop_int("reduction") == 0
     tiles = [rows * c * b, rows * tb, c * b] + ([rows * b] if per_sample else [])
     return [TileBuffer("vector", n, target.double_buffer) for n in tiles]
+
+
+def load(op: NLLLossBackwardOp, sizes: dict[str, int], target: Target) -> list[Load]:
+    """The busiest core's row tiles (whole rows per block), each c columns at a time: the rows'
+    targets in once per column tile, the columns' weights once per row tile, out written once;
+    about 4 vector operations per element of out."""
+    shape = [d or 1024 for d in static_shape(op.out.type)]  # type: ignore[arg-type]
+    rows_total, c_total = (shape[0], shape[-1]) if len(shape) == 2 else (1, shape[0])
+    rows, c = min(sizes["rows"], rows_total) if len(shape) == 2 else 1, min(sizes["c"], c_total)
+    b, tb = element_bytes(op.out.type.element_type), element_bytes(op.target.type.element_type)  # type: ignore[attr-defined]
+    row_tiles, col_tiles = -(-rows_total // rows), -(-c_total // c)
+    mine = -(-row_tiles // target.cores)
+    g, vec = target.global_level.name, target.role("vector").name
+    one = Load()
+    one.add_move((g, vec), mine * col_tiles * (rows * tb + c * b), 2 * mine * col_tiles)
+    one.add_move((vec, g), mine * rows * c_total * b, mine * col_tiles)
+    one.add_work("vector", "f32", mine * rows * c_total * 4, mine * col_tiles, 0)
+    one.total_work[("vector", "f32")] = rows_total * c_total * 4
+    one.global_bytes = row_tiles * col_tiles * (rows * tb + c * b) + rows_total * c_total * b
+    one.extents = {"rows": rows_total, "c": c_total}
+    return [one]
 
 
 def choose_tile_sizes(op: NLLLossBackwardOp, target: Target) -> dict[str, int]:

@@ -18,6 +18,7 @@ from xdsl.dialects import arith, memref, scf
 from xdsl.ir import Block, SSAValue
 from xdsl.rewriter import InsertPoint
 
+from npugrad.analysis.cost import Load
 from npugrad.analysis.footprint import TileBuffer, budget
 from npugrad.dialect import FusedCrossEntropyLossWithMaxSumOp
 from npugrad.dialect.attributes import CONTRACTION, FUSED, ROLE, NestRole
@@ -26,7 +27,7 @@ from npugrad.ir import IRBuilder, enclosing_function, index
 from npugrad.passes.tiling.blocks import block_share
 from npugrad.passes.tiling.contraction import tile_contraction
 from npugrad.passes.tiling.elementwise import tile_op
-from npugrad.passes.tiling.flce import promote, spread
+from npugrad.passes.tiling.flce import gemm_shape, logit_tiles, promote, spread, spread_totals
 from npugrad.targets import Target
 
 
@@ -37,9 +38,25 @@ def footprint_bytes(bt: int, v: int, h: int, b: int) -> dict[str, int]:
 
 
 def footprint(op, sizes: dict[str, int], target: Target) -> list[TileBuffer]:
-    b = element_bytes(op.input.type.element_type)
+    b = gemm_shape(op).b
     return [TileBuffer(role, n, target.double_buffer)
             for role, n in footprint_bytes(sizes["bt"], sizes["v"], sizes["h"], b).items()]
+
+
+def load(op, sizes: dict[str, int], target: Target) -> list[Load]:
+    """The busiest core: its token tiles of every vocabulary tile (logit_tiles), each W tile
+    packed transposed by scalar loops in global memory."""
+    shape = gemm_shape(op)
+    BT, V, H = shape.bt, shape.v, shape.h
+    bt, v, h = (min(sizes[d], n) for d, n in zip(("bt", "v", "h"), (BT, V, H)))
+    nt, nv = -(-BT // bt), -(-V // v)
+    tb = -(-nt // target.cores)
+    one = Load()
+    logit_tiles(one, tb * nv, (bt, v, h), op, target)
+    one.add_work("scalar", "f32", nv * v * H * 2, nv, 0)
+    spread_totals(one, nt / tb, target.cores * nv * v * H * 2, target)
+    one.extents = {"bt": BT, "v": V, "h": H}
+    return [one]
 
 
 def choose_tile_sizes(op, target: Target) -> dict[str, int]:

@@ -2,7 +2,7 @@
 // small case on npu-a2 (figures from npugrad/targets/npu-a2.toml).
 // RUN: npugrad-opt %s --target npu-a2 --report | FileCheck %s
 
-// BCE gradient on 1000 float32 elements, one tile of 1000 (all of them), on one block.
+// BCE gradient on 1000 float32 elements, one tile of 1000 (all of them, set by hand), on one block.
 // Copies: x, y, weight in (3 x 4000 B), dx out (4000 B); global traffic = the arguments but dloss.
 // Work: 11 element operations per element (loads, stores and arithmetic of the loop body) = 11000.
 // Cycles, one stage, copies overlapping work (double buffering), on the busiest core:
@@ -24,7 +24,7 @@ func.func @bce_grad(%x: memref<1000xf32>, %y: memref<1000xf32>, %dloss: memref<1
                     %w: memref<1000xf32>, %dx: memref<1000xf32>) {
   train.binary_cross_entropy_grad input_x(%x : memref<1000xf32>) input_y(%y : memref<1000xf32>)
       dloss(%dloss : memref<1xf32>) weight(%w : memref<1000xf32>) -> dx(%dx : memref<1000xf32>)
-      {reduction = 1 : i64}
+      {reduction = 1 : i64, tile_sizes = #train.tiles<n = 1000>}
   func.return
 }
 

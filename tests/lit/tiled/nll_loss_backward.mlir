@@ -62,8 +62,8 @@ func.func @mean_dynamic(%g: memref<f32>, %s: memref<?x?xf32>, %t: memref<?xi64>,
   func.return
 }
 
-// Reduction none: each tile also brings in its rows' grad_output. Static shapes smaller than
-// the tiles the level would hold: one tile of the whole (33 x 17) output.
+// Reduction none: each tile also brings in its rows' grad_output. One tile of the whole (33 x 17)
+// output, set by hand (with static shapes choose-tile-sizes would spread rows over the cores).
 // NPU-LABEL: func.func @none_ui8_f16
 // NPU:         npu.alloc_local {double_buffer} : memref<33x17xf16, #npu.mem<ub>>
 // NPU-NEXT:    npu.alloc_local {double_buffer} : memref<33xui8, #npu.mem<ub>>
@@ -89,7 +89,7 @@ func.func @none_ui8_f16(%g: memref<33xf16>, %s: memref<33x17xf16>, %t: memref<33
                         %tw: memref<1xf16>, %o: memref<33x17xf16>) {
   train.nll_loss_backward grad_output(%g : memref<33xf16>) self(%s : memref<33x17xf16>) target(%t : memref<33xui8>)
       weight(%w : memref<17xf16>) total_weight(%tw : memref<1xf16>) -> out(%o : memref<33x17xf16>)
-      {reduction = 0 : i64, ignore_index = 2 : i64}
+      {reduction = 0 : i64, ignore_index = 2 : i64, tile_sizes = #train.tiles<rows = 33, c = 17>}
   func.return
 }
 

@@ -1,0 +1,82 @@
+"""choose-tile-sizes' search (npugrad.passes.choose_tile_sizes): for every op with a recipe and
+both shipped targets, the sizes it chooses are modelled no slower than 50 random valid tilings
+and than the canonical 128 x 256 x 64 GEMM tiling (where it fits); hand-set sizes are kept; the
+FLCE gradient at the issue's size is searched in well under the compile-time budget."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from npugrad.compiler import parse
+from npugrad.passes.choose_tile_sizes import modelled, search
+from npugrad.recipes import recipe_of, recipes
+from npugrad.runtime.specialize import OperandClass, build_module, dtype_name
+from npugrad.targets import get
+
+TARGETS = ("npu-a2", "host")
+CANONICAL = {"bt": 128, "v": 256, "h": 64}
+FLCE = open("examples/flce_grad_4096x4096x8192.mlir").read()
+
+
+def example_op(op_cls):
+    """The op of its recipe's first example, with static shapes (outputs shaped as the reference's)."""
+    recipe = recipe_of(op_cls)
+    ex = next(iter(recipe.examples()))
+    arrays = recipe.random_inputs(dict(ex.shapes), dict(ex.dtypes), ex.props, np.random.default_rng(0))
+    arrays |= recipe.reference(arrays, ex.props)
+    operands = {n: OperandClass(dtype_name(a.dtype), a.shape, False) for n, a in arrays.items()}
+    module = build_module(op_cls, operands, ex.props)
+    return next(o for o in module.walk() if isinstance(o, op_cls))
+
+
+def random_sizes(op, rng):
+    if len(op.TILE_DIMS) == 1:
+        return {op.TILE_DIMS[0]: 8 * int(rng.integers(1, 8193))}
+    return {d: 8 * int(rng.integers(1, 65)) for d in op.TILE_DIMS}
+
+
+def check_against_random_and_canonical(op, target, seed=0):
+    sizes, best = search(op, target)
+    assert best is not None, f"{op.name} on {target.name}: nothing fits"
+    rng = np.random.default_rng(seed)
+    valid = 0
+    for _ in range(20000):
+        p = modelled(op, random_sizes(op, rng), target)
+        if p is None:
+            continue
+        valid += 1
+        assert best.cycles <= p.cycles * (1 + 1e-9), (op.name, target.name, sizes, best.cycles, p.cycles)
+        if valid == 50:
+            break
+    assert valid == 50
+    if set(op.TILE_DIMS) == set(CANONICAL):
+        canonical = modelled(op, CANONICAL, target)
+        if canonical is not None:
+            assert best.cycles <= canonical.cycles * (1 + 1e-9)
+    return sizes, best
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("op_cls", sorted(recipes(), key=lambda c: c.name), ids=lambda c: c.name)
+def test_search_beats_random_and_canonical(op_cls, target):
+    if not op_cls.TILE_DIMS:
+        pytest.skip(f"{op_cls.name} is not tiled")
+    check_against_random_and_canonical(example_op(op_cls), get(target))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_flce_at_size(target):
+    op = next(o for o in parse(FLCE).walk() if o.name.startswith("train."))
+    start = time.perf_counter()
+    search(op, get(target))
+    assert time.perf_counter() - start < 1.0
+    check_against_random_and_canonical(op, get(target))
+
+
+def test_hand_set_sizes_win():
+    op = next(o for o in parse(FLCE).walk() if o.name.startswith("train."))
+    sizes, p = search(op, get("npu-a2"), {"bt": 64})
+    assert sizes["bt"] == 64 and p is not None
