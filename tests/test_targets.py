@@ -389,3 +389,27 @@ def test_driver_reports_a_malformed_target(tmp_path):
         f"npugrad-opt: error: {bad}: level 'stage': field 'alignment' must be a power of two, got 48"
     )
     assert result.stdout == ""
+
+
+# -- calibration -------------------------------------------------------------------------------
+
+
+def test_calibrated_file_is_a_target(tmp_path):
+    from npugrad.tools.calibrate import target_file
+
+    hz = host().clock_ghz * 1e9
+    figures = {"gemm_flops": 64 * hz, "vector_ops": 16 * hz, "copy": {lv.name: 8 * hz for lv in host().levels}}
+    t = load(write(tmp_path, target_file(figures, 12 * hz)))
+    assert t.name == "host-measured" and t.levels[1:] == host().levels[1:] and t.roles == host().roles
+    assert t.unit_for("matrix").rate("matrix", "f32") == 64
+    assert t.global_level.bandwidth == 12
+    assert t.path("dram", "l2").bandwidth == 8
+
+
+def test_calibrate_command(tmp_path):
+    out = tmp_path / "measured.toml"
+    result = subprocess.run([BIN / "npugrad", "calibrate", "-o", out, "--seconds", "0.01"], capture_output=True,
+                            text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr
+    t = load(out)
+    assert t.unit_for("matrix").rate("matrix", "f32") > 0 and t.global_level.bandwidth > 0

@@ -1,5 +1,6 @@
 """The `npugrad` command: `npugrad demo` compiles every op, runs it and checks it against the reference;
-`npugrad bench` times every op against NumPy and PyTorch (bench/ops.py, from a source checkout)."""
+`npugrad bench` times every op against NumPy and PyTorch (bench/ops.py, from a source checkout);
+`npugrad calibrate` measures this machine for the cost model and writes a target file."""
 
 from __future__ import annotations
 
@@ -18,7 +19,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     ops_bench = _bench_module()
     if ops_bench is not None:
         ops_bench.add_arguments(bench)
+    calibrate = sub.add_parser("calibrate", help="measure this machine's rates and bandwidths into a target file")
+    from npugrad.tools import calibrate as calibration
+
+    calibration.add_arguments(calibrate)
     args = parser.parse_args(argv)
+    if args.command == "calibrate":
+        calibration.run(args.output, args.seconds)
+        print(f"wrote {args.output}: use it with --target {args.output}")
     if args.command == "bench":
         if ops_bench is None:
             sys.exit("npugrad bench: needs a source checkout (bench/ops.py next to the npugrad package)")
