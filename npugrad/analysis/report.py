@@ -365,8 +365,12 @@ class _Compiler:
         key = (level_of(src.type) or self.global_level, level_of(dst.type) or self.global_level)
         where = _where(op)
 
+        flip = op.transpose is not None  # the target's sizes, in the source's order
+
         def step(run: _Run) -> None:
             a, b = run.memrefs.get(src), run.memrefs.get(dst)
+            if b is not None and flip:
+                b = (b[0][::-1], b[1])
             shape = (
                 tuple(x if x is not None else y for x, y in zip(a[0], b[0])) if a and b else (a or b or ((None,), 0))[0]
             )

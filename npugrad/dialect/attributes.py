@@ -119,6 +119,7 @@ class NestRole(StrEnum):
     TARGET_MASKS = auto()  # writes the bit-packed target mask and masked targets, by mask byte
     STATISTICS_INIT = auto()  # starts the running row statistics (forward)
     STATISTICS_FINAL = auto()  # finishes them (forward)
+    WEIGHT_PACK = auto()  # packs a vocabulary tile of W transposed (a tiling may transpose by copies instead)
 
 
 class InAngleBrackets:

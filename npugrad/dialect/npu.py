@@ -140,16 +140,20 @@ class _CopyEffects(MemoryEffect):
 
 @irdl_op_definition
 class CopyOp(IRDLOperation):
-    """A DMA transfer between memory levels, of equal shapes and element types."""
+    """A DMA transfer between memory levels, of equal shapes and element types. `transpose`: a
+    2-D copy whose target is the source transposed (the layout a matrix unit's operand needs,
+    made by the transfer, as Ascend's loads into L0A/L0B do), so target[j, i] = source[i, j]."""
 
     name = "npu.copy"
     source = operand_def(MemRefType)
     target = operand_def(MemRefType)
+    transpose = opt_prop_def(UnitAttr)
     traits = traits_def(_CopyEffects())
+    irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$source `,` $target attr-dict `:` type($source) `,` type($target)"
 
-    def __init__(self, source, target):
-        super().__init__(operands=[source, target])
+    def __init__(self, source, target, transpose: bool = False):
+        super().__init__(operands=[source, target], properties={"transpose": UnitAttr() if transpose else None})
 
     def verify_(self) -> None:
         s, t = self.source.type, self.target.type
@@ -158,17 +162,29 @@ class CopyOp(IRDLOperation):
             raise VerifyException(
                 f"'{self.name}' op source and target must have the same element type, got {s.element_type} and {t.element_type}"
             )
+        target_shape = t.get_shape()
+        if self.transpose is not None:
+            if s.get_num_dims() != 2 or t.get_num_dims() != 2:
+                raise VerifyException(f"'{self.name}' op with transpose needs a source and a target of rank 2, got {s} and {t}")
+            target_shape = target_shape[::-1]
         if s.get_num_dims() != t.get_num_dims() or any(
-            a != b and DYNAMIC_INDEX not in (a, b) for a, b in zip(s.get_shape(), t.get_shape())
+            a != b and DYNAMIC_INDEX not in (a, b) for a, b in zip(s.get_shape(), target_shape)
         ):
-            raise VerifyException(f"'{self.name}' op source and target must have the same shape, got {s} and {t}")
+            what = "the target's shape must be the source's transposed" if self.transpose is not None else (
+                "source and target must have the same shape")
+            raise VerifyException(f"'{self.name}' op {what}, got {s} and {t}")
+
+    def target_shape_as_source(self) -> tuple[int, ...]:
+        """The target's sizes in the source's order of dimensions."""
+        shape = tuple(self.target.type.get_shape())  # type: ignore[attr-defined]
+        return shape[::-1] if self.transpose is not None else shape
 
     def bytes(self) -> int | None:
         """Bytes moved, when the shape is static."""
         s = self.source.type
         assert isinstance(s, MemRefType)
         n = 1
-        for a, b in zip(s.get_shape(), self.target.type.get_shape()):  # type: ignore[attr-defined]
+        for a, b in zip(s.get_shape(), self.target_shape_as_source()):
             d = a if a != DYNAMIC_INDEX else b
             if d == DYNAMIC_INDEX:
                 return None

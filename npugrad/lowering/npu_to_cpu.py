@@ -5,7 +5,8 @@
     %b = npu.alloc_local : memref<64xf32, #npu.mem<ub>>
                                                →  memref.alloc at function entry (this call's
                                                   arena: each thread has its own), freed on return
-    npu.copy %a, %b                            →  a loop nest of loads and stores
+    npu.copy %a, %b                            →  a loop nest of loads and stores (`transpose`:
+                                                  the source read transposed)
     #npu.mem<...> on every memref type         →  erased: on a CPU all levels are one memory
 
 A function that used block_idx/block_dim gets the `npu.blocks` attribute: the runtime then calls
@@ -53,7 +54,8 @@ class LowerCopy(RewritePattern):
         e = IRBuilder(rewriter, op)
         with e.loop_nest(e.dims(op.target)) as ivs:
             # The raw element (no signless cast for unsigned integers): a copy moves bits.
-            e.store(e.emit(memref.LoadOp.get(op.source, ivs)), op.target, ivs)
+            source = ivs[::-1] if op.transpose is not None else ivs
+            e.store(e.emit(memref.LoadOp.get(op.source, source)), op.target, ivs)
         rewriter.erase(op)
 
 

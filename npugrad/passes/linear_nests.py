@@ -49,6 +49,7 @@ def pack_transposed(e: IRBuilder, w_t: SSAValue, packed: SSAValue, tv: SSAValue,
     view = e.subview(packed, [0, 0], [h, tv])
     with e.loop(tv) as j, e.loop(h) as k:
         e.store(e.load(w_t, [j, k]), view, [k, j])
+    mark(loop_of(j), NestRole.WEIGHT_PACK)
     return view
 
 

@@ -26,7 +26,9 @@ from functools import lru_cache
 
 from xdsl.dialects import arith, memref, scf
 from xdsl.dialects.builtin import MemRefType
+from xdsl.dialects.builtin import AffineMapAttr, ArrayAttr
 from xdsl.dialects.linalg.ops import GenericOp
+from xdsl.ir.affine import AffineMap
 from xdsl.rewriter import InsertPoint
 
 from npugrad.analysis.cost import Load
@@ -34,7 +36,7 @@ from npugrad.analysis.footprint import TileBuffer, budget
 from npugrad.dialect.attributes import CONTRACTION, FUSED, ROLE, Contraction, NestRole
 from npugrad.dialect.npu import PROMOTE, AllocLocalOp, BlockDimOp, BlockIdxOp, element_bytes, local_type
 from npugrad.ir import IRBuilder, enclosing_function
-from npugrad.passes.tiling.contraction import tile_contraction
+from npugrad.passes.tiling.contraction import staged, tile_contraction
 from npugrad.targets import Target
 
 # The names of each contraction's local buffers (%gemm1_lhs, ...), in the order of the nest.
@@ -148,36 +150,78 @@ def distribute_fused_flce(nest: scf.ForOp, e: IRBuilder) -> None:
     split_over_blocks(nest, nest_tiles(nest), e)
 
 
+def read_weight_in_place(nest: scf.ForOp, e: IRBuilder) -> None:
+    """GEMM 1 reads the W tile as it is stored (v × h) and its tiling transposes each chunk on the
+    way into the matrix level (npu.copy {transpose}): the scalar loops packing the tile
+    transposed in global memory (#train.role<weight_pack>) and their buffer go.
+
+        scf.for %j { scf.for %k { %p[k, j] = %w_t[j, k] } } {train.role = #train.role<weight_pack>}
+        linalg.generic {maps (t,h,v) -> (t,h), (h,v), (t,v)} ins(%x_t, %p) outs(%z)
+    becomes
+        linalg.generic {maps (t,h,v) -> (t,h), (v,h), (t,v)} ins(%x_t, %w_t) outs(%z)
+    """
+    for pack in [o for o in nest.walk() if _role(o) is NestRole.WEIGHT_PACK]:
+        load = next(o for o in pack.walk() if isinstance(o, memref.LoadOp))
+        store = next(o for o in pack.walk() if isinstance(o, memref.StoreOp))
+        weight, packed = load.memref, store.memref
+        for use in list(packed.uses):
+            gen = use.operation
+            if not (isinstance(gen, GenericOp) and _contraction(gen) is Contraction.LOGITS and use.index == 1):
+                continue
+            a, c = gen.indexing_maps.data[0].data, gen.indexing_maps.data[2].data  # type: ignore[attr-defined]
+            b = gen.indexing_maps.data[1].data  # type: ignore[attr-defined]
+            flipped = AffineMap(b.num_dims, b.num_symbols, b.results[::-1])
+            new = GenericOp([gen.inputs[0], weight], list(gen.outputs), gen.body.clone(),
+                            ArrayAttr([AffineMapAttr(m) for m in (a, flipped, c)]), gen.iterator_types, doc=gen.doc)
+            new.attributes.update(gen.attributes)
+            new.location = gen.location
+            e.rewriter.replace_op(gen, new)
+        e.erase(pack)
+        view = packed.owner
+        if isinstance(view, memref.SubviewOp) and not view.result.uses:
+            buffer = view.source
+            e.erase(view)
+            if all(isinstance(u.operation, memref.DeallocOp) for u in buffer.uses):
+                for u in list(buffer.uses):
+                    e.erase(u.operation)
+                e.erase(buffer.owner)  # type: ignore[arg-type]
+
+
 def tile_fused_flce(nest: scf.ForOp, target: Target, e: IRBuilder) -> None:
     tiles = nest_tiles(nest)
     f = enclosing_function(nest)
+    read_weight_in_place(nest, e)
     phase_b = split_over_blocks(nest, tiles, e)
     buffers: dict = {}
-    for gen in [o for n in (nest, phase_b) for o in n.walk() if _contraction(o) is not None]:
+    gens = [o for n in (nest, phase_b) for o in n.walk() if _contraction(o) is not None]
+    # The scratch first, so that a contraction tiled after it knows which operands are local.
+    for alloc in [o for o in f.walk() if isinstance(o, memref.AllocOp) and PROMOTE.on(o)]:
+        promote(alloc, target, e)
+    for gen in gens:
         attr = CONTRACTION.get(gen)
         assert attr is not None
         tile_contraction(gen, [tiles[n] for n in attr.loop_dims], target, target.double_buffer, _GEMM[attr.contraction],
                          buffers, e.at(gen))
-    for alloc in [o for o in f.walk() if isinstance(o, memref.AllocOp) and PROMOTE.on(o)]:
-        promote(alloc, target, e)
 
 
-def footprint_bytes(bt: int, v: int, h: int, b: int) -> dict[str, int]:
+def footprint_bytes(bt: int, v: int, h: int, b: int, stage: bool) -> dict[str, int]:
     """Bytes per role of the tiled nest: the three contractions' accumulator tiles (float32) and
-    operand tiles, and the vector-level logit tile (float32), G tile (input type; the logit tile
-    itself for float32) and saved target logits."""
+    operand tiles, the staging tiles of the operands read from global memory (GEMM 1's X and W,
+    GEMM 2's W, GEMM 3's X) where `stage`, and the vector-level logit tile (float32), G tile
+    (input type; the logit tile itself for float32) and saved target logits."""
     return {
         "accumulator": (bt * v + bt * h + v * h) * 4,
         "matrix_a": (bt * h + 2 * bt * v) * b,
         "matrix_b": (h * v + v * h + bt * h) * b,
         "vector": bt * v * 4 + (bt * v * b if b != 4 else 0) + bt * 4,
+        **({"stage": (bt * h + 2 * v * h + bt * h) * b} if stage else {}),
     }
 
 
 def footprint(op, sizes: dict[str, int], target: Target) -> list[TileBuffer]:
     b = gemm_shape(op).b
     return [TileBuffer(role, n, target.double_buffer)
-            for role, n in footprint_bytes(sizes["bt"], sizes["v"], sizes["h"], b).items()]
+            for role, n in footprint_bytes(sizes["bt"], sizes["v"], sizes["h"], b, staged(target, "matrix_b")).items()]
 
 
 @dataclass(frozen=True)
@@ -200,19 +244,30 @@ def gemm_shape(op) -> GemmShape:
     return GemmShape(bt, v if v != -1 else 4096, h, element_bytes(t), str(t))
 
 
+def operand_in(load: Load, role: str, nbytes: float, copies: float, target: Target) -> None:
+    """An operand's chunks from global memory into the level of `role`, through the staging
+    level where the tiling stages them (contraction.staged)."""
+    g, level = target.global_level.name, target.role(role).name
+    if staged(target, role):
+        stage = target.role("stage").name
+        load.add_move((g, stage), nbytes, copies)
+        load.add_move((stage, level), nbytes, copies)
+    else:
+        load.add_move((g, level), nbytes, copies)
+
+
 def logit_tiles(load: Load, n: int, tile: tuple[int, int, int], op, target: Target) -> None:
-    """n bt × v logit tiles on one core: GEMM 1 in chunks of h (X and the packed W tile in, the
-    tile in and out of the accumulator level: its fill and its result), 2 FLOP per MAC; the
-    vector work on the tile (about 8 operations per element and 30 per row)."""
+    """n bt × v logit tiles on one core: GEMM 1 in chunks of h (X's and W's chunks in, W's
+    transposed by its copy; the tile zeroed in the accumulator level and copied out to the
+    vector level), 2 FLOP per MAC; the vector work on the tile (about 8 operations per element
+    and 30 per row)."""
     bt, v, h = tile
     shape = gemm_shape(op)
     H, b = shape.h, shape.b
-    g = target.global_level.name
-    a, bb, acc, vec = (target.role(r).name for r in ("matrix_a", "matrix_b", "accumulator", "vector"))
+    acc, vec = target.role("accumulator").name, target.role("vector").name
     hc = -(-H // h)
-    load.add_move((g, a), n * bt * H * b, n * hc)
-    load.add_move((g, bb), n * H * v * b, n * hc)
-    load.add_move((vec, acc), n * bt * v * 4, n)
+    operand_in(load, "matrix_a", n * bt * H * b, n * hc, target)
+    operand_in(load, "matrix_b", n * H * v * b, n * hc, target)
     load.add_move((acc, vec), n * bt * v * 4, n)
     load.add_work("matrix", shape.element, n * 2 * bt * v * H, n * hc, 0)
     load.add_work("vector", "f32", n * (8 * bt * v + 30 * bt), n * 4, 0)
@@ -231,8 +286,7 @@ def load(op, sizes: dict[str, int], target: Target) -> list[Load]:
     """What the tiled nest does on its busiest core, per phase (see the module docstring): per
     (token tile, vocabulary tile) its logit tile (logit_tiles), then GEMM 3 (phase A) or GEMM 2
     (phase B) in chunks of h, whose float32 accumulator tile goes to global memory and back for
-    every chunk; W's tile transposed by scalar loops in global memory; dX and dW zeroed and
-    rounded there (6 and 4 operations per element)."""
+    every chunk; dX and dW zeroed and rounded in global memory (4 operations per element)."""
     shape = gemm_shape(op)
     BT, V, H, b = shape.bt, shape.v, shape.h, shape.b
     bt, v, h = (min(sizes[d], n) for d, n in zip(("bt", "v", "h"), (BT, V, H)))
@@ -249,16 +303,16 @@ def load(op, sizes: dict[str, int], target: Target) -> list[Load]:
         load.add_move((g, acc), n * rows * H * 4, n * hc)
         load.add_move((acc, g), n * rows * H * 4, n * hc)
         load.add_move((vec, a), n * hc * bt * v * b, n * hc)
-        load.add_move((g, bb), n * rhs_rows * H * b, n * hc)
+        operand_in(load, "matrix_b", n * rhs_rows * H * b, n * hc, target)
         return load
 
     va, tb = -(-nv // cores), -(-nt // cores)
     phase_a = pairs(va * nt, v, bt)  # vocabulary tiles over cores, each with all token tiles: dW
-    phase_a.add_work("scalar", "f32", va * v * H * 6, va * 3, 0)
-    spread_totals(phase_a, nv / va, nv * v * H * 6, target)
+    phase_a.add_work("scalar", "f32", va * v * H * 4, va * 2, 0)
+    spread_totals(phase_a, nv / va, nv * v * H * 4, target)
     phase_b = pairs(tb * nv, bt, v)  # token tiles over cores, each with all vocabulary tiles: dX
-    phase_b.add_work("scalar", "f32", nv * v * H * 2 + tb * bt * H * 4, nv + 2 * tb, 0)
-    spread_totals(phase_b, nt / tb, cores * nv * v * H * 2 + BT * H * 4, target)
+    phase_b.add_work("scalar", "f32", tb * bt * H * 4, 2 * tb, 0)
+    spread_totals(phase_b, nt / tb, BT * H * 4, target)
     phase_a.extents = {"bt": BT, "v": V, "h": H}
     return [phase_a, phase_b]
 
@@ -272,7 +326,7 @@ def choose_tile_sizes(op, target: Target) -> dict[str, int]:
             for h in (512, 256, 128, 64, 32, 16):
                 used: dict[str, int] = {}
                 limit: dict[str, int] = {}
-                for role, size in footprint_bytes(bt, v, h, b).items():
+                for role, size in footprint_bytes(bt, v, h, b, staged(target, "matrix_b")).items():
                     level = target.role(role).name
                     used[level] = used.get(level, 0) + size
                     limit[level] = budget(target, role)

@@ -25,27 +25,27 @@ from npugrad.dialect.attributes import CONTRACTION, FUSED, ROLE, NestRole
 from npugrad.dialect.npu import PROMOTE, BlockDimOp, BlockIdxOp, element_bytes
 from npugrad.ir import IRBuilder, enclosing_function, index
 from npugrad.passes.tiling.blocks import block_share
-from npugrad.passes.tiling.contraction import tile_contraction
+from npugrad.passes.tiling.contraction import staged, tile_contraction
 from npugrad.passes.tiling.elementwise import tile_op
-from npugrad.passes.tiling.flce import gemm_shape, logit_tiles, promote, spread, spread_totals
+from npugrad.passes.tiling.flce import gemm_shape, logit_tiles, promote, read_weight_in_place, spread, spread_totals
 from npugrad.targets import Target
 
 
-def footprint_bytes(bt: int, v: int, h: int, b: int) -> dict[str, int]:
-    """Bytes per role of the tiled forward nest: GEMM 1's accumulator (float32) and operand tiles,
-    and the vector-level logit tile."""
-    return {"accumulator": bt * v * 4, "matrix_a": bt * h * b, "matrix_b": h * v * b, "vector": bt * v * 4}
+def footprint_bytes(bt: int, v: int, h: int, b: int, stage: bool) -> dict[str, int]:
+    """Bytes per role of the tiled forward nest: GEMM 1's accumulator (float32) and operand tiles
+    (and their staging tiles where `stage`), and the vector-level logit tile."""
+    return {"accumulator": bt * v * 4, "matrix_a": bt * h * b, "matrix_b": h * v * b, "vector": bt * v * 4,
+            **({"stage": (bt * h + v * h) * b} if stage else {})}
 
 
 def footprint(op, sizes: dict[str, int], target: Target) -> list[TileBuffer]:
     b = gemm_shape(op).b
     return [TileBuffer(role, n, target.double_buffer)
-            for role, n in footprint_bytes(sizes["bt"], sizes["v"], sizes["h"], b).items()]
+            for role, n in footprint_bytes(sizes["bt"], sizes["v"], sizes["h"], b, staged(target, "matrix_b")).items()]
 
 
 def load(op, sizes: dict[str, int], target: Target) -> list[Load]:
-    """The busiest core: its token tiles of every vocabulary tile (logit_tiles), each W tile
-    packed transposed by scalar loops in global memory."""
+    """The busiest core: its token tiles of every vocabulary tile (logit_tiles)."""
     shape = gemm_shape(op)
     BT, V, H = shape.bt, shape.v, shape.h
     bt, v, h = (min(sizes[d], n) for d, n in zip(("bt", "v", "h"), (BT, V, H)))
@@ -53,8 +53,7 @@ def load(op, sizes: dict[str, int], target: Target) -> list[Load]:
     tb = -(-nt // target.cores)
     one = Load()
     logit_tiles(one, tb * nv, (bt, v, h), op, target)
-    one.add_work("scalar", "f32", nv * v * H * 2, nv, 0)
-    spread_totals(one, nt / tb, target.cores * nv * v * H * 2, target)
+    spread_totals(one, nt / tb, 0, target)
     one.extents = {"bt": BT, "v": V, "h": H}
     return [one]
 
@@ -69,7 +68,7 @@ def choose_tile_sizes(op, target: Target) -> dict[str, int]:
             for h in (512, 256, 128, 64, 32, 16):
                 used: dict[str, int] = {}
                 limit: dict[str, int] = {}
-                for role, size in footprint_bytes(bt, v, h, b).items():
+                for role, size in footprint_bytes(bt, v, h, b, staged(target, "matrix_b")).items():
                     level = target.role(role).name
                     used[level] = used.get(level, 0) + size
                     limit[level] = budget(target, role)
@@ -148,14 +147,16 @@ def tile_fused(nest: scf.ForOp, target: Target, e: IRBuilder) -> None:
     assert fused is not None
     tiles = fused.tiles.as_dict()
     f = enclosing_function(nest)
+    read_weight_in_place(nest, e)
     distribute_fused(nest, e)
     buffers: dict = {}
-    for gen in [o for o in nest.walk() if CONTRACTION.get(o) is not None]:
+    gens = [o for o in nest.walk() if CONTRACTION.get(o) is not None]
+    for alloc in [o for o in f.walk() if isinstance(o, memref.AllocOp) and PROMOTE.on(o)]:
+        promote(alloc, target, e)
+    for gen in gens:
         attr = CONTRACTION.get(gen)
         tile_contraction(gen, [tiles[n] for n in attr.loop_dims], target, target.double_buffer, "gemm1",  # type: ignore[union-attr]
                          buffers, e.at(gen))
-    for alloc in [o for o in f.walk() if isinstance(o, memref.AllocOp) and PROMOTE.on(o)]:
-        promote(alloc, target, e)
 
 
 # -- the loss op ---------------------------------------------------------------------------------

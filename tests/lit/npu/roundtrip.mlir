@@ -54,3 +54,12 @@ func.func @dynamic_copy(%a: memref<?xi64>, %b: memref<8xi64, #npu.mem<ub>>) {
   npu.copy %a, %b : memref<?xi64>, memref<8xi64, #npu.mem<ub>>
   func.return
 }
+
+// A transposed copy: the layout change a matrix operand needs, made by the transfer.
+// CHECK-LABEL: func.func @transposed_copy(
+// CHECK-NEXT:    npu.copy %w, %b {transpose} : memref<32x16xbf16, strided<[4096, 1], offset: ?>>, memref<16x32xbf16, #npu.mem<l0b>>
+// GENERIC:       "npu.copy"(%w, %b) <{transpose}> : (memref<32x16xbf16, strided<[4096, 1], offset: ?>>, memref<16x32xbf16, #npu.mem<l0b>>) -> ()
+func.func @transposed_copy(%w: memref<32x16xbf16, strided<[4096, 1], offset: ?>>, %b: memref<16x32xbf16, #npu.mem<l0b>>) {
+  npu.copy %w, %b {transpose} : memref<32x16xbf16, strided<[4096, 1], offset: ?>>, memref<16x32xbf16, #npu.mem<l0b>>
+  func.return
+}

@@ -99,3 +99,19 @@ func.func @memory_space_not_an_identifier() {
   %b = npu.alloc_local : memref<16xf32, #npu.mem<"ub">>
   func.return
 }
+
+// -----
+
+func.func @transpose_keeps_the_shape(%a: memref<32x16xbf16>, %b: memref<32x16xbf16, #npu.mem<l0b>>) {
+  // expected-error@+1 {{'npu.copy' op the target's shape must be the source's transposed, got memref<32x16xbf16> and memref<32x16xbf16, #npu.mem<l0b>>}}
+  npu.copy %a, %b {transpose} : memref<32x16xbf16>, memref<32x16xbf16, #npu.mem<l0b>>
+  func.return
+}
+
+// -----
+
+func.func @transpose_of_a_vector(%a: memref<16xf32>, %b: memref<16xf32, #npu.mem<ub>>) {
+  // expected-error@+1 {{'npu.copy' op with transpose needs a source and a target of rank 2, got memref<16xf32> and memref<16xf32, #npu.mem<ub>>}}
+  npu.copy %a, %b {transpose} : memref<16xf32>, memref<16xf32, #npu.mem<ub>>
+  func.return
+}

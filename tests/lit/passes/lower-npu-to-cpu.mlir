@@ -92,3 +92,15 @@ func.func @only_block_dim(%r: memref<1xindex>) {
 // Declarations lose memory spaces too.
 // CHECK-LABEL: func.func private @external(memref<4xf32>)
 func.func private @external(memref<4xf32, #npu.mem<ub>>)
+
+// A transposed copy reads its source with the indices swapped: target[i, j] = source[j, i].
+// CHECK-LABEL: func.func @transposed(
+// CHECK:         scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK-NEXT:      scf.for %[[J:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK-NEXT:        %[[V:.*]] = memref.load %w[%[[J]], %[[I]]] : memref<32x16xbf16>
+// CHECK-NEXT:        memref.store %[[V]], %{{.*}}[%[[I]], %[[J]]] : memref<16x32xbf16>
+func.func @transposed(%w: memref<32x16xbf16>) {
+  %b = npu.alloc_local : memref<16x32xbf16, #npu.mem<l0b>>
+  npu.copy %w, %b {transpose} : memref<32x16xbf16>, memref<16x32xbf16, #npu.mem<l0b>>
+  func.return
+}
