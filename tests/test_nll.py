@@ -1,5 +1,6 @@
 """nll_loss_backward: JIT results against the NumPy reference (and PyTorch when installed)."""
 
+import ml_dtypes
 import numpy as np
 import pytest
 from conftest import FLOAT_DTYPES, assert_close
@@ -288,4 +289,12 @@ def test_matches_torch(rng, dtype, reduction, one_d, ignore):
         tensor(a["grad_output"]), tensor(a["self"]), tensor(a["target"]), tensor(a["weight"]), reduction, ignore,
         tensor(a["total_weight"]).reshape(()),
     )
-    assert_close(got, want.float().numpy())
+    want = want.float().numpy()
+    # PyTorch rounds w·g and then the division each to the half-precision dtype; npugrad rounds
+    # once (as the reference does). Where the result is subnormal the two differ by up to one
+    # subnormal step, which no relative tolerance covers: compare those elements by that step.
+    info = ml_dtypes.finfo(dtype)
+    tiny = np.abs(want) < float(info.smallest_normal)
+    step = float(info.smallest_subnormal)
+    assert np.all(np.abs(np.asarray(got, np.float32)[tiny] - want[tiny]) <= step * 1.0001)
+    assert_close(np.asarray(got)[~tiny], want[~tiny], dtype=np.dtype(dtype))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from xdsl.irdl import OptOperandDef
 
-from npugrad.recipes import recipes
+from npugrad.recipes import public_recipes
 
 torch = pytest.importorskip("torch", reason="PyTorch is an optional extra (pip install npugrad[torch])")
 
@@ -21,7 +21,7 @@ import npugrad.torch as nt  # noqa: E402
 from npugrad.interop.dlpack import to_torch  # noqa: E402
 from npugrad.torch import kernels  # noqa: E402
 
-RECIPES = list(recipes().values())
+RECIPES = list(public_recipes().values())
 
 
 def test_every_op_is_a_torch_operator_with_a_schema_from_its_recipe():

@@ -21,6 +21,7 @@ from npugrad.recipes.base import (
     RecipeError,
     check_complete,
     not_supported,
+    public_recipes,
     recipe_of,
     recipes,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "RecipeError",
     "check_complete",
     "not_supported",
+    "public_recipes",
     "recipe_of",
     "recipes",
 ]

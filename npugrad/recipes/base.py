@@ -170,6 +170,12 @@ def recipes() -> dict[type[TrainOp], OpRecipe]:
     return dict(_RECIPES)
 
 
+def public_recipes() -> dict[type[TrainOp], OpRecipe]:
+    """The recipes of ops with a Python API (an op added without one, e.g. a test's, has none):
+    what the API's bridges (npugrad.torch, the two-phase form) can expose."""
+    return {op: r for op, r in _RECIPES.items() if not isinstance(r.api, NotSupported)}
+
+
 def check_complete(dialect: Dialect) -> None:
     """Every op of `dialect` that is a TrainOp has a recipe."""
     missing = [op.name for op in dialect.operations if issubclass(op, TrainOp) and op not in _RECIPES]

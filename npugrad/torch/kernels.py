@@ -30,7 +30,7 @@ from xdsl.context import Context
 from xdsl.irdl import IRDLOperation, OptOperandDef
 
 from npugrad.dialect import TrainOp
-from npugrad.recipes import OpRecipe, recipes
+from npugrad.recipes import OpRecipe, public_recipes
 
 NAMESPACE = "npugrad"
 
@@ -181,4 +181,4 @@ def register(recipe: OpRecipe) -> torch.library.CustomOpDef:
     return op
 
 
-KERNELS: dict[str, torch.library.CustomOpDef] = {r.op.short_name(): register(r) for r in recipes().values()}
+KERNELS: dict[str, torch.library.CustomOpDef] = {r.op.short_name(): register(r) for r in public_recipes().values()}
