@@ -94,29 +94,18 @@ class Gradient:
         """G of one element; `target`: whether it is the row's target column (an i1 when only
         known at run time: then 0 is subtracted elsewhere, which changes no bit)."""
         e = self.e
-        if isinstance(target, SSAValue):
-            one = (1.0 - Float(e, e.f32(self.alpha))).value if self.alpha else e.f32(1.0)
-            d = Float(e, probability)
-            if self.z_loss:
-                d = d + row["zl"] * d
-            if self.alpha:
-                d = d - (Float(e, e.f32(self.alpha)) / self.k)
-            d = d - e.emit(arith.SelectOp(target, one, e.f32(0.0)))
-            return self._capped(row, d, logit)
         d = Float(e, probability)
         if self.z_loss:
             d = d + row["zl"] * d
         if self.alpha:
             d = d - (Float(e, e.f32(self.alpha)) / self.k)
-        if target:
-            d = d - (1.0 - Float(e, e.f32(self.alpha))) if self.alpha else d - 1.0
-        return self._capped(row, d, logit)
-
-    def _capped(self, row, d: Float, logit: SSAValue | None) -> SSAValue:
+        if target is not False:  # the one-hot's weight, 1 − α, at the target column
+            one = (1.0 - Float(e, e.f32(self.alpha))) if self.alpha else Float(e, e.f32(1.0))
+            d = d - (e.emit(arith.SelectOp(target, one.value, e.f32(0.0))) if isinstance(target, SSAValue) else one)
         if self.cap:
-            zc = Float(self.e, logit) / self.cap
+            zc = Float(e, logit) / self.cap
             d = d * (1.0 - zc * zc)
-        return (Float(self.e, row["g"]) * d).value
+        return (Float(e, row["g"]) * d).value
 
     def probability(self, row, logit: SSAValue) -> SSAValue:
         return ((Float(self.e, logit) - row["m"]).exp() / row["s"]).value

@@ -21,6 +21,8 @@ The parts each phase keeps or drops are found by their `#train.role` and `#train
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -319,14 +321,20 @@ def load(op, sizes: dict[str, int], target: Target) -> list[Load]:
 
 def choose_tile_sizes(op, target: Target) -> dict[str, int]:
     """The largest bt × v tile (then the largest h) whose tiles fit every level at once."""
-    b = element_bytes(op.input.type.element_type)
+    return largest_fitting_tiles(footprint_bytes, element_bytes(op.input.type.element_type), target)
+
+
+def largest_fitting_tiles(footprint: Callable[[int, int, int, int, bool], dict[str, int]], b: int,
+                          target: Target) -> dict[str, int]:
+    """The largest bt × v tile (then the largest h) of a linear nest whose `footprint` (bytes per
+    role, as footprint_bytes) fits every level at once; bt a multiple of 8."""
     best = None
     for bt in (128, 64, 32, 16, 8):
         for v in (256, 128, 64, 32, 16):
             for h in (512, 256, 128, 64, 32, 16):
                 used: dict[str, int] = {}
                 limit: dict[str, int] = {}
-                for role, size in footprint_bytes(bt, v, h, b, staged(target, "matrix_b")).items():
+                for role, size in footprint(bt, v, h, b, staged(target, "matrix_b")).items():
                     level = target.role(role).name
                     used[level] = used.get(level, 0) + size
                     limit[level] = budget(target, role)

@@ -19,7 +19,7 @@ from xdsl.ir import Block, SSAValue
 from xdsl.rewriter import InsertPoint
 
 from npugrad.analysis.cost import Load
-from npugrad.analysis.footprint import TileBuffer, budget
+from npugrad.analysis.footprint import TileBuffer
 from npugrad.dialect import FusedCrossEntropyLossWithMaxSumOp
 from npugrad.dialect.attributes import CONTRACTION, FUSED, ROLE, NestRole
 from npugrad.dialect.npu import PROMOTE, BlockDimOp, BlockIdxOp, element_bytes
@@ -27,7 +27,15 @@ from npugrad.ir import IRBuilder, enclosing_function, index
 from npugrad.passes.tiling.blocks import block_share
 from npugrad.passes.tiling.contraction import staged, tile_contraction
 from npugrad.passes.tiling.elementwise import tile_op
-from npugrad.passes.tiling.flce import gemm_shape, logit_tiles, promote, read_weight_in_place, spread, spread_totals
+from npugrad.passes.tiling.flce import (
+    gemm_shape,
+    largest_fitting_tiles,
+    logit_tiles,
+    promote,
+    read_weight_in_place,
+    spread,
+    spread_totals,
+)
 from npugrad.targets import Target
 
 
@@ -61,22 +69,7 @@ def load(op, sizes: dict[str, int], target: Target) -> list[Load]:
 def choose_tile_sizes(op, target: Target) -> dict[str, int]:
     """The largest bt × v tile (then the largest h) whose tiles fit every level at once; bt a
     multiple of 8, so that token tiles own whole bytes of the bit-packed mask."""
-    b = element_bytes(op.input.type.element_type)
-    best = None
-    for bt in (128, 64, 32, 16, 8):
-        for v in (256, 128, 64, 32, 16):
-            for h in (512, 256, 128, 64, 32, 16):
-                used: dict[str, int] = {}
-                limit: dict[str, int] = {}
-                for role, size in footprint_bytes(bt, v, h, b, staged(target, "matrix_b")).items():
-                    level = target.role(role).name
-                    used[level] = used.get(level, 0) + size
-                    limit[level] = budget(target, role)
-                if all(used[level] <= limit[level] for level in used):
-                    score = (bt * v, h)
-                    if best is None or score > best[0]:
-                        best = (score, {"bt": bt, "v": v, "h": h})
-    return best[1] if best is not None else {"bt": 8, "v": 16, "h": 16}
+    return largest_fitting_tiles(footprint_bytes, element_bytes(op.input.type.element_type), target)
 
 
 def _role(op) -> NestRole | None:
