@@ -4,6 +4,8 @@
     %n = npu.block_dim                                    // how many blocks run
     %ub = npu.alloc_local {double_buffer} : memref<64x128xf32, #npu.mem<ub>>
     npu.copy %x_tile, %ub : memref<64x128xf32, strided<[?, 1], offset: ?>>, memref<64x128xf32, #npu.mem<ub>>
+    %ws = npu.alloc_shared(%n) : memref<?x256x64xf32>     // one workspace for all blocks of a launch
+    npu.barrier                                           // every block gets here, then all go on
 
 A memref in `#npu.mem<level>` lives in that level of the target (its capacity is checked by
 `check-capacity`); a memref without a memory space is in global memory. `#npu.role<vector>` names
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 from enum import auto
 
+from xdsl.dialects import func, scf
 from xdsl.dialects.builtin import DYNAMIC_INDEX, IndexType, MemRefType, NoneAttr, StringAttr, UnitAttr
 from xdsl.dialects.utils import EnumAttribute
 from xdsl.ir import Dialect, ParametrizedAttribute
@@ -27,6 +30,7 @@ from xdsl.irdl import (
     opt_prop_def,
     result_def,
     traits_def,
+    var_operand_def,
 )
 from xdsl.parser import AttrParser
 from xdsl.printer import Printer
@@ -76,7 +80,11 @@ BLOCKS = Discardable("npu.blocks", UnitAttr,
                      after_lowering=True)
 PROMOTE = Discardable("npu.promote", TileRoleAttr,
                       "on a heap tile buffer: a tiling may move it to the level holding this kind of tile")
-NPU_DISCARDABLE: tuple[Discardable, ...] = (BLOCKS, PROMOTE)
+SYNCHRONIZED = Discardable("npu.synchronized", UnitAttr,
+                           "on a function: its blocks meet at barriers or share workspaces (npu.barrier, "
+                           "npu.alloc_shared): the runtime runs all its blocks at once, one such launch at a time",
+                           after_lowering=True)
+NPU_DISCARDABLE: tuple[Discardable, ...] = (BLOCKS, PROMOTE, SYNCHRONIZED)
 
 
 def level_of(t) -> str | None:
@@ -218,4 +226,78 @@ class BlockDimOp(IRDLOperation):
         super().__init__(result_types=[IndexType()])
 
 
-Npu = Dialect("npu", [AllocLocalOp, CopyOp, BlockIdxOp, BlockDimOp], [MemorySpaceAttr, TileRoleAttr])
+def _depends_on_block(value, seen: set | None = None) -> bool:
+    """Whether `value` is computed from npu.block_idx (a use-def walk within the function)."""
+    seen = set() if seen is None else seen
+    owner = value.owner
+    if not hasattr(owner, "operands") or id(owner) in seen:
+        return False
+    seen.add(id(owner))
+    if isinstance(owner, BlockIdxOp):
+        return True
+    return any(_depends_on_block(v, seen) for v in owner.operands)
+
+
+@irdl_op_definition
+class BarrierOp(IRDLOperation):
+    """Every block of the launch reaches this point before any goes on (Ascend C's SyncAll): what
+    the blocks wrote before it, all of them can read after it. Every block must pass it equally
+    often, so it may be nested in loops only (no scf.if), whose bounds do not depend on
+    npu.block_idx."""
+
+    name = "npu.barrier"
+    assembly_format = "attr-dict"
+
+    def __init__(self):
+        super().__init__()
+
+    def verify_(self) -> None:
+        parent = self.parent_op()
+        while parent is not None and not isinstance(parent, func.FuncOp):
+            if not isinstance(parent, scf.ForOp):
+                raise VerifyException(
+                    f"'{self.name}' op must be reached by every block equally often: it may be nested in "
+                    f"scf.for loops only, not in '{parent.name}'"
+                )
+            if any(_depends_on_block(v) for v in (parent.lb, parent.ub, parent.step)):
+                raise VerifyException(
+                    f"'{self.name}' op is in a loop whose bounds depend on npu.block_idx: blocks would pass it "
+                    "a different number of times"
+                )
+            parent = parent.parent_op()
+
+
+@irdl_op_definition
+class AllocSharedOp(IRDLOperation):
+    """A buffer in global memory that every block of one launch shares (a workspace: what one
+    block writes, another reads after an npu.barrier). Uninitialised; it lives until the launch
+    ends. One index operand per dynamic dimension."""
+
+    name = "npu.alloc_shared"
+    sizes = var_operand_def(IndexType)
+    result = result_def(MemRefType)
+    traits = traits_def(MemoryAllocEffect())
+    assembly_format = "`(` $sizes `)` attr-dict `:` type($result)"
+
+    def __init__(self, type_: MemRefType, sizes=()):
+        super().__init__(operands=[list(sizes)], result_types=[type_])
+
+    def verify_(self) -> None:
+        t = self.result.type
+        assert isinstance(t, MemRefType)
+        if not isinstance(self.parent_op(), func.FuncOp):
+            raise VerifyException(f"'{self.name}' op must be at the top level of a function (one buffer per launch)")
+        if not isinstance(t.memory_space, NoneAttr):
+            raise VerifyException(f"'{self.name}' op result must be in global memory (no memory space), got {t}")
+        if not isinstance(t.layout, NoneAttr):
+            raise VerifyException(f"'{self.name}' op result must have the identity layout, got {t}")
+        dynamic = sum(d == DYNAMIC_INDEX for d in t.get_shape())
+        if dynamic != len(self.sizes):
+            raise VerifyException(
+                f"'{self.name}' op needs one size per dynamic dimension of {t} ({dynamic}), got {len(self.sizes)}"
+            )
+        if any(_depends_on_block(v) for v in self.sizes):
+            raise VerifyException(f"'{self.name}' op sizes must be the same in every block (not computed from npu.block_idx)")
+
+
+Npu = Dialect("npu", [AllocLocalOp, CopyOp, BlockIdxOp, BlockDimOp, BarrierOp, AllocSharedOp], [MemorySpaceAttr, TileRoleAttr])

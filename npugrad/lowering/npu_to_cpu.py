@@ -7,10 +7,15 @@
                                                   arena: each thread has its own), freed on return
     npu.copy %a, %b                            →  a loop nest of loads and stores (`transpose`:
                                                   the source read transposed)
+    npu.barrier                                →  func.call @npugrad_barrier()
+    %w = npu.alloc_shared(%m) : memref<?xf32>  →  func.call @npugrad_shared_r1_f32(slot, 4, %m):
+                                                  the same buffer in every block of the launch
     #npu.mem<...> on every memref type         →  erased: on a CPU all levels are one memory
 
 A function that used block_idx/block_dim gets the `npu.blocks` attribute: the runtime then calls
-it once per block, from a pool of threads, with the two extra arguments.
+it once per block, from a pool of threads, with the two extra arguments. One that calls the launch
+services (barrier, shared workspaces: npugrad/runtime/sync.py) also gets `npu.synchronized`: the
+runtime then runs all its blocks at once.
 
 Patterns: one per function (its blocks and local buffers, which must keep their order), one per
 copy, then a type conversion erasing the memory spaces.
@@ -22,7 +27,7 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects import func, memref
-from xdsl.dialects.builtin import FunctionType, IntegerAttr, MemRefType, ModuleOp, NoneAttr
+from xdsl.dialects.builtin import DYNAMIC_INDEX, FunctionType, IntegerAttr, MemRefType, ModuleOp, NoneAttr
 from xdsl.ir import Attribute, Operation
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
@@ -36,8 +41,20 @@ from xdsl.pattern_rewriter import (
 )
 from xdsl.rewriter import InsertPoint
 
-from npugrad.dialect.npu import BLOCKS, AllocLocalOp, BlockDimOp, BlockIdxOp, CopyOp, MemorySpaceAttr
+from npugrad.dialect.npu import (
+    BLOCKS,
+    SYNCHRONIZED,
+    AllocLocalOp,
+    AllocSharedOp,
+    BarrierOp,
+    BlockDimOp,
+    BlockIdxOp,
+    CopyOp,
+    MemorySpaceAttr,
+    element_bytes,
+)
 from npugrad.ir import IRBuilder, index
+from npugrad.runtime.sync import BARRIER, shared_symbol
 
 
 class _EraseMemorySpace(TypeConversionPattern):
@@ -57,6 +74,50 @@ class LowerCopy(RewritePattern):
             source = ivs[::-1] if op.transpose is not None else ivs
             e.store(e.emit(memref.LoadOp.get(op.source, source)), op.target, ivs)
         rewriter.erase(op)
+
+
+def _declare(module: ModuleOp, name: str, inputs: list, outputs: list) -> None:
+    """A private declaration of an external function, once per module."""
+    if not any(isinstance(o, func.FuncOp) and o.sym_name.data == name for o in module.ops):
+        module.body.block.add_op(func.FuncOp.external(name, inputs, outputs))
+
+
+class LowerLaunchServices(RewritePattern):
+    """npu.barrier and npu.alloc_shared become calls of the runtime's launch services; each
+    shared buffer of a function gets its own slot number (the same in every block)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, f: func.FuncOp, rewriter: PatternRewriter) -> None:
+        ops = [o for o in f.walk() if isinstance(o, BarrierOp | AllocSharedOp)]
+        if not ops:
+            return
+        module = f.parent_op()
+        assert isinstance(module, ModuleOp)
+        slot = 0
+        for o in ops:
+            e = IRBuilder(rewriter, o)
+            if isinstance(o, BarrierOp):
+                _declare(module, BARRIER, [], [])
+                call = func.CallOp(BARRIER, [], [])
+                call.location = o.location
+                rewriter.replace_op(o, call)
+                continue
+            t = o.result.type
+            assert isinstance(t, MemRefType)
+            name = shared_symbol(t.get_num_dims(), str(t.element_type))
+            dynamic = iter(o.sizes)
+            sizes = [next(dynamic) if d == DYNAMIC_INDEX else e.idx(d) for d in t.get_shape()]
+            args = [e.idx(slot), e.idx(element_bytes(t.element_type)), *sizes]
+            any_shape = MemRefType(t.element_type, [DYNAMIC_INDEX] * t.get_num_dims())
+            _declare(module, name, [index] * len(args), [any_shape])
+            buf = e.emit(func.CallOp(name, args, [any_shape]))
+            if buf.type != t:
+                buf = e.emit(memref.CastOp.get(buf, t))
+            buf.name_hint = o.result.name_hint
+            rewriter.replace_op(o, [], [buf])
+            slot += 1
+        SYNCHRONIZED.set(f)
+        rewriter.notify_op_modified(f)
 
 
 class LowerFunction(RewritePattern):
@@ -99,6 +160,7 @@ class LowerNpuToCpuPass(ModulePass):
     name = "lower-npu-to-cpu"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        PatternRewriteWalker(LowerLaunchServices(), apply_recursively=False).rewrite_module(op)
         patterns = GreedyRewritePatternApplier([LowerFunction(), LowerCopy()])
         PatternRewriteWalker(patterns, apply_recursively=False).rewrite_module(op)
         # Rewriting every op's types is slow on large modules: only do it when a level is named.

@@ -10,6 +10,7 @@ from npugrad import dtypes
 from npugrad.dialect.attributes import DISTRIBUTED
 from npugrad.dialect.npu import BLOCKS
 from npugrad.ir import defined_functions
+from npugrad.runtime import sync
 from npugrad.runtime.jit import JitModule
 from npugrad.runtime.kernel import Kernel, MemRefSpec
 
@@ -51,7 +52,11 @@ class Executable:
         self.llvm_ir = llvm_ir
         self._jit = JitModule(llvm_ir)
         blocks = blocks or {}
-        self.kernels = {name: Kernel(self._jit, name, specs, name in blocks, blocks.get(name, False))
+        # A module whose kernels call the launch services (npu.synchronized) runs every launch of
+        # its block kernels inside sync.launch.
+        synchronized = sync.uses_services(llvm_ir)
+        self.kernels = {name: Kernel(self._jit, name, specs, name in blocks, blocks.get(name, False),
+                                     synchronized and name in blocks)
                         for name, specs in sigs.items()}
 
     def __getitem__(self, name: str) -> Kernel:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import llvmlite.binding as llvm
 
 from npugrad.lowering.machine_code import LOCK, JitError, new_target_machine, optimised
+from npugrad.runtime import sync
 
 __all__ = ["JitError", "JitModule"]
 
@@ -14,6 +15,7 @@ class JitModule:
 
     def __init__(self, llvm_ir: str):
         with LOCK:
+            sync.bind_symbols(llvm_ir)
             module = optimised(llvm_ir)
             # The engine takes ownership of its target machine and frees it with itself.
             self._engine = llvm.create_mcjit_compiler(module, new_target_machine())

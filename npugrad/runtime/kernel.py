@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from npugrad.runtime import pool
+from npugrad.runtime import pool, sync
 from npugrad.runtime.address import data_address
 
 # Pointers, offsets, sizes and strides are all 64-bit on the hosts the JIT targets.
@@ -87,14 +87,18 @@ class Kernel:
 
     A block kernel (`blocks=True`) takes two more arguments, its block index and the block
     count; calling it runs every block, on `threads` threads (default: the pool's size; one block
-    for a `distributed` kernel whose arrays all have fewer than SMALL elements)."""
+    for a `distributed` kernel whose arrays all have fewer than SMALL elements). A `synchronized`
+    one (its blocks meet at barriers, share workspaces: runtime/sync.py) runs each launch inside
+    sync.launch, which gives the launch its barrier and workspaces."""
 
-    def __init__(self, jit, name: str, args: Sequence[MemRefSpec], blocks: bool = False, distributed: bool = False):
+    def __init__(self, jit, name: str, args: Sequence[MemRefSpec], blocks: bool = False, distributed: bool = False,
+                 synchronized: bool = False):
         self._jit = jit  # keeps the machine code alive
         self.name = name
         self.args = tuple(args)
         self.blocks = blocks
         self.distributed = distributed
+        self.synchronized = synchronized
         address = jit.address(f"_mlir_ciface_{name}")
         extra = [ctypes.c_int64, ctypes.c_int64] if blocks else []
         # c_char_p: a bytes argument is passed as a pointer to its contents, without a copy.
@@ -119,6 +123,16 @@ class Kernel:
         # Waking a second thread costs tens of microseconds: unless `threads` says otherwise,
         # work that distribute-over-cores split runs as one block on small arrays.
         small = self.distributed and threads is None and n > 1 and max([a.size for a in arrays], default=0) < SMALL
-        if not self.blocks or small:
-            return (lambda: fn(*descriptors, 0, 1)) if self.blocks else (lambda: fn(*descriptors))
+        if small:
+            n = 1
+        if not self.blocks:
+            return lambda: fn(*descriptors)
+        if self.synchronized:
+            def run() -> None:
+                with sync.launch(n):
+                    pool.run_blocks(lambda block: fn(*descriptors, block, n), n)
+
+            return run
+        if n == 1:
+            return lambda: fn(*descriptors, 0, 1)
         return lambda: pool.run_blocks(lambda block: fn(*descriptors, block, n), n)

@@ -118,8 +118,8 @@ _DEFAULT_PIPELINES: dict[bool, tuple[Pipeline, tuple]] = {}
 
 def _pipeline_and_key(pipeline: Pipeline | None) -> tuple[Pipeline, tuple]:
     """The pipeline to compile with and its cache key. On one thread nothing is spread over
-    cores (distribute-over-cores would only add the linear cross-entropy gradient's second
-    phase), so the kernel compiled depends on the thread count, and so does the key.
+    cores (distribute-over-cores would only add block ranges and the linear cross-entropy
+    gradient's barriers), so the kernel compiled depends on the thread count, and so does the key.
 
     The default pipeline verifies the module once, after its last pass (the op was built and
     verified here, and the upstream parser verifies what it reads); NPUGRAD_VERIFY_EACH=1 makes

@@ -7,8 +7,11 @@ Python (`npugrad-opt --emit-harness DIR`):
 For every argument `x` of the function, main reads `DIR/x.bin` (raw little-endian, C order, the
 shape the harness was written for), builds its memref descriptor (MLIR's C interface:
 allocated and aligned pointers, offset, sizes, strides) and calls `_mlir_ciface_<function>`;
-a block kernel (lower-npu-to-cpu) is called once per block, in turn. Then it writes every
-argument to `DIR/x.out.bin`. A missing or short file is an error message and exit status 1.
+a block kernel (lower-npu-to-cpu) is called once per block, in turn; one whose blocks meet at
+barriers (npu.synchronized) is called as one block, with the launch services (runtime/sync.py)
+defined here for one block: a barrier that returns at once, workspaces from aligned_alloc (up to
+64 per function). Then it writes every argument to `DIR/x.out.bin`. A missing or short file is an
+error message and exit status 1.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from npugrad.lowering.machine_code import SUPPORT_IR
+from npugrad.runtime import sync
 from npugrad.runtime.kernel import MemRefSpec
 
 BLOCKS = 4  # blocks a block kernel is called with (in turn: they never wait for each other)
@@ -85,8 +89,66 @@ define internal void @write_output(ptr %dir, ptr %name, ptr %buf, i64 %bytes) {
 """
 
 
-def harness(function: str, specs: Sequence[MemRefSpec], shapes: Sequence[tuple[int, ...]], blocks: bool) -> str:
-    """LLVM IR of `main` for `function` with arguments `specs` of the given (static) shapes."""
+SLOTS = 64  # workspaces (npu.alloc_shared) a harnessed function may have
+
+
+def _services(called: dict[str, int | None]) -> list[str]:
+    """The launch services `called` (sync.services) for a one-block run."""
+    if not called:
+        return []
+    out = [f"@npugrad.slots = internal global [{SLOTS} x ptr] zeroinitializer"]
+    for symbol, rank in called.items():
+        if rank is None:
+            out.append(f"define void @{symbol}() {{\n  ret void\n}}")
+            continue
+        sizes = [f"%d{k}" for k in range(rank)]
+        body = [
+            f"define void @{symbol}(ptr %desc, i64 %slot, i64 %bytes, {', '.join(f'i64 {d}' for d in sizes)}) {{",
+            "entry:",
+            f"  %p = getelementptr [{SLOTS} x ptr], ptr @npugrad.slots, i64 0, i64 %slot",
+            "  %old = load ptr, ptr %p",
+            "  %none = icmp eq ptr %old, null",
+            "  br i1 %none, label %alloc, label %fill",
+            "alloc:",
+        ]
+        n = "%bytes"
+        for k, d in enumerate(sizes):
+            body.append(f"  %n{k} = mul i64 {n}, {d}")
+            n = f"%n{k}"
+        body += [
+            f"  %up = add i64 {n}, {ALIGNMENT + ALIGNMENT - 1}",  # at least one line; a multiple of the alignment
+            f"  %rounded = and i64 %up, {-ALIGNMENT}",
+            f"  %new = call ptr @aligned_alloc(i64 {ALIGNMENT}, i64 %rounded)",
+            "  store ptr %new, ptr %p",
+            "  br label %fill",
+            "fill:",
+            "  %buf = phi ptr [ %old, %entry ], [ %new, %alloc ]",
+            "  store ptr %buf, ptr %desc",
+            "  %w1 = getelementptr i64, ptr %desc, i64 1",
+            "  store ptr %buf, ptr %w1",
+            "  %w2 = getelementptr i64, ptr %desc, i64 2",
+            "  store i64 0, ptr %w2",
+        ]
+        stride = "1"
+        strides = []
+        for k in reversed(range(rank)):
+            strides.append(stride)
+            if k:
+                body.append(f"  %s{k} = mul i64 {stride}, {sizes[k]}")
+                stride = f"%s{k}"
+        strides.reverse()
+        for k, word in enumerate([*sizes, *strides]):
+            body += [f"  %x{k} = getelementptr i64, ptr %desc, i64 {3 + k}", f"  store i64 {word}, ptr %x{k}"]
+        body += ["  ret void", "}"]
+        out.append("\n".join(body))
+    return out
+
+
+def harness(function: str, specs: Sequence[MemRefSpec], shapes: Sequence[tuple[int, ...]], blocks: bool,
+            services: dict[str, int | None] | None = None) -> str:
+    """LLVM IR of `main` for `function` with arguments `specs` of the given (static) shapes;
+    `services`: the launch services the kernel calls (sync.services of its LLVM IR)."""
+    services = services or {}
     globals_ = [
         _string(".path", "%s/%s%s"), _string(".in", ".bin"), _string(".out", ".out.bin"),
         _string(".rb", "rb"), _string(".wb", "wb"), _string(".here", "."),
@@ -120,7 +182,9 @@ def harness(function: str, specs: Sequence[MemRefSpec], shapes: Sequence[tuple[i
         descriptors.append(f"ptr %d{i}")
     extra = ["i64", "i64"] if blocks else []
     declare = f"declare void @_mlir_ciface_{function}({', '.join(['ptr'] * len(specs) + extra)})"
-    if blocks:
+    if blocks and services:  # its blocks meet at barriers: one block does all the work
+        body.append(f"  call void @_mlir_ciface_{function}({', '.join(descriptors)}, i64 0, i64 1)")
+    elif blocks:
         body += [
             "  br label %block",
             "block:",
@@ -138,7 +202,8 @@ def harness(function: str, specs: Sequence[MemRefSpec], shapes: Sequence[tuple[i
         body.append(f"  call void @write_output(ptr %dir, ptr @.name{i}, ptr %buf{i}, i64 {nbytes})")
     body += ["  ret i32 0", "}"]
     support = SUPPORT_IR.replace("define bfloat", "define weak bfloat")
-    return "\n".join([f"; npugrad harness for @{function}", *globals_, _PRELUDE, declare, support, *body]) + "\n"
+    return "\n".join([f"; npugrad harness for @{function}", *globals_, _PRELUDE, declare, support,
+                      *_services(services), *body]) + "\n"
 
 
 def write(directory: Path, function: str, specs: Sequence[MemRefSpec], arrays: Sequence[np.ndarray],
@@ -147,7 +212,7 @@ def write(directory: Path, function: str, specs: Sequence[MemRefSpec], arrays: S
     directory.mkdir(parents=True, exist_ok=True)
     written = [directory / "kernel.ll", directory / "harness.ll"]
     written[0].write_text(llvm_ir)
-    written[1].write_text(harness(function, specs, [a.shape for a in arrays], blocks))
+    written[1].write_text(harness(function, specs, [a.shape for a in arrays], blocks, sync.services(llvm_ir)))
     for spec, array in zip(specs, arrays):
         path = directory / f"{spec.name}.bin"
         path.write_bytes(np.ascontiguousarray(array).tobytes())

@@ -63,3 +63,24 @@ func.func @transposed_copy(%w: memref<32x16xbf16, strided<[4096, 1], offset: ?>>
   npu.copy %w, %b {transpose} : memref<32x16xbf16, strided<[4096, 1], offset: ?>>, memref<16x32xbf16, #npu.mem<l0b>>
   func.return
 }
+
+// The launch services: a workspace every block of a launch shares, a barrier in a loop.
+// CHECK-LABEL: func.func @launch_services(
+// CHECK-NEXT:    %nblk = npu.block_dim
+// CHECK-NEXT:    %ring = npu.alloc_shared(%nblk, %h) : memref<?x16x?xf32>
+// CHECK-NEXT:    %fixed = npu.alloc_shared() : memref<8xbf16>
+// CHECK:         scf.for
+// CHECK-NEXT:      npu.barrier
+// GENERIC:       %ring = "npu.alloc_shared"(%nblk, %h) : (index, index) -> memref<?x16x?xf32>
+// GENERIC:       "npu.barrier"() : () -> ()
+func.func @launch_services(%h: index, %steps: index) {
+  %nblk = npu.block_dim
+  %ring = npu.alloc_shared(%nblk, %h) : memref<?x16x?xf32>
+  %fixed = npu.alloc_shared() : memref<8xbf16>
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  scf.for %s = %c0 to %steps step %c1 {
+    npu.barrier
+  }
+  func.return
+}

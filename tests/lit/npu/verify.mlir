@@ -115,3 +115,91 @@ func.func @transpose_of_a_vector(%a: memref<16xf32>, %b: memref<16xf32, #npu.mem
   npu.copy %a, %b {transpose} : memref<16xf32>, memref<16xf32, #npu.mem<ub>>
   func.return
 }
+
+// -----
+
+// Valid: a barrier in a loop every block runs equally often, a workspace sized by the block count.
+// CHECK-LABEL: func.func @valid_launch_services
+// CHECK:         %ws = npu.alloc_shared(%rows) : memref<?x64xf32>
+// CHECK:         npu.barrier
+func.func @valid_launch_services(%n: index) {
+  %nblk = npu.block_dim
+  %c16 = arith.constant 16 : index
+  %rows = arith.muli %nblk, %c16 : index
+  %ws = npu.alloc_shared(%rows) : memref<?x64xf32>
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  scf.for %s = %c0 to %n step %c1 {
+    npu.barrier
+  }
+  func.return
+}
+
+// -----
+
+func.func @barrier_under_a_condition(%c: i1) {
+  scf.if %c {
+    // expected-error@+1 {{'npu.barrier' op must be reached by every block equally often: it may be nested in scf.for loops only, not in 'scf.if'}}
+    npu.barrier
+  }
+  func.return
+}
+
+// -----
+
+func.func @barrier_in_a_loop_that_depends_on_the_block(%n: index) {
+  %bid = npu.block_idx
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %ub = arith.addi %n, %bid : index
+  scf.for %s = %c0 to %ub step %c1 {
+    // expected-error@+1 {{'npu.barrier' op is in a loop whose bounds depend on npu.block_idx: blocks would pass it a different number of times}}
+    npu.barrier
+  }
+  func.return
+}
+
+// -----
+
+func.func @shared_workspace_in_a_loop(%n: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  scf.for %s = %c0 to %n step %c1 {
+    // expected-error@+1 {{'npu.alloc_shared' op must be at the top level of a function (one buffer per launch)}}
+    %ws = npu.alloc_shared() : memref<16xf32>
+  }
+  func.return
+}
+
+// -----
+
+func.func @shared_workspace_in_a_local_level() {
+  // expected-error@+1 {{'npu.alloc_shared' op result must be in global memory (no memory space), got memref<16xf32, #npu.mem<ub>>}}
+  %ws = npu.alloc_shared() : memref<16xf32, #npu.mem<ub>>
+  func.return
+}
+
+// -----
+
+func.func @shared_workspace_missing_a_size() {
+  // expected-error@+1 {{'npu.alloc_shared' op needs one size per dynamic dimension of memref<?x?xf32> (2), got 0}}
+  %ws = npu.alloc_shared() : memref<?x?xf32>
+  func.return
+}
+
+// -----
+
+func.func @shared_workspace_sized_per_block() {
+  %bid = npu.block_idx
+  // expected-error@+1 {{'npu.alloc_shared' op sizes must be the same in every block (not computed from npu.block_idx)}}
+  %ws = npu.alloc_shared(%bid) : memref<?xf32>
+  func.return
+}
+
+// -----
+
+func.func @shared_workspace_strided() {
+  // expected-error@+1 {{'npu.alloc_shared' op result must have the identity layout, got memref<16xf32, strided<[2]>>}}
+  %ws = npu.alloc_shared() : memref<16xf32, strided<[2]>>
+  func.return
+}

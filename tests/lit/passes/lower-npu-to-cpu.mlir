@@ -104,3 +104,38 @@ func.func @transposed(%w: memref<32x16xbf16>) {
   npu.copy %w, %b {transpose} : memref<32x16xbf16>, memref<16x32xbf16, #npu.mem<l0b>>
   func.return
 }
+
+// The launch services become calls of the runtime (npugrad/runtime/sync.py): the barrier a call
+// of @npugrad_barrier, each shared workspace a call returning the launch's buffer of that slot
+// (numbered per function, in order), its element size in bytes and every size; the function is
+// marked npu.synchronized (the runtime runs all its blocks at once). One declaration per symbol.
+// CHECK-LABEL: func.func @wavefront(
+// CHECK-SAME:      %h: index, %steps: index, %block_idx: index, %block_dim: index) attributes {npu.synchronized, npu.blocks} {
+// CHECK:         %[[RING:.*]] = func.call @npugrad_shared_r2_f32(%[[SLOT0:.*]], %[[FOUR:.*]], %block_dim, %[[C64:.*]]) : (index, index, index, index) -> memref<?x?xf32>
+// CHECK-NEXT:    %ring = "memref.cast"(%[[RING]]) : (memref<?x?xf32>) -> memref<?x64xf32>
+// CHECK:         %[[FLAGS:.*]] = func.call @npugrad_shared_r1_i32(%[[SLOT1:.*]], %{{.*}}, %{{.*}}) : (index, index, index) -> memref<?xi32>
+// CHECK-NEXT:    %flags = "memref.cast"(%[[FLAGS]]) : (memref<?xi32>) -> memref<8xi32>
+// CHECK:         scf.for
+// CHECK-NEXT:      func.call @npugrad_barrier() : () -> ()
+// CHECK:           func.call @npugrad_barrier() : () -> ()
+// CHECK-DAG:   func.func private @npugrad_barrier() -> ()
+// CHECK-DAG:   func.func private @npugrad_shared_r2_f32(index, index, index, index) -> memref<?x?xf32>
+// CHECK-DAG:   func.func private @npugrad_shared_r1_i32(index, index, index) -> memref<?xi32>
+// ERASED-NOT:  npu.barrier
+// ERASED-NOT:  npu.alloc_shared
+func.func @wavefront(%h: index, %steps: index) {
+  %nblk = npu.block_dim
+  %ring = npu.alloc_shared(%nblk) : memref<?x64xf32>
+  %flags = npu.alloc_shared() : memref<8xi32>
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  scf.for %s = %c0 to %steps step %c1 {
+    npu.barrier
+    %v = memref.load %ring[%s, %c0] : memref<?x64xf32>
+    memref.store %v, %ring[%c0, %s] : memref<?x64xf32>
+    npu.barrier
+  }
+  %f = memref.load %flags[%c0] : memref<8xi32>
+  memref.store %f, %flags[%c1] : memref<8xi32>
+  func.return
+}

@@ -1,0 +1,122 @@
+"""What a kernel calls back into the runtime for when its blocks must work together: a barrier
+across the blocks of one launch (npu.barrier) and global-memory workspaces they share
+(npu.alloc_shared). lower-npu-to-cpu turns those ops into calls of these symbols; the JIT binds
+them to the functions below; Kernel runs a launch of a kernel that uses them (npu.synchronized)
+inside `launch`, which gives the launch its barrier and its workspaces and frees them after.
+
+All blocks of a launch must run at once for a barrier to be passed: run_blocks gives each block a
+thread, and synchronized launches take turns (one lock), so no launch waits for threads another
+launch holds at its own barrier.
+
+    _mlir_ciface_npugrad_barrier()                             wait for every block of the launch
+    _mlir_ciface_npugrad_shared_r2_bf16(desc*, slot, bytes, d0, d1)
+                                                               fill desc with the launch's buffer
+                                                               `slot` (d0 x d1 elements of `bytes`)
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import threading
+from collections.abc import Callable
+from contextlib import contextmanager
+
+import numpy as np
+
+BARRIER = "npugrad_barrier"
+_SHARED = re.compile(r"_mlir_ciface_(npugrad_shared_r(\d+)_\w+)\b")
+
+
+def shared_symbol(rank: int, element: str) -> str:
+    """The function an npu.alloc_shared of this rank and element type becomes."""
+    return f"npugrad_shared_r{rank}_{element}"
+
+
+class _Launch:
+    def __init__(self, blocks: int):
+        self.barrier = threading.Barrier(blocks)
+        self.buffers: dict[int, np.ndarray] = {}
+        self.lock = threading.Lock()
+
+
+_turn = threading.Lock()  # one synchronized launch at a time
+_current: _Launch | None = None
+
+
+@contextmanager
+def launch(blocks: int):
+    """The launch services for `blocks` blocks, while the kernel runs."""
+    global _current
+    with _turn:
+        _current = _Launch(blocks)
+        try:
+            yield
+        finally:
+            _current = None
+
+
+def _barrier() -> None:
+    if _current is not None:
+        _current.barrier.wait()
+
+
+def _shared(rank: int) -> Callable:
+    def fill(desc: int, slot: int, element_bytes: int, *sizes: int) -> None:
+        state = _current
+        if state is None:  # called outside `launch`: a bug in the runtime, not in the kernel
+            raise RuntimeError("npugrad: a kernel asked for a shared workspace outside a launch")
+        with state.lock:
+            buf = state.buffers.get(slot)
+            if buf is None:
+                n = int(np.prod(sizes, dtype=np.int64)) * element_bytes
+                raw = np.empty(n + 64, np.uint8)
+                start = -raw.ctypes.data % 64
+                buf = state.buffers[slot] = raw[start:start + n]
+        strides = [1] * rank
+        for i in range(rank - 2, -1, -1):
+            strides[i] = strides[i + 1] * sizes[i + 1]
+        words = (ctypes.c_int64 * (3 + 2 * rank)).from_address(desc)
+        words[0] = words[1] = buf.ctypes.data
+        words[2] = 0
+        words[3:3 + rank] = list(sizes)
+        words[3 + rank:] = strides
+
+    return fill
+
+
+_KEEP: dict[str, object] = {}  # the ctypes callbacks, alive as long as the process
+
+
+def _callback(name: str, rank: int | None):
+    if name not in _KEEP:
+        if rank is None:
+            _KEEP[name] = ctypes.CFUNCTYPE(None)(_barrier)
+        else:
+            args = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64] + [ctypes.c_int64] * rank
+            _KEEP[name] = ctypes.CFUNCTYPE(None, *args)(_shared(rank))
+    return _KEEP[name]
+
+
+def services(llvm_ir: str) -> dict[str, int | None]:
+    """The launch services an LLVM module calls: C-interface symbol -> the rank of the workspace
+    it returns (None: the barrier)."""
+    wanted: dict[str, int | None] = {}
+    if f"_mlir_ciface_{BARRIER}" in llvm_ir:
+        wanted[f"_mlir_ciface_{BARRIER}"] = None
+    for m in _SHARED.finditer(llvm_ir):
+        wanted[m.group(0)] = int(m.group(2))
+    return wanted
+
+
+def uses_services(llvm_ir: str) -> bool:
+    return bool(services(llvm_ir))
+
+
+def bind_symbols(llvm_ir: str) -> None:
+    """Make the launch services a module calls resolvable by the JIT."""
+    import llvmlite.binding as llvm
+
+    for symbol, rank in services(llvm_ir).items():
+        if not llvm.address_of_symbol(symbol):
+            llvm.add_symbol(symbol, ctypes.cast(_callback(symbol, rank), ctypes.c_void_p).value)

@@ -1,0 +1,94 @@
+"""The launch services (npu.barrier, npu.alloc_shared; runtime/sync.py): every block of a launch
+sees what the others wrote before a barrier, in one workspace all of them share, for any number
+of threads; launches from several Python threads at once neither deadlock nor share workspaces."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from npugrad.compiler import Pipeline, make_context, parse
+from npugrad.runtime import sync
+from npugrad.runtime.executable import Executable, block_kernels, signatures
+
+# Round r: every block writes bid + r·100 into slot bid of the shared workspace, waits, then reads
+# the slot of the next block (bid + 1 mod nblk) into out[r, bid], and waits again before the next
+# round overwrites the workspace. A missing barrier, or a workspace per block, reads stale values.
+ROTATE = """
+func.func @rotate(%out: memref<?x?xi64>) {
+  %bid = npu.block_idx
+  %nblk = npu.block_dim
+  %ws = npu.alloc_shared(%nblk) : memref<?xi64>
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c100 = arith.constant 100 : index
+  %rounds = memref.dim %out, %c0 : memref<?x?xi64>
+  scf.for %r = %c0 to %rounds step %c1 {
+    %shift = arith.muli %r, %c100 : index
+    %mine = arith.addi %bid, %shift : index
+    %v = arith.index_cast %mine : index to i64
+    memref.store %v, %ws[%bid] : memref<?xi64>
+    npu.barrier
+    %next = arith.addi %bid, %c1 : index
+    %n = arith.remui %next, %nblk : index
+    %got = memref.load %ws[%n] : memref<?xi64>
+    memref.store %got, %out[%r, %bid] : memref<?x?xi64>
+    npu.barrier
+  }
+  func.return
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def rotate():
+    ctx = make_context()
+    module = parse(ROTATE, "rotate.mlir", ctx)
+    sigs = signatures(module)
+    llvm_ir = Pipeline(fuse=False, distribute=False).lower(module, "llvm-ir", ctx)
+    assert sync.services(llvm_ir) == {"_mlir_ciface_npugrad_barrier": None, "_mlir_ciface_npugrad_shared_r1_i64": 1}
+    kernel = Executable(llvm_ir, sigs, block_kernels(module))["rotate"]
+    assert kernel.synchronized
+    return kernel
+
+
+def _expected(rounds: int, blocks: int) -> np.ndarray:
+    return np.array([[(b + 1) % blocks + 100 * r for b in range(blocks)] for r in range(rounds)], np.int64)
+
+
+@pytest.mark.parametrize("blocks", [1, 2, 3, 5])
+def test_blocks_see_each_others_writes_after_a_barrier(rotate, blocks):
+    out = np.full((50, blocks), -1, np.int64)
+    rotate(out, threads=blocks)
+    np.testing.assert_array_equal(out, _expected(50, blocks))
+
+
+def test_launches_from_several_python_threads_take_turns(rotate):
+    """Two synchronized launches at once would each hold threads the other's barrier waits for;
+    they take turns, and each gets its own workspace."""
+    outs = [np.full((30, 3), -1, np.int64) for _ in range(4)]
+    errors: list[BaseException] = []
+
+    def run(out):
+        try:
+            rotate(out, threads=3)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    workers = [threading.Thread(target=run, args=(o,)) for o in outs]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=60)
+    assert not any(w.is_alive() for w in workers), "a launch did not finish"
+    assert not errors
+    for out in outs:
+        np.testing.assert_array_equal(out, _expected(30, 3))
+
+
+def test_a_workspace_outside_a_launch_is_a_runtime_error_not_a_crash():
+    fill = sync._shared(1)
+    with pytest.raises(RuntimeError, match="outside a launch"):
+        fill(0, 0, 8, 4)
