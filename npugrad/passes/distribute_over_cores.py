@@ -17,14 +17,16 @@ becomes
 - BCE and EMA-Adam: elements of the flat arrays (contiguous operands; a strided one keeps the
   op on one block). Mean BCE divides by the whole N, once per block, as its tiling does.
 - NLL backward (2-D self): rows; each block zeroes and fills its own rows of `out`.
-- The fused linear cross-entropy gradient: the two phases of passes/tiling/flce.py (vocabulary
-  tiles → dW, then token tiles → dX); every sum runs in the order of the one-phase nest, so
-  results are bit-identical to it for any number of threads. The price, GEMM 1 done twice, is
-  why the runtime compiles without this pass when it runs on one thread (runtime/specialize.py).
+- The fused linear cross-entropy gradient: a wavefront (passes/tiling/flce.py): each block owns a
+  range of token tiles and takes the vocabulary tiles one step behind the block before it,
+  passing each tile's dW accumulator on at an npu.barrier; every sum runs in the order of the
+  one-block nest, so results are bit-identical to it for any number of threads, with the same
+  FLOPs. The runtime still compiles without this pass for one thread (runtime/specialize.py):
+  the one-block nest needs no barrier.
 - Embedding backward stays on one block (its recipe says why).
 
-Only a function holding exactly one such op is distributed: blocks do not wait for each other,
-so two ops where one reads what the other writes must not be split. Ops whose static sizes are
+Only a function holding exactly one such op is distributed: blocks (but the wavefront's) do not
+wait for each other, so two ops where one reads what the other writes must not be split. Ops whose static sizes are
 below one block's worth of work are left alone. A distributed function is marked
 `train.distributed`: the runtime may run it as one block (small arrays, runtime/kernel.py).
 """

@@ -11,12 +11,27 @@ becomes
 
 Spreading the nest over cores: the weight gradient of a vocabulary tile sums over all tokens,
 the input gradient of a token tile over all vocabulary tiles, so whichever loop is split, one of
-the two sums would cross cores. Instead the nest runs twice, in two phases that write disjoint
-outputs: phase A spreads the vocabulary tiles over the blocks and computes dW (GEMM 2 dropped),
-phase B spreads the token tiles and computes dX (GEMM 3 dropped). No block waits for another,
-every sum runs in the same order whatever the number of blocks (bit-identical results for any
-thread count), and no workspace is needed; the price is GEMM 1 and the exponentials done twice.
-The parts each phase keeps or drops are found by their `#train.role` and `#train.contraction`.
+the two sums crosses cores. The nest runs as a wavefront instead: block b of P owns the
+contiguous token tiles [b·nt/P, (b+1)·nt/P) (their dX rows: zeroed, accumulated over every
+vocabulary tile in order, rounded, by b alone) and, at step s of nv + P − 1, works on vocabulary
+tile s − b; an npu.barrier ends each step. A vocabulary tile's float32 dW accumulator thus goes
+from block 0 to block P − 1 one step at a time, collecting the token tiles in order: block 0
+zeroes it, the last block rounds it into dW. Every sum runs in the order of the one-block nest
+(v outer, t inner), so the results are bit-identical for any number of blocks, and the work is
+the one-block nest's — three GEMMs, 6·BT·V·H FLOP — whatever P; the price is P − 1 steps in
+which some blocks wait (nv steps of work in nv + P − 1) and, for a bfloat16/float16 dW, a ring of
+P accumulator tiles (P·v·H·4 bytes, npu.alloc_shared) where the one-block nest has one.
+
+    scf.for %s = 0 to nv + P - 1 {
+      scf.if (%s >= %bid && %s - %bid < nv) {
+        %v0 = (%s - %bid) * v
+        %acc = subview %ring[((%s - %bid) mod P) * v, 0] ...       // dW's tile, float32
+        scf.if (%bid == 0) { linalg.fill 0 -> %acc }
+        scf.for %t0 = %rows_lo to %rows_hi step bt { GEMM 1, G, GEMM 2 (dX), GEMM 3 (%acc) }
+        scf.if (%bid == P - 1) { round %acc into %dw[%v0, 0] }
+      }
+      npu.barrier
+    }
 """
 
 from __future__ import annotations
@@ -27,17 +42,18 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from xdsl.dialects import arith, memref, scf
-from xdsl.dialects.builtin import MemRefType
-from xdsl.dialects.builtin import AffineMapAttr, ArrayAttr
+from xdsl.dialects.builtin import DYNAMIC_INDEX, AffineMapAttr, ArrayAttr, MemRefType, f32
 from xdsl.dialects.linalg.ops import GenericOp
+from xdsl.ir import Block
 from xdsl.ir.affine import AffineMap
 from xdsl.rewriter import InsertPoint
 
 from npugrad.analysis.cost import Load
 from npugrad.analysis.footprint import TileBuffer, budget
-from npugrad.dialect.attributes import CONTRACTION, FUSED, ROLE, Contraction, NestRole
-from npugrad.dialect.npu import PROMOTE, AllocLocalOp, BlockDimOp, BlockIdxOp, element_bytes, local_type
+from npugrad.dialect.attributes import CONTRACTION, FUSED, ROLE, Contraction, NestRole, NestRoleAttr
+from npugrad.dialect.npu import PROMOTE, AllocLocalOp, AllocSharedOp, BarrierOp, BlockDimOp, element_bytes, local_type
 from npugrad.ir import IRBuilder, enclosing_function
+from npugrad.passes.tiling.blocks import block_range
 from npugrad.passes.tiling.contraction import staged, tile_contraction
 from npugrad.targets import Target
 
@@ -96,48 +112,111 @@ def spread(loop: scf.ForOp, bid, nblk, e: IRBuilder) -> None:
     e.modified(loop)
 
 
-def _token_rows(e: IRBuilder, bid, nblk, acc, tb: int, body) -> None:
-    """body(rows of acc) for each token tile of this block."""
-    bt, h = e.dim(acc, 0), e.dim(acc, 1)
-    with e.loop(bt, lb=e.emit(arith.MuliOp(bid, e.idx(tb))), step=e.emit(arith.MuliOp(nblk, e.idx(tb)))) as t0:
-        body(t0, e.emit(arith.MinSIOp(e.idx(tb), e.emit(arith.SubiOp(bt, t0)))), h)
+def _mixed_sizes(view: memref.SubviewOp) -> list:
+    """A subview's sizes: an int where static, the operand where dynamic."""
+    dynamic = iter(view.sizes)
+    return [next(dynamic) if d == DYNAMIC_INDEX else d for d in view.static_sizes.get_values()]
 
 
-def split_over_blocks(nest: scf.ForOp, tiles: dict[str, int], e: IRBuilder) -> scf.ForOp:
-    """Make `nest` phase A and return phase B (see the module docstring)."""
-    top = nest.parent
+def _guard(op, cond, e: IRBuilder) -> None:
+    """Move `op` into `scf.if cond { op }`, where it was."""
+    then = Block([scf.YieldOp()])
+    e.at(op).emit(scf.IfOp(cond, [], [then]))
+    op.detach()
+    then.insert_op_before(op, then.last_op)
+
+
+def wavefront(nest: scf.ForOp, e: IRBuilder) -> scf.ForOp:
+    """Spread the nest over the blocks (the module docstring): block b takes the contiguous token
+    tiles [b·nt/P, (b+1)·nt/P) and, at step s of nv + P − 1, the vocabulary tile s − b; an
+    npu.barrier ends every step. The float32 accumulator of a vocabulary tile's dW (the dW output
+    itself when it is float32, else a ring of P tiles shared by the blocks) goes from block to
+    block in token order: block 0 zeroes it, the last block rounds it into dW. Returns the new
+    outermost loop, which carries the nest's #train.fused."""
+    fused = FUSED.get(nest)
     e = e.at(nest)
-    bid, nblk = e.emit(BlockIdxOp()), e.emit(BlockDimOp())
-    phase_b = nest.clone()
-    e.rewriter.insert(phase_b, InsertPoint.after(nest))
-    for gen in [o for o in nest.walk() if _contraction(o) is Contraction.INPUT_GRAD]:
-        e.erase(gen)
-    for op in list(phase_b.walk()):
-        if _contraction(op) is Contraction.WEIGHT_GRAD or _role(op) in (NestRole.WEIGHT_GRAD_INIT, NestRole.WEIGHT_GRAD_FINAL):
-            e.erase(op)
-    spread(nest, bid, nblk, e)
-    spread(next(o for o in phase_b.walk() if _role(o) is NestRole.TOKEN_LOOP), bid, nblk, e)
+    bid, nblk = block_range(e)
+    tokens = next(o for o in nest.walk() if _role(o) is NestRole.TOKEN_LOOP)
+    bt, tb = tokens.ub, tokens.step
+    nt = e.emit(arith.CeilDivUIOp(bt, tb))
+    nv = e.emit(arith.CeilDivUIOp(nest.ub, nest.step))
+    one = e.idx(1)
+    first_tile = e.emit(arith.DivUIOp(e.emit(arith.MuliOp(bid, nt)), nblk))
+    end_tile = e.emit(arith.DivUIOp(e.emit(arith.MuliOp(e.emit(arith.AddiOp(bid, one)), nt)), nblk))
+    t_lo = e.emit(arith.MuliOp(first_tile, tb))
+    t_hi = e.emit(arith.MinSIOp(e.emit(arith.MuliOp(end_tile, tb)), bt))
+    t_lo.name_hint, t_hi.name_hint = "rows_lo", "rows_hi"
+    rows = e.emit(arith.SubiOp(t_hi, t_lo))
+    is_first = e.emit(arith.CmpiOp(bid, e.idx(0), "eq"))
+    is_last = e.emit(arith.CmpiOp(bid, e.emit(arith.SubiOp(nblk, one)), "eq"))
 
-    # dX is zeroed and rounded per block, on that block's token rows only.
-    for op in [o for o in top.ops if _role(o) in (NestRole.INPUT_GRAD_INIT, NestRole.INPUT_GRAD_FINAL)]:
+    # dX: each block zeroes, accumulates and rounds its own rows.
+    for op in [o for o in nest.parent.ops if _role(o) in (NestRole.INPUT_GRAD_INIT, NestRole.INPUT_GRAD_FINAL)]:
         if _role(op) is NestRole.INPUT_GRAD_INIT:
             acc = op.outputs[0]
-            at = e.at(phase_b)
-            _token_rows(at, bid, nblk, acc, tiles["bt"], lambda t0, n, h, at=at, acc=acc: at.fill(0.0, at.subview(acc, [t0, 0], [n, h])))
+            ROLE.set(e.fill(0.0, e.subview(acc, [t_lo, 0], [rows, e.dim(acc, 1)])), NestRoleAttr(NestRole.INPUT_GRAD_INIT))
         else:
             load = next(o for o in op.walk() if isinstance(o, memref.LoadOp))
             store = next(o for o in op.walk() if isinstance(o, memref.StoreOp))
-            acc, out = load.memref, store.memref
             at = e.at(op)
-
-            def round_rows(t0, n, h, at=at, acc=acc, out=out):
-                src, dst = at.subview(acc, [t0, 0], [n, h]), at.subview(out, [t0, 0], [n, h])
-                with at.loop_nest([n, h]) as ivs:
-                    at.store_f32(at.load(src, ivs), dst, ivs)
-
-            _token_rows(at, bid, nblk, acc, tiles["bt"], round_rows)
+            acc, out = load.memref, store.memref
+            h = at.dim(acc, 1)
+            src, dst = at.subview(acc, [t_lo, 0], [rows, h]), at.subview(out, [t_lo, 0], [rows, h])
+            with at.loop_nest([rows, h]) as ivs:
+                at.store_f32(at.load(src, ivs), dst, ivs)
+            ROLE.set(ivs[0].owner.parent_op(), NestRoleAttr(NestRole.INPUT_GRAD_FINAL))
         e.erase(op)
-    return phase_b
+
+    with e.loop(e.emit(arith.AddiOp(nv, e.emit(arith.SubiOp(nblk, one))))) as step:
+        vi = e.emit(arith.SubiOp(step, bid))
+        vi.name_hint = "vtile"
+        started = e.emit(arith.CmpiOp(step, bid, "uge"))
+        active = e.emit(arith.AndIOp(started, e.emit(arith.CmpiOp(vi, nv, "ult"))))
+        with e.if_(active):
+            v0 = e.emit(arith.MuliOp(vi, nest.step))
+        e.emit(BarrierOp())
+    wave = step.owner.parent_op()
+    then = v0.owner.parent_block()
+    e.rewriter.inline_block(nest.body.block, InsertPoint.before(then.last_op), [v0])
+    e.erase(then.last_op.prev_op)  # the nest's scf.yield
+    e.erase(nest)
+    FUSED.set(wave, fused)
+    tokens.operands = [t_lo, t_hi, tb]
+    e.modified(tokens)
+
+    for op in list(wave.walk()):
+        role = _role(op)
+        if role is NestRole.WEIGHT_GRAD_INIT:
+            view = op.outputs[0].owner
+            _guard(op, is_first, e)
+            if isinstance(view, memref.SubviewOp) and isinstance(view.source.owner, memref.AllocOp):
+                _ring(view, vi, e)
+        elif role is NestRole.WEIGHT_GRAD_FINAL:
+            _guard(op, is_last, e)
+    return wave
+
+
+def _ring(view: memref.SubviewOp, vi, e: IRBuilder) -> None:
+    """The heap accumulator of one vocabulary tile's dW (`view` of it) → a slot of a ring shared by
+    the blocks (npu.alloc_shared, P tiles): tile vi in slot vi mod P. At any step the blocks hold
+    P consecutive tiles, so no two share a slot, and a tile keeps its slot as it moves on."""
+    alloc = view.source.owner
+    t = alloc.memref.type
+    tv, h = t.get_shape()
+    top = e.at(alloc)  # where its sizes are known (the function's top level, where the op was)
+    nblk = top.emit(BlockDimOp())
+    rows = top.emit(arith.MuliOp(nblk, top.idx(tv)))
+    sizes = [rows] + ([] if h != DYNAMIC_INDEX else list(alloc.dynamic_sizes))
+    ring = top.emit(AllocSharedOp(MemRefType(f32, [DYNAMIC_INDEX, h]), sizes))
+    ring.name_hint = "weight_grad_ring"
+    at = e.at(view)
+    slot = at.emit(arith.RemUIOp(vi, nblk))
+    moved = at.subview(ring, [at.emit(arith.MuliOp(slot, at.idx(tv))), 0], _mixed_sizes(view))
+    view.result.replace_all_uses_with(moved)
+    e.erase(view)
+    for use in list(alloc.memref.uses):
+        e.erase(use.operation)  # its dealloc
+    e.erase(alloc)
 
 
 def nest_tiles(nest: scf.ForOp) -> dict[str, int]:
@@ -148,8 +227,8 @@ def nest_tiles(nest: scf.ForOp) -> dict[str, int]:
 
 
 def distribute_fused_flce(nest: scf.ForOp, e: IRBuilder) -> None:
-    """The nest over blocks: the two phases (module docstring), every sum in one-phase order."""
-    split_over_blocks(nest, nest_tiles(nest), e)
+    """The nest over blocks in a wavefront (module docstring), every sum in one-block order."""
+    wavefront(nest, e)
 
 
 def read_weight_in_place(nest: scf.ForOp, e: IRBuilder) -> None:
@@ -193,9 +272,9 @@ def tile_fused_flce(nest: scf.ForOp, target: Target, e: IRBuilder) -> None:
     tiles = nest_tiles(nest)
     f = enclosing_function(nest)
     read_weight_in_place(nest, e)
-    phase_b = split_over_blocks(nest, tiles, e)
+    wave = wavefront(nest, e)
     buffers: dict = {}
-    gens = [o for n in (nest, phase_b) for o in n.walk() if _contraction(o) is not None]
+    gens = [o for o in wave.walk() if _contraction(o) is not None]
     # The scratch first, so that a contraction tiled after it knows which operands are local.
     for alloc in [o for o in f.walk() if isinstance(o, memref.AllocOp) and PROMOTE.on(o)]:
         promote(alloc, target, e)
@@ -285,38 +364,33 @@ def spread_totals(load: Load, scale: float, scalar_all: float, target: Target) -
 
 
 def load(op, sizes: dict[str, int], target: Target) -> list[Load]:
-    """What the tiled nest does on its busiest core, per phase (see the module docstring): per
-    (token tile, vocabulary tile) its logit tile (logit_tiles), then GEMM 3 (phase A) or GEMM 2
-    (phase B) in chunks of h, whose float32 accumulator tile goes to global memory and back for
-    every chunk; dX and dW zeroed and rounded in global memory (4 operations per element)."""
+    """What the tiled nest does on its busiest core (the wavefront of the module docstring): per
+    (token tile, vocabulary tile) its logit tile (logit_tiles), then GEMM 2 (the dX tile) and
+    GEMM 3 (the dW tile) in chunks of h, each float32 accumulator tile going to global memory and
+    back for every chunk; a block's ceil(nt/P) token tiles for each of nv + P − 1 steps (the
+    P − 1 steps where it waits cost as long as one that works); dX and dW zeroed and rounded in
+    global memory (4 operations per element)."""
     shape = gemm_shape(op)
     BT, V, H, b = shape.bt, shape.v, shape.h, shape.b
     bt, v, h = (min(sizes[d], n) for d, n in zip(("bt", "v", "h"), (BT, V, H)))
     g = target.global_level.name
-    a, bb, acc, vec = (target.role(r).name for r in ("matrix_a", "matrix_b", "accumulator", "vector"))
+    a, acc, vec = (target.role(r).name for r in ("matrix_a", "accumulator", "vector"))
     cores = target.cores
     nt, nv, hc = -(-BT // bt), -(-V // v), -(-H // h)
-
-    def pairs(n: int, rows: int, rhs_rows: int) -> Load:
-        """n pairs whose second GEMM accumulates a rows × H tile from G and a rhs_rows × H operand."""
-        load = Load()
-        logit_tiles(load, n, (bt, v, h), op, target)
-        load.add_work("matrix", shape.element, n * 2 * bt * v * H, n * hc, 0)
-        load.add_move((g, acc), n * rows * H * 4, n * hc)
-        load.add_move((acc, g), n * rows * H * 4, n * hc)
-        load.add_move((vec, a), n * hc * bt * v * b, n * hc)
-        operand_in(load, "matrix_b", n * rhs_rows * H * b, n * hc, target)
-        return load
-
-    va, tb = -(-nv // cores), -(-nt // cores)
-    phase_a = pairs(va * nt, v, bt)  # vocabulary tiles over cores, each with all token tiles: dW
-    phase_a.add_work("scalar", "f32", va * v * H * 4, va * 2, 0)
-    spread_totals(phase_a, nv / va, nv * v * H * 4, target)
-    phase_b = pairs(tb * nv, bt, v)  # token tiles over cores, each with all vocabulary tiles: dX
-    phase_b.add_work("scalar", "f32", tb * bt * H * 4, 2 * tb, 0)
-    spread_totals(phase_b, nt / tb, BT * H * 4, target)
-    phase_a.extents = {"bt": BT, "v": V, "h": H}
-    return [phase_a, phase_b]
+    tb = -(-nt // cores)
+    n = tb * (nv + cores - 1)  # pairs' worth of time on the busiest core
+    one = Load()
+    logit_tiles(one, n, (bt, v, h), op, target)
+    for rows, rhs_rows in ((bt, v), (v, bt)):  # GEMM 2: dX tile += G·W tile; GEMM 3: dW tile += Gᵀ·X tile
+        one.add_work("matrix", shape.element, n * 2 * bt * v * H, n * hc, 0)
+        one.add_move((g, acc), n * rows * H * 4, n * hc)
+        one.add_move((acc, g), n * rows * H * 4, n * hc)
+        one.add_move((vec, a), n * hc * bt * v * b, n * hc)
+        operand_in(one, "matrix_b", n * rhs_rows * H * b, n * hc, target)
+    one.add_work("scalar", "f32", (tb * bt + nv * v) * H * 4, 2 * (tb + nv), 0)
+    spread_totals(one, nt * nv / n, (BT + V) * H * 4, target)
+    one.extents = {"bt": BT, "v": V, "h": H}
+    return [one]
 
 
 def choose_tile_sizes(op, target: Target) -> dict[str, int]:

@@ -65,21 +65,26 @@ func.func @small(%x: memref<8x10xf32>, %y: memref<8x10xf32>, %d: memref<1xf32>, 
   func.return
 }
 
-// The fused linear cross-entropy gradient (fused first: the --stage run only): two phases over
-// the blocks, vocabulary tiles → dW, then token tiles → dX.
+// The fused linear cross-entropy gradient (fused first: the --stage run only): a wavefront over
+// the blocks. Each owns a contiguous range of token rows; at step s it takes vocabulary tile
+// s - bid with all three GEMMs, and a barrier ends the step. dW is float32, so its tiles
+// accumulate in place (no ring): block 0 zeroes a tile, the others add to it in block order.
 // FLCE-LABEL: func.func @flce
-// FLCE:         %[[BID:.*]] = npu.block_idx
-// FLCE-NEXT:    %[[NBLK:.*]] = npu.block_dim
-// Phase A: this block's vocabulary tiles, GEMM 2 (dX) dropped.
-// FLCE:         %[[VA:.*]] = arith.muli %[[BID]], %{{.*}} : index
-// FLCE:         scf.for %{{.*}} = %[[VA]] to %{{.*}} step %{{.*}} {
-// FLCE:           doc = "GEMM 1
-// FLCE-NOT:       doc = "GEMM 2
-// FLCE:           doc = "GEMM 3
-// Phase B: this block's token tiles, GEMM 3 (dW) dropped.
-// FLCE:           doc = "GEMM 1
-// FLCE-NOT:       doc = "GEMM 3
-// FLCE:           doc = "GEMM 2
+// FLCE-NOT:     npu.alloc_shared
+// FLCE:         %bid = npu.block_idx
+// FLCE-NEXT:    %nblk = npu.block_dim
+// FLCE:         %rows_lo = arith.muli
+// FLCE:         %rows_hi = arith.minsi
+// FLCE:         scf.for %[[S:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// FLCE-NEXT:      %vtile = arith.subi %[[S]], %bid : index
+// FLCE:           scf.if
+// FLCE:             linalg.fill {train.role = #train.role<weight_grad_init>}
+// FLCE:             scf.for %{{.*}} = %rows_lo to %rows_hi step %{{.*}} {
+// FLCE:               doc = "GEMM 1
+// FLCE:               doc = "GEMM 2
+// FLCE:               doc = "GEMM 3
+// FLCE:           npu.barrier
+// FLCE-NEXT:    } {train.fused
 // FLCE:         func.return
 func.func @flce(%grad: memref<?xf32>, %x: memref<?x?xf32>, %w: memref<?x?xf32>, %mask: memref<?xi1>,
                 %target: memref<?xi64>, %max: memref<?xf32>, %sum: memref<?xf32>,

@@ -8,7 +8,7 @@
 // RUN: npugrad-opt %s --target npu-a2 --stage run | FileCheck %s --check-prefix=EXEC
 // RUN: npugrad-opt %s --target host --stage run | FileCheck %s --check-prefix=EXEC
 
-// All local buffers are allocated once, at entry; both phases share GEMM 1's. On npu-a2 the
+// All local buffers are allocated once, at entry. On npu-a2 the
 // matrix unit's operands come gm -> l1 -> l0a/l0b (npu-a2 has no path from gm into L0): every
 // operand read from global memory has a staging tile in L1 (W's and X's as stored); the L0 tiles
 // are in the matrix unit's layouts, A as m x k, B as k x n (gemm1_rhs is W's v x h chunk
@@ -26,15 +26,31 @@
 // NPU-DAG:   %logits = npu.alloc_local {double_buffer} : memref<128x32xf32, #npu.mem<ub>>
 // NPU-DAG:   %grad_logits = npu.alloc_local {double_buffer} : memref<128x32xbf16, #npu.mem<ub>>
 // NPU-DAG:   %saved_logits = npu.alloc_local {double_buffer} : memref<128xf32, #npu.mem<ub>>
-// NPU-DAG:   %[[BID:.*]] = npu.block_idx
-// NPU-DAG:   %[[NBLK:.*]] = npu.block_dim
 // W is no longer packed transposed by scalar loops in global memory: its copies transpose it.
 // NPU-NOT:   weight_tile_packed
-// Phase A: vocabulary tiles spread over the blocks (block-cyclic), computing dW.
-// NPU:       %[[VLB:.*]] = arith.muli %[[BID]], %[[VT:.*]] : index
-// NPU:       %[[VSTEP:.*]] = arith.muli %[[NBLK]], %[[VT]] : index
-// NPU:       scf.for %{{.*}} = %[[VLB]] to %{{.*}} step %[[VSTEP]] {
-// NPU-NOT:     weight_pack
+// The wavefront over the blocks (passes/tiling/flce.py): dW's float32 tile accumulators are a
+// ring in global memory that all blocks share, one 32-row tile per block.
+// NPU:       %[[P:.*]] = npu.block_dim
+// NPU-NEXT:  %[[RINGROWS:.*]] = arith.muli %[[P]], %{{.*}} : index
+// NPU-NEXT:  %weight_grad_ring = npu.alloc_shared(%[[RINGROWS]]) : memref<?x48xf32>
+// NPU:       %bid = npu.block_idx
+// NPU-NEXT:  %nblk = npu.block_dim
+// Each block owns a contiguous range of token rows; it zeroes (and at the end rounds) its dX rows.
+// NPU:       %rows_lo = arith.muli
+// NPU:       %rows_hi = arith.minsi
+// NPU:       %[[MINE:.*]] = memref.subview %input_grad_acc[%rows_lo, 0]
+// NPU-NEXT:  linalg.fill {train.role = #train.role<input_grad_init>} ins(%{{.*}} : f32) outs(%[[MINE]] :
+// Step s: this block works on vocabulary tile s - bid (if there is one), then waits for all.
+// NPU:       scf.for %[[S:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// NPU-NEXT:    %vtile = arith.subi %[[S]], %bid : index
+// NPU:         scf.if
+// The tile's accumulator: ring slot vtile mod P, zeroed by block 0 only.
+// NPU:           %[[SLOT:.*]] = arith.remui %vtile, %[[P]] : index
+// NPU:           %[[DW:.*]] = memref.subview %weight_grad_ring[
+// NPU-NEXT:      scf.if
+// NPU-NEXT:        linalg.fill {train.role = #train.role<weight_grad_init>} ins(%{{.*}} : f32) outs(%[[DW]] :
+// NPU-NOT:       weight_pack
+// NPU:           scf.for %{{.*}} = %rows_lo to %rows_hi step %{{.*}} {
 // GEMM 1: the logit tile starts at zero in L0C and stays there across H (chunks of 64).
 // NPU:         %[[ACC1:.*]] = memref.subview %gemm1_acc[0, 0]
 // NPU-NEXT:    linalg.fill ins(%{{.*}} : f32) outs(%[[ACC1]] : memref<?x?xf32, strided<[32, 1]>, #npu.mem<l0c>>)
@@ -46,18 +62,17 @@
 // NPU-NEXT:      linalg.generic {{.*}} doc = "GEMM 1: logits tile Z = X_t * W_v^T"} ins({{.*}}#npu.mem<l0a>>, {{.*}}#npu.mem<l0b>>) outs(%[[ACC1]] : {{.*}}#npu.mem<l0c>>)
 // NPU:         npu.copy %[[ACC1]], %{{.*}} : memref<?x?xf32, strided<[32, 1]>, #npu.mem<l0c>>, memref<?x?xf32, strided<[32, 1], offset: ?>, #npu.mem<ub>>
 // NPU:         math.exp
-// NPU-NOT:     GEMM 2
-// GEMM 3: G's tile from the UB, transposed by its copy into L0A; X's through L1.
+// GEMM 2 into this block's dX rows, then GEMM 3: G's tile from the UB, transposed by its copy
+// into L0A; X's through L1; into the ring's tile.
+// NPU:         doc = "GEMM 2: input grad tile dX_t += G * W_v"
 // NPU:         npu.copy %{{.*}}, %{{.*}} {transpose} : memref<?x?xbf16, strided<[32, 1], offset: ?>, #npu.mem<ub>>, memref<?x?xbf16, strided<[128, 1]>, #npu.mem<l0a>>
 // NPU:         doc = "GEMM 3: weight grad tile dW_v += G^T * X_t"
-// NPU:       } {train.fused = #train.fused<"train.fused_linear_cross_entropy_loss_grad", #train.tiles<bt = 128, v = 32, h = 64>>}
-// Phase B: token tiles spread over the blocks, computing dX.
-// NPU:       scf.for
-// NPU:         scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} {
-// NPU:           doc = "GEMM 1: logits tile Z = X_t * W_v^T"
-// NPU-NOT:       GEMM 3
-// NPU:           doc = "GEMM 2: input grad tile dX_t += G * W_v"
-// NPU:       } {train.fused = #train.fused<"train.fused_linear_cross_entropy_loss_grad", #train.tiles<bt = 128, v = 32, h = 64>>}
+// The last block rounds the finished tile into dW.
+// NPU:         scf.if
+// NPU:           {train.role = #train.role<weight_grad_final>}
+// NPU:         npu.barrier
+// NPU-NEXT:  } {train.fused = #train.fused<"train.fused_linear_cross_entropy_loss_grad", #train.tiles<bt = 128, v = 32, h = 64>>}
+// NPU:       {train.role = #train.role<input_grad_final>}
 // The report: the operands' copies follow npu-a2's paths (gm -> l1 -> l0a/l0b); what npu-a2 cannot
 // do in one step (the float32 accumulators of GEMMs 2 and 3 in and out of gm, GEMM 1's tile
 // to the UB, G into L0A) the cost model routes and notes.
