@@ -25,10 +25,10 @@ as do those whose B or C may not be contiguous along the innermost dimension (dy
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from xdsl.context import Context
-from xdsl.dialects import arith, vector
+from xdsl.dialects import arith, memref, vector
 from xdsl.dialects.builtin import (
     MemRefType,
     ModuleOp,
@@ -43,7 +43,9 @@ from xdsl.ir import SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, RewritePattern, op_type_rewrite_pattern
 
-from npugrad.ir import IRBuilder, unit_innermost_stride
+from xdsl.rewriter import InsertPoint
+
+from npugrad.ir import IRBuilder, enclosing_function, unit_innermost_stride
 from npugrad.targets import Target, get
 
 _OPERAND_TYPES = (f32, f16, bf16)
@@ -58,11 +60,11 @@ def block_shape(target: Target) -> tuple[int, int]:
 
 
 def reduction_chunk(target: Target, columns: int) -> int:
-    """KC: as many reduction steps as float32 rows of B (`columns` wide) fit in the smallest
-    local memory level (the L1 cache on a CPU; measured: half of it is slower, no chunking
-    too on large H)."""
+    """KC: the reduction steps whose packed panel of B (KC float32 rows, `columns` wide) fills
+    half the smallest local memory level (the L1 data cache on a CPU), the other half left to
+    the rows of A and C streaming past it (BLIS's rule for the B micro-panel)."""
     smallest = min(lv.capacity for lv in target.local_levels())
-    return max(16, smallest // (4 * columns))
+    return max(16, smallest // 2 // (4 * columns))
 
 
 @dataclass(frozen=True)
@@ -104,7 +106,7 @@ def _match(gen: GenericOp) -> _Contraction | None:
 
 
 class _Kernels:
-    def __init__(self, gen: GenericOp, shape: _Contraction, target: Target, e: IRBuilder):
+    def __init__(self, gen: GenericOp, shape: _Contraction, target: Target, e: IRBuilder, panel: SSAValue):
         self.e = e
         self.shape = shape
         self.a, self.b = gen.inputs
@@ -118,6 +120,7 @@ class _Kernels:
         self.rows_full = self._floor(self.m, self.mr)  # rows that fill whole MR-row blocks
         self.kc = reduction_chunk(target, self.nr * self.lanes)
         self.k_lo = self.k_hi = self.k  # the current reduction chunk, set by emit()
+        self.panel = panel  # KC x NR vectors of float32: B's panel, packed (emit)
 
     # -- one block --------------------------------------------------------------------------
     def _load(self, ref: SSAValue, indices: list[SSAValue], mask: SSAValue | None) -> SSAValue:
@@ -156,8 +159,10 @@ class _Kernels:
         halves = e.emit(vector.BroadcastOp(scalar, VectorType(f16, [self.lanes])))
         return e.emit(arith.ExtFOp(halves, self.f32x))
 
-    def block(self, i0: SSAValue, mr: int, j0: SSAValue, nr: int, mask: SSAValue | None = None) -> None:
-        """C[i0:i0+mr, j0:j0+nr·lanes] += A·B with the mr×nr accumulators in registers."""
+    def block(self, i0: SSAValue, mr: int, j0: SSAValue, nr: int, mask: SSAValue | None = None,
+              packed: bool = False) -> None:
+        """C[i0:i0+mr, j0:j0+nr·lanes] += A·B with the mr×nr accumulators in registers; B's rows
+        read from the packed panel where `packed`."""
         e = self.e
         rows = [i0 if r == 0 else e.emit(arith.AddiOp(i0, e.idx(r))) for r in range(mr)]
         cols = [j0 if c == 0 else e.emit(arith.AddiOp(j0, e.idx(c * self.lanes))) for c in range(nr)]
@@ -166,7 +171,11 @@ class _Kernels:
             k.name_hint = "k"
             for arg in carried:
                 arg.name_hint = "acc"
-            bs = [self._load(self.b, [k, j], mask) for j in cols]
+            if packed:
+                row = e.emit(arith.SubiOp(k, self.k_lo))
+                bs = [e.emit(vector.LoadOp(self.panel, [row, e.idx(c * self.lanes)], self.f32x)) for c in range(nr)]
+            else:
+                bs = [self._load(self.b, [k, j], mask) for j in cols]
             for r, i in enumerate(rows):
                 a = self._broadcast(e.load(self.a, self.shape.a(i, k)))
                 a.name_hint = "a"
@@ -185,13 +194,25 @@ class _Kernels:
         e = self.e
         return e.emit(arith.SubiOp(n, e.emit(arith.RemUIOp(n, e.idx(step)))))
 
-    def rows(self, j0: SSAValue, nr: int, mask: SSAValue | None = None) -> None:
+    def pack(self, j0: SSAValue) -> None:
+        """panel[k − k_lo, :] = B[k, j0 : j0 + NR·lanes] as float32, for the chunk's k: the row
+        blocks then read B from KC contiguous lines that stay in the innermost cache, whatever
+        B's row stride (a power-of-two stride maps every row of B to one cache set) and element
+        type (bfloat16/float16 widened once per panel, not once per row block)."""
+        e = self.e
+        with e.loop(self.k_hi, lb=self.k_lo) as k:
+            row = e.emit(arith.SubiOp(k, self.k_lo))
+            for c in range(self.nr):
+                j = j0 if c == 0 else e.emit(arith.AddiOp(j0, e.idx(c * self.lanes)))
+                e.emit(vector.StoreOp(self._load(self.b, [k, j], None), self.panel, [row, e.idx(c * self.lanes)]))
+
+    def rows(self, j0: SSAValue, nr: int, mask: SSAValue | None = None, packed: bool = False) -> None:
         """Blocks of MR rows, then the remaining rows in blocks of 4, 2, 1 (its binary digits),
         so no row runs through a one-row kernel unless it must."""
         e = self.e
         full = self.rows_full
         with e.loop(full, step=e.idx(self.mr)) as i0:
-            self.block(i0, self.mr, j0, nr, mask)
+            self.block(i0, self.mr, j0, nr, mask, packed)
         left = e.emit(arith.SubiOp(self.m, full))
         bit = 1
         while bit * 2 < self.mr:
@@ -199,13 +220,13 @@ class _Kernels:
         while bit:
             with e.if_(e.emit(arith.CmpiOp(e.emit(arith.AndIOp(left, e.idx(bit))), e.idx(0), "ne"))):
                 start = e.emit(arith.AddiOp(full, e.emit(arith.AndIOp(left, e.idx(-2 * bit)))))
-                self.block(start, bit, j0, nr, mask)
+                self.block(start, bit, j0, nr, mask, packed)
             bit //= 2
 
     def emit(self) -> None:
-        """The reduction in chunks of KC steps, so that the KC×NR-vector panel of B the row
-        blocks share stays in the innermost cache; in each, columns in blocks of NR vectors, then
-        one vector at a time, masked to what is left (a masked load costs what a plain one does,
+        """The reduction in chunks of KC steps; in each, columns in blocks of NR vectors, B's
+        KC×NR-vector panel packed first (pack) and shared by all row blocks, then one vector at a
+        time, masked to what is left (read in place: a masked load costs what a plain one does,
         and one kernel fewer compiles faster). Chunks run in order: every accumulator still sums
         in reduction order."""
         e = self.e
@@ -214,7 +235,8 @@ class _Kernels:
         with e.loop(self.k, step=e.idx(self.kc)) as k0:
             self.k_lo, self.k_hi = k0, e.emit(arith.MinSIOp(e.emit(arith.AddiOp(k0, e.idx(self.kc))), self.k))
             with e.loop(blocks_end, step=e.idx(wide)) as j0:
-                self.rows(j0, self.nr)
+                self.pack(j0)
+                self.rows(j0, self.nr, packed=True)
             with e.loop(self.n, blocks_end, e.idx(self.lanes)) as j0:
                 # create_mask clamps: all lanes but in the last vector.
                 self.rows(j0, 1, e.emit(vector.CreateMaskOp([e.emit(arith.SubiOp(self.n, j0))], VectorType(i1, [self.lanes]))))
@@ -223,11 +245,23 @@ class _Kernels:
 @dataclass(frozen=True)
 class VectorizeContraction(RewritePattern):
     target: Target
+    panels: dict = field(default_factory=dict)  # function -> its B panel (one per function, on the stack)
+
+    def panel(self, gen: GenericOp, rewriter: PatternRewriter) -> SSAValue:
+        f = enclosing_function(gen)
+        if f not in self.panels:
+            mr, nr = block_shape(self.target)
+            lanes = self.target.vector_bits // 32
+            alloca = memref.AllocaOp.get(f32, 64, [reduction_chunk(self.target, nr * lanes), nr * lanes])
+            alloca.memref.name_hint = "b_panel"
+            rewriter.insert_op(alloca, InsertPoint.at_start(f.body.blocks[0]))
+            self.panels[f] = alloca.memref
+        return self.panels[f]
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, gen: GenericOp, rewriter: PatternRewriter) -> None:
         if (shape := _match(gen)) is not None:
-            _Kernels(gen, shape, self.target, IRBuilder(rewriter, gen)).emit()
+            _Kernels(gen, shape, self.target, IRBuilder(rewriter, gen), self.panel(gen, rewriter)).emit()
             rewriter.erase(gen)
 
 

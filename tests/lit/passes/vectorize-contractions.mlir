@@ -1,26 +1,37 @@
 // vectorize-contractions: a contraction linalg.generic becomes a register-blocked micro-kernel.
 // With 32 registers of 16 float32 lanes (Inputs/zmm.toml) the block is 6 rows x 4 vectors: 24
 // accumulators loaded once, carried through the reduction loop, stored once. The reduction runs
-// in chunks of 192 steps: 192 rows of 64 float32 columns of B fill the 48 KiB L1.
+// in chunks of 96 steps: the panel of B a column block's row blocks share, 96 rows of 64 float32
+// columns, is packed contiguously first (on the stack, once per function) and fills half the
+// 48 KiB L1.
 // RUN: npugrad-opt %s -p 'vectorize-contractions{target="%inputs/avx512.toml"}' | FileCheck %s
 // A target without vector registers keeps its contractions as they are.
 // RUN: npugrad-opt %s -p 'vectorize-contractions{target=npu-a2}' | FileCheck %s --check-prefix=NPU
 // In the pipeline: the stage after `tiled`, every GEMM of the fused nest vectorised for the host.
 
 // CHECK-LABEL: func.func @gemm
+// CHECK-NEXT:    %b_panel = memref.alloca() {alignment = 64 : i64} : memref<96x64xf32>
 // CHECK-DAG:     %[[C0:.*]] = arith.constant 0 : index
 // CHECK-DAG:     %[[WIDE:.*]] = arith.constant 64 : index
 // CHECK-DAG:     %[[MR:.*]] = arith.constant 6 : index
 // CHECK-DAG:     %[[LANES:.*]] = arith.constant 16 : index
-// CHECK-DAG:     %[[KC:.*]] = arith.constant 192 : index
+// CHECK-DAG:     %[[KC:.*]] = arith.constant 96 : index
 // CHECK:         scf.for %[[K0:.*]] = %[[C0]] to %{{.*}} step %[[KC]] {
 // CHECK-NEXT:      %[[K0_KC:.*]] = arith.addi %[[K0]], %[[KC]] : index
 // CHECK-NEXT:      %[[K1:.*]] = arith.minsi %[[K0_KC]], %{{.*}} : index
 // CHECK:           scf.for %[[J:.*]] = %[[C0]] to %{{.*}} step %[[WIDE]] {
+// The panel: rows k0..k1 of B's 64 columns from j, packed.
+// CHECK-NEXT:        scf.for %[[KP:.*]] = %[[K0]] to %[[K1]] step %{{.*}} {
+// CHECK-NEXT:          %[[ROW:.*]] = arith.subi %[[KP]], %[[K0]] : index
+// CHECK-NEXT:          %[[V:.*]] = vector.load %b[%[[KP]], %[[J]]] : memref<?x?xf32>, vector<16xf32>
+// CHECK-NEXT:          vector.store %[[V]], %b_panel[%[[ROW]], %[[C0]]] : memref<96x64xf32>, vector<16xf32>
+// CHECK-COUNT-3:       vector.store %{{.*}}, %b_panel[%[[ROW]], %{{.*}}] : memref<96x64xf32>, vector<16xf32>
+// CHECK-NEXT:        }
 // CHECK:             scf.for %[[I:.*]] = %[[C0]] to %{{.*}} step %[[MR]] {
 // CHECK-COUNT-24:    vector.load %c[%{{.*}}, %{{.*}}] : memref<?x?xf32>, vector<16xf32>
 // CHECK-NEXT:        %sum, {{.*}}, %sum_23 = scf.for %[[K:.*]] = %[[K0]] to %[[K1]] step %{{.*}} iter_args(%acc = {{.*}}, %acc_23 = {{.*}}) -> (vector<16xf32>{{.*}}) {
-// CHECK-COUNT-4:       vector.load %b[%[[K]], %{{.*}}] : memref<?x?xf32>, vector<16xf32>
+// CHECK-NEXT:          %[[R:.*]] = arith.subi %[[K]], %[[K0]] : index
+// CHECK-COUNT-4:       vector.load %b_panel[%[[R]], %{{.*}}] : memref<96x64xf32>, vector<16xf32>
 // CHECK-NEXT:          %[[A:.*]] = memref.load %a[%[[I]], %[[K]]] : memref<?x?xf32>
 // CHECK-NEXT:          %[[AV:.*]] = vector.broadcast %[[A]] : f32 to vector<16xf32>
 // CHECK-COUNT-4:       vector.fma %[[AV]], %{{.*}}, %{{.*}} : vector<16xf32>
@@ -45,11 +56,14 @@
 // CHECK-NOT:     linalg.generic
 // CHECK:         func.return
 
-// bfloat16 operands widen to float32 as they are loaded; A is read transposed (A[k, i]).
+// bfloat16 operands widen to float32 as they are loaded (B once, into its panel); A is read
+// transposed (A[k, i]).
 // CHECK-LABEL: func.func @gemm_bf16_transposed_lhs
+// CHECK:         %[[B:.*]] = vector.load %b[%{{.*}}, %{{.*}}] : memref<64x100xbf16>, vector<16xbf16>
+// CHECK-NEXT:    %[[BF:.*]] = arith.extf %[[B]] : vector<16xbf16> to vector<16xf32>
+// CHECK-NEXT:    vector.store %[[BF]], %b_panel
 // CHECK:         scf.for %[[K:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(
-// CHECK:           %[[B:.*]] = vector.load %b[%[[K]], %{{.*}}] : memref<64x100xbf16>, vector<16xbf16>
-// CHECK-NEXT:      arith.extf %[[B]] : vector<16xbf16> to vector<16xf32>
+// CHECK:           vector.load %b_panel
 // CHECK:           %[[A:.*]] = memref.load %a[%[[K]], %{{.*}}] : memref<64x50xbf16>
 // CHECK-NEXT:      %[[AF:.*]] = arith.extf %[[A]] : bf16 to f32
 // CHECK-NEXT:      vector.broadcast %[[AF]] : f32 to vector<16xf32>
