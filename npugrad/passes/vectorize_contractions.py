@@ -25,12 +25,15 @@ as do those whose B or C may not be contiguous along the innermost dimension (dy
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
 from xdsl.dialects import arith, memref, vector
 from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
     MemRefType,
+    StridedLayoutAttr,
     ModuleOp,
     VectorType,
     bf16,
@@ -59,12 +62,35 @@ def block_shape(target: Target) -> tuple[int, int]:
     return max(1, (target.vector_registers - nr - 2) // nr), nr
 
 
-def reduction_chunk(target: Target, columns: int) -> int:
+def reduction_chunk(target: Target, columns: int, packed: bool = True) -> int:
     """KC: the reduction steps whose packed panel of B (KC float32 rows, `columns` wide) fills
     half the smallest local memory level (the L1 data cache on a CPU), the other half left to
-    the rows of A and C streaming past it (BLIS's rule for the B micro-panel)."""
+    the rows of A and C streaming past it (BLIS's rule for the B micro-panel). Read in place
+    (needs_packing), B's rows fill all of it (measured: half is slower there)."""
     smallest = min(lv.capacity for lv in target.local_levels())
-    return max(16, smallest // 2 // (4 * columns))
+    return max(16, smallest // (2 if packed else 1) // (4 * columns))
+
+
+PAGE = mmap.PAGESIZE
+
+
+def row_stride(t: MemRefType) -> int | None:
+    """Elements between consecutive rows of a 2-D memref, None where only known at run time."""
+    layout = t.layout
+    if isinstance(layout, StridedLayoutAttr):
+        return layout.get_strides()[0]
+    cols = t.get_shape()[1]
+    return None if cols == DYNAMIC_INDEX else cols
+
+
+def needs_packing(b: MemRefType) -> bool:
+    """Whether B's panel is packed before the row blocks read it: unless B's rows are float32
+    already, less than a page apart (a tile the nest packed itself, say), where reading in place
+    saves the copy (measured: 7 % of GEMM 1). Rows a page or more apart (a view of a large
+    operand: W's rows for H = 2048 are 8 KiB apart) each cost a TLB entry and, at a power-of-two
+    stride, fall into one cache set; narrower types widen once per panel instead of per block."""
+    stride = row_stride(b)
+    return b.element_type != f32 or stride is None or stride * 4 >= PAGE
 
 
 @dataclass(frozen=True)
@@ -106,7 +132,7 @@ def _match(gen: GenericOp) -> _Contraction | None:
 
 
 class _Kernels:
-    def __init__(self, gen: GenericOp, shape: _Contraction, target: Target, e: IRBuilder, panel: SSAValue):
+    def __init__(self, gen: GenericOp, shape: _Contraction, target: Target, e: IRBuilder, panel: SSAValue | None):
         self.e = e
         self.shape = shape
         self.a, self.b = gen.inputs
@@ -118,7 +144,8 @@ class _Kernels:
         self.m, self.n = e.dim(self.c, 0), e.dim(self.c, 1)
         self.k = e.dim(self.b, 0)
         self.rows_full = self._floor(self.m, self.mr)  # rows that fill whole MR-row blocks
-        self.kc = reduction_chunk(target, self.nr * self.lanes)
+        self.packed = panel is not None
+        self.kc = reduction_chunk(target, self.nr * self.lanes, self.packed)
         self.k_lo = self.k_hi = self.k  # the current reduction chunk, set by emit()
         self.panel = panel  # KC x NR vectors of float32: B's panel, packed (emit)
 
@@ -235,8 +262,9 @@ class _Kernels:
         with e.loop(self.k, step=e.idx(self.kc)) as k0:
             self.k_lo, self.k_hi = k0, e.emit(arith.MinSIOp(e.emit(arith.AddiOp(k0, e.idx(self.kc))), self.k))
             with e.loop(blocks_end, step=e.idx(wide)) as j0:
-                self.pack(j0)
-                self.rows(j0, self.nr, packed=True)
+                if self.packed:
+                    self.pack(j0)
+                self.rows(j0, self.nr, packed=self.packed)
             with e.loop(self.n, blocks_end, e.idx(self.lanes)) as j0:
                 # create_mask clamps: all lanes but in the last vector.
                 self.rows(j0, 1, e.emit(vector.CreateMaskOp([e.emit(arith.SubiOp(self.n, j0))], VectorType(i1, [self.lanes]))))
@@ -261,7 +289,8 @@ class VectorizeContraction(RewritePattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, gen: GenericOp, rewriter: PatternRewriter) -> None:
         if (shape := _match(gen)) is not None:
-            _Kernels(gen, shape, self.target, IRBuilder(rewriter, gen), self.panel(gen, rewriter)).emit()
+            panel = self.panel(gen, rewriter) if needs_packing(gen.inputs[1].type) else None  # type: ignore[arg-type]
+            _Kernels(gen, shape, self.target, IRBuilder(rewriter, gen), panel).emit()
             rewriter.erase(gen)
 
 

@@ -76,6 +76,15 @@
 // CHECK-NEXT:    %[[AH:.*]] = vector.broadcast %[[A]] : f16 to vector<16xf16>
 // CHECK-NEXT:    arith.extf %[[AH]] : vector<16xf16> to vector<16xf32>
 
+// B's rows float32 and less than a page apart (a tile the nest packed itself): read in place, no
+// panel, and the reduction in chunks of 192 steps (its rows fill all of the L1).
+// CHECK-LABEL: func.func @gemm_narrow_b
+// CHECK-NOT:     b_panel
+// CHECK:         arith.constant 192 : index
+// CHECK:         vector.load %b[%{{.*}}, %{{.*}}] : memref<64x128xf32>, vector<16xf32>
+// CHECK-NOT:     b_panel
+// CHECK:         func.return
+
 // Not a multiply-accumulate: left alone.
 // CHECK-LABEL: func.func @not_a_contraction
 // CHECK:         linalg.generic
@@ -123,6 +132,19 @@ func.func @gemm_f16(%a: memref<50x64xf16>, %b: memref<64x100xf16>, %c: memref<50
     %xf = arith.extf %x : f16 to f32
     %yf = arith.extf %y : f16 to f32
     %p = arith.mulf %xf, %yf : f32
+    %s = arith.addf %z, %p : f32
+    linalg.yield %s : f32
+  }
+  func.return
+}
+
+func.func @gemm_narrow_b(%a: memref<50x64xf32>, %b: memref<64x128xf32>, %c: memref<50x128xf32>) {
+  linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d1, d2)>,
+                                   affine_map<(d0, d1, d2) -> (d0, d2)>],
+                  iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%a, %b : memref<50x64xf32>, memref<64x128xf32>) outs(%c : memref<50x128xf32>) {
+  ^bb0(%x: f32, %y: f32, %z: f32):
+    %p = arith.mulf %x, %y : f32
     %s = arith.addf %z, %p : f32
     linalg.yield %s : f32
   }
