@@ -19,7 +19,8 @@ becomes
 - NLL backward (2-D self): rows; each block zeroes and fills its own rows of `out`.
 - The fused linear cross-entropy gradient: a wavefront (passes/tiling/flce.py): each block owns a
   range of token tiles and takes the vocabulary tiles one step behind the block before it,
-  passing each tile's dW accumulator on at an npu.barrier; every sum runs in the order of the
+  passing each tile's dW accumulator on at an npu.barrier (all blocks zero and round each tile, a
+  share each); every sum runs in the order of the
   one-block nest, so results are bit-identical to it for any number of threads, with the same
   FLOPs. The runtime still compiles without this pass for one thread (runtime/specialize.py):
   the one-block nest needs no barrier.

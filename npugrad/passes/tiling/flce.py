@@ -13,23 +13,25 @@ Spreading the nest over cores: the weight gradient of a vocabulary tile sums ove
 the input gradient of a token tile over all vocabulary tiles, so whichever loop is split, one of
 the two sums crosses cores. The nest runs as a wavefront instead: block b of P owns the
 contiguous token tiles [b·nt/P, (b+1)·nt/P) (their dX rows: zeroed, accumulated over every
-vocabulary tile in order, rounded, by b alone) and, at step s of nv + P − 1, works on vocabulary
-tile s − b; an npu.barrier ends each step. A vocabulary tile's float32 dW accumulator thus goes
-from block 0 to block P − 1 one step at a time, collecting the token tiles in order: block 0
-zeroes it, the last block rounds it into dW. Every sum runs in the order of the one-block nest
-(v outer, t inner), so the results are bit-identical for any number of blocks, and the work is
-the one-block nest's — three GEMMs, 6·BT·V·H FLOP — whatever P; the price is P − 1 steps in
-which some blocks wait (nv steps of work in nv + P − 1) and, for a bfloat16/float16 dW, a ring of
-P accumulator tiles (P·v·H·4 bytes, npu.alloc_shared) where the one-block nest has one.
+vocabulary tile in order, rounded, by b alone) and, at step u, works on vocabulary tile u − 1 − b;
+an npu.barrier ends each step. A vocabulary tile's float32 dW accumulator thus goes from block 0
+to block P − 1 one step at a time, collecting the token tiles in order. All blocks zero a tile
+(a share of its rows each) the step before block 0 starts on it and, for a bfloat16/float16 dW,
+round it into dW the step after the last block is done, so no block does that alone. Every sum
+runs in the order of the one-block nest (v outer, t inner), so the results are bit-identical for
+any number of blocks, and the work is the one-block nest's — three GEMMs, 6·BT·V·H FLOP —
+whatever P. The price: P steps in which some blocks wait (nv steps of work in nv + P, or
+nv + P + 1), and, for a bfloat16/float16 dW, a ring of P + 2 float32 accumulator tiles
+((P + 2)·v·H·4 bytes, npu.alloc_shared) where the one-block nest has one.
 
-    scf.for %s = 0 to nv + P - 1 {
-      scf.if (%s >= %bid && %s - %bid < nv) {
-        %v0 = (%s - %bid) * v
-        %acc = subview %ring[((%s - %bid) mod P) * v, 0] ...       // dW's tile, float32
-        scf.if (%bid == 0) { linalg.fill 0 -> %acc }
+    scf.for %u = 0 to nv + P + 1 {
+      scf.if (%u < nv) { linalg.fill 0 -> (this block's share of tile %u's slot) }
+      scf.if (%u >= %bid + 1 && %u - %bid - 1 < nv) {
+        %v0 = (%u - %bid - 1) * v
+        %acc = subview %ring[((%u - %bid - 1) mod (P + 2)) * v, 0] ...    // dW's tile, float32
         scf.for %t0 = %rows_lo to %rows_hi step bt { GEMM 1, G, GEMM 2 (dX), GEMM 3 (%acc) }
-        scf.if (%bid == P - 1) { round %acc into %dw[%v0, 0] }
       }
+      scf.if (%u >= P + 1 && %u - P - 1 < nv) { round this block's share of tile %u - P - 1 into %dw }
       npu.barrier
     }
 """
@@ -118,28 +120,36 @@ def _mixed_sizes(view: memref.SubviewOp) -> list:
     return [next(dynamic) if d == DYNAMIC_INDEX else d for d in view.static_sizes.get_values()]
 
 
-def _guard(op, cond, e: IRBuilder) -> None:
-    """Move `op` into `scf.if cond { op }`, where it was."""
-    then = Block([scf.YieldOp()])
-    e.at(op).emit(scf.IfOp(cond, [], [then]))
-    op.detach()
-    then.insert_op_before(op, then.last_op)
+def _share(e: IRBuilder, bid, nblk, n):
+    """(first, count) of this block's share of n rows: [bid·n/P, (bid+1)·n/P)."""
+    lo = e.emit(arith.DivUIOp(e.emit(arith.MuliOp(bid, n)), nblk))
+    hi = e.emit(arith.DivUIOp(e.emit(arith.MuliOp(e.emit(arith.AddiOp(bid, e.idx(1))), n)), nblk))
+    return lo, e.emit(arith.SubiOp(hi, lo))
+
+
+def _tile_rows(e: IRBuilder, tile, tv, v):
+    """(first row, rows) of vocabulary tile `tile`: [tile·tv, min((tile+1)·tv, V))."""
+    v0 = e.emit(arith.MuliOp(tile, tv))
+    return v0, e.emit(arith.MinSIOp(tv, e.emit(arith.SubiOp(v, v0))))
 
 
 def wavefront(nest: scf.ForOp, e: IRBuilder) -> scf.ForOp:
-    """Spread the nest over the blocks (the module docstring): block b takes the contiguous token
-    tiles [b·nt/P, (b+1)·nt/P) and, at step s of nv + P − 1, the vocabulary tile s − b; an
-    npu.barrier ends every step. The float32 accumulator of a vocabulary tile's dW (the dW output
-    itself when it is float32, else a ring of P tiles shared by the blocks) goes from block to
-    block in token order: block 0 zeroes it, the last block rounds it into dW. Returns the new
-    outermost loop, which carries the nest's #train.fused."""
+    """Spread the nest over the blocks (the module docstring). Block b takes the contiguous token
+    tiles [b·nt/P, (b+1)·nt/P); at step u it works on vocabulary tile u − 1 − b; an npu.barrier
+    ends every step. The float32 accumulator of a vocabulary tile's dW (the dW output itself when
+    it is float32, else a ring of P + 2 tiles shared by the blocks) goes from block to block in
+    token order. All blocks zero a tile, each a share of its rows, one step before block 0 starts
+    on it, and round it into dW, each a share, one step after the last block is done with it: at
+    step u the tiles u − P − 1 … u are being rounded, worked on or zeroed, P + 2 tiles in P + 2
+    slots. Returns the new outermost loop, which carries the nest's #train.fused."""
     fused = FUSED.get(nest)
     e = e.at(nest)
     bid, nblk = block_range(e)
     tokens = next(o for o in nest.walk() if _role(o) is NestRole.TOKEN_LOOP)
     bt, tb = tokens.ub, tokens.step
+    v, tv = nest.ub, nest.step
     nt = e.emit(arith.CeilDivUIOp(bt, tb))
-    nv = e.emit(arith.CeilDivUIOp(nest.ub, nest.step))
+    nv = e.emit(arith.CeilDivUIOp(v, tv))
     one = e.idx(1)
     first_tile = e.emit(arith.DivUIOp(e.emit(arith.MuliOp(bid, nt)), nblk))
     end_tile = e.emit(arith.DivUIOp(e.emit(arith.MuliOp(e.emit(arith.AddiOp(bid, one)), nt)), nblk))
@@ -147,8 +157,6 @@ def wavefront(nest: scf.ForOp, e: IRBuilder) -> scf.ForOp:
     t_hi = e.emit(arith.MinSIOp(e.emit(arith.MuliOp(end_tile, tb)), bt))
     t_lo.name_hint, t_hi.name_hint = "rows_lo", "rows_hi"
     rows = e.emit(arith.SubiOp(t_hi, t_lo))
-    is_first = e.emit(arith.CmpiOp(bid, e.idx(0), "eq"))
-    is_last = e.emit(arith.CmpiOp(bid, e.emit(arith.SubiOp(nblk, one)), "eq"))
 
     # dX: each block zeroes, accumulates and rounds its own rows.
     for op in [o for o in nest.parent.ops if _role(o) in (NestRole.INPUT_GRAD_INIT, NestRole.INPUT_GRAD_FINAL)]:
@@ -159,21 +167,59 @@ def wavefront(nest: scf.ForOp, e: IRBuilder) -> scf.ForOp:
             load = next(o for o in op.walk() if isinstance(o, memref.LoadOp))
             store = next(o for o in op.walk() if isinstance(o, memref.StoreOp))
             at = e.at(op)
-            acc, out = load.memref, store.memref
-            h = at.dim(acc, 1)
-            src, dst = at.subview(acc, [t_lo, 0], [rows, h]), at.subview(out, [t_lo, 0], [rows, h])
-            with at.loop_nest([rows, h]) as ivs:
-                at.store_f32(at.load(src, ivs), dst, ivs)
-            ROLE.set(ivs[0].owner.parent_op(), NestRoleAttr(NestRole.INPUT_GRAD_FINAL))
+            _round(at, load.memref, store.memref, t_lo, t_lo, rows, NestRole.INPUT_GRAD_FINAL)
         e.erase(op)
 
-    with e.loop(e.emit(arith.AddiOp(nv, e.emit(arith.SubiOp(nblk, one))))) as step:
-        vi = e.emit(arith.SubiOp(step, bid))
+    # dW: where a tile accumulates (a view of dW, or of a heap tile that becomes the ring).
+    init = next(o for o in nest.walk() if _role(o) is NestRole.WEIGHT_GRAD_INIT)
+    final = next((o for o in nest.walk() if _role(o) is NestRole.WEIGHT_GRAD_FINAL), None)
+    view = init.outputs[0].owner
+    assert isinstance(view, memref.SubviewOp)
+    dw = view.source
+    ring = heap = None
+    slots = e.emit(arith.AddiOp(nblk, e.idx(2)))
+    if isinstance(dw.owner, memref.AllocOp):
+        assert final is not None
+        heap = dw.owner
+        store = next(o for o in final.walk() if isinstance(o, memref.StoreOp))
+        ring = _ring(heap, e)
+        dw = store.memref.owner.source  # the dW output the final loop rounded into
+    h = dw.type.get_shape()[1]  # type: ignore[attr-defined]
+    h = e.dim(dw, 1) if h == DYNAMIC_INDEX else h  # a static width keeps the views' types static
+    e.erase(init)
+    if final is not None:
+        e.erase(final)
+
+    def acc_rows(at: IRBuilder, tile, first, count):
+        """Rows [first, first + count) of `tile`'s accumulator."""
+        if ring is None:
+            v0 = at.emit(arith.MuliOp(tile, tv))
+            return at.subview(dw, [at.emit(arith.AddiOp(v0, first)), 0], [count, h])
+        slot = at.emit(arith.RemUIOp(tile, slots))
+        start = at.emit(arith.AddiOp(at.emit(arith.MuliOp(slot, tv)), first))
+        return at.subview(ring, [start, 0], [count, h])
+
+    steps = e.emit(arith.AddiOp(nv, e.emit(arith.AddiOp(nblk, one if ring is not None else e.idx(0)))))
+    with e.loop(steps) as step:
+        with e.if_(e.emit(arith.CmpiOp(step, nv, "ult"))):  # zero tile u, a share each
+            _, count = _tile_rows(e, step, tv, v)
+            first, mine = _share(e, bid, nblk, count)
+            ROLE.set(e.fill(0.0, acc_rows(e, step, first, mine)), NestRoleAttr(NestRole.WEIGHT_GRAD_INIT))
+        behind = e.emit(arith.AddiOp(bid, one))
+        vi = e.emit(arith.SubiOp(step, behind))
         vi.name_hint = "vtile"
-        started = e.emit(arith.CmpiOp(step, bid, "uge"))
-        active = e.emit(arith.AndIOp(started, e.emit(arith.CmpiOp(vi, nv, "ult"))))
+        active = e.emit(arith.AndIOp(e.emit(arith.CmpiOp(step, behind, "uge")), e.emit(arith.CmpiOp(vi, nv, "ult"))))
         with e.if_(active):
-            v0 = e.emit(arith.MuliOp(vi, nest.step))
+            v0 = e.emit(arith.MuliOp(vi, tv))
+        if ring is not None:  # round tile u − P − 1 into dW, a share each
+            lag = e.emit(arith.AddiOp(nblk, one))
+            done = e.emit(arith.SubiOp(step, lag))
+            ready = e.emit(arith.AndIOp(e.emit(arith.CmpiOp(step, lag, "uge")), e.emit(arith.CmpiOp(done, nv, "ult"))))
+            with e.if_(ready):
+                r0, count = _tile_rows(e, done, tv, v)
+                first, mine = _share(e, bid, nblk, count)
+                _round(e, acc_rows(e, done, first, mine), dw, None, e.emit(arith.AddiOp(r0, first)), mine,
+                       NestRole.WEIGHT_GRAD_FINAL)
         e.emit(BarrierOp())
     wave = step.owner.parent_op()
     then = v0.owner.parent_block()
@@ -183,40 +229,56 @@ def wavefront(nest: scf.ForOp, e: IRBuilder) -> scf.ForOp:
     FUSED.set(wave, fused)
     tokens.operands = [t_lo, t_hi, tb]
     e.modified(tokens)
-
-    for op in list(wave.walk()):
-        role = _role(op)
-        if role is NestRole.WEIGHT_GRAD_INIT:
-            view = op.outputs[0].owner
-            _guard(op, is_first, e)
-            if isinstance(view, memref.SubviewOp) and isinstance(view.source.owner, memref.AllocOp):
-                _ring(view, vi, e)
-        elif role is NestRole.WEIGHT_GRAD_FINAL:
-            _guard(op, is_last, e)
+    # The body's view of its tile's accumulator: the ring's slot of vtile.
+    if ring is not None:
+        at = e.at(view)
+        moved = acc_rows(at, vi, at.idx(0), _mixed_sizes(view)[0])
+        view.result.replace_all_uses_with(moved)
+        e.erase(view)
+        e.erase(heap)
+    _erase_dead(then, e)
     return wave
 
 
-def _ring(view: memref.SubviewOp, vi, e: IRBuilder) -> None:
-    """The heap accumulator of one vocabulary tile's dW (`view` of it) → a slot of a ring shared by
-    the blocks (npu.alloc_shared, P tiles): tile vi in slot vi mod P. At any step the blocks hold
-    P consecutive tiles, so no two share a slot, and a tile keeps its slot as it moves on."""
-    alloc = view.source.owner
+def _round(e: IRBuilder, src, out, src_row, out_row, rows, role: NestRole) -> None:
+    """out[out_row : out_row + rows] = src[src_row : ...] rounded to out's type (src_row None: src
+    is already those rows)."""
+    h = e.dim(out, 1)
+    if src_row is not None:
+        src = e.subview(src, [src_row, 0], [rows, h])
+    dst = e.subview(out, [out_row, 0], [rows, h])
+    with e.loop_nest([rows, h]) as ivs:
+        e.store_f32(e.load(src, ivs), dst, ivs)
+    ROLE.set(ivs[0].owner.parent_op(), NestRoleAttr(role))
+
+
+def _erase_dead(block: Block, e: IRBuilder) -> None:
+    """Views and sizes the moved parts no longer use."""
+    changed = True
+    while changed:
+        changed = False
+        for op in list(block.ops):
+            if isinstance(op, memref.SubviewOp | memref.DimOp | arith.SubiOp | arith.MinSIOp) and not any(
+                    r.uses for r in op.results):
+                e.erase(op)
+                changed = True
+
+
+def _ring(alloc: memref.AllocOp, e: IRBuilder):
+    """The heap accumulator of one vocabulary tile's dW → a ring of `slots` such tiles shared by
+    the blocks (npu.alloc_shared), placed where the heap tile was (the function's top level)."""
     t = alloc.memref.type
     tv, h = t.get_shape()
-    top = e.at(alloc)  # where its sizes are known (the function's top level, where the op was)
+    top = e.at(alloc)
     nblk = top.emit(BlockDimOp())
-    rows = top.emit(arith.MuliOp(nblk, top.idx(tv)))
+    rows = top.emit(arith.MuliOp(top.emit(arith.AddiOp(nblk, top.idx(2))), top.idx(tv)))
     sizes = [rows] + ([] if h != DYNAMIC_INDEX else list(alloc.dynamic_sizes))
     ring = top.emit(AllocSharedOp(MemRefType(f32, [DYNAMIC_INDEX, h]), sizes))
     ring.name_hint = "weight_grad_ring"
-    at = e.at(view)
-    slot = at.emit(arith.RemUIOp(vi, nblk))
-    moved = at.subview(ring, [at.emit(arith.MuliOp(slot, at.idx(tv))), 0], _mixed_sizes(view))
-    view.result.replace_all_uses_with(moved)
-    e.erase(view)
     for use in list(alloc.memref.uses):
-        e.erase(use.operation)  # its dealloc
-    e.erase(alloc)
+        if isinstance(use.operation, memref.DeallocOp):
+            e.erase(use.operation)
+    return ring
 
 
 def nest_tiles(nest: scf.ForOp) -> dict[str, int]:
@@ -367,9 +429,9 @@ def load(op, sizes: dict[str, int], target: Target) -> list[Load]:
     """What the tiled nest does on its busiest core (the wavefront of the module docstring): per
     (token tile, vocabulary tile) its logit tile (logit_tiles), then GEMM 2 (the dX tile) and
     GEMM 3 (the dW tile) in chunks of h, each float32 accumulator tile going to global memory and
-    back for every chunk; a block's ceil(nt/P) token tiles for each of nv + P − 1 steps (the
-    P − 1 steps where it waits cost as long as one that works); dX and dW zeroed and rounded in
-    global memory (4 operations per element)."""
+    back for every chunk; a block's ceil(nt/P) token tiles for each of nv + P steps (the P steps
+    where it waits cost as long as one that works); its dX rows zeroed and rounded, and its share
+    (1/P) of every dW tile's rows, in global memory (4 operations per element)."""
     shape = gemm_shape(op)
     BT, V, H, b = shape.bt, shape.v, shape.h, shape.b
     bt, v, h = (min(sizes[d], n) for d, n in zip(("bt", "v", "h"), (BT, V, H)))
@@ -378,7 +440,7 @@ def load(op, sizes: dict[str, int], target: Target) -> list[Load]:
     cores = target.cores
     nt, nv, hc = -(-BT // bt), -(-V // v), -(-H // h)
     tb = -(-nt // cores)
-    n = tb * (nv + cores - 1)  # pairs' worth of time on the busiest core
+    n = tb * (nv + cores)  # pairs' worth of time on the busiest core
     one = Load()
     logit_tiles(one, n, (bt, v, h), op, target)
     for rows, rhs_rows in ((bt, v), (v, bt)):  # GEMM 2: dX tile += G·W tile; GEMM 3: dW tile += Gᵀ·X tile
@@ -387,7 +449,7 @@ def load(op, sizes: dict[str, int], target: Target) -> list[Load]:
         one.add_move((acc, g), n * rows * H * 4, n * hc)
         one.add_move((vec, a), n * hc * bt * v * b, n * hc)
         operand_in(one, "matrix_b", n * rhs_rows * H * b, n * hc, target)
-    one.add_work("scalar", "f32", (tb * bt + nv * v) * H * 4, 2 * (tb + nv), 0)
+    one.add_work("scalar", "f32", (tb * bt + nv * -(-v // cores)) * H * 4, 2 * (tb + nv), 0)
     spread_totals(one, nt * nv / n, (BT + V) * H * 4, target)
     one.extents = {"bt": BT, "v": V, "h": H}
     return [one]

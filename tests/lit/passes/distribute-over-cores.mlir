@@ -66,23 +66,28 @@ func.func @small(%x: memref<8x10xf32>, %y: memref<8x10xf32>, %d: memref<1xf32>, 
 }
 
 // The fused linear cross-entropy gradient (fused first: the --stage run only): a wavefront over
-// the blocks. Each owns a contiguous range of token rows; at step s it takes vocabulary tile
-// s - bid with all three GEMMs, and a barrier ends the step. dW is float32, so its tiles
-// accumulate in place (no ring): block 0 zeroes a tile, the others add to it in block order.
+// the blocks. Each owns a contiguous range of token rows; at step u it zeroes its share of the
+// rows of vocabulary tile u, then takes tile u - bid - 1 with all three GEMMs, and a barrier ends
+// the step. dW is float32, so its tiles accumulate in place (no ring, nothing to round).
 // FLCE-LABEL: func.func @flce
 // FLCE-NOT:     npu.alloc_shared
 // FLCE:         %bid = npu.block_idx
 // FLCE-NEXT:    %nblk = npu.block_dim
 // FLCE:         %rows_lo = arith.muli
 // FLCE:         %rows_hi = arith.minsi
-// FLCE:         scf.for %[[S:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
-// FLCE-NEXT:      %vtile = arith.subi %[[S]], %bid : index
+// FLCE:         scf.for %[[U:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
 // FLCE:           scf.if
-// FLCE:             linalg.fill {train.role = #train.role<weight_grad_init>}
+// FLCE:             %[[Z:.*]] = memref.subview %dw[
+// FLCE-NEXT:        linalg.fill {train.role = #train.role<weight_grad_init>} ins(%{{.*}} : f32) outs(%[[Z]] :
+// FLCE:           %[[BEHIND:.*]] = arith.addi %bid, %{{.*}} : index
+// FLCE-NEXT:      %vtile = arith.subi %[[U]], %[[BEHIND]] : index
+// FLCE:           scf.if
+// FLCE-NOT:         weight_grad_init
 // FLCE:             scf.for %{{.*}} = %rows_lo to %rows_hi step %{{.*}} {
 // FLCE:               doc = "GEMM 1
 // FLCE:               doc = "GEMM 2
 // FLCE:               doc = "GEMM 3
+// FLCE-NOT:       weight_grad_final
 // FLCE:           npu.barrier
 // FLCE-NEXT:    } {train.fused
 // FLCE:         func.return

@@ -29,9 +29,10 @@
 // W is no longer packed transposed by scalar loops in global memory: its copies transpose it.
 // NPU-NOT:   weight_tile_packed
 // The wavefront over the blocks (passes/tiling/flce.py): dW's float32 tile accumulators are a
-// ring in global memory that all blocks share, one 32-row tile per block.
+// ring in global memory that all blocks share, P + 2 tiles of 32 rows.
 // NPU:       %[[P:.*]] = npu.block_dim
-// NPU-NEXT:  %[[RINGROWS:.*]] = arith.muli %[[P]], %{{.*}} : index
+// NPU-NEXT:  %[[SLOTS:.*]] = arith.addi %[[P]], %{{.*}} : index
+// NPU-NEXT:  %[[RINGROWS:.*]] = arith.muli %[[SLOTS]], %{{.*}} : index
 // NPU-NEXT:  %weight_grad_ring = npu.alloc_shared(%[[RINGROWS]]) : memref<?x48xf32>
 // NPU:       %bid = npu.block_idx
 // NPU-NEXT:  %nblk = npu.block_dim
@@ -40,15 +41,17 @@
 // NPU:       %rows_hi = arith.minsi
 // NPU:       %[[MINE:.*]] = memref.subview %input_grad_acc[%rows_lo, 0]
 // NPU-NEXT:  linalg.fill {train.role = #train.role<input_grad_init>} ins(%{{.*}} : f32) outs(%[[MINE]] :
-// Step s: this block works on vocabulary tile s - bid (if there is one), then waits for all.
-// NPU:       scf.for %[[S:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
-// NPU-NEXT:    %vtile = arith.subi %[[S]], %bid : index
+// Step u: every block zeroes its share of tile u's slot (slot u mod (P + 2)) ...
+// NPU:       scf.for %[[U:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
 // NPU:         scf.if
-// The tile's accumulator: ring slot vtile mod P, zeroed by block 0 only.
-// NPU:           %[[SLOT:.*]] = arith.remui %vtile, %[[P]] : index
-// NPU:           %[[DW:.*]] = memref.subview %weight_grad_ring[
-// NPU-NEXT:      scf.if
-// NPU-NEXT:        linalg.fill {train.role = #train.role<weight_grad_init>} ins(%{{.*}} : f32) outs(%[[DW]] :
+// NPU:           arith.remui %[[U]], %{{.*}} : index
+// NPU:           %[[Z:.*]] = memref.subview %weight_grad_ring[
+// NPU-NEXT:      linalg.fill {train.role = #train.role<weight_grad_init>} ins(%{{.*}} : f32) outs(%[[Z]] :
+// ... works on tile u - bid - 1, its accumulator in that tile's slot ...
+// NPU:         %vtile = arith.subi %[[U]], %{{.*}} : index
+// NPU:         scf.if
+// NPU:           arith.remui %vtile, %{{.*}} : index
+// NPU:           memref.subview %weight_grad_ring[
 // NPU-NOT:       weight_pack
 // NPU:           scf.for %{{.*}} = %rows_lo to %rows_hi step %{{.*}} {
 // GEMM 1: the logit tile starts at zero in L0C and stays there across H (chunks of 64).
@@ -67,8 +70,9 @@
 // NPU:         doc = "GEMM 2: input grad tile dX_t += G * W_v"
 // NPU:         npu.copy %{{.*}}, %{{.*}} {transpose} : memref<?x?xbf16, strided<[32, 1], offset: ?>, #npu.mem<ub>>, memref<?x?xbf16, strided<[128, 1]>, #npu.mem<l0a>>
 // NPU:         doc = "GEMM 3: weight grad tile dW_v += G^T * X_t"
-// The last block rounds the finished tile into dW.
+// ... and rounds its share of tile u - P - 1, which the last block finished a step before, into dW.
 // NPU:         scf.if
+// NPU:           memref.subview %weight_grad_ring[
 // NPU:           {train.role = #train.role<weight_grad_final>}
 // NPU:         npu.barrier
 // NPU-NEXT:  } {train.fused = #train.fused<"train.fused_linear_cross_entropy_loss_grad", #train.tiles<bt = 128, v = 32, h = 64>>}
