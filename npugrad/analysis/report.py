@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from xdsl.dialects import affine, arith, func, memref, scf
-from xdsl.dialects.linalg import ops as linalg
 from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerAttr, MemRefType, ModuleOp
+from xdsl.dialects.linalg import ops as linalg
 from xdsl.ir import Block, BlockArgument, Operation, OpResult, SSAValue
 
 from npugrad.analysis.cost import format_prediction, of_report
@@ -43,7 +43,7 @@ from npugrad.dialect import TrainOp
 from npugrad.dialect.attributes import FUSED, TILES
 from npugrad.dialect.checks import static_product
 from npugrad.dialect.npu import AllocLocalOp, BlockDimOp, BlockIdxOp, CopyOp, element_bytes, level_of
-from npugrad.ir import defined_functions
+from npugrad.ir import defined_functions, iterator_kinds, operand_dims
 from npugrad.targets import Target, TargetError
 
 # Ops interpreted per function (all blocks) before loops of more than FALLBACK_TRIPS trips are
@@ -329,9 +329,9 @@ class _Compiler:
             maps, operands, per_point = None, [op.outputs[0]], 1
             kinds = []
         else:
-            maps = _dims_of(op)
+            maps = operand_dims(op)
             operands = [*op.inputs, *op.outputs]
-            kinds = [str(it.data) for it in op.iterator_types.data]  # type: ignore[attr-defined]
+            kinds = iterator_kinds(op)
             per_point = sum(_element_op(o) for o in op.body.block.ops)
         contraction = "reduction" in kinds and len(op.inputs) >= 2
         local = all(level_of(v.type) is not None for v in operands)
@@ -546,11 +546,6 @@ def _element_op(op: Operation) -> bool:
 
 def _global_access(op: Operation) -> bool:
     return isinstance(op, memref.LoadOp | memref.StoreOp) and level_of(op.memref.type) is None
-
-
-def _dims_of(gen: linalg.GenericOp) -> list[list[int]]:
-    """For each operand, the loop dimension each of its indices walks."""
-    return [[r.position for r in m.data.results] for m in gen.indexing_maps.data]  # type: ignore[attr-defined]
 
 
 def _const(r: SSAValue, value: int | None) -> Step:

@@ -2,6 +2,14 @@
 rewriter, and queries on memrefs and modules. No codegen policy lives here."""
 
 from npugrad.ir.builder import IRBuilder, index
-from npugrad.ir.queries import defined_functions, enclosing_function, static_shape, unit_innermost_stride
+from npugrad.ir.queries import (
+    defined_functions,
+    enclosing_function,
+    iterator_kinds,
+    operand_dims,
+    static_shape,
+    unit_innermost_stride,
+)
 
-__all__ = ["IRBuilder", "defined_functions", "enclosing_function", "index", "static_shape", "unit_innermost_stride"]
+__all__ = ["IRBuilder", "defined_functions", "enclosing_function", "index", "iterator_kinds", "operand_dims", "static_shape",
+           "unit_innermost_stride"]

@@ -14,6 +14,16 @@ def unit_innermost_stride(t: MemRefType) -> bool:
     return isinstance(layout, NoneAttr) or (isinstance(layout, StridedLayoutAttr) and layout.get_strides()[-1] == 1)
 
 
+def operand_dims(gen) -> list[list[int]]:
+    """For each operand of a linalg.generic, the loop dimension each of its indices walks."""
+    return [[r.position for r in m.data.results] for m in gen.indexing_maps.data]
+
+
+def iterator_kinds(gen) -> list[str]:
+    """A linalg.generic's iterator types by name ("parallel", "reduction")."""
+    return [str(it.data) for it in gen.iterator_types.data]
+
+
 def static_shape(t: MemRefType) -> tuple[int | None, ...]:
     """The sizes of a memref type, None where dynamic."""
     return tuple(None if d == DYNAMIC_INDEX else d for d in t.get_shape())

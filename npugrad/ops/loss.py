@@ -117,7 +117,7 @@ def linear_cross_entropy(input, weight, target, *, shards: int | None = None, ig
         total = loss_c.sum(dtype=np.float64)
         scale = (1.0 / n if n else 0.0) if reduction == "mean" else 1.0
         loss = np.asarray(total * scale if n or reduction == "sum" else np.nan, F32)
-        per_row = np.full(n, scale if n else 0.0, F32)
+        per_row = np.full(n, scale, F32)
     if not want_grad:
         return LinearCrossEntropy(loss, None, None)
 

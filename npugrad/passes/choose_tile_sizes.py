@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import itertools
 import random
-from functools import lru_cache
 from dataclasses import dataclass
+from functools import lru_cache
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import FloatAttr, ModuleOp, f64
@@ -31,7 +31,7 @@ from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, RewritePattern, op_type_rewrite_pattern
 
 from npugrad.analysis import cost
-from npugrad.analysis.footprint import fits
+from npugrad.analysis.footprint import fits, padded
 from npugrad.dialect import TrainOp
 from npugrad.dialect.attributes import PREDICTED, TileSizesAttr
 from npugrad.dialect.checks import static_product
@@ -70,14 +70,10 @@ def static(op: TrainOp) -> bool:
     return all(static_product(static_shape(v.type)) is not None for v in op.operands)  # type: ignore[arg-type]
 
 
-def _round_up(n: int) -> int:
-    return -(-n // GRAIN) * GRAIN
-
-
 def _breakpoints(extent: int, most: int = 64) -> list[int]:
     """Sizes where the number of tiles of a dimension changes: the smallest multiples of GRAIN
     cutting `extent` into 1 .. `most` tiles."""
-    return sorted({min(_round_up(-(-extent // k)), _round_up(extent)) for k in range(1, most + 1)})
+    return sorted({min(padded(-(-extent // k), GRAIN), padded(extent, GRAIN)) for k in range(1, most + 1)})
 
 
 def search(op: TrainOp, target: Target, given: dict[str, int] | None = None) -> tuple[dict[str, int], cost.Prediction | None]:

@@ -33,8 +33,8 @@ from xdsl.dialects import arith, memref, vector
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     MemRefType,
-    StridedLayoutAttr,
     ModuleOp,
+    StridedLayoutAttr,
     VectorType,
     bf16,
     f16,
@@ -45,10 +45,9 @@ from xdsl.dialects.linalg.ops import GenericOp
 from xdsl.ir import SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, RewritePattern, op_type_rewrite_pattern
-
 from xdsl.rewriter import InsertPoint
 
-from npugrad.ir import IRBuilder, enclosing_function, unit_innermost_stride
+from npugrad.ir import IRBuilder, enclosing_function, iterator_kinds, unit_innermost_stride
 from npugrad.targets import Target, get
 
 _OPERAND_TYPES = (f32, f16, bf16)
@@ -114,7 +113,7 @@ def _match(gen: GenericOp) -> _Contraction | None:
         return None
     if not (unit_innermost_stride(types[1]) and unit_innermost_stride(types[2])):
         return None
-    kinds = [str(it.data) for it in gen.iterator_types.data]
+    kinds = iterator_kinds(gen)
     if len(kinds) != 3 or kinds.count("reduction") != 1:
         return None
     body = [o.name for o in gen.body.block.ops]
@@ -278,9 +277,8 @@ class VectorizeContraction(RewritePattern):
     def panel(self, gen: GenericOp, rewriter: PatternRewriter) -> SSAValue:
         f = enclosing_function(gen)
         if f not in self.panels:
-            mr, nr = block_shape(self.target)
-            lanes = self.target.vector_bits // 32
-            alloca = memref.AllocaOp.get(f32, 64, [reduction_chunk(self.target, nr * lanes), nr * lanes])
+            wide = block_shape(self.target)[1] * (self.target.vector_bits // 32)  # NR vectors of float32
+            alloca = memref.AllocaOp.get(f32, 64, [reduction_chunk(self.target, wide), wide])
             alloca.memref.name_hint = "b_panel"
             rewriter.insert_op(alloca, InsertPoint.at_start(f.body.blocks[0]))
             self.panels[f] = alloca.memref

@@ -173,7 +173,7 @@ def recipes() -> dict[type[TrainOp], OpRecipe]:
 def public_recipes() -> dict[type[TrainOp], OpRecipe]:
     """The recipes of ops with a Python API (an op added without one, e.g. a test's, has none):
     what the API's bridges (npugrad.torch, the two-phase form) can expose."""
-    return {op: r for op, r in _RECIPES.items() if not isinstance(r.api, NotSupported)}
+    return {op: r for op, r in _RECIPES.items() if r.supports("api")}
 
 
 def check_complete(dialect: Dialect) -> None:

@@ -71,7 +71,7 @@ def fused_linear_online_max_sum(input, weight, target, vocab_start: int, vocab_e
     if return_logits:
         logits = z.astype(x.dtype)
         if ignore_index is not None:
-            logits[t == ignore_index] = 0
+            logits[skipped] = 0
     return ShardStatistics(m.astype(F32), s.astype(F32), p, mask, masked, logits, sum_z)
 
 

@@ -10,7 +10,6 @@ from npugrad import dtypes
 from npugrad.dialect.attributes import DISTRIBUTED
 from npugrad.dialect.npu import BLOCKS
 from npugrad.ir import defined_functions
-from npugrad.runtime import sync
 from npugrad.runtime.jit import JitModule
 from npugrad.runtime.kernel import Kernel, MemRefSpec
 
@@ -54,7 +53,7 @@ class Executable:
         blocks = blocks or {}
         # A module whose kernels call the launch services (npu.synchronized) runs every launch of
         # its block kernels inside sync.launch.
-        synchronized = sync.uses_services(llvm_ir)
+        synchronized = bool(self._jit.services)
         self.kernels = {name: Kernel(self._jit, name, specs, name in blocks, blocks.get(name, False),
                                      synchronized and name in blocks)
                         for name, specs in sigs.items()}

@@ -14,8 +14,10 @@ class JitModule:
     """Machine code for one LLVM module, kept alive as long as this object is."""
 
     def __init__(self, llvm_ir: str):
+        # The launch services the module calls (runtime/sync.py), bound before it is linked.
+        self.services = sync.services(llvm_ir)
         with LOCK:
-            sync.bind_symbols(llvm_ir)
+            sync.bind_symbols(self.services)
             module = optimised(llvm_ir)
             # The engine takes ownership of its target machine and frees it with itself.
             self._engine = llvm.create_mcjit_compiler(module, new_target_machine())

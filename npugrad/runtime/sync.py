@@ -109,14 +109,10 @@ def services(llvm_ir: str) -> dict[str, int | None]:
     return wanted
 
 
-def uses_services(llvm_ir: str) -> bool:
-    return bool(services(llvm_ir))
-
-
-def bind_symbols(llvm_ir: str) -> None:
-    """Make the launch services a module calls resolvable by the JIT."""
+def bind_symbols(called: dict[str, int | None]) -> None:
+    """Make the launch services a module calls (`services` of its LLVM IR) resolvable by the JIT."""
     import llvmlite.binding as llvm
 
-    for symbol, rank in services(llvm_ir).items():
+    for symbol, rank in called.items():
         if not llvm.address_of_symbol(symbol):
             llvm.add_symbol(symbol, ctypes.cast(_callback(symbol, rank), ctypes.c_void_p).value)

@@ -42,7 +42,7 @@ import os
 import re
 import tomllib
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 
 HERE = Path(__file__).parent
@@ -136,8 +136,28 @@ class Target:
         """The unit doing `work` (one of WORK), or None when the target names none."""
         return next((u for u in self.units if work in u.work), None)
 
+    # Lookup tables, built once per target (a tile search asks tens of thousands of times);
+    # derived from the fields, so equality and hashing stay the fields'. The first entry wins.
+    @cached_property
+    def _paths_by_ends(self) -> dict[tuple[str, str], CopyPath]:
+        table: dict[tuple[str, str], CopyPath] = {}
+        for p in self.paths:
+            table.setdefault((p.source, p.target), p)
+        return table
+
+    @cached_property
+    def _levels_by_name(self) -> dict[str, MemoryLevel]:
+        table: dict[str, MemoryLevel] = {}
+        for lv in self.levels:
+            table.setdefault(lv.name, lv)
+        return table
+
+    @cached_property
+    def _role_levels(self) -> dict[str, str]:
+        return dict(self.roles)
+
     def path(self, source: str, target: str) -> CopyPath | None:
-        return next((p for p in self.paths if p.source == source and p.target == target), None)
+        return self._paths_by_ends.get((source, target))
 
     def has_path(self, source: str, target: str) -> bool:
         """Whether a copy can go straight from `source` to `target`: a target that lists no paths
@@ -146,15 +166,14 @@ class Target:
 
     def role(self, role: str) -> MemoryLevel:
         """The level that holds `role` (one of ROLES)."""
-        return self.level(dict(self.roles)[role])
+        return self.level(self._role_levels[role])
 
     def level(self, name: str) -> MemoryLevel:
-        for lv in self.levels:
-            if lv.name == name:
-                return lv
+        if (lv := self._levels_by_name.get(name)) is not None:
+            return lv
         raise TargetError(f"target '{self.name}' has no memory level '{name}' (levels: {', '.join(lv.name for lv in self.levels)})")
 
-    @property
+    @cached_property
     def global_level(self) -> MemoryLevel:
         return next(lv for lv in self.levels if lv.is_global)
 

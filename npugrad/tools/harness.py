@@ -164,9 +164,9 @@ def harness(function: str, specs: Sequence[MemRefSpec], shapes: Sequence[tuple[i
         "  %dir = select i1 %has_dir, ptr %given, ptr @.here",
     ]
     descriptors = []
-    for i, (spec, shape) in enumerate(zip(specs, shapes)):
+    sizes = [math.prod(shape) * spec.dtype.itemsize for spec, shape in zip(specs, shapes)]
+    for i, (spec, shape, nbytes) in enumerate(zip(specs, shapes, sizes)):
         globals_.append(_string(f".name{i}", spec.name))
-        nbytes = math.prod(shape) * spec.dtype.itemsize
         strides = [math.prod(shape[k + 1:]) for k in range(len(shape))]
         words = 3 + 2 * len(shape)
         body += [
@@ -197,8 +197,7 @@ def harness(function: str, specs: Sequence[MemRefSpec], shapes: Sequence[tuple[i
         ]
     else:
         body.append(f"  call void @_mlir_ciface_{function}({', '.join(descriptors)})")
-    for i, (spec, shape) in enumerate(zip(specs, shapes)):
-        nbytes = math.prod(shape) * spec.dtype.itemsize
+    for i, nbytes in enumerate(sizes):
         body.append(f"  call void @write_output(ptr %dir, ptr @.name{i}, ptr %buf{i}, i64 {nbytes})")
     body += ["  ret i32 0", "}"]
     support = SUPPORT_IR.replace("define bfloat", "define weak bfloat")

@@ -238,8 +238,7 @@ class NpugradOptMain(xDSLOptMain):
                 text = path.read_text()
             except OSError as e:
                 raise ValueError(f"--compare: cannot read {path}: {e.strerror}") from None
-            other = parse(text, str(path), self.ctx)
-            verify(other, text, str(path))
+            other = parse(text, str(path), self.ctx)  # parse verifies it
             other = self._pipeline("tiled").lower(other, "tiled", self.ctx)
             return compare(tiled, other, get_target(self.args.target), (self.get_input_name(), str(path)))
         text, printer = self._print(tiled)

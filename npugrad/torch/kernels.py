@@ -147,13 +147,20 @@ def schema(recipe: OpRecipe) -> str:
     return f"({', '.join(listed)}) -> {returns}"
 
 
-def _bind(params: list[Parameter], args: tuple, kwargs: dict) -> dict[str, object]:
-    """The API's arguments by name, from the operator's."""
-    values = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
-    values.update(zip((p.name for p in params), args))
+def _binder(params: list[Parameter]):
+    """bind(args, kwargs) -> the API's arguments by name, from the operator's; the tables it
+    reads are built once per operator, not on every call."""
+    defaults = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
+    order = tuple(p.name for p in params)
     names = {p.schema_name: p.name for p in params}
-    values.update({names[k]: v for k, v in kwargs.items()})
-    return values
+
+    def bind(args: tuple, kwargs: dict) -> dict[str, object]:
+        values = dict(defaults)
+        values.update(zip(order, args))
+        values.update({names[k]: v for k, v in kwargs.items()})
+        return values
+
+    return bind
 
 
 def register(recipe: OpRecipe) -> torch.library.CustomOpDef:
@@ -162,9 +169,10 @@ def register(recipe: OpRecipe) -> torch.library.CustomOpDef:
     params = parameters(recipe)
     api = recipe.api()
     mutated = tuple(p.name for p in params if p.kind.endswith("!)"))
+    bind = _binder(params)
 
     def run(*args, **kwargs):
-        values = _bind(params, args, kwargs)
+        values = bind(args, kwargs)
         result = api(**values)
         return None if mutated else result
 
@@ -173,7 +181,7 @@ def register(recipe: OpRecipe) -> torch.library.CustomOpDef:
         shapes = FAKE[name]
 
         def fake(*args, **kwargs):
-            values = _bind(params, args, kwargs)
+            values = bind(args, kwargs)
             outs = [None if o is None else torch.empty(o[0], dtype=o[1]) for o in shapes(values)]
             return None if mutated else outs[0] if len(outs) == 1 else tuple(outs)
 

@@ -49,9 +49,7 @@ def lower_fused_linear_cross_entropy_loss_grad(op: FusedLinearCrossEntropyLossGr
             if op.high_performance:
                 p = e.load_f32(op.softmax, [t, j])
             else:
-                logit = dot(e, op.input, op.weight, t, j, h)
-                if gradient.cap:
-                    logit = softcap(e, Float(e, logit), gradient.cap).value
+                logit = softcap(e, Float(e, dot(e, op.input, op.weight, t, j, h)), gradient.cap).value
                 p = gradient.probability(row, logit)
             is_target = e.emit(arith.AndIOp(in_shard, e.emit(arith.CmpiOp(j, target, "eq"))))
             grad_logit = gradient.element(row, p, logit, is_target)

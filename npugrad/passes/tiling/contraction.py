@@ -27,13 +27,9 @@ from xdsl.ir.affine import AffineExpr, AffineMap
 from xdsl.rewriter import InsertPoint
 
 from npugrad.dialect.npu import AllocLocalOp, CopyOp, level_of, local_type
-from npugrad.ir import IRBuilder, enclosing_function
+from npugrad.ir import IRBuilder, enclosing_function, iterator_kinds
+from npugrad.ir import operand_dims as dims_of
 from npugrad.targets import Target
-
-
-def _dims_of(gen: GenericOp) -> list[list[int]]:
-    """For each operand, the loop dimension each of its indices walks."""
-    return [[r.position for r in m.data.results] for m in gen.indexing_maps.data]  # type: ignore[attr-defined]
 
 
 def _canonical(operand_dims: list[list[int]], reduction: int) -> list[list[int]]:
@@ -74,12 +70,12 @@ def tile_contraction(gen: GenericOp, sizes: list[int], target: Target, double_bu
     a, b = gen.inputs
     (c,) = gen.outputs
     zero = _zero_fill(gen, c)
-    operand_dims = _dims_of(gen)
+    operand_dims = dims_of(gen)
     extents: dict[int, SSAValue] = {}
     for value, dims in zip((a, b, c), operand_dims):
         for axis, d in enumerate(dims):
             extents.setdefault(d, e.dim(value, axis))
-    kinds = [str(it.data) for it in gen.iterator_types.data]  # type: ignore[attr-defined]
+    kinds = iterator_kinds(gen)
     reduction = kinds.index("reduction")
     parallel = [d for d in range(3) if d != reduction]
     canonical = _canonical(operand_dims, reduction)
@@ -89,7 +85,6 @@ def tile_contraction(gen: GenericOp, sizes: list[int], target: Target, double_bu
             raise NotImplementedError(f"{gen.name}: operand indexed by dims {dims}, neither {canon} nor its transpose")
         flipped.append(dims != canon)
     roles = ("matrix_a", "matrix_b", "accumulator")
-    g = target.global_level.name
     entry = enclosing_function(gen).body.block
 
     def local(key: str, t, shape: list[int], level: str) -> SSAValue:

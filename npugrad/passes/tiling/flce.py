@@ -39,16 +39,15 @@ nv + P + 1), and, for a bfloat16/float16 dW, a ring of P + 2 float32 accumulator
 from __future__ import annotations
 
 from collections.abc import Callable
-
 from dataclasses import dataclass
 from functools import lru_cache
 
 from xdsl.dialects import arith, memref, scf
 from xdsl.dialects.builtin import DYNAMIC_INDEX, AffineMapAttr, ArrayAttr, MemRefType, f32
 from xdsl.dialects.linalg.ops import GenericOp
-from xdsl.ir import Block
 from xdsl.ir.affine import AffineMap
 from xdsl.rewriter import InsertPoint
+from xdsl.transforms.dead_code_elimination import region_dce
 
 from npugrad.analysis.cost import Load
 from npugrad.analysis.footprint import TileBuffer, budget
@@ -121,10 +120,10 @@ def _mixed_sizes(view: memref.SubviewOp) -> list:
 
 
 def _share(e: IRBuilder, bid, nblk, n):
-    """(first, count) of this block's share of n rows: [bid·n/P, (bid+1)·n/P)."""
+    """[first, end) of this block's share of n: [bid·n/P, (bid+1)·n/P)."""
     lo = e.emit(arith.DivUIOp(e.emit(arith.MuliOp(bid, n)), nblk))
     hi = e.emit(arith.DivUIOp(e.emit(arith.MuliOp(e.emit(arith.AddiOp(bid, e.idx(1))), n)), nblk))
-    return lo, e.emit(arith.SubiOp(hi, lo))
+    return lo, hi
 
 
 def _tile_rows(e: IRBuilder, tile, tv, v):
@@ -151,8 +150,7 @@ def wavefront(nest: scf.ForOp, e: IRBuilder) -> scf.ForOp:
     nt = e.emit(arith.CeilDivUIOp(bt, tb))
     nv = e.emit(arith.CeilDivUIOp(v, tv))
     one = e.idx(1)
-    first_tile = e.emit(arith.DivUIOp(e.emit(arith.MuliOp(bid, nt)), nblk))
-    end_tile = e.emit(arith.DivUIOp(e.emit(arith.MuliOp(e.emit(arith.AddiOp(bid, one)), nt)), nblk))
+    first_tile, end_tile = _share(e, bid, nblk, nt)
     t_lo = e.emit(arith.MuliOp(first_tile, tb))
     t_hi = e.emit(arith.MinSIOp(e.emit(arith.MuliOp(end_tile, tb)), bt))
     t_lo.name_hint, t_hi.name_hint = "rows_lo", "rows_hi"
@@ -176,12 +174,12 @@ def wavefront(nest: scf.ForOp, e: IRBuilder) -> scf.ForOp:
     view = init.outputs[0].owner
     assert isinstance(view, memref.SubviewOp)
     dw = view.source
-    ring = heap = None
-    slots = e.emit(arith.AddiOp(nblk, e.idx(2)))
+    ring = heap = slots = None
     if isinstance(dw.owner, memref.AllocOp):
         assert final is not None
         heap = dw.owner
         store = next(o for o in final.walk() if isinstance(o, memref.StoreOp))
+        slots = e.emit(arith.AddiOp(nblk, e.idx(2)))
         ring = _ring(heap, e)
         dw = store.memref.owner.source  # the dW output the final loop rounded into
     h = dw.type.get_shape()[1]  # type: ignore[attr-defined]
@@ -203,7 +201,8 @@ def wavefront(nest: scf.ForOp, e: IRBuilder) -> scf.ForOp:
     with e.loop(steps) as step:
         with e.if_(e.emit(arith.CmpiOp(step, nv, "ult"))):  # zero tile u, a share each
             _, count = _tile_rows(e, step, tv, v)
-            first, mine = _share(e, bid, nblk, count)
+            first, end = _share(e, bid, nblk, count)
+            mine = e.emit(arith.SubiOp(end, first))
             ROLE.set(e.fill(0.0, acc_rows(e, step, first, mine)), NestRoleAttr(NestRole.WEIGHT_GRAD_INIT))
         behind = e.emit(arith.AddiOp(bid, one))
         vi = e.emit(arith.SubiOp(step, behind))
@@ -217,7 +216,8 @@ def wavefront(nest: scf.ForOp, e: IRBuilder) -> scf.ForOp:
             ready = e.emit(arith.AndIOp(e.emit(arith.CmpiOp(step, lag, "uge")), e.emit(arith.CmpiOp(done, nv, "ult"))))
             with e.if_(ready):
                 r0, count = _tile_rows(e, done, tv, v)
-                first, mine = _share(e, bid, nblk, count)
+                first, end = _share(e, bid, nblk, count)
+                mine = e.emit(arith.SubiOp(end, first))
                 _round(e, acc_rows(e, done, first, mine), dw, None, e.emit(arith.AddiOp(r0, first)), mine,
                        NestRole.WEIGHT_GRAD_FINAL)
         e.emit(BarrierOp())
@@ -236,7 +236,7 @@ def wavefront(nest: scf.ForOp, e: IRBuilder) -> scf.ForOp:
         view.result.replace_all_uses_with(moved)
         e.erase(view)
         e.erase(heap)
-    _erase_dead(then, e)
+    region_dce(then.parent, e.rewriter)  # the views and sizes only the erased init and final used
     return wave
 
 
@@ -252,26 +252,13 @@ def _round(e: IRBuilder, src, out, src_row, out_row, rows, role: NestRole) -> No
     ROLE.set(ivs[0].owner.parent_op(), NestRoleAttr(role))
 
 
-def _erase_dead(block: Block, e: IRBuilder) -> None:
-    """Views and sizes the moved parts no longer use."""
-    changed = True
-    while changed:
-        changed = False
-        for op in list(block.ops):
-            if isinstance(op, memref.SubviewOp | memref.DimOp | arith.SubiOp | arith.MinSIOp) and not any(
-                    r.uses for r in op.results):
-                e.erase(op)
-                changed = True
-
-
 def _ring(alloc: memref.AllocOp, e: IRBuilder):
-    """The heap accumulator of one vocabulary tile's dW → a ring of `slots` such tiles shared by
+    """The heap accumulator of one vocabulary tile's dW → a ring of P + 2 such tiles shared by
     the blocks (npu.alloc_shared), placed where the heap tile was (the function's top level)."""
-    t = alloc.memref.type
-    tv, h = t.get_shape()
+    tv, h = alloc.memref.type.get_shape()
     top = e.at(alloc)
-    nblk = top.emit(BlockDimOp())
-    rows = top.emit(arith.MuliOp(top.emit(arith.AddiOp(nblk, top.idx(2))), top.idx(tv)))
+    slots = top.emit(arith.AddiOp(top.emit(BlockDimOp()), top.idx(2)))
+    rows = top.emit(arith.MuliOp(slots, top.idx(tv)))
     sizes = [rows] + ([] if h != DYNAMIC_INDEX else list(alloc.dynamic_sizes))
     ring = top.emit(AllocSharedOp(MemRefType(f32, [DYNAMIC_INDEX, h]), sizes))
     ring.name_hint = "weight_grad_ring"
