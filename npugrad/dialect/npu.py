@@ -4,6 +4,10 @@
     %n = npu.block_dim                                    // how many blocks run
     %ub = npu.alloc_local {double_buffer} : memref<64x128xf32, #npu.mem<ub>>
     npu.copy %x_tile, %ub : memref<64x128xf32, strided<[?, 1], offset: ?>>, memref<64x128xf32, #npu.mem<ub>>
+    npu.copy %acc, %y_tile : memref<64x128xf32, #npu.mem<l0c>>, memref<64x128xbf16, strided<[?, 1], offset: ?>>
+                                                          // f32 rounded to bf16 on the way out
+    npu.copy %acc, %part {accumulate} : memref<64x128xf32, #npu.mem<l0c>>, memref<64x128xf32>
+                                                          // %part += %acc (an atomic add)
     %ws = npu.alloc_shared(%n) : memref<?x256x64xf32>     // one workspace for all blocks of a launch
     npu.barrier                                           // every block gets here, then all go on
 
@@ -18,7 +22,7 @@ from __future__ import annotations
 from enum import auto
 
 from xdsl.dialects import func, scf
-from xdsl.dialects.builtin import DYNAMIC_INDEX, IndexType, MemRefType, NoneAttr, StringAttr, UnitAttr
+from xdsl.dialects.builtin import DYNAMIC_INDEX, IndexType, MemRefType, NoneAttr, StringAttr, UnitAttr, bf16, f16, f32
 from xdsl.dialects.utils import EnumAttribute
 from xdsl.ir import Dialect, ParametrizedAttribute
 from xdsl.irdl import (
@@ -139,37 +143,75 @@ def element_bytes(t) -> int:
 
 
 class _CopyEffects(MemoryEffect):
-    """A copy reads its source and writes its target."""
+    """A copy reads its source and writes its target; an accumulating copy reads its target too."""
 
     @classmethod
     def get_effects(cls, op: IRDLOperation) -> set[EffectInstance]:
-        return {EffectInstance(MemoryEffectKind.READ, op.operands[0]), EffectInstance(MemoryEffectKind.WRITE, op.operands[1])}
+        effects = {EffectInstance(MemoryEffectKind.READ, op.operands[0]), EffectInstance(MemoryEffectKind.WRITE, op.operands[1])}
+        if isinstance(op, CopyOp) and op.accumulate is not None:
+            effects.add(EffectInstance(MemoryEffectKind.READ, op.operands[1]))
+        return effects
+
+
+# The conversions a copy may make on the way (an Ascend A2's FixPipe, out of the cube unit's
+# accumulator): float32 rounded to nearest even into a 16-bit float, as arith.truncf does.
+COPY_CONVERSIONS = ((f32, bf16), (f32, f16))
 
 
 @irdl_op_definition
 class CopyOp(IRDLOperation):
-    """A DMA transfer between memory levels, of equal shapes and element types. `transpose`: a
-    2-D copy whose target is the source transposed (the layout a matrix unit's operand needs,
-    made by the transfer, as Ascend's loads into L0A/L0B do), so target[j, i] = source[i, j]."""
+    """A DMA transfer between memory levels, of equal shapes.
+
+    The element types are equal, or the copy converts: float32 to bf16 or f16, each element
+    rounded to nearest even (arith.truncf), as an Ascend A2's FixPipe does on the way out of
+    the cube unit's accumulator (L0C).
+
+    `transpose`: a 2-D copy whose target is the source transposed (the layout a matrix unit's
+    operand needs, made by the transfer, as Ascend's loads into L0A/L0B do), so
+    target[j, i] = source[i, j].
+
+    `accumulate`: the copy adds into its target, target[i] += source[i] (in float32 only, without
+    a conversion): A2's atomic-add copy out, summing the partial results of a split reduction in
+    global memory. With `transpose`, target[j, i] += source[i, j]."""
 
     name = "npu.copy"
     source = operand_def(MemRefType)
     target = operand_def(MemRefType)
     transpose = opt_prop_def(UnitAttr)
+    accumulate = opt_prop_def(UnitAttr)
     traits = traits_def(_CopyEffects())
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$source `,` $target attr-dict `:` type($source) `,` type($target)"
 
-    def __init__(self, source, target, transpose: bool = False):
-        super().__init__(operands=[source, target], properties={"transpose": UnitAttr() if transpose else None})
+    def __init__(self, source, target, transpose: bool = False, *, accumulate: bool = False):
+        super().__init__(
+            operands=[source, target],
+            properties={"transpose": UnitAttr() if transpose else None, "accumulate": UnitAttr() if accumulate else None},
+        )
+
+    def converts(self) -> bool:
+        """Whether the copy rounds its elements into a narrower type (its types differ)."""
+        return self.source.type.element_type != self.target.type.element_type  # type: ignore[attr-defined]
 
     def verify_(self) -> None:
         s, t = self.source.type, self.target.type
         assert isinstance(s, MemRefType) and isinstance(t, MemRefType)
-        if s.element_type != t.element_type:
+        if s.element_type != t.element_type and (s.element_type, t.element_type) not in COPY_CONVERSIONS:
             raise VerifyException(
-                f"'{self.name}' op source and target must have the same element type, got {s.element_type} and {t.element_type}"
+                f"'{self.name}' op source and target must have the same element type, or convert f32 into bf16 or f16 "
+                f"(rounding), got {s.element_type} and {t.element_type}"
             )
+        if self.accumulate is not None:
+            if s.element_type != t.element_type:
+                raise VerifyException(
+                    f"'{self.name}' op with accumulate cannot convert: source and target must both be f32, "
+                    f"got {s.element_type} and {t.element_type}"
+                )
+            if s.element_type != f32:
+                raise VerifyException(
+                    f"'{self.name}' op with accumulate needs f32 elements (an atomic add in float32), "
+                    f"got {s.element_type} and {t.element_type}"
+                )
         target_shape = t.get_shape()
         if self.transpose is not None:
             if s.get_num_dims() != 2 or t.get_num_dims() != 2:
@@ -188,16 +230,19 @@ class CopyOp(IRDLOperation):
         return shape[::-1] if self.transpose is not None else shape
 
     def bytes(self) -> int | None:
-        """Bytes moved, when the shape is static."""
-        s = self.source.type
-        assert isinstance(s, MemRefType)
+        """Bytes moved, when the shape is static: the elements times the *target's* element size,
+        what the transfer writes (a converting copy reads 4 bytes and writes 2 per element; for
+        any other copy both sizes are equal). An accumulating copy counts the same: A2 makes the
+        add where the target is (an atomic add), the target does not travel to the core and back."""
+        t = self.target.type
+        assert isinstance(t, MemRefType)
         n = 1
-        for a, b in zip(s.get_shape(), self.target_shape_as_source()):
+        for a, b in zip(self.source.type.get_shape(), self.target_shape_as_source()):  # type: ignore[attr-defined]
             d = a if a != DYNAMIC_INDEX else b
             if d == DYNAMIC_INDEX:
                 return None
             n *= d
-        return n * element_bytes(s.element_type)
+        return n * element_bytes(t.element_type)
 
 
 @irdl_op_definition

@@ -6,7 +6,9 @@
                                                →  memref.alloc at function entry (this call's
                                                   arena: each thread has its own), freed on return
     npu.copy %a, %b                            →  a loop nest of loads and stores (`transpose`:
-                                                  the source read transposed)
+                                                  the source read transposed; f32 into bf16/f16:
+                                                  arith.truncf before the store; `accumulate`:
+                                                  the target loaded, arith.addf, then stored)
     npu.barrier                                →  func.call @npugrad_barrier()
     %w = npu.alloc_shared(%m) : memref<?xf32>  →  func.call @npugrad_shared_r1_f32(slot, 4, %m):
                                                   the same buffer in every block of the launch
@@ -26,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects import func, memref
+from xdsl.dialects import arith, func, memref
 from xdsl.dialects.builtin import DYNAMIC_INDEX, FunctionType, IntegerAttr, MemRefType, ModuleOp, NoneAttr
 from xdsl.ir import Attribute, Operation
 from xdsl.passes import ModulePass
@@ -72,7 +74,13 @@ class LowerCopy(RewritePattern):
         with e.loop_nest(e.dims(op.target)) as ivs:
             # The raw element (no signless cast for unsigned integers): a copy moves bits.
             source = ivs[::-1] if op.transpose is not None else ivs
-            e.store(e.emit(memref.LoadOp.get(op.source, source)), op.target, ivs)
+            value = e.emit(memref.LoadOp.get(op.source, source))
+            if op.accumulate is not None:  # float32 only (the verifier says so)
+                value = e.emit(arith.AddfOp(e.emit(memref.LoadOp.get(op.target, ivs)), value))
+            if op.converts():
+                e.store_f32(value, op.target, ivs)  # arith.truncf: rounded to nearest even
+            else:
+                e.store(value, op.target, ivs)
         rewriter.erase(op)
 
 

@@ -64,6 +64,26 @@ func.func @transposed_copy(%w: memref<32x16xbf16, strided<[4096, 1], offset: ?>>
   func.return
 }
 
+// The copies out of an accumulator: float32 rounded into bf16 (the differing element types say
+// so), and added into the target (accumulate), also transposed (the attributes in either order).
+// CHECK-LABEL: func.func @fixpipe_copies(
+// CHECK-NEXT:    npu.copy %acc, %y : memref<16x32xf32, #npu.mem<l0c>>, memref<16x32xbf16, strided<[4096, 1], offset: ?>>
+// CHECK-NEXT:    npu.copy %acc, %h : memref<16x32xf32, #npu.mem<l0c>>, memref<16x32xf16, #npu.mem<ub>>
+// CHECK-NEXT:    npu.copy %acc, %part {accumulate} : memref<16x32xf32, #npu.mem<l0c>>, memref<16x32xf32, strided<[4096, 1], offset: ?>>
+// CHECK-NEXT:    npu.copy %acc, %part_t {accumulate, transpose} : memref<16x32xf32, #npu.mem<l0c>>, memref<32x16xf32>
+// GENERIC:       "npu.copy"(%acc, %y) : (memref<16x32xf32, #npu.mem<l0c>>, memref<16x32xbf16, strided<[4096, 1], offset: ?>>) -> ()
+// GENERIC:       "npu.copy"(%acc, %part) <{accumulate}> : (memref<16x32xf32, #npu.mem<l0c>>, memref<16x32xf32, strided<[4096, 1], offset: ?>>) -> ()
+// GENERIC-NEXT:  "npu.copy"(%acc, %part_t) <{accumulate, transpose}> : (memref<16x32xf32, #npu.mem<l0c>>, memref<32x16xf32>) -> ()
+func.func @fixpipe_copies(%acc: memref<16x32xf32, #npu.mem<l0c>>, %y: memref<16x32xbf16, strided<[4096, 1], offset: ?>>,
+                          %h: memref<16x32xf16, #npu.mem<ub>>, %part: memref<16x32xf32, strided<[4096, 1], offset: ?>>,
+                          %part_t: memref<32x16xf32>) {
+  npu.copy %acc, %y : memref<16x32xf32, #npu.mem<l0c>>, memref<16x32xbf16, strided<[4096, 1], offset: ?>>
+  npu.copy %acc, %h : memref<16x32xf32, #npu.mem<l0c>>, memref<16x32xf16, #npu.mem<ub>>
+  npu.copy %acc, %part {accumulate} : memref<16x32xf32, #npu.mem<l0c>>, memref<16x32xf32, strided<[4096, 1], offset: ?>>
+  npu.copy %acc, %part_t {accumulate, transpose} : memref<16x32xf32, #npu.mem<l0c>>, memref<32x16xf32>
+  func.return
+}
+
 // The launch services: a workspace every block of a launch shares, a barrier in a loop.
 // CHECK-LABEL: func.func @launch_services(
 // CHECK-NEXT:    %nblk = npu.block_dim

@@ -54,9 +54,78 @@ func.func @alloc_not_a_memref() {
 
 // -----
 
-func.func @copy_element_types(%a: memref<16xf32>, %b: memref<16xf16, #npu.mem<ub>>) {
-  // expected-error@+1 {{'npu.copy' op source and target must have the same element type, got f32 and f16}}
-  npu.copy %a, %b : memref<16xf32>, memref<16xf16, #npu.mem<ub>>
+// Valid: the copies out of an accumulator (A2's FixPipe): float32 rounded into bf16 or f16, and
+// added into float32 (accumulate), transposed or not.
+// CHECK-LABEL: func.func @valid_fixpipe_copies
+// CHECK-NEXT:    npu.copy %acc, %h : memref<16x8xf32, #npu.mem<l0c>>, memref<16x8xbf16>
+// CHECK-NEXT:    npu.copy %acc, %g : memref<16x8xf32, #npu.mem<l0c>>, memref<16x8xf16>
+// CHECK-NEXT:    npu.copy %acc, %s {accumulate} : memref<16x8xf32, #npu.mem<l0c>>, memref<16x8xf32>
+// CHECK-NEXT:    npu.copy %acc, %t {transpose, accumulate} : memref<16x8xf32, #npu.mem<l0c>>, memref<8x16xf32>
+func.func @valid_fixpipe_copies(%acc: memref<16x8xf32, #npu.mem<l0c>>, %h: memref<16x8xbf16>, %g: memref<16x8xf16>,
+                                %s: memref<16x8xf32>, %t: memref<8x16xf32>) {
+  npu.copy %acc, %h : memref<16x8xf32, #npu.mem<l0c>>, memref<16x8xbf16>
+  npu.copy %acc, %g : memref<16x8xf32, #npu.mem<l0c>>, memref<16x8xf16>
+  npu.copy %acc, %s {accumulate} : memref<16x8xf32, #npu.mem<l0c>>, memref<16x8xf32>
+  npu.copy %acc, %t {transpose, accumulate} : memref<16x8xf32, #npu.mem<l0c>>, memref<8x16xf32>
+  func.return
+}
+
+// -----
+
+// A copy converts float32 into a narrower float only: not the other way.
+func.func @copy_element_types(%a: memref<16xbf16>, %b: memref<16xf32, #npu.mem<ub>>) {
+  // expected-error@+1 {{'npu.copy' op source and target must have the same element type, or convert f32 into bf16 or f16 (rounding), got bf16 and f32}}
+  npu.copy %a, %b : memref<16xbf16>, memref<16xf32, #npu.mem<ub>>
+  func.return
+}
+
+// -----
+
+// Nor into an integer.
+func.func @copy_float_to_integer(%a: memref<16xf32, #npu.mem<l0c>>, %b: memref<16xi32>) {
+  // expected-error@+1 {{'npu.copy' op source and target must have the same element type, or convert f32 into bf16 or f16 (rounding), got f32 and i32}}
+  npu.copy %a, %b : memref<16xf32, #npu.mem<l0c>>, memref<16xi32>
+  func.return
+}
+
+// -----
+
+// Nor between two narrow floats.
+func.func @copy_f16_to_bf16(%a: memref<16xf16>, %b: memref<16xbf16, #npu.mem<ub>>) {
+  // expected-error@+1 {{'npu.copy' op source and target must have the same element type, or convert f32 into bf16 or f16 (rounding), got f16 and bf16}}
+  npu.copy %a, %b : memref<16xf16>, memref<16xbf16, #npu.mem<ub>>
+  func.return
+}
+
+// -----
+
+func.func @accumulate_bf16(%a: memref<16xbf16, #npu.mem<ub>>, %b: memref<16xbf16>) {
+  // expected-error@+1 {{'npu.copy' op with accumulate needs f32 elements (an atomic add in float32), got bf16 and bf16}}
+  npu.copy %a, %b {accumulate} : memref<16xbf16, #npu.mem<ub>>, memref<16xbf16>
+  func.return
+}
+
+// -----
+
+func.func @accumulate_integers(%a: memref<16xi32, #npu.mem<ub>>, %b: memref<16xi32>) {
+  // expected-error@+1 {{'npu.copy' op with accumulate needs f32 elements (an atomic add in float32), got i32 and i32}}
+  npu.copy %a, %b {accumulate} : memref<16xi32, #npu.mem<ub>>, memref<16xi32>
+  func.return
+}
+
+// -----
+
+func.func @accumulate_with_a_conversion(%a: memref<16xf32, #npu.mem<l0c>>, %b: memref<16xbf16>) {
+  // expected-error@+1 {{'npu.copy' op with accumulate cannot convert: source and target must both be f32, got f32 and bf16}}
+  npu.copy %a, %b {accumulate} : memref<16xf32, #npu.mem<l0c>>, memref<16xbf16>
+  func.return
+}
+
+// -----
+
+func.func @accumulate_transposed_keeps_the_shape(%a: memref<16x8xf32, #npu.mem<l0c>>, %b: memref<16x8xf32>) {
+  // expected-error@+1 {{'npu.copy' op the target's shape must be the source's transposed, got memref<16x8xf32, #npu.mem<l0c>> and memref<16x8xf32>}}
+  npu.copy %a, %b {transpose, accumulate} : memref<16x8xf32, #npu.mem<l0c>>, memref<16x8xf32>
   func.return
 }
 

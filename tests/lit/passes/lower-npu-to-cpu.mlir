@@ -105,6 +105,35 @@ func.func @transposed(%w: memref<32x16xbf16>) {
   func.return
 }
 
+// Copies out of an accumulator: a converting copy rounds each element with arith.truncf (to
+// nearest even, as every other float32 -> bf16/f16 store of the compiler) before the store; an
+// accumulating one loads the target, adds the source to it and stores the sum, transposed or not.
+// CHECK-LABEL: func.func @fixpipe(
+// CHECK:         scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK-NEXT:      scf.for %[[J:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK-NEXT:        %[[V:.*]] = memref.load %acc[%[[I]], %[[J]]] : memref<16x8xf32>
+// CHECK-NEXT:        %[[H:.*]] = arith.truncf %[[V]] : f32 to bf16
+// CHECK-NEXT:        memref.store %[[H]], %y[%[[I]], %[[J]]] : memref<16x8xbf16>
+// CHECK:         scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK-NEXT:      scf.for %[[J:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK-NEXT:        %[[S:.*]] = memref.load %acc[%[[I]], %[[J]]] : memref<16x8xf32>
+// CHECK-NEXT:        %[[T:.*]] = memref.load %part[%[[I]], %[[J]]] : memref<16x8xf32>
+// CHECK-NEXT:        %[[SUM:.*]] = arith.addf %[[T]], %[[S]] : f32
+// CHECK-NEXT:        memref.store %[[SUM]], %part[%[[I]], %[[J]]] : memref<16x8xf32>
+// CHECK:         scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK-NEXT:      scf.for %[[J:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK-NEXT:        %[[S:.*]] = memref.load %acc[%[[J]], %[[I]]] : memref<16x8xf32>
+// CHECK-NEXT:        %[[T:.*]] = memref.load %part_t[%[[I]], %[[J]]] : memref<8x16xf32>
+// CHECK-NEXT:        %[[SUM:.*]] = arith.addf %[[T]], %[[S]] : f32
+// CHECK-NEXT:        memref.store %[[SUM]], %part_t[%[[I]], %[[J]]] : memref<8x16xf32>
+func.func @fixpipe(%acc: memref<16x8xf32, #npu.mem<l0c>>, %y: memref<16x8xbf16>, %part: memref<16x8xf32>,
+                   %part_t: memref<8x16xf32>) {
+  npu.copy %acc, %y : memref<16x8xf32, #npu.mem<l0c>>, memref<16x8xbf16>
+  npu.copy %acc, %part {accumulate} : memref<16x8xf32, #npu.mem<l0c>>, memref<16x8xf32>
+  npu.copy %acc, %part_t {transpose, accumulate} : memref<16x8xf32, #npu.mem<l0c>>, memref<8x16xf32>
+  func.return
+}
+
 // The launch services become calls of the runtime (npugrad/runtime/sync.py): the barrier a call
 // of @npugrad_barrier, each shared workspace a call returning the launch's buffer of that slot
 // (numbered per function, in order), its element size in bytes and every size; the function is
