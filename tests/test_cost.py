@@ -54,3 +54,24 @@ def test_routes():
     assert notes == ["gm -> l0b is not a path of npu-a2: costed as gm -> l1 -> l0b"]
     # host lists a path between any two levels
     assert len(cost.route(get("host"), "dram", "l1")) == 1
+
+
+def test_shared_cache_serves_re_reads_in_proportion_to_what_fits():
+    """npu-a2: 192 MiB of L2 in front of HBM (888.9 B/cycle), the L2 at 4444 B/cycle. The first
+    touch of the footprint comes from HBM; of the re-reads, the fraction cache / footprint hits."""
+    g = A2.global_level
+    mib = 1 << 20
+    # Fits: first touch from HBM, the rest from the cache.
+    assert cost.global_cycles(A2, 1000 * mib, 100 * mib) == pytest.approx(100 * mib / 888.9 + 900 * mib / 4444)
+    # Twice the cache: half the re-reads hit.
+    footprint = 2 * g.cache
+    want = (footprint + (1000 * mib - footprint) * 0.5) / 888.9 + (1000 * mib - footprint) * 0.5 / 4444
+    assert cost.global_cycles(A2, 1000 * mib, footprint) == pytest.approx(want)
+    # Less traffic than the footprint: all of it a first touch.
+    assert cost.global_cycles(A2, 10 * mib, footprint) == pytest.approx(10 * mib / 888.9)
+    # A stage's workspace counts in the footprint: more workspace, fewer hits, more cycles.
+    load = gemm_stage(8192 * 1000, 0)
+    load.global_bytes = 4000 * mib
+    small = cost.predict([load], A2, 100 * mib).cycles
+    load.workspace = 300 * mib
+    assert cost.predict([load], A2, 100 * mib).cycles > small

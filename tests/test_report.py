@@ -318,3 +318,25 @@ def test_driver_report_usage_errors(tmp_path, args, message):
     )
     assert result.returncode == 1
     assert result.stderr.strip() == message
+
+
+def test_flce_on_npu_a2_meets_the_traffic_and_time_targets():
+    """Issue 13's targets on examples/flce_grad_4096x4096x8192.mlir (bf16, BT=4096, H=4096,
+    V=8192) tiled for npu-a2 by the search: global traffic at most 1/8 of the 78.5 GiB the first
+    tiling moved, predicted time within 1.5x of the cube unit's compute bound (3 GEMMs)."""
+    from npugrad.analysis import cost
+    from npugrad.analysis.report import analyze
+    from xdsl.dialects import func
+
+    from npugrad.compiler import Pipeline
+
+    text = (Path(__file__).parent.parent / "examples" / "flce_grad_4096x4096x8192.mlir").read_text()
+    target = get("npu-a2")
+    module = Pipeline(target="npu-a2").lower(parse(text, "flce_grad_4096x4096x8192.mlir"), "tiled")
+    [f] = [o for o in module.ops if isinstance(o, func.FuncOp)]
+    r = analyze(f, target)
+    traffic = sum(m.bytes for (a, b), m in r.moves.items() if "gm" in (a, b))
+    assert traffic <= 78.5 * (1 << 30) / 8
+    p = cost.of_report(r, target)
+    assert p.compute["cube"] == pytest.approx(6 * 4096 * 4096 * 8192 / 8192 / 20, rel=1e-3)
+    assert p.cycles <= 1.5 * p.compute["cube"]

@@ -6,13 +6,19 @@ all cores move in and out of global memory. Each becomes cycles on the target:
 
     unit   work / rate(kind, element type) + instructions x overhead      (per core)
     path   bytes / bandwidth + copies x latency                            (per core)
-    global bytes of all cores / the global level's shared bandwidth (what a shared cache in
-           front of it holds, beyond the first touch, at the cache's bandwidth)
+    global bytes of all cores / the global level's shared bandwidth, except what a shared cache
+           in front of it serves (below)
 
 With double buffering the copies of the next tile overlap work on this one: a stage takes as long
 as its slowest unit or path. Without, a core does one thing at a time: the sum. The kernel is the
 sum of its stages. Lower bounds: the compute bound (all work spread evenly over all cores at full
 rate) and the compulsory traffic (the arguments moved once over global memory).
+
+The shared cache: the kernel's global footprint F is its arguments and the workspaces it
+allocates in global memory. The first touch of F comes from memory; of the rest of the traffic
+(re-reads, partial results written and read again), the cache serves the fraction min(1, C / F)
+of a cache of C bytes (as if any byte of F were as likely to be resident as any other: a
+first-order estimate, exact when F fits) at its bandwidth, memory the remainder.
 
 A path the target does not list (a copy the hardware cannot do in one step) is costed along the
 shortest route of listed paths, and said so.
@@ -42,6 +48,7 @@ class Load:
     moves: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)  # path -> (bytes, copies)
     work: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)  # (kind, element) -> (amount, count)
     global_bytes: float = 0.0  # all cores
+    workspace: float = 0.0  # bytes of global buffers the tiling allocates (beyond the arguments)
     total_work: dict[tuple[str, str], float] = field(default_factory=dict)  # all cores
     # The extent of each tile dimension (a model's first stage says): where tile counts change.
     extents: dict[str, int] = field(default_factory=dict)
@@ -131,34 +138,41 @@ def path_cycles(target: Target, path: tuple[str, str], nbytes: float, copies: fl
     return sum(nbytes / p.bandwidth + copies * p.latency for p in chain)
 
 
-def global_cycles(target: Target, nbytes: float, argument_bytes: float) -> float | None:
-    """Cycles all cores' global traffic takes over the shared bandwidth (None: not given)."""
+def global_cycles(target: Target, nbytes: float, footprint: float) -> float | None:
+    """Cycles all cores' global traffic (`nbytes`) takes over the shared bandwidth, through the
+    shared cache for a kernel whose global buffers take `footprint` bytes (module docstring;
+    None: the target gives no bandwidth)."""
     g = target.global_level
     if g.bandwidth is None:
         return None
-    if g.cache and g.cache_bandwidth and argument_bytes <= g.cache:
-        first = min(nbytes, argument_bytes)
-        return first / g.bandwidth + (nbytes - first) / g.cache_bandwidth
-    return nbytes / g.bandwidth
+    if not (g.cache and g.cache_bandwidth):
+        return nbytes / g.bandwidth
+    first = min(nbytes, footprint)
+    hit = min(1.0, g.cache / footprint) if footprint > 0 else 1.0
+    again = nbytes - first
+    return (first + again * (1 - hit)) / g.bandwidth + again * hit / g.cache_bandwidth
 
 
-def stage_terms(load: Load, target: Target, argument_bytes: float, caveats: list[str]) -> list[Term]:
+def stage_terms(load: Load, target: Target, footprint: float, caveats: list[str]) -> list[Term]:
     units: dict[str, float] = {}
     for (kind, element), (amount, count) in load.work.items():
         name, rate, overhead = _rate(target, kind, element)
         units[name] = units.get(name, 0.0) + amount / rate + count * overhead
     terms = [Term(name, c) for name, c in units.items()]
     terms += [Term(f"{a} -> {b}", path_cycles(target, (a, b), n, k, caveats)) for (a, b), (n, k) in load.moves.items()]
-    shared = global_cycles(target, load.global_bytes, argument_bytes)
+    shared = global_cycles(target, load.global_bytes, footprint)
     if shared is not None:
         terms.append(Term(f"{target.global_level.name} (shared)", shared))
     return sorted(terms, key=lambda t: -t.cycles)
 
 
-def predict(stages: list[Load], target: Target, argument_bytes: float) -> Prediction:
+def predict(stages: list[Load], target: Target, argument_bytes: float, workspace: float | None = None) -> Prediction:
+    """`workspace`: the bytes of global buffers the kernel allocates (default: what the stages say)."""
     caveats: list[str] = []
     overlapped = target.double_buffer
-    per_stage = [stage_terms(s, target, argument_bytes, caveats) for s in stages]
+    if workspace is None:
+        workspace = max((s.workspace for s in stages), default=0.0)
+    per_stage = [stage_terms(s, target, argument_bytes + workspace, caveats) for s in stages]
     shares: dict[str, float] = {}
     cycles = 0.0
     for terms in per_stage:
@@ -210,7 +224,7 @@ def of_report(report, target: Target) -> Prediction | None:
                 elif g in key:
                     load.global_bytes += m.bytes
         stages.append(load)
-    return predict(stages, target, report.argument_bytes)
+    return predict(stages, target, report.argument_bytes, report.workspace_bytes)
 
 
 def _time(cycles: float, clock_ghz: float) -> str:

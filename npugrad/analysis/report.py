@@ -42,7 +42,7 @@ from npugrad.analysis.footprint import local_buffer_bytes as footprint
 from npugrad.dialect import TrainOp
 from npugrad.dialect.attributes import FUSED, TILES
 from npugrad.dialect.checks import static_product
-from npugrad.dialect.npu import AllocLocalOp, BlockDimOp, BlockIdxOp, CopyOp, element_bytes, level_of
+from npugrad.dialect.npu import AllocLocalOp, AllocSharedOp, BlockDimOp, BlockIdxOp, CopyOp, element_bytes, level_of
 from npugrad.ir import defined_functions, iterator_kinds, operand_dims
 from npugrad.targets import Target, TargetError
 
@@ -98,6 +98,7 @@ class FunctionReport:
     moves: dict[tuple[str, str], Move] | None  # None: shapes are not static
     dynamic: list[str] = field(default_factory=list)  # arguments with dynamic shapes
     argument_bytes: int = 0
+    workspace_bytes: int = 0  # global buffers the function allocates (memref.alloc, npu.alloc_shared)
     block_bytes: list[int] = field(default_factory=list)  # bytes moved by each block
     caveats: list[str] = field(default_factory=list)
     untiled: list[str] = field(default_factory=list)  # train ops with every operand in global memory
@@ -359,9 +360,9 @@ class _Compiler:
 
     def copy(self, op: CopyOp) -> Step:
         src, dst = op.source, op.target
-        t = src.type
+        t = dst.type
         assert isinstance(t, MemRefType)
-        element = element_bytes(t.element_type)
+        element = element_bytes(t.element_type)  # what is written: a converting copy writes the narrower type
         key = (level_of(src.type) or self.global_level, level_of(dst.type) or self.global_level)
         where = _where(op)
 
@@ -732,6 +733,45 @@ def _argument_bytes(f: func.FuncOp) -> tuple[int, list[str]]:
     return total, dynamic
 
 
+def _index_value(v: SSAValue, target: Target) -> int | None:
+    """A size computed from constants, npu.block_dim (the target's cores) and static dims."""
+    op = v.owner
+    if isinstance(op, arith.ConstantOp) and isinstance(op.value, IntegerAttr):
+        return op.value.value.data
+    if isinstance(op, BlockDimOp):
+        return target.cores
+    if isinstance(op, memref.DimOp):
+        axis = _index_value(op.index, target)
+        shape = _static(op.source.type)
+        return shape[axis] if axis is not None and axis < len(shape) else None
+    if isinstance(op, arith.MuliOp | arith.AddiOp):
+        a, b = _index_value(op.lhs, target), _index_value(op.rhs, target)
+        if a is None or b is None:
+            return None
+        return a * b if isinstance(op, arith.MuliOp) else a + b
+    return None
+
+
+def _workspace_bytes(f: func.FuncOp, target: Target) -> int:
+    """Bytes of the global buffers `f` allocates whose sizes can be evaluated, each once (what
+    the blocks touch of a heap buffer each allocates: their own rows of it, in the tilings)."""
+    total = 0
+    for o in f.walk():
+        if not isinstance(o, AllocSharedOp | memref.AllocOp):
+            continue
+        t = o.results[0].type
+        if not isinstance(t, MemRefType) or level_of(t) is not None:
+            continue
+        dynamic = iter(o.sizes if isinstance(o, AllocSharedOp) else o.dynamic_sizes)
+        n: int | None = element_bytes(t.element_type)
+        for d in t.get_shape():
+            size = _index_value(next(dynamic), target) if d == DYNAMIC_INDEX else d
+            n = None if n is None or size is None else n * size
+        if n is not None:
+            total += n
+    return total
+
+
 def analyze(f: func.FuncOp, target: Target, names: dict[SSAValue, str] | None = None) -> FunctionReport:
     """The report of one function; `names` are the SSA names the IR was printed with."""
     names = names or {}
@@ -747,6 +787,7 @@ def analyze(f: func.FuncOp, target: Target, names: dict[SSAValue, str] | None = 
         level.buffers.append(Buffer(f"%{label}", str(buf.result.type), size, copies, buf.size_bytes()))
     argument_bytes, dynamic = _argument_bytes(f)
     report = FunctionReport(f.sym_name.data, list(levels.values()), None, dynamic, argument_bytes)
+    report.workspace_bytes = _workspace_bytes(f, target)
     for o in f.walk():
         if not isinstance(o, TrainOp | memref.LoadOp | memref.StoreOp):
             continue

@@ -54,6 +54,7 @@ from npugrad.analysis.footprint import TileBuffer, budget
 from npugrad.dialect.attributes import CONTRACTION, FUSED, ROLE, Contraction, NestRole, NestRoleAttr
 from npugrad.dialect.npu import PROMOTE, AllocLocalOp, AllocSharedOp, BarrierOp, BlockDimOp, element_bytes, local_type
 from npugrad.ir import IRBuilder, enclosing_function
+from npugrad.passes.tiling import flce_phased
 from npugrad.passes.tiling.blocks import block_range
 from npugrad.passes.tiling.contraction import staged, tile_contraction
 from npugrad.targets import Target
@@ -321,8 +322,11 @@ def tile_fused_flce(nest: scf.ForOp, target: Target, e: IRBuilder) -> None:
     tiles = nest_tiles(nest)
     f = enclosing_function(nest)
     read_weight_in_place(nest, e)
-    wave = wavefront(nest, e)
     buffers: dict = {}
+    if flce_phased.applies(target):
+        wave, buffers = flce_phased.tile_phased(nest, tiles, target, e)
+    else:
+        wave = wavefront(nest, e)
     gens = [o for o in wave.walk() if _contraction(o) is not None]
     # The scratch first, so that a contraction tiled after it knows which operands are local.
     for alloc in [o for o in f.walk() if isinstance(o, memref.AllocOp) and PROMOTE.on(o)]:
@@ -350,6 +354,8 @@ def footprint_bytes(bt: int, v: int, h: int, b: int, stage: bool) -> dict[str, i
 
 def footprint(op, sizes: dict[str, int], target: Target) -> list[TileBuffer]:
     b = gemm_shape(op).b
+    if flce_phased.applies(target):
+        return flce_phased.footprint_bytes(sizes["bt"], sizes["v"], sizes["h"], b, target)
     return [TileBuffer(role, n, target.double_buffer)
             for role, n in footprint_bytes(sizes["bt"], sizes["v"], sizes["h"], b, staged(target, "matrix_b")).items()]
 
@@ -420,6 +426,8 @@ def load(op, sizes: dict[str, int], target: Target) -> list[Load]:
     where it waits cost as long as one that works); its dX rows zeroed and rounded, and its share
     (1/P) of every dW tile's rows, in global memory (4 operations per element)."""
     shape = gemm_shape(op)
+    if flce_phased.applies(target):
+        return flce_phased.load(shape, sizes, target)
     BT, V, H, b = shape.bt, shape.v, shape.h, shape.b
     bt, v, h = (min(sizes[d], n) for d, n in zip(("bt", "v", "h"), (BT, V, H)))
     g = target.global_level.name
@@ -439,11 +447,14 @@ def load(op, sizes: dict[str, int], target: Target) -> list[Load]:
     one.add_work("scalar", "f32", (tb * bt + nv * -(-v // cores)) * H * 4, 2 * (tb + nv), 0)
     spread_totals(one, nt * nv / n, (BT + V) * H * 4, target)
     one.extents = {"bt": BT, "v": V, "h": H}
+    one.workspace = (BT * H + (cores + 2) * v * H) * 4 if b != 4 else 0  # dX's accumulator, dW's ring
     return [one]
 
 
 def choose_tile_sizes(op, target: Target) -> dict[str, int]:
     """The largest bt × v tile (then the largest h) whose tiles fit every level at once."""
+    if flce_phased.applies(target):
+        return flce_phased.largest_fitting(element_bytes(op.input.type.element_type), target)
     return largest_fitting_tiles(footprint_bytes, element_bytes(op.input.type.element_type), target)
 
 
