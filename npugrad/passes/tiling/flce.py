@@ -1,5 +1,7 @@
 """Tiling of the fused linear cross-entropy gradient (the nest fuse-linear-cross-entropy-grad
-built, marked `train.fused` with tiles {bt, v, h}): each of its three contractions (marked
+built, marked `train.fused` with tiles {bt, v, h}). On a target whose matrix and vector units
+share no local memory (npu-a2) the nest is restructured into vocabulary slabs instead
+(flce_phased.py); elsewhere, as follows: each of its three contractions (marked
 `#train.contraction`) is tiled into the matrix levels (operands) and the accumulator level
 (float32 results), H in chunks of `h`; the tile-sized scratch (logits, G, saved target logits,
 marked `npu.promote`) moves into the level of its role.
