@@ -94,7 +94,8 @@ def vector_rows(bt: int, v: int, b: int, target: Target) -> int:
         g = padded(rb * v * b, align) if b != 4 else 0
         return (padded(rb * v * 4, align) + g + padded(rb * 4, align)) * copies
 
-    rb = max(8, bt // 8 * 8) if bt >= 8 else bt
+    per_row = (v * (4 + (b if b != 4 else 0)) + 4) * copies  # before padding: an upper bound on rb
+    rb = max(8, min(bt, (level.capacity or 0) // max(1, per_row)) // 8 * 8) if bt >= 8 else bt
     while rb > 8 and used(rb) > (level.capacity or 0):
         rb -= 8
     return rb
@@ -104,17 +105,19 @@ def footprint_bytes(bt: int, v: int, h: int, b: int, target: Target) -> list[Til
     """The local buffers of the schedule (the module docstring)."""
     rb = vector_rows(bt, v, b, target)
     double = target.double_buffer
+    stage = target.role("stage").alignment
+    vec = target.role("vector").alignment
+    # Buffers of one level and kind summed, each padded as check-capacity pads it (fewer
+    # entries: the search calls this thousands of times).
     return [
         TileBuffer("accumulator", bt * v * 4, False),
         TileBuffer("matrix_a", bt * h * b, double),
         TileBuffer("matrix_b", h * v * b, double),
-        TileBuffer("stage", bt * h * b, double),  # X's and G's chunks (GEMMs 1 and 2)
-        TileBuffer("stage", v * h * b, double),  # W's chunks as stored (GEMM 1)
-        TileBuffer("stage", h * v * b, double),  # W's and X's chunks (GEMMs 2 and 3)
-        TileBuffer("stage", h * bt * b, double),  # G's chunks as stored (GEMM 3)
-        TileBuffer("vector", rb * v * 4, double),
-        *([TileBuffer("vector", rb * v * b, double)] if b != 4 else []),
-        TileBuffer("vector", rb * 4, double),
+        # X's and G's chunks (GEMMs 1, 2), W's as stored (GEMM 1), W's and X's (GEMMs 2, 3), G's as stored (GEMM 3)
+        TileBuffer("stage", 2 * padded(bt * h * b, stage) + 2 * padded(v * h * b, stage), double),
+        # the logit rows (float32), their G (the input type), the saved target logits
+        TileBuffer("vector", padded(rb * v * 4, vec) + (padded(rb * v * b, vec) if b != 4 else 0) + padded(rb * 4, vec),
+                   double),
     ]
 
 
