@@ -340,3 +340,34 @@ def test_flce_on_npu_a2_meets_the_traffic_and_time_targets():
     p = cost.of_report(r, target)
     assert p.compute["cube"] == pytest.approx(6 * 4096 * 4096 * 8192 / 8192 / 20, rel=1e-3)
     assert p.cycles <= 1.5 * p.compute["cube"]
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f32"])
+def test_host_report_counts_the_micro_kernels_packed_b_panels(dtype):
+    """On a CPU target the micro-kernels copy each contraction's B panel (K x N), widened to
+    float32, into the smallest level (vectorize-contractions) unless B is float32 with rows less
+    than a page apart: the report counts that copy, b + 4 bytes per element. FLCE BT=64, H=64,
+    V=256 with tiles bt=32, v=64, h=32: 2 x 4 (token, vocabulary) tile pairs, each packing W's
+    64 x 64 twice (GEMMs 1 and 2) and X's 32 x 64 once (GEMM 3): 8 x (2·64 + 32)·64 elements."""
+    from xdsl.dialects import func
+
+    from npugrad.compiler import Pipeline
+
+    text = f"""
+func.func @flce(%g: memref<64xf32>, %x: memref<64x64x{dtype}>, %w: memref<256x64x{dtype}>, %mask: memref<8xui8>,
+                %t: memref<64xi64>, %lm: memref<64xf32>, %se: memref<64xf32>,
+                %gx: memref<64x64x{dtype}>, %gw: memref<256x64x{dtype}>) {{
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<64xf32>) input(%x : memref<64x64x{dtype}>)
+      weight(%w : memref<256x64x{dtype}>) target_mask(%mask : memref<8xui8>) masked_target(%t : memref<64xi64>)
+      logits_max(%lm : memref<64xf32>) sum_exp_logits(%se : memref<64xf32>)
+      -> input_grad_out(%gx : memref<64x64x{dtype}>) weight_grad_out(%gw : memref<256x64x{dtype}>)
+      {{tile_sizes = #train.tiles<bt = 32, v = 64, h = 32>}}
+  func.return
+}}"""
+    target = get("host")
+    module = Pipeline(target="host").lower(parse(text, "flce.mlir"), "tiled")
+    [f] = [o for o in module.ops if isinstance(o, func.FuncOp)]
+    r = rep.analyze(f, target)
+    smallest = min((lv for lv in target.local_levels() if lv.capacity), key=lambda lv: lv.capacity).name
+    packed = sum(m.bytes for (a, b), m in r.moves.items() if b == smallest)
+    assert packed == (8 * (2 * 64 + 32) * 64 * (2 + 4) if dtype == "bf16" else 0)

@@ -44,6 +44,7 @@ from npugrad.dialect.attributes import FUSED, TILES
 from npugrad.dialect.checks import static_product
 from npugrad.dialect.npu import AllocLocalOp, AllocSharedOp, BlockDimOp, BlockIdxOp, CopyOp, element_bytes, level_of
 from npugrad.ir import defined_functions, iterator_kinds, operand_dims
+from npugrad.passes.vectorize_contractions import needs_packing
 from npugrad.targets import Target, TargetError
 
 # Ops interpreted per function (all blocks) before loops of more than FALLBACK_TRIPS trips are
@@ -270,6 +271,10 @@ class _Compiler:
 
     def __init__(self, f: func.FuncOp, target: Target):
         self.global_level = target.global_level.name
+        # Where a register-blocked micro-kernel packs its B panels (a CPU target: vector
+        # registers to block for): the smallest local level. None: the matrix unit reads B in place.
+        local = [lv for lv in target.local_levels() if lv.capacity]
+        self.panel = min(local, key=lambda lv: lv.capacity).name if target.vector_registers and local else None
         self.moving: set[Operation] = set()
         self.leaves = {o for o in f.walk() if _leaf_loop(o)}
         counted = (CopyOp, linalg.GenericOp, linalg.FillOp)
@@ -336,9 +341,15 @@ class _Compiler:
             per_point = sum(_element_op(o) for o in op.body.block.ops)
         contraction = "reduction" in kinds and len(op.inputs) >= 2
         local = all(level_of(v.type) is not None for v in operands)
+        pack = None  # (path, bytes per element) of B's panel copy, where the kernel packs it
         if contraction:
             key = Work("matrix", str(operands[0].type.element_type))  # type: ignore[attr-defined]
             per_point = 2
+            b = op.inputs[1].type
+            if self.panel is not None and isinstance(b, MemRefType) and b.get_num_dims() == 2 and needs_packing(b):
+                # vectorize-contractions copies B's K x N panel, widened to float32, into the
+                # smallest level once per call, for all row blocks to read.
+                pack = ((level_of(b) or self.global_level, self.panel), element_bytes(b.element_type) + 4)
         else:
             key = Work("vector" if local else "scalar", "f32")
 
@@ -355,6 +366,10 @@ class _Compiler:
                 points = max((run.bound(v) or 0) for v in operands)
                 run.caveats.add("work of sizes that could not be evaluated counts as the largest tile it can be")
             run.tally(key, points * per_point, 1, exact)
+            if pack is not None:
+                b_points = static_product(extents.get(d) for d in maps[1])  # type: ignore[index]
+                if b_points is not None:
+                    run.tally(pack[0], b_points * pack[1], 1, exact)
 
         return step
 

@@ -446,6 +446,12 @@ def load(op, sizes: dict[str, int], target: Target) -> list[Load]:
         one.add_move((acc, g), n * rows * H * 4, n * hc)
         one.add_move((vec, a), n * hc * bt * v * b, n * hc)
         operand_in(one, "matrix_b", n * rhs_rows * H * b, n * hc, target)
+    local = [lv for lv in target.local_levels() if lv.capacity]
+    if b != 4 and target.vector_registers and local:
+        # A CPU's micro-kernels pack each GEMM's B panel, widened to float32, into the smallest
+        # level (vectorize-contractions): W's v x H for GEMMs 1 and 2, X's bt x H for GEMM 3.
+        panel = min(local, key=lambda lv: lv.capacity).name
+        one.add_move((target.role("matrix_b").name, panel), n * (2 * v + bt) * H * (b + 4), 3 * n * hc)
     one.add_work("scalar", "f32", (tb * bt + nv * -(-v // cores)) * H * 4, 2 * (tb + nv), 0)
     spread_totals(one, nt * nv / n, (BT + V) * H * 4, target)
     one.extents = {"bt": BT, "v": V, "h": H}
