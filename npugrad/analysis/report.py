@@ -44,7 +44,7 @@ from npugrad.dialect.attributes import FUSED, TILES
 from npugrad.dialect.checks import static_product
 from npugrad.dialect.npu import AllocLocalOp, AllocSharedOp, BlockDimOp, BlockIdxOp, CopyOp, element_bytes, level_of
 from npugrad.ir import defined_functions, iterator_kinds, operand_dims
-from npugrad.passes.vectorize_contractions import needs_packing
+from npugrad.passes.vectorize_contractions import needs_packing, panel_level
 from npugrad.targets import Target, TargetError
 
 # Ops interpreted per function (all blocks) before loops of more than FALLBACK_TRIPS trips are
@@ -271,10 +271,7 @@ class _Compiler:
 
     def __init__(self, f: func.FuncOp, target: Target):
         self.global_level = target.global_level.name
-        # Where a register-blocked micro-kernel packs its B panels (a CPU target: vector
-        # registers to block for): the smallest local level. None: the matrix unit reads B in place.
-        local = [lv for lv in target.local_levels() if lv.capacity]
-        self.panel = min(local, key=lambda lv: lv.capacity).name if target.vector_registers and local else None
+        self.panel = panel_level(target)  # where B panels are packed (None: read in place)
         self.moving: set[Operation] = set()
         self.leaves = {o for o in f.walk() if _leaf_loop(o)}
         counted = (CopyOp, linalg.GenericOp, linalg.FillOp)

@@ -267,6 +267,18 @@ class IRBuilder:
     def dealloc(self, ref: SSAValue) -> None:
         self.emit(memref.DeallocOp.get(ref))
 
+    def drop_deallocs(self, ref: SSAValue) -> None:
+        """Erase the deallocs of a heap buffer that is being replaced."""
+        for use in list(ref.uses):
+            if isinstance(use.operation, memref.DeallocOp):
+                self.erase(use.operation)
+
+    def erase_if_dead(self, ref: SSAValue) -> None:
+        """Erase a heap buffer (and its deallocs) that nothing else uses any more."""
+        if all(isinstance(u.operation, memref.DeallocOp) for u in ref.uses):
+            self.drop_deallocs(ref)
+            self.erase(ref.owner)  # type: ignore[arg-type]
+
     def fill(self, value: float, ref: SSAValue) -> Operation:
         op = FillOp([self.const(value, ref.type.element_type)], [ref], res=[])  # type: ignore[attr-defined]
         self.emit(op)

@@ -70,6 +70,14 @@ def reduction_chunk(target: Target, columns: int, packed: bool = True) -> int:
     return max(16, smallest // (2 if packed else 1) // (4 * columns))
 
 
+def panel_level(target: Target) -> str | None:
+    """Where this pass's micro-kernels keep packed B panels on `target`: its smallest local level
+    (the L1 on a CPU; reduction_chunk sizes the panels for it). None for a target without vector
+    registers to block for (an NPU's matrix unit reads its operand tiles in place)."""
+    local = [lv for lv in target.local_levels() if lv.capacity]
+    return min(local, key=lambda lv: lv.capacity).name if target.vector_registers and local else None
+
+
 PAGE = mmap.PAGESIZE
 
 

@@ -3,17 +3,36 @@ tiles are dealt over, and the record of the sizes in the IR."""
 
 from __future__ import annotations
 
-from xdsl.dialects import arith
+from xdsl.dialects import arith, memref
+from xdsl.dialects.builtin import DYNAMIC_INDEX
 from xdsl.ir import SSAValue
 
 from npugrad.diagnostics import PassFailure
 from npugrad.dialect import TrainOp
-from npugrad.dialect.attributes import TILES, TileSizesAttr
+from npugrad.dialect.attributes import CONTRACTION, ROLE, TILES, Contraction, NestRole, TileSizesAttr
 from npugrad.dialect.npu import BlockDimOp, BlockIdxOp
 from npugrad.ir import IRBuilder
 
 MIN_ELEMENTS = 1 << 16  # per block, for the memory-bound ops: below this a thread costs more than it saves
 LINE = 64  # elements per block range are a multiple of this: no cache line is shared by two blocks
+
+
+def nest_role(op) -> NestRole | None:
+    """The #train.role a fused nest marks `op` with, if any."""
+    attr = ROLE.get(op)
+    return attr.data if attr is not None else None
+
+
+def contraction_of(op) -> Contraction | None:
+    """Which of a fused nest's contractions `op` is (#train.contraction), if any."""
+    attr = CONTRACTION.get(op)
+    return attr.contraction if attr is not None else None
+
+
+def mixed_sizes(view: memref.SubviewOp) -> list:
+    """A subview's sizes: an int where static, the operand where dynamic."""
+    dynamic = iter(view.sizes)
+    return [next(dynamic) if d == DYNAMIC_INDEX else d for d in view.static_sizes.get_values()]
 
 
 def tile_sizes(op: TrainOp, dims: dict[str, int | None]) -> dict[str, int]:

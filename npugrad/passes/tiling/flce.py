@@ -57,8 +57,9 @@ from npugrad.dialect.attributes import CONTRACTION, FUSED, ROLE, Contraction, Ne
 from npugrad.dialect.npu import PROMOTE, AllocLocalOp, AllocSharedOp, BarrierOp, BlockDimOp, element_bytes, local_type
 from npugrad.ir import IRBuilder, enclosing_function
 from npugrad.passes.tiling import flce_phased
-from npugrad.passes.tiling.blocks import block_range
+from npugrad.passes.tiling.blocks import block_range, contraction_of, mixed_sizes, nest_role
 from npugrad.passes.tiling.contraction import staged, tile_contraction
+from npugrad.passes.vectorize_contractions import panel_level
 from npugrad.targets import Target
 
 # The names of each contraction's local buffers (%gemm1_lhs, ...), in the order of the nest.
@@ -75,9 +76,7 @@ def promote(alloc: memref.AllocOp, target: Target, e: IRBuilder) -> None:
     local.location = alloc.location
     local.result.name_hint = alloc.memref.name_hint
     e.rewriter.insert(local, InsertPoint.before(alloc))
-    for use in list(alloc.memref.uses):
-        if isinstance(use.operation, memref.DeallocOp):
-            e.erase(use.operation)
+    e.drop_deallocs(alloc.memref)
     alloc.memref.replace_all_uses_with(local.result)
     e.erase(alloc)
     _retype_views(local.result, e)
@@ -95,16 +94,6 @@ def _retype_views(buffer, e: IRBuilder) -> None:
             _retype_views(moved, e)
 
 
-def _role(op) -> NestRole | None:
-    attr = ROLE.get(op)
-    return attr.data if attr is not None else None
-
-
-def _contraction(op) -> Contraction | None:
-    attr = CONTRACTION.get(op) if isinstance(op, GenericOp) else None
-    return attr.contraction if attr is not None else None
-
-
 def spread(loop: scf.ForOp, bid, nblk, e: IRBuilder) -> None:
     """for i = lb to ub step s  →  for i = lb + bid·s to ub step nblk·s (block-cyclic tiles)."""
     e = e.at(loop)
@@ -114,12 +103,6 @@ def spread(loop: scf.ForOp, bid, nblk, e: IRBuilder) -> None:
     step = e.emit(arith.MuliOp(nblk, loop.step))
     loop.operands = [lb, loop.ub, step, *loop.iter_args]
     e.modified(loop)
-
-
-def _mixed_sizes(view: memref.SubviewOp) -> list:
-    """A subview's sizes: an int where static, the operand where dynamic."""
-    dynamic = iter(view.sizes)
-    return [next(dynamic) if d == DYNAMIC_INDEX else d for d in view.static_sizes.get_values()]
 
 
 def _share(e: IRBuilder, bid, nblk, n):
@@ -147,7 +130,7 @@ def wavefront(nest: scf.ForOp, e: IRBuilder) -> scf.ForOp:
     fused = FUSED.get(nest)
     e = e.at(nest)
     bid, nblk = block_range(e)
-    tokens = next(o for o in nest.walk() if _role(o) is NestRole.TOKEN_LOOP)
+    tokens = next(o for o in nest.walk() if nest_role(o) is NestRole.TOKEN_LOOP)
     bt, tb = tokens.ub, tokens.step
     v, tv = nest.ub, nest.step
     nt = e.emit(arith.CeilDivUIOp(bt, tb))
@@ -160,8 +143,8 @@ def wavefront(nest: scf.ForOp, e: IRBuilder) -> scf.ForOp:
     rows = e.emit(arith.SubiOp(t_hi, t_lo))
 
     # dX: each block zeroes, accumulates and rounds its own rows.
-    for op in [o for o in nest.parent.ops if _role(o) in (NestRole.INPUT_GRAD_INIT, NestRole.INPUT_GRAD_FINAL)]:
-        if _role(op) is NestRole.INPUT_GRAD_INIT:
+    for op in [o for o in nest.parent.ops if nest_role(o) in (NestRole.INPUT_GRAD_INIT, NestRole.INPUT_GRAD_FINAL)]:
+        if nest_role(op) is NestRole.INPUT_GRAD_INIT:
             acc = op.outputs[0]
             ROLE.set(e.fill(0.0, e.subview(acc, [t_lo, 0], [rows, e.dim(acc, 1)])), NestRoleAttr(NestRole.INPUT_GRAD_INIT))
         else:
@@ -172,8 +155,8 @@ def wavefront(nest: scf.ForOp, e: IRBuilder) -> scf.ForOp:
         e.erase(op)
 
     # dW: where a tile accumulates (a view of dW, or of a heap tile that becomes the ring).
-    init = next(o for o in nest.walk() if _role(o) is NestRole.WEIGHT_GRAD_INIT)
-    final = next((o for o in nest.walk() if _role(o) is NestRole.WEIGHT_GRAD_FINAL), None)
+    init = next(o for o in nest.walk() if nest_role(o) is NestRole.WEIGHT_GRAD_INIT)
+    final = next((o for o in nest.walk() if nest_role(o) is NestRole.WEIGHT_GRAD_FINAL), None)
     view = init.outputs[0].owner
     assert isinstance(view, memref.SubviewOp)
     dw = view.source
@@ -235,7 +218,7 @@ def wavefront(nest: scf.ForOp, e: IRBuilder) -> scf.ForOp:
     # The body's view of its tile's accumulator: the ring's slot of vtile.
     if ring is not None:
         at = e.at(view)
-        moved = acc_rows(at, vi, at.idx(0), _mixed_sizes(view)[0])
+        moved = acc_rows(at, vi, at.idx(0), mixed_sizes(view)[0])
         view.result.replace_all_uses_with(moved)
         e.erase(view)
         e.erase(heap)
@@ -265,9 +248,7 @@ def _ring(alloc: memref.AllocOp, e: IRBuilder):
     sizes = [rows] + ([] if h != DYNAMIC_INDEX else list(alloc.dynamic_sizes))
     ring = top.emit(AllocSharedOp(MemRefType(f32, [DYNAMIC_INDEX, h]), sizes))
     ring.name_hint = "weight_grad_ring"
-    for use in list(alloc.memref.uses):
-        if isinstance(use.operation, memref.DeallocOp):
-            e.erase(use.operation)
+    e.drop_deallocs(alloc.memref)
     return ring
 
 
@@ -293,13 +274,13 @@ def read_weight_in_place(nest: scf.ForOp, e: IRBuilder) -> None:
     becomes
         linalg.generic {maps (t,h,v) -> (t,h), (v,h), (t,v)} ins(%x_t, %w_t) outs(%z)
     """
-    for pack in [o for o in nest.walk() if _role(o) is NestRole.WEIGHT_PACK]:
+    for pack in [o for o in nest.walk() if nest_role(o) is NestRole.WEIGHT_PACK]:
         load = next(o for o in pack.walk() if isinstance(o, memref.LoadOp))
         store = next(o for o in pack.walk() if isinstance(o, memref.StoreOp))
         weight, packed = load.memref, store.memref
         for use in list(packed.uses):
             gen = use.operation
-            if not (isinstance(gen, GenericOp) and _contraction(gen) is Contraction.LOGITS and use.index == 1):
+            if not (isinstance(gen, GenericOp) and contraction_of(gen) is Contraction.LOGITS and use.index == 1):
                 continue
             a, c = gen.indexing_maps.data[0].data, gen.indexing_maps.data[2].data  # type: ignore[attr-defined]
             b = gen.indexing_maps.data[1].data  # type: ignore[attr-defined]
@@ -314,10 +295,7 @@ def read_weight_in_place(nest: scf.ForOp, e: IRBuilder) -> None:
         if isinstance(view, memref.SubviewOp) and not view.result.uses:
             buffer = view.source
             e.erase(view)
-            if all(isinstance(u.operation, memref.DeallocOp) for u in buffer.uses):
-                for u in list(buffer.uses):
-                    e.erase(u.operation)
-                e.erase(buffer.owner)  # type: ignore[arg-type]
+            e.erase_if_dead(buffer)
 
 
 def tile_fused_flce(nest: scf.ForOp, target: Target, e: IRBuilder) -> None:
@@ -329,7 +307,7 @@ def tile_fused_flce(nest: scf.ForOp, target: Target, e: IRBuilder) -> None:
         wave, buffers = flce_phased.tile_phased(nest, tiles, target, e)
     else:
         wave = wavefront(nest, e)
-    gens = [o for o in wave.walk() if _contraction(o) is not None]
+    gens = [o for o in wave.walk() if contraction_of(o) is not None]
     # The scratch first, so that a contraction tiled after it knows which operands are local.
     for alloc in [o for o in f.walk() if isinstance(o, memref.AllocOp) and PROMOTE.on(o)]:
         promote(alloc, target, e)
@@ -446,11 +424,10 @@ def load(op, sizes: dict[str, int], target: Target) -> list[Load]:
         one.add_move((acc, g), n * rows * H * 4, n * hc)
         one.add_move((vec, a), n * hc * bt * v * b, n * hc)
         operand_in(one, "matrix_b", n * rhs_rows * H * b, n * hc, target)
-    local = [lv for lv in target.local_levels() if lv.capacity]
-    if b != 4 and target.vector_registers and local:
+    panel = panel_level(target)
+    if b != 4 and panel is not None:
         # A CPU's micro-kernels pack each GEMM's B panel, widened to float32, into the smallest
         # level (vectorize-contractions): W's v x H for GEMMs 1 and 2, X's bt x H for GEMM 3.
-        panel = min(local, key=lambda lv: lv.capacity).name
         one.add_move((target.role("matrix_b").name, panel), n * (2 * v + bt) * H * (b + 4), 3 * n * hc)
     one.add_work("scalar", "f32", (tb * bt + nv * -(-v // cores)) * H * 4, 2 * (tb + nv), 0)
     spread_totals(one, nt * nv / n, (BT + V) * H * 4, target)

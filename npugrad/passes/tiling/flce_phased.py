@@ -44,7 +44,7 @@ from xdsl.transforms.dead_code_elimination import region_dce
 
 from npugrad.analysis.cost import Load
 from npugrad.analysis.footprint import TileBuffer, fits, padded
-from npugrad.dialect.attributes import CONTRACTION, FUSED, ROLE, Contraction, NestRole, NestRoleAttr
+from npugrad.dialect.attributes import FUSED, ROLE, Contraction, NestRole, NestRoleAttr
 from npugrad.dialect.npu import (
     PROMOTE,
     AllocLocalOp,
@@ -54,10 +54,11 @@ from npugrad.dialect.npu import (
     CopyOp,
     TileRole,
     TileRoleAttr,
+    element_bytes,
     local_type,
 )
-from npugrad.ir import IRBuilder, enclosing_function
-from npugrad.passes.tiling.blocks import block_range
+from npugrad.ir import IRBuilder, enclosing_function, static_shape
+from npugrad.passes.tiling.blocks import block_range, contraction_of, mixed_sizes, nest_role
 from npugrad.targets import Target
 
 
@@ -88,17 +89,18 @@ def vector_rows(bt: int, v: int, b: int, target: Target) -> int:
     (at most bt), or 8 when even that does not fit (check-capacity then says by how much)."""
     level = target.role("vector")
     copies = 2 if target.double_buffer else 1
-    align = level.alignment
-
-    def used(rb: int) -> int:
-        g = padded(rb * v * b, align) if b != 4 else 0
-        return (padded(rb * v * 4, align) + g + padded(rb * 4, align)) * copies
-
+    capacity = level.capacity or 0
     per_row = (v * (4 + (b if b != 4 else 0)) + 4) * copies  # before padding: an upper bound on rb
-    rb = max(8, min(bt, (level.capacity or 0) // max(1, per_row)) // 8 * 8) if bt >= 8 else bt
-    while rb > 8 and used(rb) > (level.capacity or 0):
+    rb = max(8, min(bt, capacity // max(1, per_row)) // 8 * 8) if bt >= 8 else bt
+    while rb > 8 and _vector_bytes(rb, v, b, level.alignment) * copies > capacity:
         rb -= 8
     return rb
+
+
+def _vector_bytes(rb: int, v: int, b: int, align: int) -> int:
+    """One copy of the vector-level buffers for rb rows: the float32 logit rows, their G (in the
+    input type; the logits themselves for float32), the saved target logits; each padded."""
+    return padded(rb * v * 4, align) + (padded(rb * v * b, align) if b != 4 else 0) + padded(rb * 4, align)
 
 
 def footprint_bytes(bt: int, v: int, h: int, b: int, target: Target) -> list[TileBuffer]:
@@ -106,7 +108,6 @@ def footprint_bytes(bt: int, v: int, h: int, b: int, target: Target) -> list[Til
     rb = vector_rows(bt, v, b, target)
     double = target.double_buffer
     stage = target.role("stage").alignment
-    vec = target.role("vector").alignment
     # Buffers of one level and kind summed, each padded as check-capacity pads it (fewer
     # entries: the search calls this thousands of times).
     return [
@@ -115,9 +116,7 @@ def footprint_bytes(bt: int, v: int, h: int, b: int, target: Target) -> list[Til
         TileBuffer("matrix_b", h * v * b, double),
         # X's and G's chunks (GEMMs 1, 2), W's as stored (GEMM 1), W's and X's (GEMMs 2, 3), G's as stored (GEMM 3)
         TileBuffer("stage", 2 * padded(bt * h * b, stage) + 2 * padded(v * h * b, stage), double),
-        # the logit rows (float32), their G (the input type), the saved target logits
-        TileBuffer("vector", padded(rb * v * 4, vec) + (padded(rb * v * b, vec) if b != 4 else 0) + padded(rb * 4, vec),
-                   double),
+        TileBuffer("vector", _vector_bytes(rb, v, b, target.role("vector").alignment), double),
     ]
 
 
@@ -134,16 +133,6 @@ def largest_fitting(b: int, target: Target) -> dict[str, int]:
     return best[1] if best else {"bt": 8, "v": 16, "h": 16}
 
 
-def _role(op) -> NestRole | None:
-    attr = ROLE.get(op)
-    return attr.data if attr is not None else None
-
-
-def _contraction(op) -> Contraction | None:
-    attr = CONTRACTION.get(op) if isinstance(op, GenericOp) else None
-    return attr.contraction if attr is not None else None
-
-
 def _source(view: SSAValue) -> SSAValue:
     """The buffer a chain of subviews looks into."""
     while isinstance(view.owner, memref.SubviewOp):
@@ -157,15 +146,13 @@ def _shared(alloc: memref.AllocOp, e: IRBuilder) -> SSAValue:
     assert isinstance(t, MemRefType)
     shared = e.at(alloc).emit(AllocSharedOp(MemRefType(t.element_type, t.get_shape()), list(alloc.dynamic_sizes)))
     shared.name_hint = alloc.memref.name_hint
-    for use in list(alloc.memref.uses):
-        if isinstance(use.operation, memref.DeallocOp):
-            e.erase(use.operation)
+    e.drop_deallocs(alloc.memref)
     alloc.memref.replace_all_uses_with(shared)
     e.erase(alloc)
     return shared
 
 
-def _resize(alloc: memref.AllocOp, rows: int, e: IRBuilder) -> None:
+def _resize(alloc: memref.AllocOp, rows: int, e: IRBuilder) -> SSAValue:
     """A promoted scratch tile of bt rows → rb rows (the vector level takes rb at once)."""
     t = alloc.memref.type
     assert isinstance(t, MemRefType)
@@ -178,6 +165,7 @@ def _resize(alloc: memref.AllocOp, rows: int, e: IRBuilder) -> None:
     e.rewriter.insert(new, InsertPoint.before(alloc))
     alloc.memref.replace_all_uses_with(new.memref)
     e.erase(alloc)
+    return new.memref
 
 
 class _Locals:
@@ -261,10 +249,10 @@ def tile_phased(nest: scf.ForOp, tiles: dict[str, int], target: Target, e: IRBui
     fused = FUSED.get(nest)
     f = enclosing_function(nest)
     entry = f.body.block
-    tokens = next(o for o in nest.walk() if _role(o) is NestRole.TOKEN_LOOP)
+    tokens = next(o for o in nest.walk() if nest_role(o) is NestRole.TOKEN_LOOP)
     assert isinstance(tokens, scf.ForOp)
     body = tokens.body.block
-    gemm1, gemm2, gemm3 = (next((o for o in body.ops if _contraction(o) is c), None)
+    gemm1, gemm2, gemm3 = (next((o for o in body.ops if contraction_of(o) is c), None)
                            for c in (Contraction.LOGITS, Contraction.INPUT_GRAD, Contraction.WEIGHT_GRAD))
     assert gemm2 is not None and gemm3 is not None
     t0_old, v0_old = body.args[0], nest.body.block.args[0]
@@ -273,13 +261,12 @@ def tile_phased(nest: scf.ForOp, tiles: dict[str, int], target: Target, e: IRBui
     logits_view = gemm1.outputs[0] if gemm1 is not None else None
     lv_op = (logits_view or g_view).owner
     assert isinstance(lv_op, memref.SubviewOp)
-    dyn = iter(lv_op.sizes)
-    sizes_old = [next(dyn) if d == DYNAMIC_INDEX else None for d in lv_op.static_sizes.get_values()]
+    sizes_old = mixed_sizes(lv_op)  # the tile's rows and columns (SSA values where dynamic)
     x = _source(gemm3.inputs[1])
     w = _source(gemm2.inputs[1])
     dx_acc = _source(gemm2.outputs[0])
-    init = next(o for o in nest.walk() if _role(o) is NestRole.WEIGHT_GRAD_INIT)
-    final_w = next((o for o in nest.walk() if _role(o) is NestRole.WEIGHT_GRAD_FINAL), None)
+    init = next(o for o in nest.walk() if nest_role(o) is NestRole.WEIGHT_GRAD_INIT)
+    final_w = next((o for o in nest.walk() if nest_role(o) is NestRole.WEIGHT_GRAD_FINAL), None)
     dw = _source(init.outputs[0])
     heap = dw.owner if isinstance(dw.owner, memref.AllocOp) else None  # dW's float32 tile: not needed here
     if final_w is not None:
@@ -287,21 +274,17 @@ def tile_phased(nest: scf.ForOp, tiles: dict[str, int], target: Target, e: IRBui
     bt_total, tb = tokens.ub, tokens.step
     v_total, tv = nest.ub, nest.step
     element = g_view.type.element_type
-    b = 4 if element == f32 else 2
+    b = element_bytes(element)
     bt, v, h = tiles["bt"], tiles["v"], tiles["h"]
-    shapes = [_static(x, 0), _static(w, 0), _static(x, 1)]
+    (bt_static, h_static), v_static = static_shape(x.type), static_shape(w.type)[0]  # type: ignore[arg-type]
     rb = vector_rows(bt, v, b, target)
-    vs = slab_width(shapes[0] or 4096, shapes[1] or 4096, shapes[2] or 4096, b, v, target)
+    vs = slab_width(bt_static or 4096, v_static or 4096, h_static or 4096, b, v, target)
 
     # The scratch tiles take rb rows; dX's accumulator (if any) is shared by the blocks.
-    scratch = {}
-    for alloc in [o for o in f.walk() if isinstance(o, memref.AllocOp) and PROMOTE.on(o)]:
-        _resize(alloc, rb, e)
-    for alloc in [o for o in f.walk() if isinstance(o, memref.AllocOp) and PROMOTE.on(o)]:
-        scratch[alloc.memref.name_hint] = alloc.memref
-    outside = [o for o in nest.parent.ops if _role(o) in (NestRole.INPUT_GRAD_INIT, NestRole.INPUT_GRAD_FINAL)]
+    scratch = [_resize(alloc, rb, e) for alloc in [o for o in f.walk() if isinstance(o, memref.AllocOp) and PROMOTE.on(o)]]
+    outside = [o for o in nest.parent.ops if nest_role(o) in (NestRole.INPUT_GRAD_INIT, NestRole.INPUT_GRAD_FINAL)]
     dx = dx_acc
-    final_x = next((o for o in outside if _role(o) is NestRole.INPUT_GRAD_FINAL), None)
+    final_x = next((o for o in outside if nest_role(o) is NestRole.INPUT_GRAD_FINAL), None)
     if final_x is not None:
         dx = _source(next(o for o in final_x.walk() if isinstance(o, memref.StoreOp)).memref)
     if isinstance(dx_acc.owner, memref.AllocOp):
@@ -312,13 +295,19 @@ def tile_phased(nest: scf.ForOp, tiles: dict[str, int], target: Target, e: IRBui
     h_total = e.dim(x, 1)
     nt = e.emit(arith.CeilDivUIOp(bt_total, tb))
     top = IRBuilder(e.rewriter, entry.first_op)
-    g_ws = top.emit(AllocSharedOp(MemRefType(element, [shapes[0] if shapes[0] is not None else DYNAMIC_INDEX, vs]),
-                                  [] if shapes[0] is not None else [top.dim(x, 0)]))
+    g_ws = top.emit(AllocSharedOp(MemRefType(element, [DYNAMIC_INDEX if bt_static is None else bt_static, vs]),
+                                  [] if bt_static is not None else [top.dim(x, 0)]))
     g_ws.name_hint = "grad_logits_slab"
     if gemm1 is not None:
         logit_ws = top.emit(AllocSharedOp(MemRefType(f32, [DYNAMIC_INDEX, v]),
                                           [top.emit(arith.MuliOp(top.emit(BlockDimOp()), top.idx(bt)))]))
         logit_ws.name_hint = "logits_tiles"
+    mine = e.emit(arith.MuliOp(bid, e.idx(bt)))  # this block's logit tile's first row
+    # What the G computation reads from the vocabulary tile's and the token tile's prologues,
+    # then the computation itself (everything between GEMMs 1 and 2): cloned per row block.
+    skip = {init, gemm1, tokens, next((o for o in body.ops if isinstance(o, FillOp) and o.outputs[0] is logits_view), None)}
+    cloned = [op for op in [*_ops_between(nest.body.block, None, tokens), *_ops_between(body, None, gemm2)]
+              if op not in skip and nest_role(op) is None]
     locals_ = _Locals(e, entry, nest.location, target)
     double = target.double_buffer
     # GEMM 1 (tiled by tile_contraction, its buffers named gemm1_*) shares the schedule's buffers.
@@ -338,7 +327,6 @@ def tile_phased(nest: scf.ForOp, tiles: dict[str, int], target: Target, e: IRBui
             vcnt = e.emit(arith.MinSIOp(tv, e.emit(arith.SubiOp(v_total, vv0))))
             tt0 = e.emit(arith.MuliOp(e.emit(arith.RemUIOp(p, nt)), tb))
             tcnt = e.emit(arith.MinSIOp(tb, e.emit(arith.SubiOp(bt_total, tt0))))
-            mine = e.emit(arith.MuliOp(bid, e.idx(bt)))
             if gemm1 is not None:
                 x_t = e.subview(x, [tt0, 0], [tcnt, h_total])
                 w_v = e.subview(w, [vv0, 0], [vcnt, h_total])
@@ -355,23 +343,14 @@ def tile_phased(nest: scf.ForOp, tiles: dict[str, int], target: Target, e: IRBui
                     lv = e.subview(_source(logits_view), [0, 0], [rcnt, vcnt])
                     e.emit(CopyOp(e.subview(logit_ws, [e.emit(arith.AddiOp(mine, r0)), 0], [rcnt, vcnt]), lv))
                     mapping[logits_view] = lv
-                if sizes_old[0] is not None:
-                    mapping[sizes_old[0]] = rcnt
-                if sizes_old[1] is not None:
-                    mapping[sizes_old[1]] = vcnt
+                for old, new in zip(sizes_old, (rcnt, vcnt)):
+                    if isinstance(old, SSAValue):
+                        mapping[old] = new
                 if g_view is not logits_view:
                     mapping[g_view] = e.subview(_source(g_view), [0, 0], [rcnt, vcnt])
-                # What the G computation reads from the vocabulary tile's and the token tile's
-                # prologues, then the computation itself (everything between GEMMs 1 and 2).
-                skip = {init, gemm1, tokens, next((o for o in body.ops if isinstance(o, FillOp)
-                                                   and o.outputs[0] is logits_view), None)}
-                g_ops = [*_before(body, gemm1), *_between(body, gemm1, gemm2)] if gemm1 else _before(body, gemm2)
-                for op in [*_before(nest.body.block, tokens), *g_ops]:
-                    if op in skip or all(r in mapping for r in op.results) and op.results:
-                        continue
-                    if _role(op) is not None:
-                        continue
-                    e.emit(op.clone(value_mapper=mapping))
+                for op in cloned:
+                    if not (op.results and all(r in mapping for r in op.results)):  # not replaced above
+                        e.emit(op.clone(value_mapper=mapping))
                 g_tile = mapping[g_view]
                 e.emit(CopyOp(g_tile, e.subview(g_ws, [mapping[t0_old], e.emit(arith.SubiOp(vv0, s0))], [rcnt, vcnt])))
         e.emit(BarrierOp())
@@ -393,45 +372,23 @@ def tile_phased(nest: scf.ForOp, tiles: dict[str, int], target: Target, e: IRBui
         _round_rows(e.at(nest), dx_acc, dx, bt_total, h_total, scratch, rb, v, (bid, nblk))
     e.erase(nest)
     region_dce(f.body, e.rewriter)
-    if heap is not None and all(isinstance(u.operation, memref.DeallocOp) for u in heap.memref.uses):
-        for u in list(heap.memref.uses):
-            e.erase(u.operation)
-        e.erase(heap)
+    if heap is not None:
+        e.erase_if_dead(heap.memref)
     return slabs, buffers
 
 
-def _static(value: SSAValue, axis: int) -> int | None:
-    d = value.type.get_shape()[axis]  # type: ignore[attr-defined]
-    return None if d == DYNAMIC_INDEX else d
-
-
-def _before(block, stop):
-    out = []
-    for op in block.ops:
-        if op is stop:
-            break
-        out.append(op)
-    return out
-
-
-def _between(block, first, stop):
-    out, on = [], False
-    for op in block.ops:
-        if op is stop:
-            break
-        if on:
-            out.append(op)
-        if op is first:
-            on = True
-    return out
+def _ops_between(block, after, stop) -> list:
+    """The ops of `block` after `after` (None: from the start) and before `stop`."""
+    ops = list(block.ops)
+    return ops[(ops.index(after) + 1 if after is not None else 0):ops.index(stop)]
 
 
 def _round_rows(e: IRBuilder, acc, out, rows_total, h_total, scratch, rb: int, v: int, blocks) -> None:
     """out = acc rounded to out's type, this block's share of the rows, through the vector
     level in rb × v tiles (the float32 logits scratch in, the G scratch out)."""
     bid, nblk = blocks
-    narrow = next(s for s in scratch.values() if s.type.element_type != f32 and s.type.get_num_dims() == 2)
-    logits = next((s for s in scratch.values() if s.type.element_type == f32 and s.type.get_num_dims() == 2), None)
+    narrow = next(s for s in scratch if s.type.element_type != f32 and s.type.get_num_dims() == 2)
+    logits = next((s for s in scratch if s.type.element_type == f32 and s.type.get_num_dims() == 2), None)
     if logits is None:  # high-performance mode has no logit tile: a float32 tile of the same size
         top = e.at(narrow.owner)
         logits = top.alloc([rb, v], f32)
@@ -473,6 +430,7 @@ def load(shape, sizes: dict[str, int], target: Target) -> list[Load]:
         one.add_work("matrix", element, tiles * 2 * m * n * k, tiles * chunks, 0)
 
     nt = -(-BT // bt)
+    dx_tiles = nt * -(-H // v)  # GEMM 2's output tiles, per slab
     full, rest = divmod(V, vs)
     for width, count in ((vs, full), (rest, 1 if rest else 0)):
         if not count:
@@ -483,7 +441,6 @@ def load(shape, sizes: dict[str, int], target: Target) -> list[Load]:
         one.add_work("vector", "f32", pairs * (8 * bt * v + 30 * bt), pairs * 4 * -(-bt // rb), 0)
         one.add_work("scalar", "f32", pairs * 24 * bt, pairs * 2, 0)  # the target-logit loops
         one.add_move((vec, g), pairs * bt * v * b, pairs * -(-bt // rb))
-        dx_tiles = nt * -(-H // v)
         dw_tiles = -(-width // bt) * -(-H // v)
         gemm2 = -(-dx_tiles // P) * count
         gemm3 = -(-dw_tiles // P) * count

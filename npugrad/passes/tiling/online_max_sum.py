@@ -24,7 +24,7 @@ from npugrad.dialect import FusedCrossEntropyLossWithMaxSumOp
 from npugrad.dialect.attributes import CONTRACTION, FUSED, ROLE, NestRole
 from npugrad.dialect.npu import PROMOTE, BlockDimOp, BlockIdxOp, element_bytes
 from npugrad.ir import IRBuilder, enclosing_function, index
-from npugrad.passes.tiling.blocks import block_share
+from npugrad.passes.tiling.blocks import block_share, nest_role
 from npugrad.passes.tiling.contraction import staged, tile_contraction
 from npugrad.passes.tiling.elementwise import tile_op
 from npugrad.passes.tiling.flce import (
@@ -70,11 +70,6 @@ def choose_tile_sizes(op, target: Target) -> dict[str, int]:
     """The largest bt × v tile (then the largest h) whose tiles fit every level at once; bt a
     multiple of 8, so that token tiles own whole bytes of the bit-packed mask."""
     return largest_fitting_tiles(footprint_bytes, element_bytes(op.input.type.element_type), target)
-
-
-def _role(op) -> NestRole | None:
-    attr = ROLE.get(op)
-    return attr.data if attr is not None else None
 
 
 def own_rows(loop: scf.ForOp, e: IRBuilder, bid: SSAValue, nblk: SSAValue, tile: int) -> None:
@@ -124,9 +119,9 @@ def distribute_fused(nest: scf.ForOp, e: IRBuilder) -> None:
     for op in (bid.owner, nblk.owner):
         op.detach()
         e.rewriter.insert(op, InsertPoint.before(first))
-    spread(next(o for o in nest.walk() if _role(o) is NestRole.TOKEN_LOOP), bid, nblk, e)
+    spread(next(o for o in nest.walk() if nest_role(o) is NestRole.TOKEN_LOOP), bid, nblk, e)
     for op in list(top.ops):
-        role = _role(op)
+        role = nest_role(op)
         if role is NestRole.TARGET_MASKS:
             _split_masks(op, e, bid, nblk)  # type: ignore[arg-type]
         elif role in (NestRole.STATISTICS_INIT, NestRole.STATISTICS_FINAL):
