@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from xdsl.context import Context
 from xdsl.dialects import get_all_dialects
@@ -28,6 +28,7 @@ from xdsl.utils.lexer import Span
 
 from npugrad.diagnostics import PassFailure
 from npugrad.dialect import Npu, Train, verify_attributes
+from npugrad.dialect.upstream import memref_dialect
 from npugrad.lowering import machine_code
 from npugrad.lowering.npu_to_cpu import LowerNpuToCpuPass
 from npugrad.lowering.to_llvm import TO_LLVM_PIPELINE, to_llvm_dialect, to_llvm_ir
@@ -74,10 +75,11 @@ def make_context() -> Context:
     ctx = Context()
     ours = {Train.name: Train, Npu.name: Npu}
     for name, factory in get_all_dialects().items():
-        if name not in ours:
+        if name not in ours and name != "memref":
             ctx.register_dialect(name, factory)
     for name, dialect in ours.items():
         ctx.register_dialect(name, lambda d=dialect: d)
+    ctx.register_dialect("memref", memref_dialect)  # with the upstream ops xDSL lacks
     return ctx
 
 
@@ -233,7 +235,7 @@ class Pipeline:
             if self.target is not None:
                 passes.append(ChooseTileSizesPass(self.target))
             if self.fuse:
-                passes += self.fused_passes
+                passes += [self._on_cpu(p) for p in self.fused_passes]
         if order >= XDSL_STAGES.index("tiled"):
             if self.target is not None:
                 passes.append(TileForTargetPass(self.target))
@@ -249,6 +251,11 @@ class Pipeline:
                 passes += [VectorizeContractionsPass(target), VectorizeElementwiseLoopsPass(target)]
             passes += self.final_passes
         return passes
+
+    def _on_cpu(self, p: ModulePass) -> ModulePass:
+        """A pass with a `cpu` option left at the host takes the pipeline's `cpu` (the fuse
+        passes size their tiles for its caches)."""
+        return replace(p, cpu=self.cpu) if getattr(p, "cpu", None) == "host" and self.cpu != "host" else p
 
     def xdsl_pipeline(self, stage: str) -> str:
         """The xDSL passes up to `stage` as an `xdsl-opt -p` (or `npugrad-opt -p`) pipeline."""

@@ -345,8 +345,8 @@ def test_flce_on_npu_a2_meets_the_traffic_and_time_targets():
 @pytest.mark.parametrize("dtype", ["bf16", "f32"])
 def test_host_report_counts_the_micro_kernels_packed_b_panels(dtype):
     """On a CPU target the micro-kernels copy each contraction's B panel (K x N), widened to
-    float32, into the smallest level (vectorize-contractions) unless B is float32 with rows less
-    than a page apart: the report counts that copy, b + 4 bytes per element. FLCE BT=64, H=64,
+    float32, into the smallest level (vectorize-contractions): the report counts that copy, b + 4
+    bytes per element. FLCE BT=64, H=64,
     V=256 with tiles bt=32, v=64, h=32: 2 x 4 (token, vocabulary) tile pairs, each packing W's
     64 x 64 twice (GEMMs 1 and 2) and X's 32 x 64 once (GEMM 3): 8 x (2·64 + 32)·64 elements."""
     from xdsl.dialects import func
@@ -370,4 +370,4 @@ func.func @flce(%g: memref<64xf32>, %x: memref<64x64x{dtype}>, %w: memref<256x64
     r = rep.analyze(f, target)
     smallest = min((lv for lv in target.local_levels() if lv.capacity), key=lambda lv: lv.capacity).name
     packed = sum(m.bytes for (a, b), m in r.moves.items() if b == smallest)
-    assert packed == (8 * (2 * 64 + 32) * 64 * (2 + 4) if dtype == "bf16" else 0)
+    assert packed == 8 * (2 * 64 + 32) * 64 * ((2 if dtype == "bf16" else 4) + 4)

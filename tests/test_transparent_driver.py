@@ -41,7 +41,8 @@ def test_help_lists_npugrads_options_and_passes_first_apart_from_xdsls(capsys):
     listed = out[passes:theirs]
     for name, factory in ALL_PASSES.items():
         assert f"\n    {name}\n" in listed, name
-    assert "tile_bt=64: tokens per tile" in listed and "target=host: the hardware: host, npu-a2" in listed
+    assert "tile_bt=0: tokens per tile" in listed and "target=host: the hardware: host, npu-a2" in listed
+    assert "cpu=host: the CPU whose caches size the tiles" in listed
     assert "--stage {" in out[ours:passes] and "--stage {" not in out[theirs:]
     assert "-p PASSES, --passes PASSES" in out[theirs:]
     xdsl_passes = out[theirs:].split("or xDSL's:")[1]

@@ -44,7 +44,7 @@ from npugrad.dialect.attributes import FUSED, TILES
 from npugrad.dialect.checks import static_product
 from npugrad.dialect.npu import AllocLocalOp, AllocSharedOp, BlockDimOp, BlockIdxOp, CopyOp, element_bytes, level_of
 from npugrad.ir import defined_functions, iterator_kinds, operand_dims
-from npugrad.passes.vectorize_contractions import needs_packing, panel_level
+from npugrad.passes.vectorize_contractions import panel_level
 from npugrad.targets import Target, TargetError
 
 # Ops interpreted per function (all blocks) before loops of more than FALLBACK_TRIPS trips are
@@ -343,7 +343,7 @@ class _Compiler:
             key = Work("matrix", str(operands[0].type.element_type))  # type: ignore[attr-defined]
             per_point = 2
             b = op.inputs[1].type
-            if self.panel is not None and isinstance(b, MemRefType) and b.get_num_dims() == 2 and needs_packing(b):
+            if self.panel is not None and isinstance(b, MemRefType) and b.get_num_dims() == 2:
                 # vectorize-contractions copies B's K x N panel, widened to float32, into the
                 # smallest level once per call, for all row blocks to read.
                 pack = ((level_of(b) or self.global_level, self.panel), element_bytes(b.element_type) + 4)

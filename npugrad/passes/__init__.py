@@ -25,8 +25,9 @@ _PASSES = {
 # What each pass option means (npugrad-opt --help); every option of a pass above has an entry.
 OPTION_HELP = {
     "target": "the hardware: host, npu-a2, or a target .toml file",
-    "tile_bt": "tokens per tile, for ops without a tile_sizes attribute (an op's own sizes win)",
-    "tile_v": "vocabulary rows per tile, for ops without a tile_sizes attribute (an op's own sizes win)",
+    "tile_bt": "tokens per tile, for ops without a tile_sizes attribute (an op's own sizes win; 0: from the cpu's caches)",
+    "tile_v": "vocabulary rows per tile, for ops without a tile_sizes attribute (an op's own sizes win; 0: from the cpu's caches)",
+    "cpu": "the CPU whose caches size the tiles left at 0: host or a target .toml file",
 }
 
 

@@ -37,7 +37,6 @@ from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, Rewrite
 from npugrad.dialect import FusedLinearCrossEntropyLossGradOp
 from npugrad.dialect.attributes import FUSED, Contraction, FusedNestAttr, NestRole
 from npugrad.ir import IRBuilder
-from npugrad.ir.expr import Float
 from npugrad.lowering.train_to_loops.flce import Gradient, target_in_shard
 from npugrad.passes.linear_nests import (
     column_in_tile,
@@ -45,6 +44,7 @@ from npugrad.passes.linear_nests import (
     logits_tile,
     loop_of,
     mark,
+    nest_tiles,
     pack_transposed,
     round_into,
     tile_buffer,
@@ -150,9 +150,10 @@ class FuseOp(RewritePattern):
 class FuseLinearCrossEntropyGradPass(ModulePass):
     name = "fuse-linear-cross-entropy-grad"
 
-    tile_bt: int = 64
-    tile_v: int = 128
+    tile_bt: int = 0
+    tile_v: int = 0
+    cpu: str = "host"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        pattern = FuseOp({"bt": self.tile_bt, "v": self.tile_v})
+        pattern = FuseOp(nest_tiles(self.tile_bt, self.tile_v, self.cpu))
         PatternRewriteWalker(pattern, apply_recursively=False).rewrite_module(op)

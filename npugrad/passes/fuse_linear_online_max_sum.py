@@ -39,7 +39,15 @@ from npugrad.dialect.attributes import FUSED, FusedNestAttr, NestRole
 from npugrad.ir import IRBuilder, index
 from npugrad.ir.expr import Float
 from npugrad.lowering.train_to_loops.forward import skipped, target_local, write_masks
-from npugrad.passes.linear_nests import column_in_tile, logits_tile, loop_of, mark, pack_transposed, tile_buffer
+from npugrad.passes.linear_nests import (
+    column_in_tile,
+    logits_tile,
+    loop_of,
+    mark,
+    nest_tiles,
+    pack_transposed,
+    tile_buffer,
+)
 from npugrad.passes.source_op import record_source
 
 
@@ -136,8 +144,10 @@ class FuseOp(RewritePattern):
 class FuseLinearOnlineMaxSumPass(ModulePass):
     name = "fuse-linear-online-max-sum"
 
-    tile_bt: int = 64
-    tile_v: int = 128
+    tile_bt: int = 0
+    tile_v: int = 0
+    cpu: str = "host"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        PatternRewriteWalker(FuseOp({"bt": self.tile_bt, "v": self.tile_v}), apply_recursively=False).rewrite_module(op)
+        pattern = FuseOp(nest_tiles(self.tile_bt, self.tile_v, self.cpu))
+        PatternRewriteWalker(pattern, apply_recursively=False).rewrite_module(op)

@@ -7,34 +7,45 @@ reduction, each step broadcasting one first-operand scalar per row into NR fused
     linalg.generic {maps (i,k,j) -> A(i,k), B(k,j), C(i,j)} ins(%a, %b) outs(%c)
 becomes (MR×NR = 6×4 on 32 registers of 16 float32 lanes; the reduction in chunks of KC)
     scf.for %k0 = 0 to K step KC {
-    scf.for %j0 = 0 to N-N%64 step 64 { scf.for %i0 = 0 to M-M%6 step 6 {
-      %c00 = vector.load %c[%i0, %j0] : ..., vector<16xf32>       // 24 accumulators
-      %sum:24 = scf.for %k = %k0 to min(%k0+KC, K) iter_args(%acc...) {
-        %b0 = vector.load %b[%k, %j0] ...                         // 4 vectors of B's row k
-        %a0 = vector.broadcast (memref.load %a[%i0, %k]) ...      // one scalar per row
+    scf.for %j0 = 0 to N-N%64 step 64 {
+      scf.for %k = %k0 to min(%k0+KC, K) { %b_panel[%k - %k0, :] = B[%k, %j0 : %j0+64] }  // packed
+      scf.for %i0 = 0 to M-M%6 step 6 {
+      memref.prefetch %c[%i0, %j0], write, locality<3>, data : ...      // the block's C lines
+      %sum:24 = scf.for %k = %k0 to min(%k0+KC, K) iter_args(%acc... = 0) {
+        %b0 = vector.load %b_panel[%k - %k0, 0] ...                     // 4 vectors of B's row k
+        %a0 = vector.broadcast (memref.load %a[%i0, %k]) ...            // one scalar per row
         %x00 = vector.fma %a0, %b0, %acc00 : vector<16xf32> ... scf.yield %x00, ... }
-      vector.store %sum#0, %c[%i0, %j0] ... }
+      %c00 = vector.load %c[%i0, %j0] ; %s00 = arith.addf %c00, %sum#0   // C += the chunk's sum
+      vector.store %s00, %c[%i0, %j0] ... }
       rows M%6: blocks of 4, 2, 1 rows }
-    columns N%64: one vector at a time, masked (vector.maskedload/maskedstore) to the columns left }
+    columns N%64: one vector at a time, masked (vector.maskedload/maskedstore) to the columns left,
+    B read in place }
 
-Each accumulator element still sums its products in reduction order, so results are
-deterministic (they differ from the scalar loops by the rounding FMA saves). A target without
+The accumulators start at zero and C is read after the reduction chunk, its lines prefetched
+when the block starts: C's load then follows the previous block's stores by a whole chunk of
+FMAs. Loaded before the chunk, C rows a power of two apart (H = 2048 float32 rows are 8 KiB
+apart) alias the stores just made in the low 12 address bits, and the FMA chains waited on
+them (measured on a 64 x 128 x 2048 GEMM: 58 GFLOP/s where a 2064-column C gave 86; 72 with
+this order). B's panel is always packed (as BLIS does): read in place, rows a power of two
+apart fall into a few cache sets (W's packed tile, 128 float32 columns, keeps 64 of its 512
+rows in the L1), and narrower types would widen once per row block instead of once per panel.
+
+Each accumulator element sums its products in reduction order, a chunk of KC at a time, each
+chunk's sum then added to C: results are deterministic (they differ from the scalar loops by the
+rounding FMA saves and by that association). A target without
 vector registers (`vector_registers = 0`) has nothing to block for: its contractions stay loops,
 as do those whose B or C may not be contiguous along the innermost dimension (dynamic strides).
 """
 
 from __future__ import annotations
 
-import mmap
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
 from xdsl.dialects import arith, memref, vector
 from xdsl.dialects.builtin import (
-    DYNAMIC_INDEX,
     MemRefType,
     ModuleOp,
-    StridedLayoutAttr,
     VectorType,
     bf16,
     f16,
@@ -47,6 +58,7 @@ from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, RewritePattern, op_type_rewrite_pattern
 from xdsl.rewriter import InsertPoint
 
+from npugrad.dialect.upstream import PrefetchOp
 from npugrad.ir import IRBuilder, enclosing_function, iterator_kinds, unit_innermost_stride
 from npugrad.targets import Target, get
 
@@ -61,13 +73,12 @@ def block_shape(target: Target) -> tuple[int, int]:
     return max(1, (target.vector_registers - nr - 2) // nr), nr
 
 
-def reduction_chunk(target: Target, columns: int, packed: bool = True) -> int:
+def reduction_chunk(target: Target, columns: int) -> int:
     """KC: the reduction steps whose packed panel of B (KC float32 rows, `columns` wide) fills
     half the smallest local memory level (the L1 data cache on a CPU), the other half left to
-    the rows of A and C streaming past it (BLIS's rule for the B micro-panel). Read in place
-    (needs_packing), B's rows fill all of it (measured: half is slower there)."""
+    the rows of A and C streaming past it (BLIS's rule for the B micro-panel)."""
     smallest = min(lv.capacity for lv in target.local_levels())
-    return max(16, smallest // (2 if packed else 1) // (4 * columns))
+    return max(16, smallest // 2 // (4 * columns))
 
 
 def panel_level(target: Target) -> str | None:
@@ -76,28 +87,6 @@ def panel_level(target: Target) -> str | None:
     registers to block for (an NPU's matrix unit reads its operand tiles in place)."""
     local = [lv for lv in target.local_levels() if lv.capacity]
     return min(local, key=lambda lv: lv.capacity).name if target.vector_registers and local else None
-
-
-PAGE = mmap.PAGESIZE
-
-
-def row_stride(t: MemRefType) -> int | None:
-    """Elements between consecutive rows of a 2-D memref, None where only known at run time."""
-    layout = t.layout
-    if isinstance(layout, StridedLayoutAttr):
-        return layout.get_strides()[0]
-    cols = t.get_shape()[1]
-    return None if cols == DYNAMIC_INDEX else cols
-
-
-def needs_packing(b: MemRefType) -> bool:
-    """Whether B's panel is packed before the row blocks read it: unless B's rows are float32
-    already, less than a page apart (a tile the nest packed itself, say), where reading in place
-    saves the copy (measured: 7 % of GEMM 1). Rows a page or more apart (a view of a large
-    operand: W's rows for H = 2048 are 8 KiB apart) each cost a TLB entry and, at a power-of-two
-    stride, fall into one cache set; narrower types widen once per panel instead of per block."""
-    stride = row_stride(b)
-    return b.element_type != f32 or stride is None or stride * 4 >= PAGE
 
 
 @dataclass(frozen=True)
@@ -139,7 +128,7 @@ def _match(gen: GenericOp) -> _Contraction | None:
 
 
 class _Kernels:
-    def __init__(self, gen: GenericOp, shape: _Contraction, target: Target, e: IRBuilder, panel: SSAValue | None):
+    def __init__(self, gen: GenericOp, shape: _Contraction, target: Target, e: IRBuilder, panel: SSAValue):
         self.e = e
         self.shape = shape
         self.a, self.b = gen.inputs
@@ -151,8 +140,7 @@ class _Kernels:
         self.m, self.n = e.dim(self.c, 0), e.dim(self.c, 1)
         self.k = e.dim(self.b, 0)
         self.rows_full = self._floor(self.m, self.mr)  # rows that fill whole MR-row blocks
-        self.packed = panel is not None
-        self.kc = reduction_chunk(target, self.nr * self.lanes, self.packed)
+        self.kc = reduction_chunk(target, self.nr * self.lanes)
         self.k_lo = self.k_hi = self.k  # the current reduction chunk, set by emit()
         self.panel = panel  # KC x NR vectors of float32: B's panel, packed (emit)
 
@@ -195,12 +183,17 @@ class _Kernels:
 
     def block(self, i0: SSAValue, mr: int, j0: SSAValue, nr: int, mask: SSAValue | None = None,
               packed: bool = False) -> None:
-        """C[i0:i0+mr, j0:j0+nr·lanes] += A·B with the mr×nr accumulators in registers; B's rows
-        read from the packed panel where `packed`."""
+        """C[i0:i0+mr, j0:j0+nr·lanes] += A·B over the chunk, the mr×nr accumulators in registers
+        from zero, C's lines prefetched first and read last; B's rows read from the packed panel
+        where `packed`, else in place (masked)."""
         e = self.e
         rows = [i0 if r == 0 else e.emit(arith.AddiOp(i0, e.idx(r))) for r in range(mr)]
         cols = [j0 if c == 0 else e.emit(arith.AddiOp(j0, e.idx(c * self.lanes))) for c in range(nr)]
-        accs = [self._load(self.c, [i, j], mask) for i in rows for j in cols]
+        for i in rows:
+            for j in cols:
+                e.emit(PrefetchOp(self.c, [i, j], write=True))
+        zero = e.const(0.0, self.f32x)
+        accs = [zero] * (mr * nr)
         with e.carried_loop(self.k_hi, accs, lb=self.k_lo) as (k, carried, updated):
             k.name_hint = "k"
             for arg in carried:
@@ -217,6 +210,7 @@ class _Kernels:
         for result in accs:
             result.name_hint = "sum"
         for (i, j), acc in zip([(i, j) for i in rows for j in cols], accs):
+            acc = e.emit(arith.AddfOp(self._load(self.c, [i, j], mask), acc))
             if mask is None:
                 e.emit(vector.StoreOp(acc, self.c, [i, j]))
             else:
@@ -261,17 +255,15 @@ class _Kernels:
         """The reduction in chunks of KC steps; in each, columns in blocks of NR vectors, B's
         KC×NR-vector panel packed first (pack) and shared by all row blocks, then one vector at a
         time, masked to what is left (read in place: a masked load costs what a plain one does,
-        and one kernel fewer compiles faster). Chunks run in order: every accumulator still sums
-        in reduction order."""
+        and one kernel fewer compiles faster). Chunks run in order, each added to C once."""
         e = self.e
         wide = self.nr * self.lanes
         blocks_end = self._floor(self.n, wide)
         with e.loop(self.k, step=e.idx(self.kc)) as k0:
             self.k_lo, self.k_hi = k0, e.emit(arith.MinSIOp(e.emit(arith.AddiOp(k0, e.idx(self.kc))), self.k))
             with e.loop(blocks_end, step=e.idx(wide)) as j0:
-                if self.packed:
-                    self.pack(j0)
-                self.rows(j0, self.nr, packed=self.packed)
+                self.pack(j0)
+                self.rows(j0, self.nr, packed=True)
             with e.loop(self.n, blocks_end, e.idx(self.lanes)) as j0:
                 # create_mask clamps: all lanes but in the last vector.
                 self.rows(j0, 1, e.emit(vector.CreateMaskOp([e.emit(arith.SubiOp(self.n, j0))], VectorType(i1, [self.lanes]))))
@@ -295,8 +287,7 @@ class VectorizeContraction(RewritePattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, gen: GenericOp, rewriter: PatternRewriter) -> None:
         if (shape := _match(gen)) is not None:
-            panel = self.panel(gen, rewriter) if needs_packing(gen.inputs[1].type) else None  # type: ignore[arg-type]
-            _Kernels(gen, shape, self.target, IRBuilder(rewriter, gen), panel).emit()
+            _Kernels(gen, shape, self.target, IRBuilder(rewriter, gen), self.panel(gen, rewriter)).emit()
             rewriter.erase(gen)
 
 

@@ -425,7 +425,7 @@ def load(op, sizes: dict[str, int], target: Target) -> list[Load]:
         one.add_move((vec, a), n * hc * bt * v * b, n * hc)
         operand_in(one, "matrix_b", n * rhs_rows * H * b, n * hc, target)
     panel = panel_level(target)
-    if b != 4 and panel is not None:
+    if panel is not None:
         # A CPU's micro-kernels pack each GEMM's B panel, widened to float32, into the smallest
         # level (vectorize-contractions): W's v x H for GEMMs 1 and 2, X's bt x H for GEMM 3.
         one.add_move((target.role("matrix_b").name, panel), n * (2 * v + bt) * H * (b + 4), 3 * n * hc)

@@ -1,7 +1,10 @@
 // fuse-linear-cross-entropy-grad: one loop nest over vocabulary tiles and token tiles holding
 // the three contractions and the exponential; no buffer whose size depends on V; the tile
-// sizes come from the op's `tile_sizes`, or from the pass options when it has none.
-// RUN: npugrad-opt %s --stage fused | FileCheck %s
+// sizes come from the op's `tile_sizes`, or from the pass options when it has none, or, left at
+// 0, from the cpu's caches: a float32 logits tile of a quarter of the L2 (512 KiB here), about
+// square, v a multiple of the micro-kernel's 16 columns and bt of its 6 rows: 186 x 176.
+// RUN: npugrad-opt %s --stage fused --cpu %inputs/avx2.toml | FileCheck %s
+// RUN: npugrad-opt %s -p 'fuse-linear-cross-entropy-grad{cpu="%inputs/avx2.toml"}' | FileCheck %s
 // RUN: npugrad-opt %s -p 'fuse-linear-cross-entropy-grad{tile_bt=16 tile_v=256}' | FileCheck %s --check-prefix=OPTS
 // RUN: npugrad-opt %s --stage run --entry hand_set_tiles | FileCheck %s --check-prefix=EXEC
 
@@ -34,8 +37,8 @@
 // CHECK:         memref.dealloc %[[PACKED]]
 
 // CHECK-LABEL: func.func @pass_option_tiles
-// CHECK:         memref.alloc() {{.*}} : memref<64x128xf32>
-// CHECK:         } {train.fused = #train.fused<"train.fused_linear_cross_entropy_loss_grad", #train.tiles<bt = 64, v = 128>>}
+// CHECK:         memref.alloc() {{.*}} : memref<186x176xf32>
+// CHECK:         } {train.fused = #train.fused<"train.fused_linear_cross_entropy_loss_grad", #train.tiles<bt = 186, v = 176>>}
 
 // OPTS-LABEL: func.func @hand_set_tiles
 // OPTS:         } {train.fused = #train.fused<"train.fused_linear_cross_entropy_loss_grad", #train.tiles<bt = 32, v = 128>>}

@@ -1,6 +1,7 @@
 // vectorize-contractions: a contraction linalg.generic becomes a register-blocked micro-kernel.
 // With 32 registers of 16 float32 lanes (Inputs/zmm.toml) the block is 6 rows x 4 vectors: 24
-// accumulators loaded once, carried through the reduction loop, stored once. The reduction runs
+// accumulators from zero, carried through the reduction loop, then added to C once; C's lines are
+// prefetched (for writing) when the block starts, and read only after the loop. The reduction runs
 // in chunks of 96 steps: the panel of B a column block's row blocks share, 96 rows of 64 float32
 // columns, is packed contiguously first (on the stack, once per function) and fills half the
 // 48 KiB L1.
@@ -28,8 +29,10 @@
 // CHECK-COUNT-3:       vector.store %{{.*}}, %b_panel[%[[ROW]], %{{.*}}] : memref<96x64xf32>, vector<16xf32>
 // CHECK-NEXT:        }
 // CHECK:             scf.for %[[I:.*]] = %[[C0]] to %{{.*}} step %[[MR]] {
-// CHECK-COUNT-24:    vector.load %c[%{{.*}}, %{{.*}}] : memref<?x?xf32>, vector<16xf32>
-// CHECK-NEXT:        %sum, {{.*}}, %sum_23 = scf.for %[[K:.*]] = %[[K0]] to %[[K1]] step %{{.*}} iter_args(%acc = {{.*}}, %acc_23 = {{.*}}) -> (vector<16xf32>{{.*}}) {
+// CHECK:               memref.prefetch %c[%[[I]], %[[J]]], write, locality<3>, data : memref<?x?xf32>
+// CHECK-COUNT-23:      memref.prefetch %c[%{{.*}}, %{{.*}}], write, locality<3>, data : memref<?x?xf32>
+// CHECK-NOT:           vector.load %c
+// CHECK:               %sum, {{.*}}, %sum_23 = scf.for %[[K:.*]] = %[[K0]] to %[[K1]] step %{{.*}} iter_args(%acc = %[[ZERO:.*]], %acc_1 = %[[ZERO]], {{.*}}, %acc_23 = %[[ZERO]]) -> (vector<16xf32>{{.*}}) {
 // CHECK-NEXT:          %[[R:.*]] = arith.subi %[[K]], %[[K0]] : index
 // CHECK-COUNT-4:       vector.load %b_panel[%[[R]], %{{.*}}] : memref<96x64xf32>, vector<16xf32>
 // CHECK-NEXT:          %[[A:.*]] = memref.load %a[%[[I]], %[[K]]] : memref<?x?xf32>
@@ -37,7 +40,11 @@
 // CHECK-COUNT-4:       vector.fma %[[AV]], %{{.*}}, %{{.*}} : vector<16xf32>
 // CHECK-COUNT-5:       vector.broadcast
 // CHECK:               scf.yield
-// CHECK-COUNT-24:    vector.store %{{.*}}, %c[%{{.*}}, %{{.*}}] : memref<?x?xf32>, vector<16xf32>
+// CHECK-NEXT:        }
+// CHECK-NEXT:        %[[C00:.*]] = vector.load %c[%[[I]], %[[J]]] : memref<?x?xf32>, vector<16xf32>
+// CHECK-NEXT:        %[[S00:.*]] = arith.addf %[[C00]], %sum : vector<16xf32>
+// CHECK-NEXT:        vector.store %[[S00]], %c[%[[I]], %[[J]]] : memref<?x?xf32>, vector<16xf32>
+// CHECK-COUNT-23:    vector.store %{{.*}}, %c[%{{.*}}, %{{.*}}] : memref<?x?xf32>, vector<16xf32>
 // CHECK-NEXT:        }
 // The rows left over (M mod 6) in blocks of 4, 2 and 1 rows.
 // CHECK:           scf.if
@@ -76,13 +83,12 @@
 // CHECK-NEXT:    %[[AH:.*]] = vector.broadcast %[[A]] : f16 to vector<16xf16>
 // CHECK-NEXT:    arith.extf %[[AH]] : vector<16xf16> to vector<16xf32>
 
-// B's rows float32 and less than a page apart (a tile the nest packed itself): read in place, no
-// panel, and the reduction in chunks of 192 steps (its rows fill all of the L1).
+// B's rows float32 and 512 bytes apart (a tile the nest packed itself) are packed too: read in
+// place, its 96 rows would fall into 8 of the L1's sets.
 // CHECK-LABEL: func.func @gemm_narrow_b
-// CHECK-NOT:     b_panel
-// CHECK:         arith.constant 192 : index
+// CHECK:         %b_panel = memref.alloca() {alignment = 64 : i64} : memref<96x64xf32>
 // CHECK:         vector.load %b[%{{.*}}, %{{.*}}] : memref<64x128xf32>, vector<16xf32>
-// CHECK-NOT:     b_panel
+// CHECK-NEXT:    vector.store %{{.*}}, %b_panel
 // CHECK:         func.return
 
 // Not a multiply-accumulate: left alone.
