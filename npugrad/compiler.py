@@ -235,7 +235,7 @@ class Pipeline:
             if self.target is not None:
                 passes.append(ChooseTileSizesPass(self.target))
             if self.fuse:
-                passes += [self._on_cpu(p) for p in self.fused_passes]
+                passes += [self._fuse_options(p) for p in self.fused_passes]
         if order >= XDSL_STAGES.index("tiled"):
             if self.target is not None:
                 passes.append(TileForTargetPass(self.target))
@@ -252,10 +252,17 @@ class Pipeline:
             passes += self.final_passes
         return passes
 
-    def _on_cpu(self, p: ModulePass) -> ModulePass:
-        """A pass with a `cpu` option left at the host takes the pipeline's `cpu` (the fuse
-        passes size their tiles for its caches)."""
-        return replace(p, cpu=self.cpu) if getattr(p, "cpu", None) == "host" and self.cpu != "host" else p
+    def _fuse_options(self, p: ModulePass) -> ModulePass:
+        """The fuse passes' options the pipeline decides, where left at their defaults: `cpu`
+        (the tiles a pass sizes itself fit that CPU's caches) and, with no target to tile for,
+        `wide_grad` (G in float32 for the CPU's micro-kernels; a target's units read it in the
+        input type)."""
+        changes: dict[str, object] = {}
+        if getattr(p, "cpu", None) == "host" and self.cpu != "host":
+            changes["cpu"] = self.cpu
+        if getattr(p, "wide_grad", None) is False and self.target is None:
+            changes["wide_grad"] = True
+        return replace(p, **changes) if changes else p
 
     def xdsl_pipeline(self, stage: str) -> str:
         """The xDSL passes up to `stage` as an `xdsl-opt -p` (or `npugrad-opt -p`) pipeline."""

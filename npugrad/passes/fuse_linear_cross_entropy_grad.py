@@ -58,7 +58,10 @@ def target_in_tile(e: IRBuilder, op, t: SSAValue, v0: SSAValue, tv: SSAValue) ->
     return column_in_tile(e, column, target_in_shard(e, op.target_mask, t), v0, tv)
 
 
-def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int], e: IRBuilder) -> None:
+def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int], e: IRBuilder, wide_grad: bool = False) -> None:
+    """The nest. `wide_grad`: G, rounded to the input type as the op says, is kept in a float32
+    tile (the logits tile, in place) instead of one of the input type: the same values, which a
+    CPU's micro-kernels then broadcast without widening each one (GEMMs 2 and 3 read G as A)."""
     x, w, gx, gw = op.input, op.weight, op.input_grad_out, op.weight_grad_out
     in_t = x.type.element_type  # type: ignore[attr-defined]
     bt, h, v = e.dim(x, 0), e.dim(x, 1), e.dim(w, 0)
@@ -71,7 +74,8 @@ def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int], e: IRBuil
         gx_acc.name_hint = "input_grad_acc"
     mark(e.fill(0.0, gx_acc), NestRole.INPUT_GRAD_INIT)
     z_buf = None if hp else tile_buffer(e, [tiles["bt"], tiles["v"]], f32, "logits")
-    g_buf = z_buf if (z_buf is not None and in_t == f32) else tile_buffer(e, [tiles["bt"], tiles["v"]], in_t, "grad_logits")
+    g_t_type = f32 if wide_grad else in_t
+    g_buf = z_buf if (z_buf is not None and g_t_type == f32) else tile_buffer(e, [tiles["bt"], tiles["v"]], g_t_type, "grad_logits")
     saved = None if hp else tile_buffer(e, [tiles["bt"]], f32, "saved_logits")
     w_packed = None if hp else e.alloc([h, tiles["v"]], in_t)
     if w_packed is not None:
@@ -107,19 +111,23 @@ def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int], e: IRBuil
                     return e.load(op.softmax, [t, e.emit(arith.AddiOp(v0, j))])
                 return grad.probability(row, logit)
 
+            def store_g(value: SSAValue, at: list[SSAValue]) -> None:
+                """G rounded to the input type, stored in g_t's (float32 where wide)."""
+                e.store_f32(e.to_f32(e.from_f32(value, in_t)) if g_t_type != in_t else value, g_t, at)
+
             with e.loop(tb) as i:
                 t = e.emit(arith.AddiOp(t0, i))
                 row = grad.row(t)
                 with e.loop(tv) as j:
                     logit = None if hp else e.load(z_t, [i, j])
-                    e.store_f32(grad.element(row, probability(row, t, j, logit), logit, False), g_t, [i, j])
+                    store_g(grad.element(row, probability(row, t, j, logit), logit, False), [i, j])
             with e.loop(tb) as i:  # the one-hot term: only the target column of unmasked rows
                 t = e.emit(arith.AddiOp(t0, i))
                 hit, local = target_in_tile(e, op, t, v0, tv)
                 with e.if_(hit):
                     row = grad.row(t)
                     logit = None if hp else e.load(saved, [i])
-                    e.store_f32(grad.element(row, probability(row, t, local, logit), logit, True), g_t, [i, local])
+                    store_g(grad.element(row, probability(row, t, local, logit), logit, True), [i, local])
             gx_t = e.subview(gx_acc, [t0, 0], [tb, h])
             # GEMMs 2 and 3 reduce over the middle dimension, so the innermost loop runs along
             # H, contiguous in every operand: a broadcast-multiply-add that vectorises.
@@ -138,11 +146,12 @@ def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int], e: IRBuil
 @dataclass(frozen=True)
 class FuseOp(RewritePattern):
     tiles: dict[str, int]
+    wide_grad: bool = False
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: FusedLinearCrossEntropyLossGradOp, rewriter: PatternRewriter) -> None:
         record_source(op, rewriter)
-        fuse(op, {**self.tiles, **(op.tiles() or {})}, IRBuilder(rewriter, op))
+        fuse(op, {**self.tiles, **(op.tiles() or {})}, IRBuilder(rewriter, op), self.wide_grad)
         rewriter.erase(op)
 
 
@@ -153,7 +162,8 @@ class FuseLinearCrossEntropyGradPass(ModulePass):
     tile_bt: int = 0
     tile_v: int = 0
     cpu: str = "host"
+    wide_grad: bool = False
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        pattern = FuseOp(nest_tiles(self.tile_bt, self.tile_v, self.cpu))
+        pattern = FuseOp(nest_tiles(self.tile_bt, self.tile_v, self.cpu), self.wide_grad)
         PatternRewriteWalker(pattern, apply_recursively=False).rewrite_module(op)

@@ -6,14 +6,16 @@
 // RUN: npugrad-opt %s --stage llvm-ir --no-fuse --print-pipeline | FileCheck %s --check-prefix=IR
 // RUN: npugrad-opt %s --stage asm --cpu %inputs/avx2.toml --print-pipeline | FileCheck %s --check-prefix=ASM
 // The xDSL part gives the stage itself:
-// RUN: npugrad-opt %s -p fuse-linear-online-max-sum,fuse-linear-cross-entropy-grad,distribute-over-cores,convert-train-to-loops,lower-npu-to-cpu > %t.p
+// RUN: npugrad-opt %s -p 'fuse-linear-online-max-sum,fuse-linear-cross-entropy-grad{wide_grad=true},distribute-over-cores,convert-train-to-loops,lower-npu-to-cpu' > %t.p
 // RUN: npugrad-opt %s --stage loops > %t.stage
 // RUN: diff %t.p %t.stage
 
 // TRAIN: npugrad-opt {{.*}}print-pipeline.mlir -p ''
 // TRAIN-NOT: |
 
-// LOOPS: npugrad-opt {{.*}}print-pipeline.mlir -p fuse-linear-online-max-sum,fuse-linear-cross-entropy-grad,distribute-over-cores,convert-train-to-loops,lower-npu-to-cpu{{$}}
+// Without a target the pipeline keeps G in float32 for the CPU's GEMMs (wide_grad); with one it
+// leaves it in the input type for the target's units.
+// LOOPS: npugrad-opt {{.*}}print-pipeline.mlir -p 'fuse-linear-online-max-sum,fuse-linear-cross-entropy-grad{wide_grad=true},distribute-over-cores,convert-train-to-loops,lower-npu-to-cpu'{{$}}
 // LOOPS-NOT: mlir-opt
 
 // TILED: npugrad-opt {{.*}} --target npu-a2 -p 'choose-tile-sizes{target="npu-a2"},fuse-linear-online-max-sum,fuse-linear-cross-entropy-grad,tile-for-target{target="npu-a2"},check-capacity{target="npu-a2"}'{{$}}

@@ -1,12 +1,17 @@
 // High-performance mode in bf16: the given softmax tile replaces GEMM 1 (no exp), G is rounded
 // to bf16 before GEMMs 2 and 3, which accumulate in float32 buffers of sizes BT×H and v×H
-// (none depends on V = 384); the results are rounded once into the bf16 outputs.
-// RUN: npugrad-opt %s --stage fused | FileCheck %s
+// (none depends on V = 384); the results are rounded once into the bf16 outputs. The pass alone
+// keeps G in a bf16 tile (what a target's matrix unit reads); the untiled pipeline sets
+// `wide_grad`: the same rounded values in a float32 tile, which the CPU's micro-kernels broadcast
+// without widening each.
+// RUN: npugrad-opt %s -p fuse-linear-cross-entropy-grad | FileCheck %s --check-prefixes=CHECK,NARROW
+// RUN: npugrad-opt %s --stage fused | FileCheck %s --check-prefixes=CHECK,WIDE
 // RUN: npugrad-opt %s --stage run | FileCheck %s --check-prefix=EXEC
 
 // CHECK-LABEL: func.func @flce_hp_bf16
 // CHECK:         memref.alloc() {{.*}} : memref<40x24xf32>
-// CHECK:         memref.alloc() {{.*}} : memref<16x64xbf16>
+// NARROW:        memref.alloc() {{.*}} : memref<16x64xbf16>
+// WIDE:          memref.alloc() {{.*}} : memref<16x64xf32>
 // CHECK:         memref.alloc() {{.*}} : memref<64x24xf32>
 // CHECK-NOT:     memref.alloc
 // CHECK-NOT:     math.exp
@@ -15,9 +20,12 @@
 // CHECK:           scf.for
 // CHECK:             %[[P:.*]] = memref.load %{{.*}}[%{{.*}}, %{{.*}}] : memref<40x384xf32>
 // CHECK:             %[[G:.*]] = arith.mulf %{{.*}}, %[[P]] : f32
-// CHECK:             arith.truncf %[[G]] : f32 to bf16
+// CHECK:             %[[R:.*]] = arith.truncf %[[G]] : f32 to bf16
+// WIDE-NEXT:         %[[RW:.*]] = arith.extf %[[R]] : bf16 to f32
+// WIDE-NEXT:         memref.store %[[RW]], %{{.*}}[%{{.*}}, %{{.*}}] : memref<?x?xf32, strided<[64, 1]>>
 // CHECK:             linalg.generic {{.*}} doc = "GEMM 2: input grad tile dX_t += G * W_v"
-// CHECK-NEXT:        ^bb0(%{{.*}}: bf16, %{{.*}}: bf16, %{{.*}}: f32):
+// NARROW-NEXT:       ^bb0(%{{.*}}: bf16, %{{.*}}: bf16, %{{.*}}: f32):
+// WIDE-NEXT:         ^bb0(%{{.*}}: f32, %{{.*}}: bf16, %{{.*}}: f32):
 // CHECK:             linalg.generic {{.*}} doc = "GEMM 3: weight grad tile dW_v += G^T * X_t"
 // CHECK:           arith.truncf %{{.*}} : f32 to bf16
 // CHECK:         } {train.fused = #train.fused<"train.fused_linear_cross_entropy_loss_grad", #train.tiles<bt = 16, v = 64>>}
