@@ -81,6 +81,7 @@ class Result:
     compile_s: float | None = None
     first_only: bool = False  # timed on its first call alone (slower than `slow`)
     timed_out: float | None = None  # the time-out (s) that stopped it: its time is at least that
+    predicted: float | None = None  # not run: the seconds a call was predicted to take
 
 
 def combine(runs: list[Result]) -> Result:

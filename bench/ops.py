@@ -415,6 +415,8 @@ def torch_available() -> bool:
 
 
 def _fmt_ratio(other: Result | None, ours: Result) -> str:
+    if other is not None and other.predicted and not ours.error:
+        return f"~{other.predicted / ours.median:.0f}x"  # not run: its time predicted from its GEMM rate
     if other is not None and other.timed_out and not ours.error:
         return f">{other.timed_out / ours.median:.1f}x"  # its setup and first call took longer than the time-out
     if other is None or other.error or ours.error:
@@ -429,6 +431,16 @@ class Ceilings:
     sgemm: float | None = None
     bf16: float | None = None
     lines: tuple[str, ...] = ()
+    torch_bf16_fallback: float | None = None  # torch.mm bf16's rate where it is PyTorch's fallback loop
+
+    def predicted_seconds(self, case: Case, contender: str) -> float | None:
+        """A PyTorch contender's call on a bfloat16 FLCE case where its GEMMs run in PyTorch's
+        fallback loop (no bf16 dot-product instructions): the case's FLOPs at that loop's rate
+        measured above; None where there is nothing to predict."""
+        if (self.torch_bf16_fallback and case.op == "flce" and case.size.get("dtype") == "bfloat16"
+                and contender in ("torch", "torch.compile")):
+            return case.work / (self.torch_bf16_fallback * 1e9)
+        return None
 
 
 CEILING_N = 4096  # the issue's SGEMM ceiling: NumPy matmul 4096³, float32
@@ -454,18 +466,20 @@ def measure_ceilings(quick: bool, threads: int, log: Callable[[str], None], time
     widened, widened_text = rate("bf16 widened", "bench.contenders:bf16_gemm_widened", n)
     candidates = [widened]
     parts = [f"bfloat16 widened to float32 + NumPy SGEMM {n}^3 = {widened_text}"]
+    fallback = None  # torch.mm bf16's rate where it is PyTorch's fallback loop
     if torch_available():
         hardware = compilers.torch_bf16_hardware()
         tn = n if hardware or quick else 1024
         torch_rate, torch_text = rate("bf16 torch.mm", "bench.contenders:bf16_gemm_torch", tn)
         candidates.append(torch_rate)
+        fallback = None if hardware else torch_rate
         parts.insert(0, f"torch.mm bfloat16 {tn}^3 = {torch_text} ("
                      + ("oneDNN bf16 dot-product kernels" if hardware else
                         "no bf16 dot-product instructions here: PyTorch's fallback loop") + ")")
     bf16 = max((c for c in candidates if c), default=None)
     peak = f"{bf16:.1f} GFLOP/s" if bf16 else "not measured"
     lines.append(f"bf16 GEMM peak = {peak}, the better of: " + "; ".join(parts))
-    return Ceilings(sgemm, bf16, tuple(lines))
+    return Ceilings(sgemm, bf16, tuple(lines), fallback)
 
 
 def _fraction(rate: float, ceiling: float | None) -> str:
@@ -481,10 +495,12 @@ def spec_of(case: Case, contender: str) -> str:
 def run_table(title: str, selected: Sequence[Case], alloc: bool, repeats: int, threads: int,
               contenders: Sequence[str], log: Callable[[str], None], rounds: int = 1,
               extra: Sequence[str] = (), ceilings: Ceilings | None = None, shared: dict | None = None,
-              timeout: float | None = None) -> str:
+              timeout: float | None = None, predicted_limit: float | None = None) -> str:
     """One table: `contenders` on every case, `extra` (the compilers) on FLCE cases only. A
     compiler's program allocates its outputs in either table: it is measured once per case and
-    `shared` (a dict kept across tables) holds its result."""
+    `shared` (a dict kept across tables) holds its result. A contender whose call `ceilings`
+    predicts to take longer than `predicted_limit` seconds is not run: the row shows the
+    prediction."""
     ratio_cols = [c for c in contenders if c != "npugrad"] + [c for c in extra if any(s.op == "flce" for s in selected)]
     gemm_cols = ceilings is not None and any(s.unit == "GFLOP/s" for s in selected)
     widths = [max(10, len(c) + 4) for c in ratio_cols]
@@ -505,6 +521,17 @@ def run_table(title: str, selected: Sequence[Case], alloc: bool, repeats: int, t
                 if c in compilers.CONTENDERS and (case.label, c) in shared:
                     runs[c].append(shared[case.label, c])
                     continue
+                predicted = ceilings.predicted_seconds(case, c) if ceilings else None
+                if predicted is not None and predicted_limit is not None and predicted > predicted_limit:
+                    r = Result(c, float("nan"), float("nan"), float("nan"),
+                               f"not run: its bf16 GEMMs run in PyTorch's fallback loop here "
+                               f"({ceilings.torch_bf16_fallback:.1f} GFLOP/s measured above), so a call would take "
+                               f"~{predicted / 60:.0f} min (over --predicted-limit {predicted_limit:.0f} s)",
+                               predicted=predicted)
+                    runs[c].append(r)
+                    if c in compilers.CONTENDERS:
+                        shared[case.label, c] = r
+                    continue
                 log(f"  {case.label}: {c}" + (f" (round {turn + 1} of {case_rounds})" if case_rounds > 1 else ""))
                 r = measure(c, spec_of(case, c), {**case.size, "alloc": alloc}, repeats, warmup, threads,
                             slow=slow, timeout=timeout)
@@ -518,7 +545,8 @@ def run_table(title: str, selected: Sequence[Case], alloc: bool, repeats: int, t
             name = case.label if c == "npugrad" else ""
             if r.error:
                 lines.append(f"{name:<40} {c:<13} "
-                             + (f"{r.error} (setup and first call)" if r.timed_out else f"failed: {r.error}"))
+                             + (r.error if r.predicted else
+                                f"{r.error} (setup and first call)" if r.timed_out else f"failed: {r.error}"))
                 continue
             mark = "*" if r.first_only else " "
             rate = case.work / r.median / 1e9
@@ -591,6 +619,11 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--timeout", type=float, default=1800.0,
                     help="seconds after which a contender's process is stopped and reported as timed out "
                          "(default 1800; 0: no limit)")
+    ap.add_argument("--predicted-limit", type=float, default=300.0,
+                    help="a PyTorch contender on a bfloat16 FLCE row whose GEMMs run in PyTorch's fallback loop "
+                         "(a CPU without bf16 dot-product instructions) and whose call the bf16 GEMM rate measured "
+                         "in the same run predicts to take longer than this many seconds is not run; the row shows "
+                         "the prediction (default 300; 0: run it anyway)")
 
 
 def run(args: argparse.Namespace) -> None:
@@ -632,12 +665,13 @@ def run(args: argparse.Namespace) -> None:
         print("'of SGEMM' / 'of bf16 pk': the row's GFLOP/s as a fraction of these")
     print()
     shared: dict = {}
+    limit = args.predicted_limit or None
     print(run_table("Outputs preallocated (and pre-touched) for every contender", selected, False,
-                    args.repeats, args.threads, contenders, log, args.rounds, extra, ceilings, shared, timeout),
+                    args.repeats, args.threads, contenders, log, args.rounds, extra, ceilings, shared, timeout, limit),
           "\n", flush=True)
     print(run_table("Outputs allocated by every contender (npugrad without out=, functional NumPy/PyTorch; "
                     "EMA-Adam is in place in both tables)", selected, True, args.repeats, args.threads, contenders, log,
-                    args.rounds, extra, ceilings, shared, timeout),
+                    args.rounds, extra, ceilings, shared, timeout, limit),
           "\n", flush=True)
     print(compile_table(ops, args.threads, 300 if args.quick else 5000, log))
     if shared:

@@ -112,3 +112,32 @@ def test_rounds_pool_every_timed_call():
     assert sorted(pooled.times) == [1.0, 2.0, 3.0, 4.0, 9.0] and pooled.error is None
     failed = Result("npugrad", float("nan"), float("nan"), float("nan"), "MemoryError")
     assert combine([runs[0], failed]).error == "MemoryError"
+
+
+def test_pytorch_bf16_on_its_fallback_loop_is_predicted_not_run(monkeypatch):
+    """On a CPU without bf16 dot-product instructions PyTorch's bf16 GEMMs run in a fallback loop
+    (about 1 GFLOP/s: an FLCE bf16 row would take a quarter of an hour per call): the row shows
+    the time that rate predicts and the ratio to npugrad it implies, and is not run; under the
+    limit, or without one, it is run."""
+    calls = []
+
+    def fake_measure(name, spec, args, *rest, **options):
+        calls.append((name, args["dtype"]))
+        return Result(name, 2.0, 2.0, 1.0, times=(2.0,))
+
+    monkeypatch.setattr(bench_ops, "measure", fake_measure)
+    case = next(c for c in bench_ops.cases(False) if c.op == "flce" and c.size["dtype"] == "bfloat16")
+    ceilings = bench_ops.Ceilings(100.0, 100.0, (), torch_bf16_fallback=1.0)
+    contenders = ["npugrad", "numpy", "torch"]
+    text = bench_ops.run_table("t", [case], False, 1, 2, contenders, lambda s: None, ceilings=ceilings,
+                               predicted_limit=300.0)
+    assert calls == [("npugrad", "bfloat16"), ("numpy", "bfloat16")]
+    predicted = case.work / 1e9  # seconds at 1 GFLOP/s
+    row = next(line for line in text.splitlines() if line[41:].startswith("torch "))
+    assert "not run" in row and "fallback loop" in row and f"~{predicted / 60:.0f} min" in row
+    ours = next(line for line in text.splitlines() if line.startswith(case.label))
+    assert ours.split()[-1] == f"~{predicted / 2.0:.0f}x"
+    calls.clear()
+    bench_ops.run_table("t", [case], False, 1, 2, contenders, lambda s: None, ceilings=ceilings,
+                        predicted_limit=predicted + 1)
+    assert ("torch", "bfloat16") in calls
