@@ -578,7 +578,8 @@ def contender_compile_table(shared: dict) -> str:
              "outside the timed calls; torch.compile: its first call minus a timed call)")
     lines = [title, header, "-" * len(header)]
     for (label, c), r in shared.items():
-        text = f"failed: {r.error}" if r.error else "-" if r.compile_s is None else f"{r.compile_s:>10.2f}"
+        text = ("not run (see the tables)" if r.predicted else f"failed: {r.error}" if r.error
+                else "-" if r.compile_s is None else f"{r.compile_s:>10.2f}")
         lines.append(f"{label:<40} {c:<13} {text:>10}")
     return "\n".join(lines)
 

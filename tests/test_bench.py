@@ -137,6 +137,12 @@ def test_pytorch_bf16_on_its_fallback_loop_is_predicted_not_run(monkeypatch):
     assert "not run" in row and "fallback loop" in row and f"~{predicted / 60:.0f} min" in row
     ours = next(line for line in text.splitlines() if line.startswith(case.label))
     assert ours.split()[-1] == f"~{predicted / 2.0:.0f}x"
+    shared: dict = {}
+    bench_ops.run_table("t", [case], False, 1, 2, contenders[:1], lambda s: None, extra=["torch.compile"],
+                        ceilings=ceilings, shared=shared, predicted_limit=300.0)
+    assert "torch.compile" not in [name for name, _ in calls[2:]]
+    [compiled] = bench_ops.contender_compile_table(shared).splitlines()[3:]
+    assert "not run" in compiled and "failed" not in compiled
     calls.clear()
     bench_ops.run_table("t", [case], False, 1, 2, contenders, lambda s: None, ceilings=ceilings,
                         predicted_limit=predicted + 1)
