@@ -433,14 +433,20 @@ class Ceilings:
     lines: tuple[str, ...] = ()
     torch_bf16_fallback: float | None = None  # torch.mm bf16's rate where it is PyTorch's fallback loop
 
-    def predicted_seconds(self, case: Case, contender: str) -> float | None:
-        """A PyTorch contender's call on a bfloat16 FLCE case where its GEMMs run in PyTorch's
-        fallback loop (no bf16 dot-product instructions): the case's FLOPs at that loop's rate
-        measured above; None where there is nothing to predict."""
-        if (self.torch_bf16_fallback and case.op == "flce" and case.size.get("dtype") == "bfloat16"
+    def not_run(self, case: Case, contender: str, limit: float | None) -> Result | None:
+        """The row of a PyTorch contender on a bfloat16 FLCE case whose GEMMs run in PyTorch's
+        fallback loop (no bf16 dot-product instructions) when the case's FLOPs at that loop's
+        rate, measured above, predict a call longer than `limit` seconds; None: run it."""
+        if not (limit and self.torch_bf16_fallback and case.op == "flce" and case.size.get("dtype") == "bfloat16"
                 and contender in ("torch", "torch.compile")):
-            return case.work / (self.torch_bf16_fallback * 1e9)
-        return None
+            return None
+        predicted = case.work / (self.torch_bf16_fallback * 1e9)
+        if predicted <= limit:
+            return None
+        return Result(contender, float("nan"), float("nan"), float("nan"),
+                      f"not run: its bf16 GEMMs run in PyTorch's fallback loop here ({self.torch_bf16_fallback:.1f} "
+                      f"GFLOP/s measured above), so a call would take ~{predicted / 60:.0f} min "
+                      f"(over --predicted-limit {limit:.0f} s)", predicted=predicted)
 
 
 CEILING_N = 4096  # the issue's SGEMM ceiling: NumPy matmul 4096³, float32
@@ -521,20 +527,11 @@ def run_table(title: str, selected: Sequence[Case], alloc: bool, repeats: int, t
                 if c in compilers.CONTENDERS and (case.label, c) in shared:
                     runs[c].append(shared[case.label, c])
                     continue
-                predicted = ceilings.predicted_seconds(case, c) if ceilings else None
-                if predicted is not None and predicted_limit is not None and predicted > predicted_limit:
-                    r = Result(c, float("nan"), float("nan"), float("nan"),
-                               f"not run: its bf16 GEMMs run in PyTorch's fallback loop here "
-                               f"({ceilings.torch_bf16_fallback:.1f} GFLOP/s measured above), so a call would take "
-                               f"~{predicted / 60:.0f} min (over --predicted-limit {predicted_limit:.0f} s)",
-                               predicted=predicted)
-                    runs[c].append(r)
-                    if c in compilers.CONTENDERS:
-                        shared[case.label, c] = r
-                    continue
-                log(f"  {case.label}: {c}" + (f" (round {turn + 1} of {case_rounds})" if case_rounds > 1 else ""))
-                r = measure(c, spec_of(case, c), {**case.size, "alloc": alloc}, repeats, warmup, threads,
-                            slow=slow, timeout=timeout)
+                r = ceilings.not_run(case, c, predicted_limit) if ceilings else None
+                if r is None:
+                    log(f"  {case.label}: {c}" + (f" (round {turn + 1} of {case_rounds})" if case_rounds > 1 else ""))
+                    r = measure(c, spec_of(case, c), {**case.size, "alloc": alloc}, repeats, warmup, threads,
+                                slow=slow, timeout=timeout)
                 runs[c].append(r)
                 if c in compilers.CONTENDERS:
                     shared[case.label, c] = r

@@ -74,8 +74,8 @@ def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int], e: IRBuil
         gx_acc.name_hint = "input_grad_acc"
     mark(e.fill(0.0, gx_acc), NestRole.INPUT_GRAD_INIT)
     z_buf = None if hp else tile_buffer(e, [tiles["bt"], tiles["v"]], f32, "logits")
-    g_t_type = f32 if wide_grad else in_t
-    g_buf = z_buf if (z_buf is not None and g_t_type == f32) else tile_buffer(e, [tiles["bt"], tiles["v"]], g_t_type, "grad_logits")
+    g_type = f32 if wide_grad else in_t
+    g_buf = z_buf if (z_buf is not None and g_type == f32) else tile_buffer(e, [tiles["bt"], tiles["v"]], g_type, "grad_logits")
     saved = None if hp else tile_buffer(e, [tiles["bt"]], f32, "saved_logits")
     w_packed = None if hp else e.alloc([h, tiles["v"]], in_t)
     if w_packed is not None:
@@ -113,7 +113,7 @@ def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int], e: IRBuil
 
             def store_g(value: SSAValue, at: list[SSAValue]) -> None:
                 """G rounded to the input type, stored in g_t's (float32 where wide)."""
-                e.store_f32(e.to_f32(e.from_f32(value, in_t)) if g_t_type != in_t else value, g_t, at)
+                e.store_f32(e.to_f32(e.from_f32(value, in_t)) if g_type != in_t else value, g_t, at)
 
             with e.loop(tb) as i:
                 t = e.emit(arith.AddiOp(t0, i))

@@ -181,11 +181,10 @@ class _Kernels:
         halves = e.emit(vector.BroadcastOp(scalar, VectorType(f16, [self.lanes])))
         return e.emit(arith.ExtFOp(halves, self.f32x))
 
-    def block(self, i0: SSAValue, mr: int, j0: SSAValue, nr: int, mask: SSAValue | None = None,
-              packed: bool = False) -> None:
+    def block(self, i0: SSAValue, mr: int, j0: SSAValue, nr: int, mask: SSAValue | None = None) -> None:
         """C[i0:i0+mr, j0:j0+nr·lanes] += A·B over the chunk, the mr×nr accumulators in registers
-        from zero, C's lines prefetched first and read last; B's rows read from the packed panel
-        where `packed`, else in place (masked)."""
+        from zero, C's lines prefetched first and read last; B's rows read from the packed panel,
+        or in place for the masked column tail."""
         e = self.e
         rows = [i0 if r == 0 else e.emit(arith.AddiOp(i0, e.idx(r))) for r in range(mr)]
         cols = [j0 if c == 0 else e.emit(arith.AddiOp(j0, e.idx(c * self.lanes))) for c in range(nr)]
@@ -198,7 +197,7 @@ class _Kernels:
             k.name_hint = "k"
             for arg in carried:
                 arg.name_hint = "acc"
-            if packed:
+            if mask is None:
                 row = e.emit(arith.SubiOp(k, self.k_lo))
                 bs = [e.emit(vector.LoadOp(self.panel, [row, e.idx(c * self.lanes)], self.f32x)) for c in range(nr)]
             else:
@@ -234,13 +233,13 @@ class _Kernels:
                 j = j0 if c == 0 else e.emit(arith.AddiOp(j0, e.idx(c * self.lanes)))
                 e.emit(vector.StoreOp(self._load(self.b, [k, j], None), self.panel, [row, e.idx(c * self.lanes)]))
 
-    def rows(self, j0: SSAValue, nr: int, mask: SSAValue | None = None, packed: bool = False) -> None:
+    def rows(self, j0: SSAValue, nr: int, mask: SSAValue | None = None) -> None:
         """Blocks of MR rows, then the remaining rows in blocks of 4, 2, 1 (its binary digits),
         so no row runs through a one-row kernel unless it must."""
         e = self.e
         full = self.rows_full
         with e.loop(full, step=e.idx(self.mr)) as i0:
-            self.block(i0, self.mr, j0, nr, mask, packed)
+            self.block(i0, self.mr, j0, nr, mask)
         left = e.emit(arith.SubiOp(self.m, full))
         bit = 1
         while bit * 2 < self.mr:
@@ -248,7 +247,7 @@ class _Kernels:
         while bit:
             with e.if_(e.emit(arith.CmpiOp(e.emit(arith.AndIOp(left, e.idx(bit))), e.idx(0), "ne"))):
                 start = e.emit(arith.AddiOp(full, e.emit(arith.AndIOp(left, e.idx(-2 * bit)))))
-                self.block(start, bit, j0, nr, mask, packed)
+                self.block(start, bit, j0, nr, mask)
             bit //= 2
 
     def emit(self) -> None:
@@ -263,7 +262,7 @@ class _Kernels:
             self.k_lo, self.k_hi = k0, e.emit(arith.MinSIOp(e.emit(arith.AddiOp(k0, e.idx(self.kc))), self.k))
             with e.loop(blocks_end, step=e.idx(wide)) as j0:
                 self.pack(j0)
-                self.rows(j0, self.nr, packed=True)
+                self.rows(j0, self.nr)
             with e.loop(self.n, blocks_end, e.idx(self.lanes)) as j0:
                 # create_mask clamps: all lanes but in the last vector.
                 self.rows(j0, 1, e.emit(vector.CreateMaskOp([e.emit(arith.SubiOp(self.n, j0))], VectorType(i1, [self.lanes]))))
