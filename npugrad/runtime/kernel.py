@@ -29,6 +29,20 @@ assert ctypes.sizeof(ctypes.c_void_p) == 8
 SMALL = 1 << 17  # elements of the largest array below which a block kernel runs as one block
 
 
+_HEAD = struct.Struct("=2q").pack  # a descriptor's allocated and aligned pointers
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A call's arrays as a kernel sees them apart from their addresses: each descriptor's
+    offset, sizes and strides (packed), and the block count (0: not a block kernel). All follow
+    from the arrays' dtypes, shapes and strides (and the thread count), so a caller that keys
+    a Layout by those may bind other arrays of the same key to it."""
+
+    tails: tuple[bytes, ...]
+    blocks: int
+
+
 class ArgumentError(ValueError):
     """An array that does not fit the kernel's signature."""
 
@@ -103,7 +117,6 @@ class Kernel:
         extra = [ctypes.c_int64, ctypes.c_int64] if blocks else []
         # c_char_p: a bytes argument is passed as a pointer to its contents, without a copy.
         self._fn = ctypes.CFUNCTYPE(None, *[ctypes.c_char_p] * len(self.args), *extra)(address)
-        self._descriptors = [(struct.Struct(f"={3 + 2 * len(spec.shape)}q").pack, spec.dtype.itemsize) for spec in self.args]
 
     def __call__(self, *arrays: np.ndarray, threads: int | None = None) -> None:
         self.bind(*arrays, threads=threads)()
@@ -111,23 +124,41 @@ class Kernel:
     def bind(self, *arrays: np.ndarray, threads: int | None = None) -> Callable[[], None]:
         """Check the arrays and build their descriptors once; the result runs the machine code
         alone (what benchmarks time as "the kernel itself")."""
+        return self.bind_layout(self.layout(arrays, threads), arrays)
+
+    def layout(self, arrays: Sequence[np.ndarray], threads: int | None = None) -> Layout:
+        """Check the arrays against the kernel's signature; what their descriptors hold besides
+        the addresses, and the block count."""
         if len(arrays) != len(self.args):
             raise ArgumentError(f"{self.name}: expected {len(self.args)} arrays, got {len(arrays)}")
-        descriptors = []
-        for spec, (pack, itemsize), array in zip(self.args, self._descriptors, arrays):
+        tails = []
+        for spec, array in zip(self.args, arrays):
             spec.check(self.name, array)
-            data = data_address(array)
-            descriptors.append(pack(data, data, 0, *array.shape, *[s // itemsize for s in array.strides]))
-        fn = self._fn
+            itemsize = array.itemsize
+            tails.append(struct.pack(f"={1 + 2 * array.ndim}q", 0, *array.shape, *[s // itemsize for s in array.strides]))
         n = threads or pool.threads()
         # Waking a second thread costs tens of microseconds: unless `threads` says otherwise,
         # work that distribute-over-cores split runs as one block on small arrays.
-        small = self.distributed and threads is None and n > 1 and max([a.size for a in arrays], default=0) < SMALL
-        if small:
+        if self.distributed and threads is None and n > 1 and max([a.size for a in arrays], default=0) < SMALL:
             n = 1
+        return Layout(tuple(tails), n if self.blocks else 0)
+
+    def bind_layout(self, layout: Layout, arrays: Sequence[np.ndarray]) -> Callable[[], None]:
+        """The kernel bound to arrays of the dtypes, shapes and strides `layout` was made for
+        (not checked again: only their addresses are read)."""
+        descriptors = [_HEAD(data, data) + tail for data, tail in zip(map(data_address, arrays), layout.tails)]
+        fn = self._fn
+        n = layout.blocks
         if not self.blocks:
             return lambda: fn(*descriptors)
         if self.synchronized:
+            if n == 1:
+                def run_one() -> None:
+                    with sync.launch(1):
+                        fn(*descriptors, 0, 1)
+
+                return run_one
+
             def run() -> None:
                 with sync.launch(n):
                     pool.run_blocks(lambda block: fn(*descriptors, block, n), n)

@@ -18,7 +18,8 @@ from npugrad.compiler import Pipeline
 from npugrad.dialect import TrainOp
 from npugrad.dialect.checks import Checker, SignatureError, SignatureTypeError
 from npugrad.interop.dlpack import accepting_foreign_arrays
-from npugrad.runtime.kernel import Kernel
+from npugrad.runtime import pool
+from npugrad.runtime.kernel import Kernel, Layout
 from npugrad.runtime.specialize import OperandClass, compile_op, dtype_name
 
 _PIPELINE: contextvars.ContextVar[Pipeline | None] = contextvars.ContextVar("npugrad_pipeline", default=None)
@@ -142,20 +143,59 @@ class Call:
     kernel: Kernel = field(init=False)
 
     def __post_init__(self) -> None:
-        present = {k: v for k, v in self.arrays.items() if v is not None}
-        classes = {k: OperandClass.of(v, self.static_shapes) for k, v in present.items()}
-        self.kernel = compile_op(self.op_cls, classes, dict(self.props), current_pipeline())
-        self._ordered = [present[n] for n in self.op_cls.operand_names() if n in present]
+        self._ordered, self._kernel_and_layout = _specialised(self.op_cls, self.arrays, self.props, self.static_shapes)
+        self.kernel = self._kernel_and_layout[0]
 
     def run(self):
         if self.value_check is not None:
             self.value_check()
-        self.kernel(*self._ordered)
+        self.bind()()
         return self.result
 
     def bind(self) -> Callable[[], None]:
         """The kernel bound to this call's arrays, without the value checks: the machine code alone."""
-        return self.kernel.bind(*self._ordered)
+        kernel, layout = self._kernel_and_layout
+        return kernel.bind_layout(layout, self._ordered)
+
+
+def _specialised(op_cls: type[TrainOp], arrays: Mapping[str, np.ndarray | None], props: Mapping,
+                 static_shapes: bool) -> tuple[list[np.ndarray], tuple[Kernel, Layout]]:
+    """The present arrays in operand order, the kernel compiled for them and their checked
+    Layout. Both follow from the op, the properties, the pipeline, the thread count and each
+    operand's dtype, shape and strides (C-contiguity is a function of those), so a signature
+    met before skips the operand classes, the compile-cache key and the kernel's argument
+    checks: they are remembered, by that signature, in a bounded table. The checks that read
+    more than that (alignment, writeability, overlap: addresses) are the API's, on every call."""
+    ordered = []
+    signature = []
+    exact = True  # only plain ndarrays: a subclass may define its metadata differently
+    for name in op_cls.operand_names():
+        a = arrays.get(name)
+        if a is None:
+            signature.append(None)
+        else:
+            ordered.append(a)
+            exact = exact and type(a) is np.ndarray
+            signature.append((a.dtype, a.shape, a.strides) if exact else None)
+    pipeline = current_pipeline()
+    key = None
+    if exact and pipeline is None:  # a pipeline of the caller's may change after a call: not remembered
+        key = (op_cls, tuple(props.items()), static_shapes, pool.threads(), tuple(signature))
+        found = _SPECIALISED.get(key)
+        if found is not None:
+            return ordered, found
+    classes = {k: OperandClass.of(v, static_shapes) for k, v in arrays.items() if v is not None}
+    kernel = compile_op(op_cls, classes, dict(props), pipeline)
+    found = (kernel, kernel.layout(ordered))
+    if key is not None:
+        if len(_SPECIALISED) >= _SPECIALISED_MAX:
+            _SPECIALISED.clear()
+        _SPECIALISED[key] = found
+    return ordered, found
+
+
+_SPECIALISED: dict[tuple, tuple[Kernel, Layout]] = {}
+_SPECIALISED_MAX = 4096
 
 
 def two_phase(plan: Callable[..., Call]) -> Callable:

@@ -1,0 +1,253 @@
+"""What a repeated API call remembers, and what it checks again every time.
+
+A call signature met before (op, properties, thread count, every operand's dtype, shape and
+strides) skips the compile-cache key and the kernel's argument checks (runtime/launch.py,
+_specialised). Everything that depends on more than that is checked on every call: alignment
+(the address), writeability, memory overlap (addresses), the values. A one-block launch of a
+synchronized kernel builds no barrier (runtime/sync.py)."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from api_cases import BCE, EMA_ADAM, FLCE, OPS, OUTPUTS, Case, bce, default_case, overlapping
+from conftest import assert_close
+from test_sync import ROTATE, _expected
+
+from npugrad import ops
+from npugrad.compiler import Pipeline, make_context, parse
+from npugrad.runtime import launch, sync
+from npugrad.runtime.executable import Executable, block_kernels, signatures
+from npugrad.runtime.kernel import ArgumentError, Kernel
+
+
+def _snapshot(case: Case) -> dict[str, bytes]:
+    return {k: a.tobytes() for k, a in case.arrays.items() if isinstance(a, np.ndarray)}
+
+
+def _misaligned(a: np.ndarray) -> np.ndarray:
+    """A copy of `a` (same dtype, shape and strides) at an address one byte off."""
+    raw = np.zeros(a.nbytes + 1, np.uint8)
+    moved = raw[1:].view(a.dtype).reshape(a.shape)
+    moved[...] = a
+    return moved
+
+
+def _remembered(case: Case) -> None:
+    """Run `case` twice: its signature is then in the table."""
+    for _ in range(2):
+        case.copy().call()
+    assert launch._SPECIALISED
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """How many times calls compiled (looked up the compile cache) and checked a kernel's arguments."""
+    counts = {"compile": 0, "layout": 0}
+    compile_op, layout = launch.compile_op, Kernel.layout
+
+    def counting_compile(*args, **kwargs):
+        counts["compile"] += 1
+        return compile_op(*args, **kwargs)
+
+    def counting_layout(self, *args, **kwargs):
+        counts["layout"] += 1
+        return layout(self, *args, **kwargs)
+
+    monkeypatch.setattr(launch, "compile_op", counting_compile)
+    monkeypatch.setattr(Kernel, "layout", counting_layout)
+    return counts
+
+
+def test_a_repeated_signature_is_specialised_once(rng, counted):
+    launch._SPECIALISED.clear()
+    case = bce(rng, (6, 8), out=True)
+    for _ in range(3):
+        assert_close(case.copy().call()["out"], case.expected()["out"])
+    assert counted == {"compile": 1, "layout": 1}
+    # Other strides (same shape and dtype), another shape, another property: another signature.
+    wide = case.copy()
+    buf = np.zeros((6, 16), np.float32)
+    buf[:, ::2] = wide.arrays["input_x"]
+    wide.arrays["input_x"] = buf[:, ::2]
+    assert_close(wide.call()["out"], case.expected()["out"])
+    assert counted == {"compile": 2, "layout": 2}
+    bce(rng, (6, 9), out=True).call()
+    summed = case.copy()
+    summed.scalars["reduction"] = 2
+    assert_close(summed.call()["out"], summed.expected()["out"])
+    assert counted == {"compile": 4, "layout": 4}
+
+
+def test_a_non_contiguous_array_after_a_contiguous_one_gets_the_strided_kernel(rng):
+    case = bce(rng, (6, 8), out=True)
+    _remembered(case)
+    contiguous = ops.binary_cross_entropy_grad.plan(**case.arrays, **case.scalars).kernel
+    transposed = case.copy()
+    for k in ("input_x", "input_y", "weight", "out"):
+        transposed.arrays[k] = np.ascontiguousarray(case.arrays[k].T).T
+    assert not transposed.arrays["input_x"].flags.c_contiguous
+    assert_close(transposed.call()["out"], case.expected()["out"])
+    # The contiguous kernel itself still refuses such arrays.
+    t = transposed.arrays
+    with pytest.raises(ArgumentError, match="is not C-contiguous"):
+        contiguous(t["input_x"], t["input_y"], t["dloss"], t["weight"], t["out"])
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_a_read_only_output_after_a_remembered_signature_is_rejected(rng, op):
+    case = default_case(op, rng)
+    _remembered(case)
+    for name in OUTPUTS[op]:
+        bad = case.copy()
+        bad.arrays[name].flags.writeable = False
+        before = _snapshot(bad)
+        with pytest.raises(ValueError, match=f"^{op}: parameter '{name}' is read-only"):
+            bad.call()
+        assert _snapshot(bad) == before
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_a_misaligned_array_after_a_remembered_signature_is_rejected(rng, op):
+    case = default_case(op, rng)
+    _remembered(case)
+    for name, a in case.arrays.items():
+        if not isinstance(a, np.ndarray) or a.itemsize == 1:
+            continue
+        bad = case.copy()
+        bad.arrays[name] = _misaligned(a)
+        assert (bad.arrays[name].shape, bad.arrays[name].strides) == (a.shape, a.strides)
+        before = _snapshot(bad)
+        with pytest.raises(ValueError, match=f"^{op}: parameter '{name}' is not aligned"):
+            bad.call()
+        assert _snapshot(bad) == before
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_an_overlapping_output_after_a_remembered_signature_is_rejected(rng, op):
+    """Same dtypes, shapes and strides as the remembered call; only the addresses differ."""
+    case = default_case(op, rng)
+    _remembered(case)
+    for out in OUTPUTS[op]:
+        for other, a in case.arrays.items():
+            b = case.arrays[out]
+            if other == out or not isinstance(a, np.ndarray) or not a.size or not b.size:
+                continue
+            bad = case.copy()
+            bad.arrays[other], bad.arrays[out] = overlapping(a, b)
+            before = _snapshot(bad)
+            with pytest.raises(ValueError, match=f"^{op}: .*overlap"):
+                bad.call()
+            assert _snapshot(bad) == before
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_an_output_that_is_an_input_after_a_remembered_signature_is_rejected(rng, op):
+    case = default_case(op, rng)
+    _remembered(case)
+    for out in OUTPUTS[op]:
+        b = case.arrays[out]
+        for other, a in case.arrays.items():
+            if other == out or not isinstance(a, np.ndarray) or (a.dtype, a.shape) != (b.dtype, b.shape):
+                continue
+            bad = case.copy()
+            bad.arrays[out] = bad.arrays[other]
+            with pytest.raises(ValueError, match=f"^{op}: .*overlap"):
+                bad.call()
+
+
+def test_the_table_of_specialised_signatures_is_bounded(rng, monkeypatch):
+    monkeypatch.setattr(launch, "_SPECIALISED_MAX", 4)
+    launch._SPECIALISED.clear()
+    for n in range(1, 12):
+        case = bce(rng, (n,), out=True)
+        assert_close(case.call()["out"], case.expected()["out"])
+        assert len(launch._SPECIALISED) <= 4
+
+
+def test_calls_under_a_pipeline_of_the_caller_are_not_remembered(rng):
+    launch._SPECIALISED.clear()
+    case = bce(rng, (6,), out=True)
+    with launch.using(Pipeline(vectorize=False)):
+        for _ in range(2):
+            assert_close(case.copy().call()["out"], case.expected()["out"])
+    assert not launch._SPECIALISED
+
+
+def test_one_signature_from_several_threads(rng):
+    cases = [default_case(op, np.random.default_rng(i)) for i, op in enumerate(OPS * 3)]
+    for case in cases[:len(OPS)]:
+        case.copy().call()  # compiled, and remembered
+    wanted = [c.expected() for c in cases]
+    results: list = [None] * len(cases)
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            for _ in range(20):
+                results[i] = cases[i].copy().call()
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    workers = [threading.Thread(target=run, args=(i,)) for i in range(len(cases))]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=120)
+    assert not errors
+    for got, want in zip(results, wanted):
+        for k in want:
+            assert_close(got[k], want[k])
+
+
+# -- launches ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rotate() -> Kernel:
+    module = parse(ROTATE, "rotate.mlir", make_context())
+    sigs = signatures(module)
+    llvm_ir = Pipeline(fuse=False, distribute=False).lower(module, "llvm-ir", make_context())
+    return Executable(llvm_ir, sigs, block_kernels(module))["rotate"]
+
+
+def test_a_one_block_launch_builds_no_barrier(rotate, monkeypatch):
+    built = []
+    barrier = threading.Barrier
+
+    def counting(n):
+        built.append(n)
+        return barrier(n)
+
+    monkeypatch.setattr(sync.threading, "Barrier", counting)
+    out = np.full((5, 1), -1, np.int64)
+    rotate(out, threads=1)
+    np.testing.assert_array_equal(out, _expected(5, 1))
+    assert built == []
+    out = np.full((5, 3), -1, np.int64)
+    rotate(out, threads=3)
+    np.testing.assert_array_equal(out, _expected(5, 3))
+    assert built == [3]
+
+
+def test_a_launch_that_fails_releases_the_launch_services(rotate):
+    for blocks in (1, 2):
+        with pytest.raises(RuntimeError, match="failed"), sync.launch(blocks):
+            assert sync._current is not None
+            raise RuntimeError("failed")
+        assert sync._current is None
+    out = np.full((3, 2), -1, np.int64)
+    rotate(out, threads=2)
+    np.testing.assert_array_equal(out, _expected(3, 2))
+
+
+def test_flce_and_ema_adam_results_stay_right_on_repeated_calls(rng):
+    for op in (FLCE, EMA_ADAM, BCE):
+        case = default_case(op, rng)
+        want = case.expected()
+        for _ in range(3):
+            got = case.copy().call()
+            for k in want:
+                assert_close(got[k], want[k])
