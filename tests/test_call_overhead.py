@@ -12,12 +12,13 @@ import threading
 
 import numpy as np
 import pytest
-from api_cases import BCE, EMA_ADAM, FLCE, OPS, OUTPUTS, Case, bce, default_case, overlapping
+from api_cases import BCE, EMA_ADAM, EMBEDDING, FLCE, NLL, OPS, OUTPUTS, Case, bce, default_case, overlapping
 from conftest import assert_close
 from test_sync import ROTATE, _expected
 
 from npugrad import ops
 from npugrad.compiler import Pipeline, make_context, parse
+from npugrad.ops.common import all_in_range
 from npugrad.runtime import launch, sync
 from npugrad.runtime.executable import Executable, block_kernels, signatures
 from npugrad.runtime.kernel import ArgumentError, Kernel
@@ -251,3 +252,60 @@ def test_flce_and_ema_adam_results_stay_right_on_repeated_calls(rng):
             got = case.copy().call()
             for k in want:
                 assert_close(got[k], want[k])
+
+
+# -- value checks: they read the data on every call ------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint8, ">i8"])
+def test_all_in_range(dtype):
+    a = np.array([0, 3, 4, 2], dtype)
+    assert all_in_range(a, 5) and not all_in_range(a, 4)
+    assert all_in_range(a[::2], 5) and all_in_range(a[:0], 0) and all_in_range(np.array(3, dtype), 4)
+    if np.dtype(dtype).kind == "i":
+        info = np.iinfo(dtype)
+        for bad in (-1, info.min):
+            assert not all_in_range(np.array([0, bad], dtype), 5)
+            assert not all_in_range(np.array([bad], dtype), 1 << 70)  # n beyond the dtype: still no negatives
+        assert all_in_range(np.array([info.max], dtype), 1 << 70)
+
+
+@pytest.mark.parametrize("bad", [-1, 9, 2**40])
+def test_an_out_of_range_target_after_a_remembered_signature_is_rejected(rng, bad):
+    case = default_case(FLCE, rng)
+    case.arrays["target_mask"][:] = False  # every row's target in this shard
+    _remembered(case)
+    wrong = case.copy()
+    wrong.arrays["masked_target"][3] = bad
+    before = _snapshot(wrong)
+    with pytest.raises(ValueError, match=rf"^{FLCE}: parameter 'masked_target' .* got {bad} at row 3"):
+        wrong.call()
+    assert _snapshot(wrong) == before
+    wrong.arrays["target_mask"][3] = True  # that row's target is in another shard: not read
+    got = wrong.call()
+    want = wrong.expected()
+    for k in want:
+        assert_close(got[k], want[k])
+
+
+def test_an_out_of_range_index_after_a_remembered_signature_is_rejected(rng):
+    case = default_case(EMBEDDING, rng)
+    _remembered(case)
+    for bad in (-1, case.scalars["num_weights"]):
+        wrong = case.copy()
+        wrong.arrays["indices"][2] = bad
+        with pytest.raises(ValueError, match=rf"^{EMBEDDING}: parameter 'indices' .* got {bad} at position \(2,\)"):
+            wrong.call()
+
+
+def test_an_out_of_range_target_of_nll_after_a_remembered_signature_is_rejected(rng):
+    case = default_case(NLL, rng)
+    _remembered(case)
+    ignored = case.copy()
+    ignored.arrays["target"][1] = case.scalars["ignore_index"]  # ignored: not a class, and fine
+    assert_close(ignored.call()["out"], ignored.expected()["out"])
+    for bad in (-1, 5, 1 << 40):
+        wrong = case.copy()
+        wrong.arrays["target"][1] = bad
+        with pytest.raises(ValueError, match=rf"^{NLL}: parameter 'target' has value {bad} at position 1"):
+            wrong.call()

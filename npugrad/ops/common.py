@@ -27,6 +27,7 @@ __all__ = [
     "REDUCTION_NONE",
     "REDUCTION_SUM",
     "Planned",
+    "all_in_range",
     "allocate",
     "as_input",
     "flag",
@@ -104,6 +105,27 @@ def flag(op: str, name: str, value) -> bool:
             return bool(value)
         raise SignatureError(f"{op}: parameter '{name}' must be True or False (or 0 or 1), got {value}")
     raise SignatureTypeError(f"{op}: parameter '{name}' must be True or False (or 0 or 1), got {_shown(value)}")
+
+
+# -- values ------------------------------------------------------------------------------------------
+
+
+def all_in_range(values: np.ndarray, n: int) -> bool:
+    """Whether every element of an integer array lies in [0, n), in one reduction: read as
+    unsigned, a negative value is at least 2**(bits - 1), more than any value it stands for."""
+    if not values.size:
+        return True
+    found = _UNSIGNED.get(values.dtype)
+    if found is None:
+        signed = values.dtype.kind == "i"
+        found = _UNSIGNED[values.dtype] = (np.dtype(values.dtype.str.replace("i", "u")),
+                                           1 << (8 * values.itemsize - 1) if signed else None)
+    unsigned, negative = found
+    return int(values.view(unsigned).max()) < (n if negative is None else min(n, negative))
+
+
+# dtype -> (the unsigned dtype to view it as, for a signed one 2**(bits - 1): what its negative values read as at least)
+_UNSIGNED: dict[np.dtype, tuple[np.dtype, int | None]] = {}
 
 
 # -- outputs -----------------------------------------------------------------------------------------
@@ -221,7 +243,7 @@ def reject_overlap(op: str, arrays: Mapping[str, object], outputs: Sequence[str]
     Otherwise NumPy's test compares memory bounds and, where they meet, solves for a shared
     element: interleaved arrays that share none pass."""
     given = [k for k in outputs if type(arrays[k]) is not Planned]
-    if not given:
+    if not given or _owners_passed_once(arrays, given, skip):
         return
     others = []
     for k, a in arrays.items():
@@ -246,6 +268,21 @@ def reject_overlap(op: str, arrays: Mapping[str, object], outputs: Sequence[str]
                     shared = True
             if shared:
                 _overlapping(op, list(arrays), out, other, display or {})
+
+
+def _owners_passed_once(arrays: Mapping[str, object], given: Sequence[str], skip: Iterable[str]) -> bool:
+    """The common case, settled without the pairwise test: every array owns its memory, each
+    given output is C-contiguous (so no two of its elements meet) and is passed only once."""
+    ids = []
+    for k, a in arrays.items():
+        if isinstance(a, np.ndarray) and k not in skip:
+            if a.base is not None or not a.flags.owndata:
+                return False
+            ids.append(id(a))
+    for out in given:
+        if not arrays[out].flags.c_contiguous or ids.count(id(arrays[out])) != 1:
+            return False
+    return True
 
 
 def _overlapping(op: str, order: list[str], out: str, other: str, display: Mapping[str, str]) -> None:

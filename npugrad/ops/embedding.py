@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from npugrad.dialect import EmbeddingDenseBackwardOp
-from npugrad.ops.common import allocate, as_input, flag, integer, output, reject_overlap
+from npugrad.ops.common import all_in_range, allocate, as_input, flag, integer, output, reject_overlap
 from npugrad.runtime.launch import Call, check, two_phase
 
 OP = "embedding_dense_backward"
@@ -48,7 +48,7 @@ def embedding_dense_backward(grad, indices, num_weights, padding_idx=-1, scale_g
 
 def _check_indices(g: np.ndarray, idx: np.ndarray, nw: int) -> None:
     # Like the reference, indices are only read when there is something to scatter.
-    if g.size and idx.size:
+    if g.size and idx.size and not all_in_range(idx, nw):
         bad = (idx < 0) | (idx >= nw)
         if bad.any():
             where = np.unravel_index(int(np.argmax(bad)), idx.shape)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from npugrad.dialect import FusedLinearCrossEntropyLossGradOp
-from npugrad.ops.common import allocate, as_input, integer, output, real, reject_overlap
+from npugrad.ops.common import all_in_range, allocate, as_input, integer, output, real, reject_overlap
 from npugrad.reference import unpack_target_mask
 from npugrad.runtime.launch import Call, check, two_phase
 
@@ -71,9 +71,10 @@ class _RowsThatCount(Call):
 
     def run(self):
         a = self.arrays
-        skip = a["grad"] == 0
-        if not skip.any():
+        grad = a["grad"]
+        if np.count_nonzero(grad) == grad.size:  # no row to leave out (NaN counts as non-zero)
             return super().run()
+        skip = grad == 0
         if self.value_check is not None:
             self.value_check()
         keep = np.flatnonzero(~skip)
@@ -98,16 +99,23 @@ def _rows_of_mask(target_mask: np.ndarray, keep: np.ndarray, bt: int) -> np.ndar
 
 def _check_targets(target_mask: np.ndarray, masked_target: np.ndarray, bt: int, v: int) -> None:
     """0 ≤ masked_target[t] < V on every row whose target is in this shard (the device faults)."""
-    if target_mask.dtype == np.bool_:  # as unpack_target_mask reads it, without its float copy
-        in_shard = ~target_mask
+    if target_mask.dtype == np.bool_ and not np.count_nonzero(target_mask):
+        targets = masked_target  # the common case: every row's target is in this shard
     else:
-        in_shard = unpack_target_mask(target_mask, bt) == 0
-    targets = masked_target[in_shard]
-    if not targets.size or (targets.min() >= 0 and targets.max() < v):  # the common case: all good
+        targets = masked_target[_in_shard(target_mask, bt)]
+    if all_in_range(targets, v):
         return
-    rows = np.flatnonzero(in_shard)
+    rows = np.flatnonzero(_in_shard(target_mask, bt))
+    targets = masked_target[rows]
     t = int(rows[np.flatnonzero((targets < 0) | (targets >= v))[0]])
     raise ValueError(
         f"{OP}: parameter 'masked_target' must be in [0, V = {v}) on rows whose target_mask bit is 0, "
         f"got {int(masked_target[t])} at row {t}"
     )
+
+
+def _in_shard(target_mask: np.ndarray, bt: int) -> np.ndarray:
+    """The rows whose target is in this shard (mask bit 0), as a bool (BT,) array."""
+    if target_mask.dtype == np.bool_:  # as unpack_target_mask reads it, without its float copy
+        return ~target_mask
+    return unpack_target_mask(target_mask, bt) == 0

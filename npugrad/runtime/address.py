@@ -35,6 +35,15 @@ def _documented(array: np.ndarray) -> int:
     return array.ctypes.data
 
 
+def _all_from_struct(arrays) -> list[int]:
+    return [_read_pointer(id(a) + _HEADER).value or 0 for a in arrays]
+
+
+def _all_documented(arrays) -> list[int]:
+    return [a.ctypes.data for a in arrays]
+
+
 _FAST = _layout_holds()
-# The address of an array's first element (what `array.ctypes.data` says).
+# The address of an array's first element (what `array.ctypes.data` says), and of each of several.
 data_address = _from_struct if _FAST else _documented
+data_addresses = _all_from_struct if _FAST else _all_documented

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from npugrad.runtime import pool, sync
-from npugrad.runtime.address import data_address
+from npugrad.runtime.address import data_addresses
 
 # Pointers, offsets, sizes and strides are all 64-bit on the hosts the JIT targets.
 assert ctypes.sizeof(ctypes.c_void_p) == 8
@@ -146,7 +146,7 @@ class Kernel:
     def bind_layout(self, layout: Layout, arrays: Sequence[np.ndarray]) -> Callable[[], None]:
         """The kernel bound to arrays of the dtypes, shapes and strides `layout` was made for
         (not checked again: only their addresses are read)."""
-        descriptors = [_HEAD(data, data) + tail for data, tail in zip(map(data_address, arrays), layout.tails)]
+        descriptors = [_HEAD(data, data) + tail for data, tail in zip(data_addresses(arrays), layout.tails)]
         fn = self._fn
         n = layout.blocks
         if not self.blocks:

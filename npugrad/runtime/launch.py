@@ -86,13 +86,13 @@ def check(
 
     The rules see only shapes, dtypes and properties, so a signature that passed once passes
     again: it is remembered (a bounded table) and the rules are not run twice."""
-    present = {k: v for k, v in arrays.items() if v is not None}
     # Property values with their types: 1, 1.0 and True are equal keys but not the same input.
-    key = (op_cls, tuple([(k, v.shape, v.dtype) for k, v in present.items()]),
+    key = (op_cls, tuple([(k, v.shape, v.dtype) for k, v in arrays.items() if v is not None]),
            tuple([(k, type(v), v) for k, v in props.items()]), tuple(display.items()) if display else None)
     full = _PASSED.get(key)
     if full is not None:
         return dict(full)
+    present = {k: v for k, v in arrays.items() if v is not None}
     full = {**_defaults(op_cls), **props}
     checker = Checker(
         f"{op_cls.short_name()}:",
@@ -167,20 +167,21 @@ def _specialised(op_cls: type[TrainOp], arrays: Mapping[str, np.ndarray | None],
     checks: they are remembered, by that signature, in a bounded table. The checks that read
     more than that (alignment, writeability, overlap: addresses) are the API's, on every call."""
     ordered = []
-    signature = []
+    # Flat: None for an absent operand, else its dtype (never None), shape and strides.
+    signature: list = [op_cls, static_shapes, pool.threads(), tuple(props.items())]
     exact = True  # only plain ndarrays: a subclass may define its metadata differently
-    for name in op_cls.operand_names():
+    for name in _operand_names(op_cls):
         a = arrays.get(name)
         if a is None:
             signature.append(None)
         else:
             ordered.append(a)
             exact = exact and type(a) is np.ndarray
-            signature.append((a.dtype, a.shape, a.strides) if exact else None)
+            signature += (a.dtype, a.shape, a.strides) if exact else ()
     pipeline = current_pipeline()
     key = None
     if exact and pipeline is None:  # a pipeline of the caller's may change after a call: not remembered
-        key = (op_cls, tuple(props.items()), static_shapes, pool.threads(), tuple(signature))
+        key = tuple(signature)
         found = _SPECIALISED.get(key)
         if found is not None:
             return ordered, found
@@ -196,6 +197,7 @@ def _specialised(op_cls: type[TrainOp], arrays: Mapping[str, np.ndarray | None],
 
 _SPECIALISED: dict[tuple, tuple[Kernel, Layout]] = {}
 _SPECIALISED_MAX = 4096
+_operand_names = functools.cache(lambda op_cls: op_cls.operand_names())
 
 
 def two_phase(plan: Callable[..., Call]) -> Callable:
