@@ -27,8 +27,9 @@ def cpu_tiles(cpu: Target) -> dict[str, int]:
     a CPU; the rest is for the panels of X and W that the three GEMMs stream past it), about
     square, v a multiple of the micro-kernel's block width and bt of its row count. Square:
     GEMM 3 reads and writes its v × H accumulator once per token tile and GEMM 2 its bt × H
-    one once per vocabulary tile, traffic per FLOP 1/bt and 1/v; GEMM 2 packs W's v × H once per
-    token tile and GEMM 3 X's bt × H once per vocabulary tile, the same again. (512 KiB L2, AVX2:
+    one once per vocabulary tile, traffic per FLOP 1/bt and 1/v; GEMM 3 packs X's bt × H once
+    per vocabulary tile (GEMMs 1 and 2 pack W's tile once, before the token loop:
+    vectorize_contractions.invariant_loop). (512 KiB L2, AVX2:
     bt = 186, v = 176; measured on a Zen 3, FLCE 2048 x 2048 x 8192 float32 on 2 threads, 0.74x
     the same run's SGEMM where the 64 x 128 tiles used before gave 0.63x.)"""
     mr, nr = block_shape(cpu)

@@ -30,6 +30,13 @@ this order). B's panel is always packed (as BLIS does): read in place, rows a po
 apart fall into a few cache sets (W's packed tile, 128 float32 columns, keeps 64 of its 512
 rows in the L1), and narrower types would widen once per row block instead of once per panel.
 
+B the same in every iteration of the loop around the contraction (`invariant_loop`: W's tile in
+the token loop of the linear cross-entropy nests, for GEMMs 1 and 2) has all its full panels
+packed once, before that loop, into %b_panels[p, k, :] (freed after it); the micro-kernel reads
+panel j0 / (NR·lanes) there and packs nothing per call. Measured on one Zen 3 core, FLCE float32
+1024 x 2048 x 4096: the GEMMs' k-loops went from 79 % to 85 % of the samples (perf), the run
+6 % shorter; the price is B's size in float32 per core.
+
 Each accumulator element sums its products in reduction order, a chunk of KC at a time, each
 chunk's sum then added to C: results are deterministic (they differ from the scalar loops by the
 rounding FMA saves and by that association). A target without
@@ -42,8 +49,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
-from xdsl.dialects import arith, memref, vector
+from xdsl.dialects import arith, func, memref, scf, vector
 from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
+    IntegerAttr,
     MemRefType,
     ModuleOp,
     VectorType,
@@ -53,7 +62,7 @@ from xdsl.dialects.builtin import (
     i1,
 )
 from xdsl.dialects.linalg.ops import GenericOp
-from xdsl.ir import SSAValue
+from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, RewritePattern, op_type_rewrite_pattern
 from xdsl.rewriter import InsertPoint
@@ -128,7 +137,8 @@ def _match(gen: GenericOp) -> _Contraction | None:
 
 
 class _Kernels:
-    def __init__(self, gen: GenericOp, shape: _Contraction, target: Target, e: IRBuilder, panel: SSAValue):
+    def __init__(self, gen: GenericOp, shape: _Contraction, target: Target, e: IRBuilder, panel: SSAValue,
+                 packed: SSAValue | None = None):
         self.e = e
         self.shape = shape
         self.a, self.b = gen.inputs
@@ -143,6 +153,7 @@ class _Kernels:
         self.kc = reduction_chunk(target, self.nr * self.lanes)
         self.k_lo = self.k_hi = self.k  # the current reduction chunk, set by emit()
         self.panel = panel  # KC x NR vectors of float32: B's panel, packed (emit)
+        self.packed = packed  # or all of B's panels, packed before an enclosing loop (hoisted_panels)
 
     # -- one block --------------------------------------------------------------------------
     def _load(self, ref: SSAValue, indices: list[SSAValue], mask: SSAValue | None) -> SSAValue:
@@ -181,10 +192,11 @@ class _Kernels:
         halves = e.emit(vector.BroadcastOp(scalar, VectorType(f16, [self.lanes])))
         return e.emit(arith.ExtFOp(halves, self.f32x))
 
-    def block(self, i0: SSAValue, mr: int, j0: SSAValue, nr: int, mask: SSAValue | None = None) -> None:
+    def block(self, i0: SSAValue, mr: int, j0: SSAValue, nr: int, mask: SSAValue | None = None,
+              p: SSAValue | None = None) -> None:
         """C[i0:i0+mr, j0:j0+nr·lanes] += A·B over the chunk, the mr×nr accumulators in registers
-        from zero, C's lines prefetched first and read last; B's rows read from the packed panel,
-        or in place for the masked column tail."""
+        from zero, C's lines prefetched first and read last; B's rows read from the packed panel
+        (panel `p` of the hoisted ones, if any), or in place for the masked column tail."""
         e = self.e
         rows = [i0 if r == 0 else e.emit(arith.AddiOp(i0, e.idx(r))) for r in range(mr)]
         cols = [j0 if c == 0 else e.emit(arith.AddiOp(j0, e.idx(c * self.lanes))) for c in range(nr)]
@@ -197,7 +209,9 @@ class _Kernels:
             k.name_hint = "k"
             for arg in carried:
                 arg.name_hint = "acc"
-            if mask is None:
+            if mask is None and p is not None:
+                bs = [e.emit(vector.LoadOp(self.packed, [p, k, e.idx(c * self.lanes)], self.f32x)) for c in range(nr)]
+            elif mask is None:
                 row = e.emit(arith.SubiOp(k, self.k_lo))
                 bs = [e.emit(vector.LoadOp(self.panel, [row, e.idx(c * self.lanes)], self.f32x)) for c in range(nr)]
             else:
@@ -233,13 +247,13 @@ class _Kernels:
                 j = j0 if c == 0 else e.emit(arith.AddiOp(j0, e.idx(c * self.lanes)))
                 e.emit(vector.StoreOp(self._load(self.b, [k, j], None), self.panel, [row, e.idx(c * self.lanes)]))
 
-    def rows(self, j0: SSAValue, nr: int, mask: SSAValue | None = None) -> None:
+    def rows(self, j0: SSAValue, nr: int, mask: SSAValue | None = None, p: SSAValue | None = None) -> None:
         """Blocks of MR rows, then the remaining rows in blocks of 4, 2, 1 (its binary digits),
         so no row runs through a one-row kernel unless it must."""
         e = self.e
         full = self.rows_full
         with e.loop(full, step=e.idx(self.mr)) as i0:
-            self.block(i0, self.mr, j0, nr, mask)
+            self.block(i0, self.mr, j0, nr, mask, p)
         left = e.emit(arith.SubiOp(self.m, full))
         bit = 1
         while bit * 2 < self.mr:
@@ -247,7 +261,7 @@ class _Kernels:
         while bit:
             with e.if_(e.emit(arith.CmpiOp(e.emit(arith.AndIOp(left, e.idx(bit))), e.idx(0), "ne"))):
                 start = e.emit(arith.AddiOp(full, e.emit(arith.AndIOp(left, e.idx(-2 * bit)))))
-                self.block(start, bit, j0, nr, mask)
+                self.block(start, bit, j0, nr, mask, p)
             bit //= 2
 
     def emit(self) -> None:
@@ -261,17 +275,104 @@ class _Kernels:
         with e.loop(self.k, step=e.idx(self.kc)) as k0:
             self.k_lo, self.k_hi = k0, e.emit(arith.MinSIOp(e.emit(arith.AddiOp(k0, e.idx(self.kc))), self.k))
             with e.loop(blocks_end, step=e.idx(wide)) as j0:
-                self.pack(j0)
-                self.rows(j0, self.nr)
+                if self.packed is None:
+                    self.pack(j0)
+                    self.rows(j0, self.nr)
+                else:
+                    self.rows(j0, self.nr, p=e.emit(arith.DivUIOp(j0, e.idx(wide))))
             with e.loop(self.n, blocks_end, e.idx(self.lanes)) as j0:
                 # create_mask clamps: all lanes but in the last vector.
                 self.rows(j0, 1, e.emit(vector.CreateMaskOp([e.emit(arith.SubiOp(self.n, j0))], VectorType(i1, [self.lanes]))))
+
+
+_VIEWS = {"memref.subview", "memref.cast", "memref.reinterpret_cast", "memref.collapse_shape", "memref.expand_shape"}
+_READS = {"memref.load", "vector.load", "vector.maskedload", "memref.dim", "memref.prefetch", "memref.dealloc"}
+
+
+def _root(ref: SSAValue) -> SSAValue:
+    """The memory a view is of: `ref` through subviews, casts and reshapes."""
+    while isinstance(ref.owner, Operation) and ref.owner.name in _VIEWS:
+        ref = ref.owner.operands[0]
+    return ref
+
+
+def _writes(scope: Operation, root: SSAValue) -> bool:
+    """Whether an op in `scope` may write memory `root` (any use but a read, a view or an input
+    of a linalg op counts)."""
+    for op in scope.walk():
+        if op.name in _VIEWS or op.name in _READS:
+            continue
+        inputs = len(op.inputs) if isinstance(op, GenericOp) else 0  # type: ignore[attr-defined]
+        for n, operand in enumerate(op.operands):
+            if isinstance(operand.type, MemRefType) and n >= inputs and _root(operand) is root:
+                return True
+    return False
+
+
+def invariant_loop(gen: GenericOp) -> scf.ForOp | None:
+    """The loop around `gen` (the nearest scf.for) over which B, its second operand, holds the
+    same values, or None: B is a value defined outside the loop, of memory nothing in the loop
+    writes, and that memory is either allocated in the function or an argument the function
+    never writes (an input: the train ops' operands never share memory with their outputs, and
+    the API rejects overlapping arrays before launch; the panel packing inside the loop makes the
+    same assumption about B and C)."""
+    loop = gen.parent_op()
+    while loop is not None and not isinstance(loop, scf.ForOp | func.FuncOp):
+        loop = loop.parent_op()
+    if not isinstance(loop, scf.ForOp):
+        return None
+    b = gen.inputs[1]
+    owner = b.owner if isinstance(b.owner, Operation) else b.owner.parent_op()
+    if owner is not None and loop.is_ancestor(owner):
+        return None
+    root = _root(b)
+    fresh = isinstance(root.owner, Operation) and root.owner.name in ("memref.alloc", "memref.alloca")
+    argument = isinstance(root.owner, Block) and isinstance(root.owner.parent_op(), func.FuncOp)
+    if not (fresh or (argument and not _writes(enclosing_function(gen), root))) or _writes(loop, root):
+        return None
+    return loop
 
 
 @dataclass(frozen=True)
 class VectorizeContraction(RewritePattern):
     target: Target
     panels: dict = field(default_factory=dict)  # function -> its B panel (one per function, on the stack)
+    hoisted: dict = field(default_factory=dict)  # (loop, B) -> B's panels, packed before the loop
+
+    def hoisted_panels(self, gen: GenericOp, rewriter: PatternRewriter) -> SSAValue | None:
+        """All of B's full panels, packed once before the loop B is invariant in (invariant_loop):
+        %packed[p, k, :] = B[k, p·W : (p + 1)·W] as float32 (W = NR·lanes), what the micro-kernel
+        packs per reduction chunk otherwise, for every chunk at once. The token loops of the
+        linear cross-entropy nests read one W tile for every token tile: GEMMs 1 and 2 then pack it
+        once per vocabulary tile instead of once per token tile. Costs B's size in float32."""
+        loop = invariant_loop(gen)
+        if loop is None:
+            return None
+        b = gen.inputs[1]
+        if (loop, b) in self.hoisted:
+            return self.hoisted[(loop, b)]
+        wide = block_shape(self.target)[1] * (self.target.vector_bits // 32)
+        lanes = self.target.vector_bits // 32
+        e = IRBuilder(rewriter, loop)
+        k, n = e.dim(b, 0), e.dim(b, 1)
+        panels = e.emit(arith.DivUIOp(n, e.idx(wide)))
+        packed = e.emit(memref.AllocOp([panels, k], [], MemRefType(f32, [DYNAMIC_INDEX, DYNAMIC_INDEX, wide]),
+                                       alignment=IntegerAttr(64, 64)))
+        packed.name_hint = "b_panels"
+        f32x = VectorType(f32, [lanes])
+        with e.loop(panels) as p, e.loop(k) as kk:
+            j0 = e.emit(arith.MuliOp(p, e.idx(wide)))
+            for c in range(wide // lanes):
+                j = j0 if c == 0 else e.emit(arith.AddiOp(j0, e.idx(c * lanes)))
+                v = e.emit(vector.LoadOp(b, [kk, j], VectorType(b.type.element_type, [lanes])))  # type: ignore[attr-defined]
+                if v.type != f32x:
+                    v = e.emit(arith.ExtFOp(v, f32x))
+                e.emit(vector.StoreOp(v, packed, [p, kk, e.idx(c * lanes)]))
+        after = loop.next_op
+        assert after is not None  # a loop is never its block's terminator
+        IRBuilder(rewriter, after).dealloc(packed)
+        self.hoisted[(loop, b)] = packed
+        return packed
 
     def panel(self, gen: GenericOp, rewriter: PatternRewriter) -> SSAValue:
         f = enclosing_function(gen)
@@ -286,7 +387,8 @@ class VectorizeContraction(RewritePattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, gen: GenericOp, rewriter: PatternRewriter) -> None:
         if (shape := _match(gen)) is not None:
-            _Kernels(gen, shape, self.target, IRBuilder(rewriter, gen), self.panel(gen, rewriter)).emit()
+            packed = self.hoisted_panels(gen, rewriter)
+            _Kernels(gen, shape, self.target, IRBuilder(rewriter, gen), self.panel(gen, rewriter), packed).emit()
             rewriter.erase(gen)
 
 

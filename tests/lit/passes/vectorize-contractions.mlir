@@ -96,6 +96,48 @@
 // CHECK:         linalg.generic
 // CHECK-NOT:     vector.fma
 
+// B the same in every iteration of the loop around the contraction (a function argument the
+// function never writes, as W is for the token loop of the linear cross-entropy nests): all of its
+// full panels are packed once, before the loop, into %b_panels[p, k, :] = B[k, 64p : 64p + 64]
+// (float32), freed after it; the micro-kernel reads panel j / 64 and packs nothing in the loop.
+// CHECK-LABEL: func.func @gemm_in_a_loop_b_invariant
+// CHECK-DAG:     %[[WIDE:.*]] = arith.constant 64 : index
+// CHECK-DAG:     %[[K:.*]] = memref.dim %b, %{{.*}} : memref<?x?xbf16>
+// CHECK-DAG:     %[[N:.*]] = memref.dim %b, %{{.*}} : memref<?x?xbf16>
+// CHECK:         %[[NP:.*]] = arith.divui %[[N]], %[[WIDE]] : index
+// CHECK-NEXT:    %b_panels = memref.alloc(%[[NP]], %[[K]]) {alignment = 64 : i64} : memref<?x?x64xf32>
+// CHECK-NEXT:    scf.for %[[P:.*]] = %{{.*}} to %[[NP]] step %{{.*}} {
+// CHECK-NEXT:      scf.for %[[KP:.*]] = %{{.*}} to %[[K]] step %{{.*}} {
+// CHECK-NEXT:        %[[J0:.*]] = arith.muli %[[P]], %[[WIDE]] : index
+// CHECK-NEXT:        %[[V:.*]] = vector.load %b[%[[KP]], %[[J0]]] : memref<?x?xbf16>, vector<16xbf16>
+// CHECK-NEXT:        %[[VF:.*]] = arith.extf %[[V]] : vector<16xbf16> to vector<16xf32>
+// CHECK-NEXT:        vector.store %[[VF]], %b_panels[%[[P]], %[[KP]], %{{.*}}] : memref<?x?x64xf32>, vector<16xf32>
+// CHECK-COUNT-3:     vector.store %{{.*}}, %b_panels[%[[P]], %[[KP]], %{{.*}}] : memref<?x?x64xf32>, vector<16xf32>
+// CHECK:         scf.for %[[T:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK-NOT:       %b_panel[
+// CHECK:             %[[PJ:.*]] = arith.divui %{{.*}}, %{{.*}} : index
+// CHECK:             scf.for %[[KK:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(
+// CHECK-COUNT-4:       vector.load %b_panels[%[[PJ]], %[[KK]], %{{.*}}] : memref<?x?x64xf32>, vector<16xf32>
+// CHECK:         memref.dealloc %b_panels : memref<?x?x64xf32>
+// CHECK-NEXT:    func.return
+
+// B written in the loop, or an argument the function writes, or a view made in the loop: its
+// panel is packed in the loop, chunk by chunk, as for a contraction outside any loop.
+// CHECK-LABEL: func.func @gemm_in_a_loop_b_written
+// CHECK-NOT:     %b_panels
+// CHECK:         scf.for
+// CHECK:           vector.store %{{.*}}, %b_panel[
+// CHECK-LABEL: func.func @gemm_in_a_loop_b_written_elsewhere
+// CHECK-NOT:     %b_panels
+// CHECK:         vector.store %{{.*}}, %b_panel[
+// CHECK-LABEL: func.func @gemm_in_a_loop_b_a_view_of_the_loop
+// CHECK-NOT:     %b_panels
+// CHECK:         vector.store %{{.*}}, %b_panel[
+// CHECK-LABEL: func.func @gemm_in_a_loop_b_fresh
+// CHECK:         %[[BUF:.*]] = memref.alloc() : memref<64x128xf32>
+// CHECK:         %b_panels = memref.alloc
+// CHECK:         scf.for
+
 // NPU-LABEL: func.func @gemm
 // NPU:         linalg.generic
 // NPU-NOT:     vector.
@@ -167,5 +209,102 @@ func.func @not_a_contraction(%a: memref<?x?xf32>, %b: memref<?x?xf32>, %c: memre
     %s = arith.maximumf %z, %p : f32
     linalg.yield %s : f32
   }
+  func.return
+}
+
+func.func @gemm_in_a_loop_b_invariant(%a: memref<?x?xf32>, %b: memref<?x?xbf16>, %c: memref<?x?xf32>, %n: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  scf.for %t = %c0 to %n step %c1 {
+  linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d1, d2)>,
+                                   affine_map<(d0, d1, d2) -> (d0, d2)>],
+                  iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%a, %b : memref<?x?xf32>, memref<?x?xbf16>) outs(%c : memref<?x?xf32>) {
+  ^bb0(%x: f32, %y: bf16, %z: f32):
+    %yf = arith.extf %y : bf16 to f32
+    %p = arith.mulf %x, %yf : f32
+    %s = arith.addf %z, %p : f32
+    linalg.yield %s : f32
+  }
+  }
+  func.return
+}
+
+func.func @gemm_in_a_loop_b_written(%a: memref<?x?xf32>, %b: memref<?x?xf32>, %c: memref<?x?xf32>, %n: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %one = arith.constant 1.0 : f32
+  scf.for %t = %c0 to %n step %c1 {
+  linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d1, d2)>,
+                                   affine_map<(d0, d1, d2) -> (d0, d2)>],
+                  iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%a, %b : memref<?x?xf32>, memref<?x?xf32>) outs(%c : memref<?x?xf32>) {
+  ^bb0(%x: f32, %y: f32, %z: f32):
+    %p = arith.mulf %x, %y : f32
+    %s = arith.addf %z, %p : f32
+    linalg.yield %s : f32
+  }
+    memref.store %one, %b[%c0, %c0] : memref<?x?xf32>
+  }
+  func.return
+}
+
+func.func @gemm_in_a_loop_b_written_elsewhere(%a: memref<?x?xf32>, %b: memref<?x?xf32>, %c: memref<?x?xf32>, %n: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %one = arith.constant 1.0 : f32
+  memref.store %one, %b[%c0, %c0] : memref<?x?xf32>
+  scf.for %t = %c0 to %n step %c1 {
+  linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d1, d2)>,
+                                   affine_map<(d0, d1, d2) -> (d0, d2)>],
+                  iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%a, %b : memref<?x?xf32>, memref<?x?xf32>) outs(%c : memref<?x?xf32>) {
+  ^bb0(%x: f32, %y: f32, %z: f32):
+    %p = arith.mulf %x, %y : f32
+    %s = arith.addf %z, %p : f32
+    linalg.yield %s : f32
+  }
+  }
+  func.return
+}
+
+func.func @gemm_in_a_loop_b_a_view_of_the_loop(%a: memref<?x?xf32>, %b: memref<?x?xf32>, %c: memref<?x?xf32>, %n: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %k = memref.dim %a, %c1 : memref<?x?xf32>
+  %m = memref.dim %c, %c1 : memref<?x?xf32>
+  scf.for %t = %c0 to %n step %c1 {
+    %bt = memref.subview %b[%t, 0] [%k, %m] [1, 1] : memref<?x?xf32> to memref<?x?xf32, strided<[?, 1], offset: ?>>
+  linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d1, d2)>,
+                                   affine_map<(d0, d1, d2) -> (d0, d2)>],
+                  iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%a, %bt : memref<?x?xf32>, memref<?x?xf32, strided<[?, 1], offset: ?>>) outs(%c : memref<?x?xf32>) {
+  ^bb0(%x: f32, %y: f32, %z: f32):
+    %p = arith.mulf %x, %y : f32
+    %s = arith.addf %z, %p : f32
+    linalg.yield %s : f32
+  }
+  }
+  func.return
+}
+
+func.func @gemm_in_a_loop_b_fresh(%a: memref<50x64xf32>, %c: memref<50x128xf32>, %n: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %buf = memref.alloc() : memref<64x128xf32>
+  %c0f = arith.constant 0.0 : f32
+  linalg.fill ins(%c0f : f32) outs(%buf : memref<64x128xf32>)
+  scf.for %t = %c0 to %n step %c1 {
+  linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d1, d2)>,
+                                   affine_map<(d0, d1, d2) -> (d0, d2)>],
+                  iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%a, %buf : memref<50x64xf32>, memref<64x128xf32>) outs(%c : memref<50x128xf32>) {
+  ^bb0(%x: f32, %y: f32, %z: f32):
+    %p = arith.mulf %x, %y : f32
+    %s = arith.addf %z, %p : f32
+    linalg.yield %s : f32
+  }
+  }
+  memref.dealloc %buf : memref<64x128xf32>
   func.return
 }
