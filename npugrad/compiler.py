@@ -33,6 +33,7 @@ from npugrad.lowering import machine_code
 from npugrad.lowering.npu_to_cpu import LowerNpuToCpuPass
 from npugrad.lowering.to_llvm import TO_LLVM_PIPELINE, to_llvm_dialect, to_llvm_ir
 from npugrad.lowering.train_to_loops import ConvertTrainToLoopsPass
+from npugrad.lowering.vector_math import replace_exp
 from npugrad.passes.check_capacity import CheckCapacityPass
 from npugrad.passes.choose_tile_sizes import ChooseTileSizesPass
 from npugrad.passes.distribute_over_cores import DistributeOverCoresPass
@@ -271,7 +272,8 @@ class Pipeline:
 
     def upstream_commands(self, stage: str) -> list[str]:
         """The upstream tools that take the `vectorized` stage to `stage`, one command each (a
-        shell pipeline): what the bindings and llvmlite do in-process."""
+        shell pipeline): what the bindings and llvmlite do in-process, but for npugrad's own exp
+        (lowering/vector_math.py), which no upstream tool does: their `llvm.exp` calls libm."""
         commands = []
         if STAGES.index(stage) >= STAGES.index("llvm-dialect"):
             commands.append(f"mlir-opt --pass-pipeline='{TO_LLVM_PIPELINE}'")
@@ -317,6 +319,8 @@ class Pipeline:
         start = time.perf_counter()
         # In the syntax of LLVM 22 (llvmlite's, and Debian's opt-22/llc-22/lli-22), not the bindings' newer one.
         llvm_ir = machine_code.to_llvmlite_syntax(to_llvm_ir(llvm_dialect))
+        # exp as straight-line vector code, not a libm call per lane (lowering/vector_math.py).
+        llvm_ir = replace_exp(llvm_ir)
         self.report_step("translation to LLVM IR (mlir-translate)", None, start)
         if stage == "llvm-ir":
             return llvm_ir
