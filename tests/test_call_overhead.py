@@ -233,6 +233,30 @@ def test_a_one_block_launch_builds_no_barrier(rotate, monkeypatch):
     assert built == [3]
 
 
+def test_one_block_launches_from_several_threads_take_turns_and_free_their_workspaces(rotate):
+    """One-block launches share one set of launch services: they take turns, and each frees
+    its workspaces when it ends."""
+    outs = [np.full((20, 1), -1, np.int64) for _ in range(6)]
+    errors: list[BaseException] = []
+
+    def run(out):
+        try:
+            for _ in range(10):
+                out[...] = -1
+                rotate(out, threads=1)
+                np.testing.assert_array_equal(out, _expected(20, 1))
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    workers = [threading.Thread(target=run, args=(o,)) for o in outs]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=60)
+    assert not errors
+    assert sync._current is None and not sync.launch(1).buffers
+
+
 def test_a_launch_that_fails_releases_the_launch_services(rotate):
     for blocks in (1, 2):
         with pytest.raises(RuntimeError, match="failed"), sync.launch(blocks):

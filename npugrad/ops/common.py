@@ -273,18 +273,17 @@ def reject_overlap(op: str, arrays: Mapping[str, object], outputs: Sequence[str]
 
 
 def _owners_passed_once(arrays: Mapping[str, object], given: Sequence[str], skip: Iterable[str]) -> bool:
-    """The common case, settled without the pairwise test: every array owns its memory, each
-    given output is C-contiguous (so no two of its elements meet) and is passed only once."""
-    ids = []
-    for k, a in arrays.items():
-        if isinstance(a, np.ndarray) and k not in skip:
-            if a.base is not None or not a.flags.owndata:
-                return False
-            ids.append(id(a))
-    for out in given:
-        if not arrays[out].flags.c_contiguous or ids.count(id(arrays[out])) != 1:
+    """The common case, settled without the pairwise test: the array arguments are distinct
+    arrays that each own their memory, and each given output is C-contiguous (so no two of its
+    elements meet)."""
+    others = [a for k, a in arrays.items() if isinstance(a, np.ndarray) and k not in skip]
+    for a in others:
+        if a.base is not None or not a.flags.owndata:
             return False
-    return True
+    for out in given:
+        if not arrays[out].flags.c_contiguous:
+            return False
+    return len(set(map(id, others))) == len(others)
 
 
 def _overlapping(op: str, order: list[str], out: str, other: str, display: Mapping[str, str]) -> None:

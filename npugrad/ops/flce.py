@@ -11,6 +11,7 @@ from npugrad.runtime.launch import Call, check, two_phase
 
 OP = "fused_linear_cross_entropy_loss_grad"
 OUTPUTS = ("input_grad_out", "weight_grad_out")
+_BOOL = np.dtype(np.bool_)
 
 
 @two_phase
@@ -99,7 +100,7 @@ def _rows_of_mask(target_mask: np.ndarray, keep: np.ndarray, bt: int) -> np.ndar
 
 def _check_targets(target_mask: np.ndarray, masked_target: np.ndarray, bt: int, v: int) -> None:
     """0 ≤ masked_target[t] < V on every row whose target is in this shard (the device faults)."""
-    if target_mask.dtype == np.bool_ and not np.count_nonzero(target_mask):
+    if target_mask.dtype == _BOOL and not np.count_nonzero(target_mask):
         targets = masked_target  # the common case: every row's target is in this shard
     else:
         targets = masked_target[_in_shard(target_mask, bt)]
@@ -116,6 +117,6 @@ def _check_targets(target_mask: np.ndarray, masked_target: np.ndarray, bt: int, 
 
 def _in_shard(target_mask: np.ndarray, bt: int) -> np.ndarray:
     """The rows whose target is in this shard (mask bit 0), as a bool (BT,) array."""
-    if target_mask.dtype == np.bool_:  # as unpack_target_mask reads it, without its float copy
+    if target_mask.dtype == _BOOL:  # as unpack_target_mask reads it, without its float copy
         return ~target_mask
     return unpack_target_mask(target_mask, bt) == 0

@@ -166,22 +166,15 @@ def _specialised(op_cls: type[TrainOp], arrays: Mapping[str, np.ndarray | None],
     met before skips the operand classes, the compile-cache key and the kernel's argument
     checks: they are remembered, by that signature, in a bounded table. The checks that read
     more than that (alignment, writeability, overlap: addresses) are the API's, on every call."""
-    ordered = []
-    # Flat: None for an absent operand, else its dtype (never None), shape and strides.
-    signature: list = [op_cls, static_shapes, pool.threads(), tuple(props.items())]
-    exact = True  # only plain ndarrays: a subclass may define its metadata differently
-    for name in _operand_names(op_cls):
-        a = arrays.get(name)
-        if a is None:
-            signature.append(None)
-        else:
-            ordered.append(a)
-            exact = exact and type(a) is np.ndarray
-            signature += (a.dtype, a.shape, a.strides) if exact else ()
+    present = [arrays.get(n) for n in _operand_names(op_cls)]
+    ordered = [a for a in present if a is not None]
     pipeline = current_pipeline()
+    # Only plain ndarrays (a subclass may define its metadata differently), and not under a
+    # pipeline of the caller's, which may change after a call.
     key = None
-    if exact and pipeline is None:  # a pipeline of the caller's may change after a call: not remembered
-        key = tuple(signature)
+    if pipeline is None and set(map(type, ordered)) <= _NDARRAY:
+        key = (op_cls, static_shapes, pool.threads(), tuple(props.items()),
+               *[None if a is None else (a.dtype, a.shape, a.strides) for a in present])
         found = _SPECIALISED.get(key)
         if found is not None:
             return ordered, found
@@ -198,6 +191,7 @@ def _specialised(op_cls: type[TrainOp], arrays: Mapping[str, np.ndarray | None],
 _SPECIALISED: dict[tuple, tuple[Kernel, Layout]] = {}
 _SPECIALISED_MAX = 4096
 _operand_names = functools.cache(lambda op_cls: op_cls.operand_names())
+_NDARRAY = frozenset({np.ndarray})
 
 
 def two_phase(plan: Callable[..., Call]) -> Callable:

@@ -33,9 +33,10 @@ def shared_symbol(rank: int, element: str) -> str:
 
 
 class _Launch:
-    """One launch's services. One block never waits for another: its launch has no barrier (a
-    threading.Barrier costs ~10 µs to build, more than a tiny kernel), and its npu.barrier
-    calls return at once."""
+    """One launch's services, made current while the launch runs (`with`): its barrier and its
+    workspaces, freed when it ends. One block never waits for another: its launch has no
+    barrier (a threading.Barrier costs ~10 µs to build, more than a tiny kernel), and its
+    npu.barrier calls return at once."""
 
     __slots__ = ("barrier", "buffers", "lock")
 
@@ -44,29 +45,26 @@ class _Launch:
         self.buffers: dict[int, np.ndarray] = {}
         self.lock = threading.Lock()
 
-
-_turn = threading.Lock()  # one synchronized launch at a time
-_current: _Launch | None = None
-
-
-class launch:
-    """The launch services for `blocks` blocks, while the kernel runs. A class rather than a
-    generator-based context manager, whose entry and exit cost a few µs more per launch."""
-
-    __slots__ = ("_state",)
-
-    def __init__(self, blocks: int):
-        self._state = _Launch(blocks)
-
     def __enter__(self) -> None:
         global _current
         _turn.acquire()
-        _current = self._state
+        _current = self
 
     def __exit__(self, *exc_info) -> None:
         global _current
         _current = None
+        self.buffers.clear()
         _turn.release()
+
+
+_turn = threading.Lock()  # one synchronized launch at a time
+_current: _Launch | None = None
+_ONE_BLOCK = _Launch(1)  # one-block launches take turns like the others, so they can share one
+
+
+def launch(blocks: int) -> _Launch:
+    """The launch services for `blocks` blocks, while the kernel runs: `with launch(n): ...`."""
+    return _ONE_BLOCK if blocks == 1 else _Launch(blocks)
 
 
 def _barrier() -> None:
