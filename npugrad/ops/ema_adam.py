@@ -18,7 +18,7 @@ MODE = "0 (L2, Adam) or 1 (decoupled decay, AdamW)"
 
 def _step(step) -> np.ndarray:
     # A plain integer is the common caller's counter; the kernel takes an int64 (1,) tensor.
-    if isinstance(step, numbers.Integral) and not isinstance(step, bool | np.bool_):
+    if type(step) is int or isinstance(step, numbers.Integral) and not isinstance(step, bool | np.bool_):
         return np.array([integer(OP, "step", step, "an int64 step count")], np.int64)
     return as_input(OP, "step", step)
 
@@ -46,7 +46,7 @@ def apply_fused_ema_adam(grad, var, m, v, s, step, lr=1e-3, ema_decay=0.9999, be
     arrays["hyperparameters"] = np.array([hyper[n] for n in ApplyFusedEmaAdamOp.HYPERPARAMETER_ORDER], np.float32)
 
     def check_step() -> None:
-        k = int(arrays["step"].reshape(-1)[0])
+        k = arrays["step"].item(0)  # its one element (the rules checked that), as a Python int
         if bias_correction and k < 1:
             raise ValueError(f"{OP}: parameter 'step' must be >= 1 when bias_correction is on, got {k}")
 

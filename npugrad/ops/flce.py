@@ -12,6 +12,8 @@ from npugrad.runtime.launch import Call, check, two_phase
 OP = "fused_linear_cross_entropy_loss_grad"
 OUTPUTS = ("input_grad_out", "weight_grad_out")
 _BOOL = np.dtype(np.bool_)
+# Under NumPy's __array_function__ dispatch: the dispatch costs more than counting a few rows.
+_count_nonzero = getattr(np.count_nonzero, "_implementation", np.count_nonzero)
 
 
 @two_phase
@@ -73,7 +75,7 @@ class _RowsThatCount(Call):
     def run(self):
         a = self.arrays
         grad = a["grad"]
-        if np.count_nonzero(grad) == grad.size:  # no row to leave out (NaN counts as non-zero)
+        if _count_nonzero(grad) == grad.size:  # no row to leave out (NaN counts as non-zero)
             return super().run()
         skip = grad == 0
         if self.value_check is not None:
@@ -100,7 +102,7 @@ def _rows_of_mask(target_mask: np.ndarray, keep: np.ndarray, bt: int) -> np.ndar
 
 def _check_targets(target_mask: np.ndarray, masked_target: np.ndarray, bt: int, v: int) -> None:
     """0 ≤ masked_target[t] < V on every row whose target is in this shard (the device faults)."""
-    if target_mask.dtype == _BOOL and not np.count_nonzero(target_mask):
+    if target_mask.dtype == _BOOL and not _count_nonzero(target_mask):
         targets = masked_target  # the common case: every row's target is in this shard
     else:
         targets = masked_target[_in_shard(target_mask, bt)]

@@ -13,6 +13,7 @@ which releases the GIL while the kernel runs.
 from __future__ import annotations
 
 import ctypes
+import functools
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -146,24 +147,24 @@ class Kernel:
     def bind_layout(self, layout: Layout, arrays: Sequence[np.ndarray]) -> Callable[[], None]:
         """The kernel bound to arrays of the dtypes, shapes and strides `layout` was made for
         (not checked again: only their addresses are read)."""
-        descriptors = [_HEAD(data, data) + tail for data, tail in zip(data_addresses(arrays), layout.tails)]
+        return functools.partial(self.launch, self.descriptors(layout, arrays), layout.blocks)
+
+    def descriptors(self, layout: Layout, arrays: Sequence[np.ndarray]) -> list[bytes]:
+        """The packed descriptors of arrays of the dtypes, shapes and strides `layout` was made for."""
+        return [_HEAD(data, data) + tail for data, tail in zip(data_addresses(arrays), layout.tails)]
+
+    def launch(self, descriptors: Sequence[bytes], blocks: int) -> None:
+        """Run the machine code on packed descriptors, as `blocks` blocks (0: not a block kernel)."""
         fn = self._fn
-        n = layout.blocks
         if not self.blocks:
-            return lambda: fn(*descriptors)
-        if self.synchronized:
-            if n == 1:
-                def run_one() -> None:
-                    with sync.launch(1):
-                        fn(*descriptors, 0, 1)
-
-                return run_one
-
-            def run() -> None:
-                with sync.launch(n):
-                    pool.run_blocks(lambda block: fn(*descriptors, block, n), n)
-
-            return run
-        if n == 1:
-            return lambda: fn(*descriptors, 0, 1)
-        return lambda: pool.run_blocks(lambda block: fn(*descriptors, block, n), n)
+            fn(*descriptors)
+        elif blocks == 1 and not self.synchronized:
+            fn(*descriptors, 0, 1)
+        elif blocks == 1:
+            with sync.launch(1):
+                fn(*descriptors, 0, 1)
+        elif not self.synchronized:
+            pool.run_blocks(lambda block: fn(*descriptors, block, blocks), blocks)
+        else:
+            with sync.launch(blocks):
+                pool.run_blocks(lambda block: fn(*descriptors, block, blocks), blocks)

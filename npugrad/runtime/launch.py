@@ -149,7 +149,8 @@ class Call:
     def run(self):
         if self.value_check is not None:
             self.value_check()
-        self.bind()()
+        kernel, layout = self._kernel_and_layout
+        kernel.launch(kernel.descriptors(layout, self._ordered), layout.blocks)
         return self.result
 
     def bind(self) -> Callable[[], None]:
