@@ -245,7 +245,7 @@ def reject_overlap(op: str, arrays: Mapping[str, object], outputs: Sequence[str]
     Otherwise NumPy's test compares memory bounds and, where they meet, solves for a shared
     element: interleaved arrays that share none pass."""
     given = [k for k in outputs if type(arrays[k]) is not Planned]
-    if not given or _owners_passed_once(arrays, given, skip):
+    if not given or _distinct_owners(arrays, given, skip):
         return
     others = []
     for k, a in arrays.items():
@@ -272,7 +272,7 @@ def reject_overlap(op: str, arrays: Mapping[str, object], outputs: Sequence[str]
                 _overlapping(op, list(arrays), out, other, display or {})
 
 
-def _owners_passed_once(arrays: Mapping[str, object], given: Sequence[str], skip: Iterable[str]) -> bool:
+def _distinct_owners(arrays: Mapping[str, object], given: Sequence[str], skip: Iterable[str]) -> bool:
     """The common case, settled without the pairwise test: the array arguments are distinct
     arrays that each own their memory, and each given output is C-contiguous (so no two of its
     elements meet)."""

@@ -131,8 +131,9 @@ def launch(
 @dataclass
 class Call:
     """A checked op call, not yet run: phase one of the vendor's two-phase API. The metadata
-    rules have passed and the kernel is compiled; `run` does the value checks (index ranges,
-    which read the data) and launches. `result` is what the API function returns."""
+    rules have passed, the kernel is compiled and the arrays fit its arguments; `run` does the
+    value checks (index ranges, which read the data) and launches. `result` is what the API
+    function returns."""
 
     op_cls: type[TrainOp]
     arrays: Mapping[str, np.ndarray | None]
