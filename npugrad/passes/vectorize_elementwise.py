@@ -1,6 +1,7 @@
 """vectorize-elementwise-loops{target=host}: every innermost elementwise `scf.for` (step 1, no
-iter_args, a body of scalar memref.load / memref.store / arith / math ops whose memory accesses
-all have the induction variable as their last, unit-stride index) runs L lanes per step in the
+iter_args but f32 reductions, a body of scalar memref.load / memref.store / arith / math ops
+whose memory accesses all have the induction variable as their last, unit-stride index) runs L
+lanes per step in the
 `vector` dialect (L = the target's vector bits / 32: 16 on AVX-512), then the original scalar
 loop does the iterations left over.
 
@@ -24,7 +25,23 @@ becomes
 Values that do not depend on the induction variable (defined outside the loop, or computed in
 it from such values and from loads without it) stay scalar and are broadcast where a vector op
 uses them. Each lane computes what one scalar iteration did, with the same ops in the same
-order, so results are bit-identical to the scalar loop. A loop is left as it is when anything
+order, so results are bit-identical to the scalar loop.
+
+A loop may carry f32 reductions (iter_args), each folding one value per iteration into the
+carried one with arith.addf or arith.maximumf (the online softmax's row max and sums), the
+partial result used by nothing but the yield: the vector loop carries L partial results from the
+op's identity (-0.0, -inf), which are then folded into the loop's initial value lane 0 first,
+and the scalar loop goes on from there. The order is fixed by L and the loop's bounds (not by the
+thread count): a max is the scalar loop's to the bit; a sum is associated differently (lane l
+sums the elements l, l + L, ... in order).
+
+    %s = scf.for %i = %lb to %ub step %c1 iter_args(%a = %init) -> (f32) { ... %a1 = arith.addf %a, %e ... }
+becomes
+    %p = scf.for %i = %lb to %main step %c16 iter_args(%a = dense<-0.0>) -> (vector<16xf32>) { ... }
+    %s0 = arith.addf %init, (vector.extract %p[0]) ... %s15 = arith.addf %s14, (vector.extract %p[15])
+    %s = scf.for %i = %main to %ub step %c1 iter_args(%a = %s15) -> (f32) { ... }
+
+A loop is left as it is when anything
 else is in it: other ops or nested regions, the induction variable in arithmetic or in another
 index position, a store not indexed by it, an index or i1 memref (i1 vectors are bit-packed in
 memory, i1 memrefs are not), an op xDSL does not define on vectors (arith.cmpf/cmpi results and
@@ -41,6 +58,7 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects import arith, memref, scf, vector
 from xdsl.dialects.builtin import (
+    DenseIntOrFPElementsAttr,
     IndexType,
     IntegerAttr,
     IntegerType,
@@ -115,17 +133,44 @@ def _has_vector_form(op: Operation, lanes: int) -> bool:
     return True
 
 
+_REDUCTIONS = {arith.AddfOp: -0.0, arith.MaximumfOp: float("-inf")}  # op -> its identity
+
+
+def _reductions(loop: scf.ForOp) -> list[Operation] | None:
+    """For each value the loop carries, the op that folds one element into it: arith.addf or
+    arith.maximumf of the carried f32 and another value, its result yielded and used nowhere
+    else, the carried value used nowhere else. None if any carried value is anything else."""
+    body = loop.body.block
+    terminator = body.last_op
+    assert terminator is not None
+    found = []
+    for n, carried in enumerate(body.args[1:]):
+        uses = list(carried.uses)
+        if carried.type != f32 or len(uses) != 1:
+            return None
+        op = uses[0].operation
+        if type(op) not in _REDUCTIONS or op.parent_block() is not body or terminator.operands[n] is not op.results[0]:
+            return None
+        if len(list(op.results[0].uses)) != 1 or op.operands[0] is op.operands[1]:
+            return None
+        found.append(op)
+    return found
+
+
 def _varying_values(loop: scf.ForOp, lanes: int) -> set[SSAValue] | None:
     """The values of the loop body that differ from lane to lane, or None if the loop does not
     qualify."""
-    if not _is_constant_one(loop.step) or loop.iter_args:
+    if not _is_constant_one(loop.step):
+        return None
+    reductions = _reductions(loop)
+    if reductions is None:
         return None
     body = loop.body.block
     iv = body.args[0]
     *ops, terminator = body.ops
-    if terminator.operands:
+    if len(terminator.operands) != len(reductions):
         return None
-    varying: set[SSAValue] = set()
+    varying: set[SSAValue] = set(body.args[1:])
     accesses: dict[SSAValue, set[tuple[SSAValue, ...]]] = {}
     stored: set[SSAValue] = set()
     for op in ops:
@@ -154,8 +199,10 @@ def _varying_values(loop: scf.ForOp, lanes: int) -> set[SSAValue] | None:
                 varying.update(op.results)
         else:
             return None
-    if not stored or any(len(accesses[ref]) > 1 for ref in stored):
+    if not (stored or reductions) or any(len(accesses[ref]) > 1 for ref in stored):
         return None
+    if not all(v in varying for op in reductions for v in op.operands):
+        return None  # a carried value folding in the same value each iteration: leave it
     return varying
 
 
@@ -231,11 +278,15 @@ class _Vectorizer:
         loop = self.loop
         self.step = self._hoist(arith.ConstantOp(IntegerAttr(self.lanes, index)))
         main_bound = self._main_bound()
-        body = Block(arg_types=[index])
-        old_iv = loop.body.block.args[0]
-        body.args[0].name_hint = old_iv.name_hint
-        self.mapping[old_iv] = body.args[0]
-        main = scf.ForOp(loop.lb, main_bound, self.step, [], body)
+        reductions = _reductions(loop) or []
+        f32x = self._vector_type(f32)
+        identities = [self._hoist(arith.ConstantOp(DenseIntOrFPElementsAttr.from_list(f32x, [_REDUCTIONS[type(op)]])))
+                      for op in reductions]
+        body = Block(arg_types=[index, *(f32x for _ in reductions)])
+        for old, new in zip(loop.body.block.args, body.args):
+            new.name_hint = old.name_hint
+            self.mapping[old] = new
+        main = scf.ForOp(loop.lb, main_bound, self.step, identities, body)
         main.location = loop.location
         VECTORIZED.set(main)
         self.outside.insert(main)
@@ -244,7 +295,17 @@ class _Vectorizer:
         *ops, terminator = loop.body.block.ops
         for op in ops:
             self._emit_op(op, inside)
-        inside.insert(terminator.clone())
+        inside.insert(scf.YieldOp(*[self.mapping[v] for v in terminator.operands]))
+        # Each carried value: the loop's initial value, then lane 0, 1, ... of the main loop's
+        # partial results folded in, in that order; the scalar loop goes on from there.
+        after = _Inserter(self.rewriter, InsertPoint.after(main))
+        for n, op in enumerate(reductions):
+            folded = loop.iter_args[n]
+            for lane in range(self.lanes):
+                part = after.insert(vector.ExtractOp(main.results[n], [lane], f32)).results[0]
+                folded = after.insert(type(op)(folded, part)).results[0]
+                folded.owner.location = op.location  # type: ignore[union-attr]
+            loop.operands[3 + n] = folded
         loop.operands[0] = main_bound  # the scalar loop does the rest
         self.rewriter.notify_op_modified(loop)
 

@@ -3,8 +3,17 @@
 // (llvmlite may unroll it), and no contraction is left to narrower or scalar FMAs.
 // RUN: npugrad-opt %examples/flce_grad_fused.mlir --stage asm --cpu %inputs/avx512.toml | FileCheck %s
 
+// GEMM 1; then G's exp (lowering/vector_math.py: FMAs after the rounding of n, narrower ones in
+// the loop's tail, the last a scalar vroundss); then GEMMs 2 and 3, each block starting with the
+// prefetches of its C lines: only exp has narrower FMAs.
 // CHECK-LABEL: {{^}}flce:
 // CHECK-NOT:       vfmadd{{.*}}{{xmm|ymm}}
 // CHECK-COUNT-24:  vfmadd{{[0-9]+}}ps {{.*}}%zmm{{[0-9]+}}, %zmm{{[0-9]+}}, %zmm{{[0-9]+}}
+// CHECK-NOT:       vfmadd{{.*}}{{xmm|ymm}}
+// CHECK:           {{vrndscaleps|vroundps}}
+// CHECK:           vroundss
+// CHECK:           prefetch
+// CHECK-NOT:       vfmadd{{.*}}{{xmm|ymm}}
+// CHECK-COUNT-24:  vfmadd{{[0-9]+}}ps {{.*}}, %zmm{{[0-9]+}}, %zmm{{[0-9]+}}
 // CHECK-NOT:       vfmadd{{.*}}{{xmm|ymm}}
 // CHECK-LABEL: {{^}}_mlir_ciface_flce:

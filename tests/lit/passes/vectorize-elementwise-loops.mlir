@@ -104,3 +104,96 @@ func.func @not_elementwise(%a: memref<?x?xf32>, %b: memref<?x?xf32>, %c: memref<
   }
   func.return
 }
+
+// Reductions: a carried f32 that each iteration folds one value into with arith.addf or
+// arith.maximumf (the online softmax's row max and sum of exponentials). The vector loop carries
+// 16 partial results from the op's identity (-0.0, -inf); they are then folded into the loop's
+// initial value lane 0 first, lane 15 last, and the scalar loop goes on from there: a fixed
+// order for any thread count (a sum's association differs from the scalar loop's; a max's
+// result does not).
+// CHECK-LABEL: func.func @row_max_and_sum
+// CHECK:         %[[NEGINF:.*]] = arith.constant dense<0xff800000> : vector<16xf32>
+// CHECK:         %[[MAXV:.*]] = scf.for %{{.*}} = %{{.*}} to %[[MAIN:.*]] step %{{.*}} iter_args(%[[ACC:.*]] = %[[NEGINF]]) -> (vector<16xf32>) {
+// CHECK-NEXT:      %[[V:.*]] = vector.load %x[%{{.*}}] : memref<?xf32>, vector<16xf32>
+// CHECK-NEXT:      %[[M:.*]] = arith.maximumf %[[V]], %[[ACC]] : vector<16xf32>
+// CHECK-NEXT:      scf.yield %[[M]] : vector<16xf32>
+// CHECK:         %[[L0:.*]] = vector.extract %[[MAXV]][0] : f32 from vector<16xf32>
+// CHECK-NEXT:    %[[F0:.*]] = arith.maximumf %{{.*}}, %[[L0]] : f32
+// CHECK-COUNT-15: vector.extract %[[MAXV]]
+// CHECK:         %[[MAX:.*]] = scf.for %{{.*}} = %[[MAIN]] to %{{.*}} step %{{.*}} iter_args(%{{.*}} = %{{.*}}) -> (f32) {
+// CHECK:         %[[NEG0:.*]] = arith.constant dense<-0.000000e+00> : vector<16xf32>
+// CHECK-NEXT:    %[[NEG0B:.*]] = arith.constant dense<-0.000000e+00> : vector<16xf32>
+// CHECK:         %{{.*}}, %{{.*}} = scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%{{.*}} = %[[NEG0]], %{{.*}} = %[[NEG0B]]) -> (vector<16xf32>, vector<16xf32>) {
+// CHECK:           math.exp %{{.*}} : vector<16xf32>
+// CHECK:         } {train.vectorized}
+// CHECK:         scf.for %{{.*}} iter_args(%{{.*}} = %{{.*}}, %{{.*}} = %{{.*}}) -> (f32, f32) {
+// CHECK:           math.exp %{{.*}} : f32
+func.func @row_max_and_sum(%x: memref<?xf32>, %out: memref<3xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %ninf = arith.constant 0xFF800000 : f32
+  %zero = arith.constant 0.0 : f32
+  %n = memref.dim %x, %c0 : memref<?xf32>
+  %max = scf.for %i = %c0 to %n step %c1 iter_args(%m = %ninf) -> (f32) {
+    %v = memref.load %x[%i] : memref<?xf32>
+    %m1 = arith.maximumf %v, %m : f32
+    scf.yield %m1 : f32
+  }
+  %s:2 = scf.for %i = %c0 to %n step %c1 iter_args(%a = %zero, %b = %zero) -> (f32, f32) {
+    %v = memref.load %x[%i] : memref<?xf32>
+    %d = arith.subf %v, %max : f32
+    %e = math.exp %d : f32
+    %a1 = arith.addf %a, %e : f32
+    %b1 = arith.addf %b, %v : f32
+    scf.yield %a1, %b1 : f32, f32
+  }
+  memref.store %max, %out[%c0] : memref<3xf32>
+  memref.store %s#0, %out[%c1] : memref<3xf32>
+  memref.store %s#1, %out[%c2] : memref<3xf32>
+  func.return
+}
+
+// Left scalar: a partial result also used otherwise in the loop (a running sum stored each step),
+// a carried value also read by another op,
+// a product (not a reduction this pass folds), a carried value folding in a loop-invariant value.
+// CHECK-LABEL: func.func @not_reductions
+// CHECK-NOT:     vector.
+// CHECK-NOT:     train.vectorized
+// CHECK:         func.return
+func.func @not_reductions(%x: memref<?xf32>, %y: memref<?xf32>, %out: memref<3xf32>, %u: f32) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %zero = arith.constant 0.0 : f32
+  %one = arith.constant 1.0 : f32
+  %n = memref.dim %x, %c0 : memref<?xf32>
+  %run = scf.for %i = %c0 to %n step %c1 iter_args(%a = %zero) -> (f32) {
+    %v = memref.load %x[%i] : memref<?xf32>
+    %a1 = arith.addf %a, %v : f32
+    memref.store %a1, %y[%i] : memref<?xf32>
+    scf.yield %a1 : f32
+  }
+  %prod = scf.for %i = %c0 to %n step %c1 iter_args(%p = %one) -> (f32) {
+    %v = memref.load %x[%i] : memref<?xf32>
+    %p1 = arith.mulf %p, %v : f32
+    scf.yield %p1 : f32
+  }
+  %inv = scf.for %i = %c0 to %n step %c1 iter_args(%a = %zero) -> (f32) {
+    %v = memref.load %x[%i] : memref<?xf32>
+    %a1 = arith.addf %a, %u : f32
+    scf.yield %a1 : f32
+  }
+  %seen = scf.for %i = %c0 to %n step %c1 iter_args(%a = %zero) -> (f32) {
+    %v = memref.load %x[%i] : memref<?xf32>
+    %w = arith.mulf %a, %v : f32
+    memref.store %w, %y[%i] : memref<?xf32>
+    %a1 = arith.addf %a, %v : f32
+    scf.yield %a1 : f32
+  }
+  memref.store %seen, %out[%c0] : memref<3xf32>
+  memref.store %run, %out[%c0] : memref<3xf32>
+  memref.store %prod, %out[%c1] : memref<3xf32>
+  memref.store %inv, %out[%c2] : memref<3xf32>
+  func.return
+}
