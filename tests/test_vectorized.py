@@ -60,3 +60,66 @@ def test_deterministic(rng, mode, dtype):
     a = _operands(rng, bt=69, h=101, v=131, dtype=dtype, mode=mode)
     first = [x.tobytes() for x in _run(a)]
     assert [x.tobytes() for x in _run(a)] == first
+
+
+GEMM_TEXT = """
+func.func @gemm(%a: memref<?x?x{t}>, %b: memref<?x?x{t}>, %c: memref<?x?xf32>, %reps: memref<1xi64>) {{
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n64 = memref.load %reps[%c0] : memref<1xi64>
+  %n = arith.index_cast %n64 : i64 to index
+  scf.for %r = %c0 to %n step %c1 {{
+    {touch}
+    linalg.generic {{indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> ({b})>,
+                                     affine_map<(d0, d1, d2) -> (d0, d2)>],
+                    iterator_types = ["parallel", "reduction", "parallel"]}}
+        ins(%a, %b : memref<?x?x{t}>, memref<?x?x{t}>) outs(%c : memref<?x?xf32>) {{
+    ^bb0(%x: {t}, %y: {t}, %z: f32):
+      {widen}
+      %p = arith.mulf %xf, %yf : f32
+      %s = arith.addf %z, %p : f32
+      linalg.yield %s : f32
+    }}
+  }}
+  func.return
+}}
+"""
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("repeats", [1, 3])
+@pytest.mark.parametrize("written", [False, True])
+def test_micro_kernel_with_b_transposed_or_hoisted_matches_numpy(rng, transposed, dtype, repeats, written):
+    """C += A·B (or A·Bᵀ, B stored [j, k]) repeated in a loop that B does not change (its panels
+    packed once, before the loop, vectorize_contractions.invariant_loop) or that writes B (a value
+    back in place: packed per call), sizes that leave row and column tails and several reduction
+    chunks: the same as NumPy's float64 product."""
+    from npugrad.compiler import Pipeline, make_context, parse
+    from npugrad.dtypes import BFLOAT16
+    from npugrad.runtime.executable import Executable, block_kernels, signatures
+
+    widen = ("%xf = arith.extf %x : bf16 to f32\n      %yf = arith.extf %y : bf16 to f32" if dtype == "bf16"
+             else "%xf = arith.addf %x, %x : f32\n      %yf = arith.addf %y, %y : f32")
+    touch = (f"%v00 = memref.load %b[%c0, %c0] : memref<?x?x{dtype}>\n    "
+             f"memref.store %v00, %b[%c0, %c0] : memref<?x?x{dtype}>") if written else ""
+    text = GEMM_TEXT.format(t=dtype, b="d2, d1" if transposed else "d1, d2", widen=widen, touch=touch)
+    if dtype == "f32":  # a plain product: the body must be a multiply-accumulate to be vectorised
+        text = text.replace("%xf = arith.addf %x, %x : f32\n      %yf = arith.addf %y, %y : f32\n      ", "")
+        text = text.replace("arith.mulf %xf, %yf", "arith.mulf %x, %y")
+    ctx = make_context()
+    module = parse(text, "gemm.mlir", ctx)
+    sigs = signatures(module)
+    vectorized = str(Pipeline().lower(parse(text, "gemm.mlir", make_context()), "vectorized"))
+    assert ("%b_panels" in vectorized) is not written
+    llvm_ir = Pipeline().lower(module, "llvm-ir", ctx)
+    assert "fmuladd.v" in llvm_ir  # the micro-kernel's vector FMAs, not scalar loops
+    kernel = Executable(llvm_ir, sigs, block_kernels(module))["gemm"]
+    m, k, n = 37, 530, 83  # 6-row blocks and a tail; 16-column panels and a tail; chunks of KC
+    np_t = BFLOAT16 if dtype == "bf16" else np.float32
+    a = rng.standard_normal((m, k), dtype=np.float32).astype(np_t)
+    b = rng.standard_normal((n, k) if transposed else (k, n), dtype=np.float32).astype(np_t)
+    c = rng.standard_normal((m, n), dtype=np.float32)
+    want = c.astype(np.float64) + repeats * (a.astype(np.float64) @ (b.astype(np.float64).T if transposed else b.astype(np.float64)))
+    kernel(a, b, c, np.array([repeats], np.int64))
+    np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-3)

@@ -103,9 +103,13 @@ class _Contraction:
     """C[i, j] += A[i, k]·B[k, j] (or A[k, i]): which operand index is which."""
 
     lhs_transposed: bool  # A is indexed [k, i]
+    rhs_transposed: bool = False  # B is indexed [j, k] (only packed, a lane at a time)
 
     def a(self, i: SSAValue, k: SSAValue) -> list[SSAValue]:
         return [k, i] if self.lhs_transposed else [i, k]
+
+    def b(self, k: SSAValue, j: SSAValue) -> list[SSAValue]:
+        return [j, k] if self.rhs_transposed else [k, j]
 
 
 def _match(gen: GenericOp) -> _Contraction | None:
@@ -131,9 +135,9 @@ def _match(gen: GenericOp) -> _Contraction | None:
     if len(c_dims) != 2 or None in c_dims or k in c_dims:
         return None
     i, j = c_dims
-    if b_dims != [k, j] or a_dims not in ([i, k], [k, i]):
+    if b_dims not in ([k, j], [j, k]) or a_dims not in ([i, k], [k, i]):
         return None
-    return _Contraction(lhs_transposed=a_dims == [k, i])
+    return _Contraction(lhs_transposed=a_dims == [k, i], rhs_transposed=b_dims == [j, k])
 
 
 class _Kernels:
@@ -148,7 +152,7 @@ class _Kernels:
         self.f32x = VectorType(f32, [self.lanes])
         e = self.e
         self.m, self.n = e.dim(self.c, 0), e.dim(self.c, 1)
-        self.k = e.dim(self.b, 0)
+        self.k = e.dim(self.b, 1 if shape.rhs_transposed else 0)
         self.rows_full = self._floor(self.m, self.mr)  # rows that fill whole MR-row blocks
         self.kc = reduction_chunk(target, self.nr * self.lanes)
         self.k_lo = self.k_hi = self.k  # the current reduction chunk, set by emit()
@@ -167,6 +171,21 @@ class _Kernels:
         else:
             v = e.emit(vector.MaskedLoadOp(ref, indices, mask, e.const(0.0, vt)))
         return v if vt == self.f32x else e.emit(arith.ExtFOp(v, self.f32x))
+
+    def _b_lanes(self, k: SSAValue, j: SSAValue, mask: SSAValue | None) -> SSAValue:
+        """B[k, j : j + lanes] as float32: a (masked) vector load, or for a transposed B (read
+        [j, k]) one scalar load per lane, at column min(j + lane, N − 1) where masked."""
+        if not self.shape.rhs_transposed:
+            return self._load(self.b, [k, j], mask)
+        e = self.e
+        last = e.emit(arith.SubiOp(self.n, e.idx(1))) if mask is not None else None
+        lanes = e.const(0.0, self.f32x)
+        for lane in range(self.lanes):
+            column = e.emit(arith.AddiOp(j, e.idx(lane))) if lane else j
+            if last is not None:
+                column = e.emit(arith.MinSIOp(column, last))
+            lanes = e.emit(vector.InsertOp(e.load_f32(self.b, [column, k]), lanes, [lane]))
+        return lanes
 
     def _clamped_lanes(self, ref: SSAValue, indices: list[SSAValue]) -> SSAValue:
         """A row tail of B (bfloat16) as float32 lanes, one scalar load each at column
@@ -215,7 +234,7 @@ class _Kernels:
                 row = e.emit(arith.SubiOp(k, self.k_lo))
                 bs = [e.emit(vector.LoadOp(self.panel, [row, e.idx(c * self.lanes)], self.f32x)) for c in range(nr)]
             else:
-                bs = [self._load(self.b, [k, j], mask) for j in cols]
+                bs = [self._b_lanes(k, j, mask) for j in cols]
             for r, i in enumerate(rows):
                 a = self._broadcast(e.load(self.a, self.shape.a(i, k)))
                 a.name_hint = "a"
@@ -245,7 +264,7 @@ class _Kernels:
             row = e.emit(arith.SubiOp(k, self.k_lo))
             for c in range(self.nr):
                 j = j0 if c == 0 else e.emit(arith.AddiOp(j0, e.idx(c * self.lanes)))
-                e.emit(vector.StoreOp(self._load(self.b, [k, j], None), self.panel, [row, e.idx(c * self.lanes)]))
+                e.emit(vector.StoreOp(self._b_lanes(k, j, None), self.panel, [row, e.idx(c * self.lanes)]))
 
     def rows(self, j0: SSAValue, nr: int, mask: SSAValue | None = None, p: SSAValue | None = None) -> None:
         """Blocks of MR rows, then the remaining rows in blocks of 4, 2, 1 (its binary digits),
@@ -337,9 +356,9 @@ def invariant_loop(gen: GenericOp) -> scf.ForOp | None:
 class VectorizeContraction(RewritePattern):
     target: Target
     panels: dict = field(default_factory=dict)  # function -> its B panel (one per function, on the stack)
-    hoisted: dict = field(default_factory=dict)  # (loop, B) -> B's panels, packed before the loop
+    hoisted: dict = field(default_factory=dict)  # (loop, B, transposed) -> B's panels, packed before the loop
 
-    def hoisted_panels(self, gen: GenericOp, rewriter: PatternRewriter) -> SSAValue | None:
+    def hoisted_panels(self, gen: GenericOp, shape: _Contraction, rewriter: PatternRewriter) -> SSAValue | None:
         """All of B's full panels, packed once before the loop B is invariant in (invariant_loop):
         %packed[p, k, :] = B[k, p·W : (p + 1)·W] as float32 (W = NR·lanes), what the micro-kernel
         packs per reduction chunk otherwise, for every chunk at once. The token loops of the
@@ -349,12 +368,13 @@ class VectorizeContraction(RewritePattern):
         if loop is None:
             return None
         b = gen.inputs[1]
-        if (loop, b) in self.hoisted:
-            return self.hoisted[(loop, b)]
+        key = (loop, b, shape.rhs_transposed)  # W's tile is B of GEMM 1 (transposed) and of GEMM 2
+        if key in self.hoisted:
+            return self.hoisted[key]
         wide = block_shape(self.target)[1] * (self.target.vector_bits // 32)
         lanes = self.target.vector_bits // 32
         e = IRBuilder(rewriter, loop)
-        k, n = e.dim(b, 0), e.dim(b, 1)
+        k, n = (e.dim(b, 1), e.dim(b, 0)) if shape.rhs_transposed else (e.dim(b, 0), e.dim(b, 1))
         panels = e.emit(arith.DivUIOp(n, e.idx(wide)))
         packed = e.emit(memref.AllocOp([panels, k], [], MemRefType(f32, [DYNAMIC_INDEX, DYNAMIC_INDEX, wide]),
                                        alignment=IntegerAttr(64, 64)))
@@ -364,14 +384,20 @@ class VectorizeContraction(RewritePattern):
             j0 = e.emit(arith.MuliOp(p, e.idx(wide)))
             for c in range(wide // lanes):
                 j = j0 if c == 0 else e.emit(arith.AddiOp(j0, e.idx(c * lanes)))
-                v = e.emit(vector.LoadOp(b, [kk, j], VectorType(b.type.element_type, [lanes])))  # type: ignore[attr-defined]
-                if v.type != f32x:
-                    v = e.emit(arith.ExtFOp(v, f32x))
+                if shape.rhs_transposed:  # B read [j, k]: a lane at a time, along B's rows
+                    v = e.const(0.0, f32x)
+                    for lane in range(lanes):
+                        column = e.emit(arith.AddiOp(j, e.idx(lane))) if lane else j
+                        v = e.emit(vector.InsertOp(e.load_f32(b, [column, kk]), v, [lane]))
+                else:
+                    v = e.emit(vector.LoadOp(b, [kk, j], VectorType(b.type.element_type, [lanes])))  # type: ignore[attr-defined]
+                    if v.type != f32x:
+                        v = e.emit(arith.ExtFOp(v, f32x))
                 e.emit(vector.StoreOp(v, packed, [p, kk, e.idx(c * lanes)]))
         after = loop.next_op
         assert after is not None  # a loop is never its block's terminator
         IRBuilder(rewriter, after).dealloc(packed)
-        self.hoisted[(loop, b)] = packed
+        self.hoisted[key] = packed
         return packed
 
     def panel(self, gen: GenericOp, rewriter: PatternRewriter) -> SSAValue:
@@ -387,7 +413,7 @@ class VectorizeContraction(RewritePattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, gen: GenericOp, rewriter: PatternRewriter) -> None:
         if (shape := _match(gen)) is not None:
-            packed = self.hoisted_panels(gen, rewriter)
+            packed = self.hoisted_panels(gen, shape, rewriter)
             _Kernels(gen, shape, self.target, IRBuilder(rewriter, gen), self.panel(gen, rewriter), packed).emit()
             rewriter.erase(gen)
 

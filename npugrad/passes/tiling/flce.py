@@ -260,7 +260,11 @@ def nest_tiles(nest: scf.ForOp) -> dict[str, int]:
 
 
 def distribute_fused_flce(nest: scf.ForOp, e: IRBuilder) -> None:
-    """The nest over blocks in a wavefront (module docstring), every sum in one-block order."""
+    """The nest over blocks in a wavefront (module docstring), every sum in one-block order. GEMM 1
+    reads the W tile in place (read_weight_in_place): the CPU's micro-kernel packs its panels
+    from it once per vocabulary tile, transposing as it goes (vectorize-contractions), where the
+    nest's transposed copy cost each block a scalar loop of scattered stores per tile."""
+    read_weight_in_place(nest, e)
     wavefront(nest, e)
 
 

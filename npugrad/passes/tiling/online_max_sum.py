@@ -107,7 +107,9 @@ def _split_masks(loop: scf.ForOp, e: IRBuilder, bid: SSAValue, nblk: SSAValue) -
 
 
 def distribute_fused(nest: scf.ForOp, e: IRBuilder) -> None:
-    """Token tiles over blocks (module docstring)."""
+    """Token tiles over blocks (module docstring); GEMM 1 reads the W tile in place, as in the
+    gradient's nest (flce.distribute_fused_flce)."""
+    read_weight_in_place(nest, e)
     fused = FUSED.get(nest)
     assert fused is not None
     tb = fused.tiles.as_dict()["bt"]

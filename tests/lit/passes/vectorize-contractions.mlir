@@ -138,6 +138,21 @@
 // CHECK:         %b_panels = memref.alloc
 // CHECK:         scf.for
 
+// B read transposed (B[j, k]: GEMM 1 reading W's tile as it is stored, v x h): its panels are
+// packed a lane at a time, along B's rows; the rest of the micro-kernel is the same. Here B is
+// invariant in the loop: packed once, before it.
+// CHECK-LABEL: func.func @gemm_in_a_loop_b_transposed
+// CHECK:         %[[K:.*]] = memref.dim %b, %{{.*}} : memref<?x?xf32>
+// CHECK:         %b_panels = memref.alloc(%{{.*}}, %[[K]]) {alignment = 64 : i64} : memref<?x?x64xf32>
+// CHECK:         %[[E0:.*]] = memref.load %b[%{{.*}}, %[[KP:.*]]] : memref<?x?xf32>
+// CHECK-NEXT:    vector.insert %[[E0]], %{{.*}} [0] : f32 into vector<16xf32>
+// CHECK-COUNT-15: vector.insert %{{.*}}, %{{.*}} [{{[0-9]+}}] : f32 into vector<16xf32>
+// CHECK:         vector.store %{{.*}}, %b_panels[%{{.*}}, %[[KP]], %{{.*}}] : memref<?x?x64xf32>, vector<16xf32>
+// CHECK:         scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK-NOT:       %b_panel[
+// CHECK:           vector.load %b_panels[
+// CHECK:         memref.dealloc %b_panels
+
 // NPU-LABEL: func.func @gemm
 // NPU:         linalg.generic
 // NPU-NOT:     vector.
@@ -306,5 +321,22 @@ func.func @gemm_in_a_loop_b_fresh(%a: memref<50x64xf32>, %c: memref<50x128xf32>,
   }
   }
   memref.dealloc %buf : memref<64x128xf32>
+  func.return
+}
+
+func.func @gemm_in_a_loop_b_transposed(%a: memref<?x?xf32>, %b: memref<?x?xf32>, %c: memref<?x?xf32>, %n: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  scf.for %t = %c0 to %n step %c1 {
+    linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d2, d1)>,
+                                     affine_map<(d0, d1, d2) -> (d0, d2)>],
+                    iterator_types = ["parallel", "reduction", "parallel"]}
+        ins(%a, %b : memref<?x?xf32>, memref<?x?xf32>) outs(%c : memref<?x?xf32>) {
+    ^bb0(%x: f32, %y: f32, %z: f32):
+      %p = arith.mulf %x, %y : f32
+      %s = arith.addf %z, %p : f32
+      linalg.yield %s : f32
+    }
+  }
   func.return
 }
