@@ -14,13 +14,12 @@ import numpy as np
 import pytest
 from api_cases import BCE, EMA_ADAM, EMBEDDING, FLCE, NLL, OPS, OUTPUTS, Case, bce, default_case, overlapping
 from conftest import assert_close
-from test_sync import ROTATE, _expected
+from test_sync import _expected, in_threads, rotate_kernel
 
 from npugrad import ops
-from npugrad.compiler import Pipeline, make_context, parse
+from npugrad.compiler import Pipeline
 from npugrad.ops.common import all_in_range
 from npugrad.runtime import launch, sync
-from npugrad.runtime.executable import Executable, block_kernels, signatures
 from npugrad.runtime.kernel import ArgumentError, Kernel
 
 
@@ -183,20 +182,12 @@ def test_one_signature_from_several_threads(rng):
         case.copy().call()  # compiled, and remembered
     wanted = [c.expected() for c in cases]
     results: list = [None] * len(cases)
-    errors: list[BaseException] = []
 
     def run(i: int) -> None:
-        try:
-            for _ in range(20):
-                results[i] = cases[i].copy().call()
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+        for _ in range(20):
+            results[i] = cases[i].copy().call()
 
-    workers = [threading.Thread(target=run, args=(i,)) for i in range(len(cases))]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join(timeout=120)
+    _, errors = in_threads(run, range(len(cases)), timeout=120)
     assert not errors
     for got, want in zip(results, wanted):
         for k in want:
@@ -207,11 +198,8 @@ def test_one_signature_from_several_threads(rng):
 
 
 @pytest.fixture(scope="module")
-def rotate() -> Kernel:
-    module = parse(ROTATE, "rotate.mlir", make_context())
-    sigs = signatures(module)
-    llvm_ir = Pipeline(fuse=False, distribute=False).lower(module, "llvm-ir", make_context())
-    return Executable(llvm_ir, sigs, block_kernels(module))["rotate"]
+def rotate():
+    return rotate_kernel()
 
 
 def test_a_one_block_launch_builds_no_barrier(rotate, monkeypatch):
@@ -237,22 +225,14 @@ def test_one_block_launches_from_several_threads_take_turns_and_free_their_works
     """One-block launches share one set of launch services: they take turns, and each frees
     its workspaces when it ends."""
     outs = [np.full((20, 1), -1, np.int64) for _ in range(6)]
-    errors: list[BaseException] = []
 
     def run(out):
-        try:
-            for _ in range(10):
-                out[...] = -1
-                rotate(out, threads=1)
-                np.testing.assert_array_equal(out, _expected(20, 1))
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+        for _ in range(10):
+            out[...] = -1
+            rotate(out, threads=1)
+            np.testing.assert_array_equal(out, _expected(20, 1))
 
-    workers = [threading.Thread(target=run, args=(o,)) for o in outs]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join(timeout=60)
+    _, errors = in_threads(run, outs)
     assert not errors
     assert sync._current is None and not sync.launch(1).buffers
 

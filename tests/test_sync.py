@@ -42,8 +42,27 @@ func.func @rotate(%out: memref<?x?xi64>) {
 """
 
 
-@pytest.fixture(scope="module")
-def rotate():
+def in_threads(fn, args, timeout: float = 60) -> tuple[list[threading.Thread], list[BaseException]]:
+    """fn(a) for each of `args`, each on its own thread, all at once; joined (up to `timeout`
+    seconds each): the threads and the exceptions they raised."""
+    errors: list[BaseException] = []
+
+    def run(a) -> None:
+        try:
+            fn(a)
+        except BaseException as e:  # noqa: BLE001 - returned to the test
+            errors.append(e)
+
+    workers = [threading.Thread(target=run, args=(a,)) for a in args]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=timeout)
+    return workers, errors
+
+
+def rotate_kernel():
+    """The kernel of ROTATE: blocks that meet at barriers and share a workspace."""
     ctx = make_context()
     module = parse(ROTATE, "rotate.mlir", ctx)
     sigs = signatures(module)
@@ -52,6 +71,11 @@ def rotate():
     kernel = Executable(llvm_ir, sigs, block_kernels(module))["rotate"]
     assert kernel.synchronized
     return kernel
+
+
+@pytest.fixture(scope="module")
+def rotate():
+    return rotate_kernel()
 
 
 def _expected(rounds: int, blocks: int) -> np.ndarray:
@@ -69,19 +93,7 @@ def test_launches_from_several_python_threads_take_turns(rotate):
     """Two synchronized launches at once would each hold threads the other's barrier waits for;
     they take turns, and each gets its own workspace."""
     outs = [np.full((30, 3), -1, np.int64) for _ in range(4)]
-    errors: list[BaseException] = []
-
-    def run(out):
-        try:
-            rotate(out, threads=3)
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-
-    workers = [threading.Thread(target=run, args=(o,)) for o in outs]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join(timeout=60)
+    workers, errors = in_threads(lambda out: rotate(out, threads=3), outs)
     assert not any(w.is_alive() for w in workers), "a launch did not finish"
     assert not errors
     for out in outs:

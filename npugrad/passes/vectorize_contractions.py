@@ -46,6 +46,7 @@ as do those whose B or C may not be contiguous along the innermost dimension (dy
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
@@ -96,6 +97,21 @@ def panel_level(target: Target) -> str | None:
     registers to block for (an NPU's matrix unit reads its operand tiles in place)."""
     local = [lv for lv in target.local_levels() if lv.capacity]
     return min(local, key=lambda lv: lv.capacity).name if target.vector_registers and local else None
+
+
+def lane_by_lane(e: IRBuilder, ref: SSAValue, at: Callable[[SSAValue], list[SSAValue]], j: SSAValue, lanes: int,
+                 last: SSAValue | None = None) -> SSAValue:
+    """Float32 lanes ref[at(j + l)] for l < lanes, one scalar load each (where no vector load
+    reads them: a transposed B, a bfloat16 tail); with `last`, column min(j + l, last)."""
+    v = e.const(0.0, VectorType(f32, [lanes]))
+    for lane in range(lanes):
+        column = j
+        if lane:
+            column = e.emit(arith.AddiOp(j, e.idx(lane)))
+            if last is not None:
+                column = e.emit(arith.MinSIOp(column, last))
+        v = e.emit(vector.InsertOp(e.load_f32(ref, at(column)), v, [lane]))
+    return v
 
 
 @dataclass(frozen=True)
@@ -177,29 +193,17 @@ class _Kernels:
         [j, k]) one scalar load per lane, at column min(j + lane, N − 1) where masked."""
         if not self.shape.rhs_transposed:
             return self._load(self.b, [k, j], mask)
-        e = self.e
-        last = e.emit(arith.SubiOp(self.n, e.idx(1))) if mask is not None else None
-        lanes = e.const(0.0, self.f32x)
-        for lane in range(self.lanes):
-            column = e.emit(arith.AddiOp(j, e.idx(lane))) if lane else j
-            if last is not None:
-                column = e.emit(arith.MinSIOp(column, last))
-            lanes = e.emit(vector.InsertOp(e.load_f32(self.b, [column, k]), lanes, [lane]))
-        return lanes
+        last = None if mask is None else self.e.emit(arith.SubiOp(self.n, self.e.idx(1)))
+        return lane_by_lane(self.e, self.b, lambda column: [column, k], j, self.lanes, last)
 
     def _clamped_lanes(self, ref: SSAValue, indices: list[SSAValue]) -> SSAValue:
         """A row tail of B (bfloat16) as float32 lanes, one scalar load each at column
         min(j + lane, N − 1): always in bounds, and the lanes past N feed only accumulator lanes
         that the masked store drops. (A bfloat16 masked load would do, but LLVM legalises it
         through float on CPUs without AVX512-BF16, calling a rounding routine for every lane.)"""
-        e = self.e
         *outer, j = indices
-        last = e.emit(arith.SubiOp(self.n, e.idx(1)))
-        lanes = e.const(0.0, self.f32x)
-        for lane in range(self.lanes):
-            column = e.emit(arith.MinSIOp(e.emit(arith.AddiOp(j, e.idx(lane))), last)) if lane else j
-            lanes = e.emit(vector.InsertOp(e.load_f32(ref, [*outer, column]), lanes, [lane]))
-        return lanes
+        last = self.e.emit(arith.SubiOp(self.n, self.e.idx(1)))
+        return lane_by_lane(self.e, ref, lambda column: [*outer, column], j, self.lanes, last)
 
     def _broadcast(self, scalar: SSAValue) -> SSAValue:
         """A scalar of A in every float32 lane. bfloat16 widens as a scalar (an integer shift);
@@ -385,10 +389,7 @@ class VectorizeContraction(RewritePattern):
             for c in range(wide // lanes):
                 j = j0 if c == 0 else e.emit(arith.AddiOp(j0, e.idx(c * lanes)))
                 if shape.rhs_transposed:  # B read [j, k]: a lane at a time, along B's rows
-                    v = e.const(0.0, f32x)
-                    for lane in range(lanes):
-                        column = e.emit(arith.AddiOp(j, e.idx(lane))) if lane else j
-                        v = e.emit(vector.InsertOp(e.load_f32(b, [column, kk]), v, [lane]))
+                    v = lane_by_lane(e, b, lambda column, kk=kk: [column, kk], j, lanes)
                 else:
                     v = e.emit(vector.LoadOp(b, [kk, j], VectorType(b.type.element_type, [lanes])))  # type: ignore[attr-defined]
                     if v.type != f32x:
