@@ -10,13 +10,14 @@ becomes (MR×NR = 6×4 on 32 registers of 16 float32 lanes; the reduction in chu
     scf.for %j0 = 0 to N-N%64 step 64 {
       scf.for %k = %k0 to min(%k0+KC, K) { %b_panel[%k - %k0, :] = B[%k, %j0 : %j0+64] }  // packed
       scf.for %i0 = 0 to M-M%6 step 6 {
-      memref.prefetch %c[%i0, %j0], write, locality<3>, data : ...      // the block's C lines
+      memref.prefetch %c[%i0, %j0], write, locality<3>, data : ...      // each C line the block
+      memref.prefetch %c[%i0, %j0 + 16] ... %c[%i0, %j0 + 63] ...          // touches (line_offsets)
       %sum:24 = scf.for %k = %k0 to min(%k0+KC, K) iter_args(%acc... = 0) {
         %b0 = vector.load %b_panel[%k - %k0, 0] ...                     // 4 vectors of B's row k
         %a0 = vector.broadcast (memref.load %a[%i0, %k]) ...            // one scalar per row
         %x00 = vector.fma %a0, %b0, %acc00 : vector<16xf32> ... scf.yield %x00, ... }
-      %c00 = vector.load %c[%i0, %j0] ; %s00 = arith.addf %c00, %sum#0   // C += the chunk's sum
-      vector.store %s00, %c[%i0, %j0] ... }
+      %c00 = vector.load %c[%i0, %j0] ; %s00 = arith.addf %c00, %sum#0   // C += the chunk's sum:
+      ... vector.store %s00, %c[%i0, %j0] ... }                          // all loads, then stores
       rows M%6: blocks of 4, 2, 1 rows }
     columns N%64: one vector at a time, masked (vector.maskedload/maskedstore) to the columns left,
     B read in place }
@@ -26,7 +27,8 @@ when the block starts: C's load then follows the previous block's stores by a wh
 FMAs. Loaded before the chunk, C rows a power of two apart (H = 2048 float32 rows are 8 KiB
 apart) alias the stores just made in the low 12 address bits, and the FMA chains waited on
 them (measured on a 64 x 128 x 2048 GEMM: 58 GFLOP/s where a 2064-column C gave 86; 72 with
-this order). B's panel is always packed (as BLIS does): read in place, rows a power of two
+this order). The block's 24 loads of C all come before its 24 stores, for the same reason.
+B's panel is always packed (as BLIS does): read in place, rows a power of two
 apart fall into a few cache sets (W's packed tile, 128 float32 columns, keeps 64 of its 512
 rows in the L1), and narrower types would widen once per row block instead of once per panel.
 
@@ -99,6 +101,14 @@ def panel_level(target: Target) -> str | None:
     return min(local, key=lambda lv: lv.capacity).name if target.vector_registers and local else None
 
 
+def line_bytes(target: Target) -> int:
+    """The cache line: the alignment of the level the micro-kernels keep their panels in (the
+    L1 on a CPU), or a vector where the target names none."""
+    level = panel_level(target)
+    alignment = target.level(level).alignment if level is not None else 1
+    return alignment if alignment > 1 else target.vector_bytes
+
+
 def lane_by_lane(e: IRBuilder, ref: SSAValue, at: Callable[[SSAValue], list[SSAValue]], j: SSAValue, lanes: int,
                  last: SSAValue | None = None) -> SSAValue:
     """Float32 lanes ref[at(j + l)] for l < lanes, one scalar load each (where no vector load
@@ -165,6 +175,7 @@ class _Kernels:
         (self.c,) = gen.outputs
         self.mr, self.nr = block_shape(target)
         self.lanes = target.vector_bits // 32
+        self.line_bytes = line_bytes(target)
         self.f32x = VectorType(f32, [self.lanes])
         e = self.e
         self.m, self.n = e.dim(self.c, 0), e.dim(self.c, 1)
@@ -223,8 +234,11 @@ class _Kernels:
         e = self.e
         rows = [i0 if r == 0 else e.emit(arith.AddiOp(i0, e.idx(r))) for r in range(mr)]
         cols = [j0 if c == 0 else e.emit(arith.AddiOp(j0, e.idx(c * self.lanes))) for c in range(nr)]
+        starts = {c * self.lanes: j for c, j in enumerate(cols)}
+        lines = [j0] if mask is not None else [
+            starts[c] if c in starts else e.emit(arith.AddiOp(j0, e.idx(c))) for c in self.line_offsets(nr)]
         for i in rows:
-            for j in cols:
+            for j in lines:
                 e.emit(PrefetchOp(self.c, [i, j], write=True))
         zero = e.const(0.0, self.f32x)
         accs = [zero] * (mr * nr)
@@ -245,12 +259,26 @@ class _Kernels:
                 updated += [e.emit(vector.FMAOp(a, b, carried[r * nr + c])) for c, b in enumerate(bs)]
         for result in accs:
             result.name_hint = "sum"
-        for (i, j), acc in zip([(i, j) for i in rows for j in cols], accs):
-            acc = e.emit(arith.AddfOp(self._load(self.c, [i, j], mask), acc))
+        # Every load of C before any store: C's rows a power of two apart share their low 12
+        # address bits, and a load behind a store that may alias them waits for it.
+        at = [(i, j) for i in rows for j in cols]
+        sums = [e.emit(arith.AddfOp(self._load(self.c, [i, j], mask), acc)) for (i, j), acc in zip(at, accs)]
+        for (i, j), total in zip(at, sums):
             if mask is None:
-                e.emit(vector.StoreOp(acc, self.c, [i, j]))
+                e.emit(vector.StoreOp(total, self.c, [i, j]))
             else:
-                e.emit(vector.MaskedStoreOp(self.c, [i, j], mask, acc))
+                e.emit(vector.MaskedStoreOp(self.c, [i, j], mask, total))
+
+    def line_offsets(self, nr: int) -> list[int]:
+        """Column offsets, within a row of a block nr vectors wide, of one float32 in each cache
+        line the row may touch: every line's worth from the first, and the last column. A C
+        whose rows are not line-aligned (NumPy's large arrays start 16 bytes past a 64-byte
+        line) has a row straddle one more line than its width; unprefetched, that line's miss
+        fell on the block's epilogue (GEMMs 2 and 3 of the linear cross-entropy gradient, C in
+        L3 or DRAM: a sixth of the k-loop's time on one Zen 3 core)."""
+        wide = nr * self.lanes
+        line = max(1, self.line_bytes // 4)
+        return sorted({*range(0, wide, line), wide - 1})
 
     # -- tiling M×N into blocks ------------------------------------------------------------
     def _floor(self, n: SSAValue, step: int) -> SSAValue:

@@ -1,7 +1,9 @@
 // vectorize-contractions: a contraction linalg.generic becomes a register-blocked micro-kernel.
 // With 32 registers of 16 float32 lanes (Inputs/zmm.toml) the block is 6 rows x 4 vectors: 24
-// accumulators from zero, carried through the reduction loop, then added to C once; C's lines are
-// prefetched (for writing) when the block starts, and read only after the loop. The reduction runs
+// accumulators from zero, carried through the reduction loop, then added to C once: all 24 loads
+// of C, then the 24 stores. Every cache line of C the block may touch is prefetched (for writing)
+// when the block starts: a row of 64 float32 columns covers 4 lines of 64 bytes when C is
+// line-aligned and 5 when it is not, so columns j, j+16, j+32, j+48 and j+63. The reduction runs
 // in chunks of 96 steps: the panel of B a column block's row blocks share, 96 rows of 64 float32
 // columns, is packed contiguously first (on the stack, once per function) and fills half the
 // 48 KiB L1.
@@ -17,6 +19,7 @@
 // CHECK-DAG:     %[[MR:.*]] = arith.constant 6 : index
 // CHECK-DAG:     %[[LANES:.*]] = arith.constant 16 : index
 // CHECK-DAG:     %[[KC:.*]] = arith.constant 96 : index
+// CHECK-DAG:     %[[C63:.*]] = arith.constant 63 : index
 // CHECK:         scf.for %[[K0:.*]] = %[[C0]] to %{{.*}} step %[[KC]] {
 // CHECK-NEXT:      %[[K0_KC:.*]] = arith.addi %[[K0]], %[[KC]] : index
 // CHECK-NEXT:      %[[K1:.*]] = arith.minsi %[[K0_KC]], %{{.*}} : index
@@ -29,8 +32,17 @@
 // CHECK-COUNT-3:       vector.store %{{.*}}, %b_panel[%[[ROW]], %{{.*}}] : memref<96x64xf32>, vector<16xf32>
 // CHECK-NEXT:        }
 // CHECK:             scf.for %[[I:.*]] = %[[C0]] to %{{.*}} step %[[MR]] {
-// CHECK:               memref.prefetch %c[%[[I]], %[[J]]], write, locality<3>, data : memref<?x?xf32>
-// CHECK-COUNT-23:      memref.prefetch %c[%{{.*}}, %{{.*}}], write, locality<3>, data : memref<?x?xf32>
+// CHECK:               %[[J16:.*]] = arith.addi %[[J]], %[[LANES]] : index
+// CHECK-NEXT:          %[[J32:.*]] = arith.addi %[[J]], %{{.*}} : index
+// CHECK-NEXT:          %[[J48:.*]] = arith.addi %[[J]], %{{.*}} : index
+// CHECK-NEXT:          %[[J63:.*]] = arith.addi %[[J]], %[[C63]] : index
+// CHECK-NEXT:          memref.prefetch %c[%[[I]], %[[J]]], write, locality<3>, data : memref<?x?xf32>
+// CHECK-NEXT:          memref.prefetch %c[%[[I]], %[[J16]]], write, locality<3>, data : memref<?x?xf32>
+// CHECK-NEXT:          memref.prefetch %c[%[[I]], %[[J32]]], write, locality<3>, data : memref<?x?xf32>
+// CHECK-NEXT:          memref.prefetch %c[%[[I]], %[[J48]]], write, locality<3>, data : memref<?x?xf32>
+// CHECK-NEXT:          memref.prefetch %c[%[[I]], %[[J63]]], write, locality<3>, data : memref<?x?xf32>
+// CHECK-COUNT-25:      memref.prefetch %c[%{{.*}}, %{{.*}}], write, locality<3>, data : memref<?x?xf32>
+// CHECK-NOT:           memref.prefetch
 // CHECK-NOT:           vector.load %c
 // CHECK:               %sum, {{.*}}, %sum_23 = scf.for %[[K:.*]] = %[[K0]] to %[[K1]] step %{{.*}} iter_args(%acc = %[[ZERO:.*]], %acc_1 = %[[ZERO]], {{.*}}, %acc_23 = %[[ZERO]]) -> (vector<16xf32>{{.*}}) {
 // CHECK-NEXT:          %[[R:.*]] = arith.subi %[[K]], %[[K0]] : index
@@ -43,7 +55,9 @@
 // CHECK-NEXT:        }
 // CHECK-NEXT:        %[[C00:.*]] = vector.load %c[%[[I]], %[[J]]] : memref<?x?xf32>, vector<16xf32>
 // CHECK-NEXT:        %[[S00:.*]] = arith.addf %[[C00]], %sum : vector<16xf32>
-// CHECK-NEXT:        vector.store %[[S00]], %c[%[[I]], %[[J]]] : memref<?x?xf32>, vector<16xf32>
+// CHECK-COUNT-23:    vector.load %c[%{{.*}}, %{{.*}}] : memref<?x?xf32>, vector<16xf32>
+// CHECK-NOT:         vector.load
+// CHECK:             vector.store %[[S00]], %c[%[[I]], %[[J]]] : memref<?x?xf32>, vector<16xf32>
 // CHECK-COUNT-23:    vector.store %{{.*}}, %c[%{{.*}}, %{{.*}}] : memref<?x?xf32>, vector<16xf32>
 // CHECK-NEXT:        }
 // The rows left over (M mod 6) in blocks of 4, 2 and 1 rows.
