@@ -257,12 +257,15 @@ class Pipeline:
         """The fuse passes' options the pipeline decides, where left at their defaults: `cpu`
         (the tiles a pass sizes itself fit that CPU's caches) and, with no target to tile for,
         `wide_grad` (G in float32 for the CPU's micro-kernels; a target's units read it in the
-        input type)."""
+        input type) and `balance_blocks` (token tiles even over the CPU's cores, whether or not
+        the pipeline spreads the nest over them: the tiles, hence the sums, are the same)."""
         changes: dict[str, object] = {}
         if getattr(p, "cpu", None) == "host" and self.cpu != "host":
             changes["cpu"] = self.cpu
         if getattr(p, "wide_grad", None) is False and self.target is None:
             changes["wide_grad"] = True
+        if getattr(p, "balance_blocks", None) == 0 and self.target is None:
+            changes["balance_blocks"] = get_target(self.cpu).cores
         return replace(p, **changes) if changes else p
 
     def xdsl_pipeline(self, stage: str) -> str:

@@ -48,8 +48,11 @@ from npugrad.passes.linear_nests import (
     pack_transposed,
     round_into,
     tile_buffer,
+    token_step,
 )
 from npugrad.passes.source_op import record_source
+from npugrad.passes.vectorize_contractions import block_shape
+from npugrad.targets import get
 
 
 def target_in_tile(e: IRBuilder, op, t: SSAValue, v0: SSAValue, tv: SSAValue) -> tuple[SSAValue, SSAValue]:
@@ -58,14 +61,17 @@ def target_in_tile(e: IRBuilder, op, t: SSAValue, v0: SSAValue, tv: SSAValue) ->
     return column_in_tile(e, column, target_in_shard(e, op.target_mask, t), v0, tv)
 
 
-def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int], e: IRBuilder, wide_grad: bool = False) -> None:
+def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int], e: IRBuilder, wide_grad: bool = False,
+         balance: tuple[int, int] = (0, 1)) -> None:
     """The nest. `wide_grad`: G, rounded to the input type as the op says, is kept in a float32
     tile (the logits tile, in place) instead of one of the input type: the same values, which a
-    CPU's micro-kernels then broadcast without widening each one (GEMMs 2 and 3 read G as A)."""
+    CPU's micro-kernels then broadcast without widening each one (GEMMs 2 and 3 read G as A).
+    `balance` (blocks, row multiple): the token tiles' step (linear_nests.token_step)."""
     x, w, gx, gw = op.input, op.weight, op.input_grad_out, op.weight_grad_out
     in_t = x.type.element_type  # type: ignore[attr-defined]
     bt, h, v = e.dim(x, 0), e.dim(x, 1), e.dim(w, 0)
-    tb_max, tv_max = e.idx(tiles["bt"]), e.idx(tiles["v"])
+    tv_max = e.idx(tiles["v"])
+    tb_max = token_step(e, bt, tiles["bt"], *balance)
     hp = op.high_performance
     grad = Gradient(op, e)
 
@@ -147,11 +153,12 @@ def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int], e: IRBuil
 class FuseOp(RewritePattern):
     tiles: dict[str, int]
     wide_grad: bool = False
+    balance: tuple[int, int] = (0, 1)
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: FusedLinearCrossEntropyLossGradOp, rewriter: PatternRewriter) -> None:
         record_source(op, rewriter)
-        fuse(op, {**self.tiles, **(op.tiles() or {})}, IRBuilder(rewriter, op), self.wide_grad)
+        fuse(op, {**self.tiles, **(op.tiles() or {})}, IRBuilder(rewriter, op), self.wide_grad, self.balance)
         rewriter.erase(op)
 
 
@@ -163,7 +170,9 @@ class FuseLinearCrossEntropyGradPass(ModulePass):
     tile_v: int = 0
     cpu: str = "host"
     wide_grad: bool = False
+    balance_blocks: int = 0  # > 0: token tiles even over this many blocks (linear_nests.token_step)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        pattern = FuseOp(nest_tiles(self.tile_bt, self.tile_v, self.cpu), self.wide_grad)
+        balance = (self.balance_blocks, block_shape(get(self.cpu))[0]) if self.balance_blocks > 0 else (0, 1)
+        pattern = FuseOp(nest_tiles(self.tile_bt, self.tile_v, self.cpu), self.wide_grad, balance)
         PatternRewriteWalker(pattern, apply_recursively=False).rewrite_module(op)

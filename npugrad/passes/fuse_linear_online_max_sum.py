@@ -47,8 +47,11 @@ from npugrad.passes.linear_nests import (
     nest_tiles,
     pack_transposed,
     tile_buffer,
+    token_step,
 )
 from npugrad.passes.source_op import record_source
+from npugrad.passes.vectorize_contractions import block_shape
+from npugrad.targets import get
 
 
 def _row_update(e: IRBuilder, op: FusedLinearOnlineMaxSumOp, z_t: SSAValue, i: SSAValue, t: SSAValue,
@@ -80,11 +83,13 @@ def _statistics(op: FusedLinearOnlineMaxSumOp) -> list[SSAValue]:
             *((op.sum_logits_local_out,) if op.sum_logits_local_out is not None else ())]
 
 
-def fuse(op: FusedLinearOnlineMaxSumOp, tiles: dict[str, int], e: IRBuilder) -> None:
+def fuse(op: FusedLinearOnlineMaxSumOp, tiles: dict[str, int], e: IRBuilder, balance: tuple[int, int] = (0, 1)) -> None:
+    """The nest; `balance` (blocks, row multiple): the token tiles' step (linear_nests.token_step)."""
     x, w = op.input, op.weight
     in_t = x.type.element_type  # type: ignore[attr-defined]
     bt, h, v = e.dim(x, 0), e.dim(x, 1), e.dim(w, 0)
-    tb_max, tv_max = e.idx(tiles["bt"]), e.idx(tiles["v"])
+    tv_max = e.idx(tiles["v"])
+    tb_max = token_step(e, bt, tiles["bt"], *balance)
     m_out, p_out = op.logits_max_local_out, op.predicted_logits_local_out
 
     z_buf = tile_buffer(e, [tiles["bt"], tiles["v"]], f32, "logits")
@@ -132,11 +137,12 @@ def fuse(op: FusedLinearOnlineMaxSumOp, tiles: dict[str, int], e: IRBuilder) -> 
 @dataclass(frozen=True)
 class FuseOp(RewritePattern):
     tiles: dict[str, int]
+    balance: tuple[int, int] = (0, 1)
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: FusedLinearOnlineMaxSumOp, rewriter: PatternRewriter) -> None:
         record_source(op, rewriter)
-        fuse(op, {**self.tiles, **(op.tiles() or {})}, IRBuilder(rewriter, op))
+        fuse(op, {**self.tiles, **(op.tiles() or {})}, IRBuilder(rewriter, op), self.balance)
         rewriter.erase(op)
 
 
@@ -147,7 +153,9 @@ class FuseLinearOnlineMaxSumPass(ModulePass):
     tile_bt: int = 0
     tile_v: int = 0
     cpu: str = "host"
+    balance_blocks: int = 0  # > 0: token tiles even over this many blocks (linear_nests.token_step)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        pattern = FuseOp(nest_tiles(self.tile_bt, self.tile_v, self.cpu))
+        balance = (self.balance_blocks, block_shape(get(self.cpu))[0]) if self.balance_blocks > 0 else (0, 1)
+        pattern = FuseOp(nest_tiles(self.tile_bt, self.tile_v, self.cpu), balance)
         PatternRewriteWalker(pattern, apply_recursively=False).rewrite_module(op)

@@ -72,11 +72,11 @@ def choose_tile_sizes(op, target: Target) -> dict[str, int]:
     return largest_fitting_tiles(footprint_bytes, element_bytes(op.input.type.element_type), target)
 
 
-def own_rows(loop: scf.ForOp, e: IRBuilder, bid: SSAValue, nblk: SSAValue, tile: int) -> None:
-    """`for t in [0, n)` → the same body for the rows of this block's token tiles only."""
+def own_rows(loop: scf.ForOp, e: IRBuilder, bid: SSAValue, nblk: SSAValue, tb: SSAValue) -> None:
+    """`for t in [0, n)` → the same body for the rows of this block's token tiles (of `tb` rows,
+    the token loop's step) only."""
     e = e.at(loop)
     n = loop.ub
-    tb = e.idx(tile)
     body = Block(arg_types=[index])
     outer = scf.ForOp(e.emit(arith.MuliOp(bid, tb)), n, e.emit(arith.MuliOp(nblk, tb)), [], body)
     e.emit(outer)
@@ -112,7 +112,9 @@ def distribute_fused(nest: scf.ForOp, e: IRBuilder) -> None:
     read_weight_in_place(nest, e)
     fused = FUSED.get(nest)
     assert fused is not None
-    tb = fused.tiles.as_dict()["bt"]
+    tokens = next(o for o in nest.walk() if nest_role(o) is NestRole.TOKEN_LOOP)
+    assert isinstance(tokens, scf.ForOp)
+    tb = tokens.step  # defined before the nest and the statistics' loops (fuse-linear-online-max-sum)
     top = nest.parent
     at = e.at(nest)
     bid, nblk = at.emit(BlockIdxOp()), at.emit(BlockDimOp())
@@ -121,7 +123,7 @@ def distribute_fused(nest: scf.ForOp, e: IRBuilder) -> None:
     for op in (bid.owner, nblk.owner):
         op.detach()
         e.rewriter.insert(op, InsertPoint.before(first))
-    spread(next(o for o in nest.walk() if nest_role(o) is NestRole.TOKEN_LOOP), bid, nblk, e)
+    spread(tokens, bid, nblk, e)
     for op in list(top.ops):
         role = nest_role(op)
         if role is NestRole.TARGET_MASKS:

@@ -5,17 +5,19 @@
 // RUN: npugrad-opt %s --stage tiled --target npu-a2 --print-pipeline | FileCheck %s --check-prefix=TILED
 // RUN: npugrad-opt %s --stage llvm-ir --no-fuse --print-pipeline | FileCheck %s --check-prefix=IR
 // RUN: npugrad-opt %s --stage asm --cpu %inputs/avx2.toml --print-pipeline | FileCheck %s --check-prefix=ASM
-// The xDSL part gives the stage itself:
-// RUN: npugrad-opt %s -p 'fuse-linear-online-max-sum,fuse-linear-cross-entropy-grad{wide_grad=true},distribute-over-cores,convert-train-to-loops,lower-npu-to-cpu' > %t.p
-// RUN: npugrad-opt %s --stage loops > %t.stage
+// The xDSL part gives the stage itself (for a CPU of one core, whose token tiles the pipeline
+// balances over that one core: balance_blocks is the cpu's core count):
+// RUN: npugrad-opt %s -p 'fuse-linear-online-max-sum{cpu="%inputs/avx2.toml" balance_blocks=1},fuse-linear-cross-entropy-grad{cpu="%inputs/avx2.toml" wide_grad=true balance_blocks=1},distribute-over-cores,convert-train-to-loops,lower-npu-to-cpu' > %t.p
+// RUN: npugrad-opt %s --stage loops --cpu %inputs/avx2.toml > %t.stage
 // RUN: diff %t.p %t.stage
 
 // TRAIN: npugrad-opt {{.*}}print-pipeline.mlir -p ''
 // TRAIN-NOT: |
 
-// Without a target the pipeline keeps G in float32 for the CPU's GEMMs (wide_grad); with one it
-// leaves it in the input type for the target's units.
-// LOOPS: npugrad-opt {{.*}}print-pipeline.mlir -p 'fuse-linear-online-max-sum,fuse-linear-cross-entropy-grad{wide_grad=true},distribute-over-cores,convert-train-to-loops,lower-npu-to-cpu'{{$}}
+// Without a target the pipeline keeps G in float32 for the CPU's GEMMs (wide_grad) and spreads
+// the token tiles evenly over the CPU's cores (balance_blocks, the host's core count here); with
+// a target it leaves G in the input type for the target's units and the tiles as chosen.
+// LOOPS: npugrad-opt {{.*}}print-pipeline.mlir -p 'fuse-linear-online-max-sum{balance_blocks=[[CORES:[1-9][0-9]*]]},fuse-linear-cross-entropy-grad{wide_grad=true balance_blocks=[[CORES]]},distribute-over-cores,convert-train-to-loops,lower-npu-to-cpu'{{$}}
 // LOOPS-NOT: mlir-opt
 
 // TILED: npugrad-opt {{.*}} --target npu-a2 -p 'choose-tile-sizes{target="npu-a2"},fuse-linear-online-max-sum,fuse-linear-cross-entropy-grad,tile-for-target{target="npu-a2"},check-capacity{target="npu-a2"}'{{$}}

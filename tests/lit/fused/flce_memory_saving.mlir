@@ -3,8 +3,8 @@
 // sizes come from the op's `tile_sizes`, or from the pass options when it has none, or, left at
 // 0, from the cpu's caches: a float32 logits tile of a quarter of the L2 (512 KiB here), about
 // square, v a multiple of the micro-kernel's 16 columns and bt of its 6 rows: 186 x 176.
-// RUN: npugrad-opt %s --stage fused --cpu %inputs/avx2.toml | FileCheck %s
-// RUN: npugrad-opt %s -p 'fuse-linear-cross-entropy-grad{cpu="%inputs/avx2.toml"}' | FileCheck %s
+// RUN: npugrad-opt %s --stage fused --cpu %inputs/avx2.toml | FileCheck %s --check-prefixes=CHECK,STAGE
+// RUN: npugrad-opt %s -p 'fuse-linear-cross-entropy-grad{cpu="%inputs/avx2.toml"}' | FileCheck %s --check-prefixes=CHECK,PASS
 // RUN: npugrad-opt %s -p 'fuse-linear-cross-entropy-grad{tile_bt=16 tile_v=256}' | FileCheck %s --check-prefix=OPTS
 // RUN: npugrad-opt %s --stage run --entry hand_set_tiles | FileCheck %s --check-prefix=EXEC
 
@@ -24,7 +24,10 @@
 // CHECK:         scf.for %[[V0:.*]] = %{{.*}} to %{{.*}} step %[[V_TILE]] {
 // CHECK:           memref.subview %{{.*}}[%[[V0]], 0] [%{{.*}}, 48] [1, 1] : memref<520x48xf32>
 // CHECK:           memref.store %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}] : memref<48x?xf32, strided<[128, 1]>>
-// CHECK:           scf.for %[[T0:.*]] = %{{.*}} to %{{.*}} step %[[BT_TILE]] {
+// The pass alone steps by the tile; the pipeline spreads the tokens evenly over the cpu's cores
+// (linear_nests.token_step), in steps of at most the tile.
+// PASS:            scf.for %[[T0:.*]] = %{{.*}} to %{{.*}} step %[[BT_TILE]] {
+// STAGE:           scf.for %[[T0:.*]] = %{{.*}} to %{{.*}} step %token_step {
 // CHECK:             linalg.generic {{.*}} doc = "GEMM 1: logits tile Z = X_t * W_v^T"
 // CHECK:             math.exp
 // CHECK:             linalg.generic {{.*}} doc = "GEMM 2: input grad tile dX_t += G * W_v"

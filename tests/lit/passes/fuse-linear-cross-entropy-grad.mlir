@@ -4,6 +4,26 @@
 // its three contractions by #train.contraction (with the tile dims of their loops), and the
 // tile-sized scratch a tiling may move into local memory by npu.promote.
 // RUN: npugrad-opt %s -p 'fuse-linear-cross-entropy-grad{tile_bt=32 tile_v=64}' | FileCheck %s
+// RUN: npugrad-opt %s -p 'fuse-linear-cross-entropy-grad{tile_bt=32 tile_v=64 balance_blocks=3}' | FileCheck %s --check-prefix=BALANCE
+
+// balance_blocks=3: the token tiles' step spreads BT evenly over ceil(BT / 32) tiles rounded up
+// to a multiple of 3, each a multiple of the cpu's 6 micro-kernel rows (x86-64 with 16 vector
+// registers: 6 x 2 vectors), at most 32 (BT = 100: 6 tiles where steps of 32 made 4, steps of
+// 18). The nest then uses the step as it used the tile: min(step, BT - t0) rows at t0.
+// BALANCE:       %[[BT:.*]] = memref.dim %x, %{{.*}} : memref<?x?xbf16>
+// BALANCE:       %[[TILES:.*]] = arith.ceildivui %[[BT]], %[[C32:.*]] : index
+// BALANCE-NEXT:  %[[ATLEAST1:.*]] = arith.maxui %[[TILES]], %{{.*}} : index
+// BALANCE-NEXT:  %[[PER_BLOCK:.*]] = arith.ceildivui %[[ATLEAST1]], %[[C3:.*]] : index
+// BALANCE-NEXT:  %[[COUNT:.*]] = arith.muli %[[PER_BLOCK]], %[[C3]] : index
+// BALANCE-NEXT:  %[[ROWS:.*]] = arith.ceildivui %[[BT]], %[[COUNT]] : index
+// BALANCE-NEXT:  %[[SIXES:.*]] = arith.ceildivui %[[ROWS]], %[[C6:.*]] : index
+// BALANCE-NEXT:  %[[UP:.*]] = arith.muli %[[SIXES]], %[[C6]] : index
+// BALANCE-NEXT:  %[[CAP:.*]] = arith.minui %[[UP]], %[[C32]] : index
+// BALANCE-NEXT:  %token_step = arith.maxui %[[CAP]], %{{.*}} : index
+// BALANCE:       scf.for %[[T0:.*]] = %{{.*}} to %[[BT]] step %token_step {
+// BALANCE-NEXT:    %{{.*}} = arith.subi %[[BT]], %[[T0]] : index
+// BALANCE-NEXT:    %{{.*}} = arith.minsi %token_step, %{{.*}} : index
+// BALANCE:       } {train.role = #train.role<token_loop>}
 
 // CHECK-LABEL: func.func @flce(
 // CHECK:         %input_grad_acc = memref.alloc({{.*}}) {alignment = 64 : i64} : memref<?x?xf32>

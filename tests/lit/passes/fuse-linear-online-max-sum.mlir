@@ -5,6 +5,20 @@
 // written by a loop of their own before the nest. The only scratch is tile-sized: no buffer that
 // grows with V (the BT×V logits exist only when vocab_parallel_logits_out is asked for).
 // RUN: npugrad-opt %s -p 'fuse-linear-online-max-sum{tile_bt=32 tile_v=64}' | FileCheck %s
+// RUN: npugrad-opt %s -p 'fuse-linear-online-max-sum{tile_bt=32 tile_v=64 balance_blocks=2}' | FileCheck %s --check-prefix=BALANCE
+
+// balance_blocks=2: the token loop steps by %token_step (linear_nests.token_step, checked in
+// fuse-linear-cross-entropy-grad.mlir), computed before the statistics' loops, whose rows
+// distribute-over-cores then divides between the blocks by the same step.
+// BALANCE-LABEL: func.func @max_sum(
+// BALANCE:         %[[BT:.*]] = memref.dim %x, %{{.*}} : memref<?x?xbf16>
+// BALANCE:         %token_step = arith.maxui %{{.*}}, %{{.*}} : index
+// BALANCE:         } {train.role = #train.role<statistics_init>}
+// BALANCE:         scf.for
+// BALANCE:           scf.for %[[T0:.*]] = %{{.*}} to %[[BT]] step %token_step {
+// BALANCE-NEXT:        %{{.*}} = arith.subi %[[BT]], %[[T0]] : index
+// BALANCE-NEXT:        %{{.*}} = arith.minsi %token_step, %{{.*}} : index
+// BALANCE:           } {train.role = #train.role<token_loop>}
 
 // CHECK-LABEL: func.func @max_sum(
 // CHECK-DAG:     %[[NEG_INF:.*]] = arith.constant 0xff800000 : f32
