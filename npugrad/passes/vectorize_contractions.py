@@ -184,6 +184,7 @@ class _Kernels:
         self.kc = reduction_chunk(target, self.nr * self.lanes)
         self.k_lo = self.k_hi = self.k  # the current reduction chunk, set by emit()
         self.panel = panel  # KC x NR vectors of float32: B's panel, packed (emit)
+        self.a_wide: SSAValue | None = None  # A's rows over the chunk, widened to float32 (widen_a)
         self.packed = packed  # or all of B's panels, packed before an enclosing loop (hoisted_panels)
 
     # -- one block --------------------------------------------------------------------------
@@ -254,7 +255,10 @@ class _Kernels:
             else:
                 bs = [self._b_lanes(k, j, mask) for j in cols]
             for r, i in enumerate(rows):
-                a = self._broadcast(e.load(self.a, self.shape.a(i, k)))
+                if self.a_wide is None:
+                    a = self._broadcast(e.load(self.a, self.shape.a(i, k)))
+                else:
+                    a = e.emit(vector.BroadcastOp(e.load(self.a_wide, [i, e.emit(arith.SubiOp(k, self.k_lo))]), self.f32x))
                 a.name_hint = "a"
                 updated += [e.emit(vector.FMAOp(a, b, carried[r * nr + c])) for c, b in enumerate(bs)]
         for result in accs:
@@ -298,6 +302,31 @@ class _Kernels:
                 j = j0 if c == 0 else e.emit(arith.AddiOp(j0, e.idx(c * self.lanes)))
                 e.emit(vector.StoreOp(self._b_lanes(k, j, None), self.panel, [row, e.idx(c * self.lanes)]))
 
+    def widens_a(self) -> bool:
+        """Whether A (bfloat16 or float16, read [i, k], contiguous along k) is widened once per
+        reduction chunk (widen_a) rather than once per use: each of A's elements is broadcast
+        once per column block, and a bfloat16 scalar costs a load, a shift and a broadcast
+        where a float32 one is a single broadcast from memory (GEMM 1 of the linear
+        cross-entropy nests reads X this way: its k-loop issued 32 micro-ops per 12 FMAs
+        instead of 20)."""
+        t = self.a.type
+        return (t.element_type != f32 and not self.shape.lhs_transposed  # type: ignore[attr-defined]
+                and unit_innermost_stride(t))  # type: ignore[arg-type]
+
+    def widen_a(self, buffer: SSAValue) -> None:
+        """buffer[i, k − k_lo] = A[i, k] as float32 for the chunk's k, a vector at a time (the
+        chunk's last k % lanes one by one)."""
+        e = self.e
+        width = e.emit(arith.SubiOp(self.k_hi, self.k_lo))
+        full = e.emit(arith.AddiOp(self.k_lo, self._floor(width, self.lanes)))
+        narrow = VectorType(self.a.type.element_type, [self.lanes])  # type: ignore[attr-defined]
+        with e.loop(self.m) as i:
+            with e.loop(full, lb=self.k_lo, step=e.idx(self.lanes)) as k:
+                wide = e.emit(arith.ExtFOp(e.emit(vector.LoadOp(self.a, [i, k], narrow)), self.f32x))
+                e.emit(vector.StoreOp(wide, buffer, [i, e.emit(arith.SubiOp(k, self.k_lo))]))
+            with e.loop(self.k_hi, lb=full) as k:
+                e.store(e.load_f32(self.a, [i, k]), buffer, [i, e.emit(arith.SubiOp(k, self.k_lo))])
+
     def rows(self, j0: SSAValue, nr: int, mask: SSAValue | None = None, p: SSAValue | None = None) -> None:
         """Blocks of MR rows, then the remaining rows in blocks of 4, 2, 1 (its binary digits),
         so no row runs through a one-row kernel unless it must."""
@@ -319,12 +348,20 @@ class _Kernels:
         """The reduction in chunks of KC steps; in each, columns in blocks of NR vectors, B's
         KC×NR-vector panel packed first (pack) and shared by all row blocks, then one vector at a
         time, masked to what is left (read in place: a masked load costs what a plain one does,
-        and one kernel fewer compiles faster). Chunks run in order, each added to C once."""
+        and one kernel fewer compiles faster). Chunks run in order, each added to C once. A
+        narrower A is widened into a float32 buffer at the start of each chunk (widens_a)."""
         e = self.e
         wide = self.nr * self.lanes
         blocks_end = self._floor(self.n, wide)
+        buffer = None
+        if self.widens_a():
+            buffer = e.alloc([self.m, self.kc], f32)
+            buffer.name_hint = "a_wide"
         with e.loop(self.k, step=e.idx(self.kc)) as k0:
             self.k_lo, self.k_hi = k0, e.emit(arith.MinSIOp(e.emit(arith.AddiOp(k0, e.idx(self.kc))), self.k))
+            if buffer is not None:
+                self.widen_a(buffer)
+                self.a_wide = buffer
             with e.loop(blocks_end, step=e.idx(wide)) as j0:
                 if self.packed is None:
                     self.pack(j0)
@@ -334,6 +371,8 @@ class _Kernels:
             with e.loop(self.n, blocks_end, e.idx(self.lanes)) as j0:
                 # create_mask clamps: all lanes but in the last vector.
                 self.rows(j0, 1, e.emit(vector.CreateMaskOp([e.emit(arith.SubiOp(self.n, j0))], VectorType(i1, [self.lanes]))))
+        if buffer is not None:
+            e.dealloc(buffer)
 
 
 _VIEWS = {"memref.subview", "memref.cast", "memref.reinterpret_cast", "memref.collapse_shape", "memref.expand_shape"}

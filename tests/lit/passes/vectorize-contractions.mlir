@@ -77,8 +77,8 @@
 // CHECK-NOT:     linalg.generic
 // CHECK:         func.return
 
-// bfloat16 operands widen to float32 as they are loaded (B once, into its panel); A is read
-// transposed (A[k, i]).
+// bfloat16 operands widen to float32 as they are loaded (B once, into its panel); A read
+// transposed (A[k, i]) is widened where it is broadcast.
 // CHECK-LABEL: func.func @gemm_bf16_transposed_lhs
 // CHECK:         %[[B:.*]] = vector.load %b[%{{.*}}, %{{.*}}] : memref<64x100xbf16>, vector<16xbf16>
 // CHECK-NEXT:    %[[BF:.*]] = arith.extf %[[B]] : vector<16xbf16> to vector<16xf32>
@@ -91,11 +91,30 @@
 // CHECK-NOT:     linalg.generic
 // CHECK:         func.return
 
-// float16 A is broadcast first, then widened as a vector (one vcvtph2ps).
+// A narrower A read [i, k] is widened into a float32 buffer (M x KC) at the start of each
+// reduction chunk, a vector at a time along k (the last k % 16 one by one); the row blocks then
+// broadcast float32 from it, as from a float32 A.
 // CHECK-LABEL: func.func @gemm_f16
-// CHECK:         %[[A:.*]] = memref.load %a[%{{.*}}, %{{.*}}] : memref<50x64xf16>
-// CHECK-NEXT:    %[[AH:.*]] = vector.broadcast %[[A]] : f16 to vector<16xf16>
-// CHECK-NEXT:    arith.extf %[[AH]] : vector<16xf16> to vector<16xf32>
+// CHECK:         %a_wide = memref.alloc() {alignment = 64 : i64} : memref<50x96xf32>
+// CHECK:         scf.for %[[K0:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK:           scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK-NEXT:        scf.for %[[K:.*]] = %[[K0]] to %{{.*}} step %{{.*}} {
+// CHECK-NEXT:          %[[AH:.*]] = vector.load %a[%[[I]], %[[K]]] : memref<50x64xf16>, vector<16xf16>
+// CHECK-NEXT:          %[[AF:.*]] = arith.extf %[[AH]] : vector<16xf16> to vector<16xf32>
+// CHECK-NEXT:          %[[COL:.*]] = arith.subi %[[K]], %[[K0]] : index
+// CHECK-NEXT:          vector.store %[[AF]], %a_wide[%[[I]], %[[COL]]] : memref<50x96xf32>, vector<16xf32>
+// CHECK-NEXT:        }
+// CHECK-NEXT:        scf.for %[[KT:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK-NEXT:          %[[AT:.*]] = memref.load %a[%[[I]], %[[KT]]] : memref<50x64xf16>
+// CHECK-NEXT:          %[[ATF:.*]] = arith.extf %[[AT]] : f16 to f32
+// CHECK-NEXT:          %[[COLT:.*]] = arith.subi %[[KT]], %[[K0]] : index
+// CHECK-NEXT:          memref.store %[[ATF]], %a_wide[%[[I]], %[[COLT]]] : memref<50x96xf32>
+// CHECK:           iter_args(
+// CHECK:             %[[W:.*]] = memref.load %a_wide[%{{.*}}, %{{.*}}] : memref<50x96xf32>
+// CHECK-NEXT:        vector.broadcast %[[W]] : f32 to vector<16xf32>
+// CHECK-NOT:         memref.load %a[
+// CHECK:         memref.dealloc %a_wide : memref<50x96xf32>
+// CHECK-NEXT:    func.return
 
 // B's rows float32 and 512 bytes apart (a tile the nest packed itself) are packed too: read in
 // place, its 96 rows would fall into 8 of the L1's sets.
