@@ -48,11 +48,10 @@ from npugrad.passes.linear_nests import (
     pack_transposed,
     round_into,
     tile_buffer,
+    token_balance,
     token_step,
 )
 from npugrad.passes.source_op import record_source
-from npugrad.passes.vectorize_contractions import block_shape
-from npugrad.targets import get
 
 
 def target_in_tile(e: IRBuilder, op, t: SSAValue, v0: SSAValue, tv: SSAValue) -> tuple[SSAValue, SSAValue]:
@@ -173,6 +172,5 @@ class FuseLinearCrossEntropyGradPass(ModulePass):
     balance_blocks: int = 0  # > 0: token tiles even over this many blocks (linear_nests.token_step)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        balance = (self.balance_blocks, block_shape(get(self.cpu))[0]) if self.balance_blocks > 0 else (0, 1)
-        pattern = FuseOp(nest_tiles(self.tile_bt, self.tile_v, self.cpu), self.wide_grad, balance)
+        pattern = FuseOp(nest_tiles(self.tile_bt, self.tile_v, self.cpu), self.wide_grad, token_balance(self.balance_blocks, self.cpu))
         PatternRewriteWalker(pattern, apply_recursively=False).rewrite_module(op)

@@ -47,11 +47,10 @@ from npugrad.passes.linear_nests import (
     nest_tiles,
     pack_transposed,
     tile_buffer,
+    token_balance,
     token_step,
 )
 from npugrad.passes.source_op import record_source
-from npugrad.passes.vectorize_contractions import block_shape
-from npugrad.targets import get
 
 
 def _row_update(e: IRBuilder, op: FusedLinearOnlineMaxSumOp, z_t: SSAValue, i: SSAValue, t: SSAValue,
@@ -156,6 +155,5 @@ class FuseLinearOnlineMaxSumPass(ModulePass):
     balance_blocks: int = 0  # > 0: token tiles even over this many blocks (linear_nests.token_step)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        balance = (self.balance_blocks, block_shape(get(self.cpu))[0]) if self.balance_blocks > 0 else (0, 1)
-        pattern = FuseOp(nest_tiles(self.tile_bt, self.tile_v, self.cpu), balance)
+        pattern = FuseOp(nest_tiles(self.tile_bt, self.tile_v, self.cpu), token_balance(self.balance_blocks, self.cpu))
         PatternRewriteWalker(pattern, apply_recursively=False).rewrite_module(op)

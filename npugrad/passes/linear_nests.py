@@ -48,6 +48,12 @@ def nest_tiles(tile_bt: int, tile_v: int, cpu: str) -> dict[str, int]:
     return {"bt": tile_bt or derived["bt"], "v": tile_v or derived["v"]}
 
 
+def token_balance(blocks: int, cpu: str) -> tuple[int, int]:
+    """A fuse pass's `balance_blocks` option as token_step's (blocks, multiple): the row multiple
+    is the micro-kernel's row count on `cpu`; (0, 1) leaves the step at the tile."""
+    return (blocks, block_shape(get(cpu))[0]) if blocks > 0 else (0, 1)
+
+
 def token_step(e: IRBuilder, bt: SSAValue, tile: int, blocks: int, multiple: int) -> SSAValue:
     """The token loop's step: `tile` rows, or, with `blocks` (> 0), the same number of tiles
     or a few more, as even as they can be. The tile count ceil(BT / tile) is rounded up to a
@@ -137,4 +143,4 @@ def round_into(e: IRBuilder, acc: SSAValue, out: SSAValue, role: NestRole) -> No
 
 
 __all__ = ["column_in_tile", "contract", "cpu_tiles", "logits_tile", "loop_of", "mark", "nest_tiles", "pack_transposed",
-           "round_into", "tile_buffer", "token_step"]
+           "round_into", "tile_buffer", "token_balance", "token_step"]
