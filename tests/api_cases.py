@@ -8,6 +8,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
+import pytest
 
 from npugrad import ops
 from npugrad.dtypes import BFLOAT16
@@ -72,6 +73,19 @@ class Case:
             props = {"label_smoothing": s.get("label_smoothing", 0.0)}
         want = harness.expected(self.op, a, props)
         return {api: want[ref] for api, ref in OUTPUTS[self.op].items()}
+
+    def snapshot(self) -> dict[str, bytes]:
+        """The bytes of every array, to check that a rejected call wrote nothing."""
+        return {k: a.tobytes() for k, a in self.arrays.items() if isinstance(a, np.ndarray)}
+
+    def rejected(self, match: str) -> str:
+        """Call, expecting a ValueError whose message matches `match` (a regex) and no array
+        written; returns the message."""
+        before = self.snapshot()
+        with pytest.raises(ValueError, match=match) as info:
+            self.call()
+        assert self.snapshot() == before, "a rejected call wrote to the caller's arrays"
+        return str(info.value)
 
     def copy(self) -> Case:
         arrays = {k: None if v is None else np.array(v) for k, v in self.arrays.items()}

@@ -23,10 +23,6 @@ from npugrad.runtime import launch, sync
 from npugrad.runtime.kernel import ArgumentError, Kernel
 
 
-def _snapshot(case: Case) -> dict[str, bytes]:
-    return {k: a.tobytes() for k, a in case.arrays.items() if isinstance(a, np.ndarray)}
-
-
 def _misaligned(a: np.ndarray) -> np.ndarray:
     """A copy of `a` (same dtype, shape and strides) at an address one byte off."""
     raw = np.zeros(a.nbytes + 1, np.uint8)
@@ -103,10 +99,7 @@ def test_a_read_only_output_after_a_remembered_signature_is_rejected(rng, op):
     for name in OUTPUTS[op]:
         bad = case.copy()
         bad.arrays[name].flags.writeable = False
-        before = _snapshot(bad)
-        with pytest.raises(ValueError, match=f"^{op}: parameter '{name}' is read-only"):
-            bad.call()
-        assert _snapshot(bad) == before
+        bad.rejected(f"^{op}: parameter '{name}' is read-only")
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -119,10 +112,7 @@ def test_a_misaligned_array_after_a_remembered_signature_is_rejected(rng, op):
         bad = case.copy()
         bad.arrays[name] = _misaligned(a)
         assert (bad.arrays[name].shape, bad.arrays[name].strides) == (a.shape, a.strides)
-        before = _snapshot(bad)
-        with pytest.raises(ValueError, match=f"^{op}: parameter '{name}' is not aligned"):
-            bad.call()
-        assert _snapshot(bad) == before
+        bad.rejected(f"^{op}: parameter '{name}' is not aligned")
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -137,10 +127,7 @@ def test_an_overlapping_output_after_a_remembered_signature_is_rejected(rng, op)
                 continue
             bad = case.copy()
             bad.arrays[other], bad.arrays[out] = overlapping(a, b)
-            before = _snapshot(bad)
-            with pytest.raises(ValueError, match=f"^{op}: .*overlap"):
-                bad.call()
-            assert _snapshot(bad) == before
+            bad.rejected(f"^{op}: .*overlap")
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -281,10 +268,7 @@ def test_an_out_of_range_target_after_a_remembered_signature_is_rejected(rng, ba
     _remembered(case)
     wrong = case.copy()
     wrong.arrays["masked_target"][3] = bad
-    before = _snapshot(wrong)
-    with pytest.raises(ValueError, match=rf"^{FLCE}: parameter 'masked_target' .* got {bad} at row 3"):
-        wrong.call()
-    assert _snapshot(wrong) == before
+    wrong.rejected(rf"^{FLCE}: parameter 'masked_target' .* got {bad} at row 3")
     wrong.arrays["target_mask"][3] = True  # that row's target is in another shard: not read
     got = wrong.call()
     want = wrong.expected()

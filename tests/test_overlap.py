@@ -25,18 +25,10 @@ from conftest import assert_close
 from npugrad import aclnn, ops
 
 
-def _snapshot(case: Case) -> dict[str, bytes]:
-    return {k: a.tobytes() for k, a in case.arrays.items() if isinstance(a, np.ndarray)}
-
-
 def _rejected(case: Case, *names: str) -> None:
-    before = _snapshot(case)
-    with pytest.raises(ValueError) as info:
-        case.call()
-    message = str(info.value)
+    message = case.rejected("")
     for word in (case.op, *(f"'{n}'" for n in names), "overlap"):
         assert word in message, f"{word!r} not in {message!r}"
-    assert _snapshot(case) == before, "a rejected call wrote to the caller's arrays"
 
 
 # -- the findings: each of these was accepted and returned a wrong result -----------------
@@ -109,10 +101,7 @@ def test_the_two_phase_form_rejects_overlap_in_phase_one():
 def test_an_output_whose_elements_share_memory_is_rejected(rng):
     case = bce(rng, (5, 7), out=True)
     case.arrays["out"] = np.lib.stride_tricks.as_strided(np.zeros(7, np.float32), (5, 7), (0, 4))  # writable
-    before = _snapshot(case)
-    with pytest.raises(ValueError, match=r"binary_cross_entropy_grad: parameter 'out' .*share memory"):
-        case.call()
-    assert _snapshot(case) == before
+    case.rejected(r"binary_cross_entropy_grad: parameter 'out' .*share memory")
 
 
 def test_interleaved_states_with_one_element_shared_are_rejected(rng):
