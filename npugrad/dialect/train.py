@@ -317,8 +317,9 @@ class FusedLinearCrossEntropyLossGradOp(TrainOp):
     """Backward of a vocabulary-parallel LM head + cross entropy on one tensor-parallel rank.
 
     G = grad·(P − onehot(masked_target) on unmasked rows); input_grad_out = G·W,
-    weight_grad_out = Gᵀ·X. P is `softmax` when given (high-performance mode), else it is
-    recomputed as exp(X·Wᵀ − logits_max)/sum_exp_logits (memory-saving mode).
+    weight_grad_out = Gᵀ·X (with `accumulate`: input_grad_out += G·W, weight_grad_out += Gᵀ·X).
+    P is `softmax` when given (high-performance mode), else it is recomputed as
+    exp(X·Wᵀ − logits_max)/sum_exp_logits (memory-saving mode).
     """
 
     name = "train.fused_linear_cross_entropy_loss_grad"
@@ -338,6 +339,9 @@ class FusedLinearCrossEntropyLossGradOp(TrainOp):
     vocab_size = prop_def(IntegerAttr[I64], default_value=_i64(0))
     z_loss = prop_def(FloatAttr[Float64Type], default_value=_f64(0.0))
     softcap = prop_def(FloatAttr[Float64Type], default_value=_f64(0.0))
+    # Beyond the vendor too: the gradients are added to what the outputs hold (out += grad, as
+    # PyTorch accumulates .grad), for a caller that sums them over micro-batches or token chunks.
+    accumulate = prop_def(BoolAttr, default_value=_bool(False))
     # {bt = .., v = ..}: the token and vocabulary tile sizes of the fused loop nest. Chosen by
     # a pass (or written by hand); the fusion pass reads only this.
     tile_sizes = opt_prop_def(TileSizesAttr)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from npugrad.dialect import FusedLinearCrossEntropyLossGradOp
-from npugrad.ops.common import all_in_range, allocate, as_input, integer, output, real, reject_overlap
+from npugrad.dialect.checks import SignatureError
+from npugrad.ops.common import all_in_range, allocate, as_input, flag, integer, output, real, reject_overlap
 from npugrad.reference import unpack_target_mask
 from npugrad.runtime.launch import Call, check, two_phase
 
@@ -20,7 +21,7 @@ _count_nonzero = getattr(np.count_nonzero, "_implementation", np.count_nonzero)
 def fused_linear_cross_entropy_loss_grad(
     grad, input, weight, target_mask, masked_target, label_smoothing=0.0,
     logits_max=None, sum_exp_logits=None, softmax=None, *, vocab_size=0, z_loss=0.0, softcap=0.0,
-    input_grad_out=None, weight_grad_out=None,
+    accumulate=False, input_grad_out=None, weight_grad_out=None,
 ):
     """Backward of a vocabulary-parallel LM head + cross entropy on one tensor-parallel rank;
     returns (input_grad (BT, H), weight_grad (V, H)), in input's dtype unless outputs are given.
@@ -32,10 +33,19 @@ def fused_linear_cross_entropy_loss_grad(
 
     Extensions (FORWARD.md §4; 0 keeps the vendor's semantics): `label_smoothing` α over the
     global vocabulary of `vocab_size` rows; `z_loss` λ and `softcap` c (memory-saving mode only:
-    they need the logits). Rows whose `grad` is 0 contribute nothing and are not computed."""
+    they need the logits). Rows whose `grad` is 0 contribute nothing and are not computed.
+
+    `accumulate` (beyond the vendor): the gradients are added to what `input_grad_out` and
+    `weight_grad_out` hold, both required (PyTorch's .grad accumulation; a caller summing over
+    token chunks or micro-batches needs no second weight-sized buffer)."""
     label_smoothing = real(OP, "label_smoothing", label_smoothing)
     extensions = {"label_smoothing": label_smoothing, "vocab_size": integer(OP, "vocab_size", vocab_size),
-                  "z_loss": real(OP, "z_loss", z_loss, float32=True), "softcap": real(OP, "softcap", softcap, float32=True)}
+                  "z_loss": real(OP, "z_loss", z_loss, float32=True), "softcap": real(OP, "softcap", softcap, float32=True),
+                  "accumulate": flag(OP, "accumulate", accumulate)}
+    if extensions["accumulate"]:
+        missing = [n for n, a in zip(OUTPUTS, (input_grad_out, weight_grad_out)) if a is None]
+        if missing:
+            raise SignatureError(f"{OP}: parameter 'accumulate' adds into the outputs: give {' and '.join(map(repr, missing))}")
     x = as_input(OP, "input", input)
     arrays = {
         "grad": as_input(OP, "grad", grad),
@@ -84,9 +94,11 @@ class _RowsThatCount(Call):
         compact = {k: (x[keep] if k in _ROW_OPERANDS and x is not None else x) for k, x in a.items()}
         compact["target_mask"] = _rows_of_mask(a["target_mask"], keep, skip.size)
         gx = a["input_grad_out"]
-        compact["input_grad_out"] = np.empty((keep.size, gx.shape[1]), gx.dtype)
+        accumulate = self.props.get("accumulate", False)
+        compact["input_grad_out"] = gx[keep] if accumulate else np.empty((keep.size, gx.shape[1]), gx.dtype)
         Call(self.op_cls, compact, self.props, None, static_shapes=self.static_shapes).run()
-        gx[skip] = 0
+        if not accumulate:  # accumulating, the skipped rows add 0: they keep what they hold
+            gx[skip] = 0
         gx[keep] = compact["input_grad_out"]
         return self.result
 

@@ -47,6 +47,7 @@ from npugrad.passes.linear_nests import (
     nest_tiles,
     pack_transposed,
     round_into,
+    start_accumulator,
     tile_buffer,
     token_balance,
     token_step,
@@ -77,7 +78,8 @@ def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int], e: IRBuil
     gx_acc = gx if gx.type.element_type == f32 else e.alloc([bt, h], f32)  # type: ignore[attr-defined]
     if gx_acc is not gx:
         gx_acc.name_hint = "input_grad_acc"
-    mark(e.fill(0.0, gx_acc), NestRole.INPUT_GRAD_INIT)
+    accumulate = op.prop_bool("accumulate")
+    start_accumulator(e, gx_acc, None if gx_acc is gx else gx, accumulate, NestRole.INPUT_GRAD_INIT)
     z_buf = None if hp else tile_buffer(e, [tiles["bt"], tiles["v"]], f32, "logits")
     g_type = f32 if wide_grad else in_t
     g_buf = z_buf if (z_buf is not None and g_type == f32) else tile_buffer(e, [tiles["bt"], tiles["v"]], g_type, "grad_logits")
@@ -94,7 +96,8 @@ def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int], e: IRBuil
         tv = e.emit(arith.MinSIOp(tv_max, e.emit(arith.SubiOp(v, v0))))
         w_t = e.subview(w, [v0, 0], [tv, h])
         gw_t = e.subview(gw if gw_acc is None else gw_acc, [v0 if gw_acc is None else 0, 0], [tv, h])
-        mark(e.fill(0.0, gw_t), NestRole.WEIGHT_GRAD_INIT)
+        start_accumulator(e, gw_t, None if gw_acc is None else e.subview(gw, [v0, 0], [tv, h]), accumulate,
+                          NestRole.WEIGHT_GRAD_INIT)
         w_t_packed = None if hp else pack_transposed(e, w_t, w_packed, tv, h)
         with e.loop(bt, step=tb_max) as t0:
             mark(loop_of(t0), NestRole.TOKEN_LOOP)

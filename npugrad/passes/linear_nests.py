@@ -17,6 +17,7 @@ from npugrad.dialect.npu import PROMOTE, TileRole, TileRoleAttr
 from npugrad.ir import IRBuilder
 from npugrad.ir.expr import Float
 from npugrad.lowering.train_to_loops.flce import softcap
+from npugrad.passes.tiling.blocks import start_accumulator
 from npugrad.passes.vectorize_contractions import block_shape
 from npugrad.targets import Target, get
 
@@ -143,4 +144,4 @@ def round_into(e: IRBuilder, acc: SSAValue, out: SSAValue, role: NestRole) -> No
 
 
 __all__ = ["column_in_tile", "contract", "cpu_tiles", "logits_tile", "loop_of", "mark", "nest_tiles", "pack_transposed",
-           "round_into", "tile_buffer", "token_balance", "token_step"]
+           "round_into", "start_accumulator", "tile_buffer", "token_balance", "token_step"]

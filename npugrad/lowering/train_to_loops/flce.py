@@ -5,7 +5,8 @@ both GEMMs, whose float32 accumulators are rounded once to the outputs at the en
     train.fused_linear_cross_entropy_loss_grad grad(%g ...) input(%x ...) weight(%w ...) ...
         -> input_grad_out(%dx : memref<?x?xbf16>) weight_grad_out(%dw : memref<?x?xbf16>)
 becomes
-    %ax = memref.alloc(...) : memref<?x?xf32>   (%aw likewise; both zeroed)
+    %ax = memref.alloc(...) : memref<?x?xf32>   (%aw likewise; both zeroed, or, with
+                                                 `accumulate`, the outputs widened)
     scf.for %t { scf.for %v {
       %p = exp(x[t]·w[v] − max[t]) / sum[t]      (softmax[t, v] in high-performance mode)
       %G = g[t]·(%p − select(m[t] = 0 ∧ v = target[t], 1, 0)), rounded through bf16
@@ -37,8 +38,13 @@ def lower_fused_linear_cross_entropy_loss_grad(op: FusedLinearCrossEntropyLossGr
     v = e.dim(op.weight, 0)
     outputs = (op.input_grad_out, op.weight_grad_out)
     acc_in, acc_w = accumulators = [_accumulator(e, out) for out in outputs]
-    for acc in accumulators:
-        zero_fill(e, acc)
+    accumulate = op.prop_bool("accumulate")
+    for acc, out in zip(accumulators, outputs):
+        if not accumulate:
+            zero_fill(e, acc)
+        elif acc is not out:  # the sums start from what the output holds, widened
+            with e.loop_nest(e.dims(out)) as ivs:
+                e.store(e.load_f32(out, ivs), acc, ivs)
     gradient = Gradient(op, e)
     with e.loop(bt) as t:
         row = gradient.row(t)

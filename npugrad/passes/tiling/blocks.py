@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from xdsl.dialects import arith, memref
 from xdsl.dialects.builtin import DYNAMIC_INDEX
-from xdsl.ir import SSAValue
+from xdsl.dialects.linalg import FillOp
+from xdsl.ir import Operation, SSAValue
 
 from npugrad.diagnostics import PassFailure
 from npugrad.dialect import TrainOp
-from npugrad.dialect.attributes import CONTRACTION, ROLE, TILES, Contraction, NestRole, TileSizesAttr
+from npugrad.dialect.attributes import CONTRACTION, ROLE, TILES, Contraction, NestRole, NestRoleAttr, TileSizesAttr
 from npugrad.dialect.npu import BlockDimOp, BlockIdxOp
 from npugrad.ir import IRBuilder
 
@@ -80,3 +81,29 @@ def record_tile_sizes(e: IRBuilder, tile: SSAValue, sizes: dict[str, int]) -> No
     loop = tile.owner.parent_op()  # type: ignore[union-attr]
     assert loop is not None
     TILES.set(loop, TileSizesAttr(sizes))
+
+
+def started(init) -> tuple:
+    """(the accumulator a nest's INIT op starts, the output it widens into it; None: it zeroes)."""
+    if isinstance(init, FillOp):
+        return init.outputs[0], None
+    load = next(o for o in init.walk() if isinstance(o, memref.LoadOp))
+    store = next(o for o in init.walk() if isinstance(o, memref.StoreOp))
+    return store.memref, load.memref
+
+
+def start_accumulator(e: IRBuilder, acc: SSAValue, out: SSAValue | None, accumulate: bool,
+                      role: NestRole) -> Operation | None:
+    """The float32 accumulator's first value: 0 (a linalg.fill), or, with `accumulate`, what the
+    output `out` holds, widened (a loop nest; None: acc is the float32 output itself, which then
+    needs nothing). Returns the op, marked with `role` (None when there is none)."""
+    if not accumulate:
+        op = e.fill(0.0, acc)
+    elif out is None:
+        return None
+    else:
+        with e.loop_nest(e.dims(acc)) as ivs:
+            e.store(e.load_f32(out, ivs), acc, ivs)
+        op = ivs[0].owner.parent_op()
+    ROLE.set(op, NestRoleAttr(role))
+    return op

@@ -57,7 +57,7 @@ from npugrad.dialect.attributes import CONTRACTION, FUSED, ROLE, Contraction, Ne
 from npugrad.dialect.npu import PROMOTE, AllocLocalOp, AllocSharedOp, BarrierOp, BlockDimOp, element_bytes, local_type
 from npugrad.ir import IRBuilder, enclosing_function
 from npugrad.passes.tiling import flce_phased
-from npugrad.passes.tiling.blocks import block_range, contraction_of, mixed_sizes, nest_role
+from npugrad.passes.tiling.blocks import block_range, contraction_of, mixed_sizes, nest_role, start_accumulator, started
 from npugrad.passes.tiling.contraction import staged, tile_contraction
 from npugrad.passes.vectorize_contractions import panel_level
 from npugrad.targets import Target
@@ -142,11 +142,13 @@ def wavefront(nest: scf.ForOp, e: IRBuilder) -> scf.ForOp:
     t_lo.name_hint, t_hi.name_hint = "rows_lo", "rows_hi"
     rows = e.emit(arith.SubiOp(t_hi, t_lo))
 
-    # dX: each block zeroes, accumulates and rounds its own rows.
+    # dX: each block starts (zeroes, or widens the output into), accumulates and rounds its own rows.
     for op in [o for o in nest.parent.ops if nest_role(o) in (NestRole.INPUT_GRAD_INIT, NestRole.INPUT_GRAD_FINAL)]:
         if nest_role(op) is NestRole.INPUT_GRAD_INIT:
-            acc = op.outputs[0]
-            ROLE.set(e.fill(0.0, e.subview(acc, [t_lo, 0], [rows, e.dim(acc, 1)])), NestRoleAttr(NestRole.INPUT_GRAD_INIT))
+            acc, out = started(op)
+            start_accumulator(e, e.subview(acc, [t_lo, 0], [rows, e.dim(acc, 1)]),
+                              None if out is None else e.subview(out, [t_lo, 0], [rows, e.dim(out, 1)]),
+                              out is not None, NestRole.INPUT_GRAD_INIT)
         else:
             load = next(o for o in op.walk() if isinstance(o, memref.LoadOp))
             store = next(o for o in op.walk() if isinstance(o, memref.StoreOp))
@@ -154,10 +156,13 @@ def wavefront(nest: scf.ForOp, e: IRBuilder) -> scf.ForOp:
             _round(at, load.memref, store.memref, t_lo, t_lo, rows, NestRole.INPUT_GRAD_FINAL)
         e.erase(op)
 
-    # dW: where a tile accumulates (a view of dW, or of a heap tile that becomes the ring).
-    init = next(o for o in nest.walk() if nest_role(o) is NestRole.WEIGHT_GRAD_INIT)
+    # dW: where a tile accumulates (a view of dW, or of a heap tile that becomes the ring). With
+    # `accumulate` and a float32 dW, nothing starts it (GEMM 3 adds into dW itself).
+    init = next((o for o in nest.walk() if nest_role(o) is NestRole.WEIGHT_GRAD_INIT), None)
     final = next((o for o in nest.walk() if nest_role(o) is NestRole.WEIGHT_GRAD_FINAL), None)
-    view = init.outputs[0].owner
+    gemm3 = next(o for o in nest.walk() if contraction_of(o) is Contraction.WEIGHT_GRAD)
+    view = (started(init)[0] if init is not None else gemm3.outputs[0]).owner
+    widen = init is not None and started(init)[1] is not None  # start each tile from dW, widened
     assert isinstance(view, memref.SubviewOp)
     dw = view.source
     ring = heap = slots = None
@@ -170,7 +175,8 @@ def wavefront(nest: scf.ForOp, e: IRBuilder) -> scf.ForOp:
         dw = store.memref.owner.source  # the dW output the final loop rounded into
     h = dw.type.get_shape()[1]  # type: ignore[attr-defined]
     h = e.dim(dw, 1) if h == DYNAMIC_INDEX else h  # a static width keeps the views' types static
-    e.erase(init)
+    if init is not None:
+        e.erase(init)
     if final is not None:
         e.erase(final)
 
@@ -185,11 +191,13 @@ def wavefront(nest: scf.ForOp, e: IRBuilder) -> scf.ForOp:
 
     steps = e.emit(arith.AddiOp(nv, e.emit(arith.AddiOp(nblk, one if ring is not None else e.idx(0)))))
     with e.loop(steps) as step:
-        with e.if_(e.emit(arith.CmpiOp(step, nv, "ult"))):  # zero tile u, a share each
-            _, count = _tile_rows(e, step, tv, v)
-            first, end = _share(e, bid, nblk, count)
-            mine = e.emit(arith.SubiOp(end, first))
-            ROLE.set(e.fill(0.0, acc_rows(e, step, first, mine)), NestRoleAttr(NestRole.WEIGHT_GRAD_INIT))
+        if init is not None:
+            with e.if_(e.emit(arith.CmpiOp(step, nv, "ult"))):  # start tile u, a share each
+                r0, count = _tile_rows(e, step, tv, v)
+                first, end = _share(e, bid, nblk, count)
+                mine = e.emit(arith.SubiOp(end, first))
+                out = e.subview(dw, [e.emit(arith.AddiOp(r0, first)), 0], [mine, h]) if widen else None
+                start_accumulator(e, acc_rows(e, step, first, mine), out, widen, NestRole.WEIGHT_GRAD_INIT)
         behind = e.emit(arith.AddiOp(bid, one))
         vi = e.emit(arith.SubiOp(step, behind))
         vi.name_hint = "vtile"

@@ -35,7 +35,7 @@ slab, W's slab, X) fits in half the global level's cache, and the slab is at mos
 from __future__ import annotations
 
 from xdsl.dialects import arith, memref, scf
-from xdsl.dialects.builtin import DYNAMIC_INDEX, AffineMapAttr, ArrayAttr, MemRefType, f32
+from xdsl.dialects.builtin import DYNAMIC_INDEX, AffineMapAttr, ArrayAttr, MemRefType, f32, i1
 from xdsl.dialects.linalg.ops import FillOp, GenericOp
 from xdsl.ir import SSAValue
 from xdsl.ir.affine import AffineExpr, AffineMap
@@ -44,6 +44,7 @@ from xdsl.transforms.dead_code_elimination import region_dce
 
 from npugrad.analysis.cost import Load
 from npugrad.analysis.footprint import TileBuffer, fits, padded
+from npugrad.diagnostics import PassFailure
 from npugrad.dialect.attributes import FUSED, ROLE, Contraction, NestRole, NestRoleAttr
 from npugrad.dialect.npu import (
     PROMOTE,
@@ -58,7 +59,7 @@ from npugrad.dialect.npu import (
     local_type,
 )
 from npugrad.ir import IRBuilder, enclosing_function, static_shape
-from npugrad.passes.tiling.blocks import block_range, contraction_of, mixed_sizes, nest_role
+from npugrad.passes.tiling.blocks import block_range, contraction_of, mixed_sizes, nest_role, started
 from npugrad.targets import Target
 
 
@@ -265,9 +266,15 @@ def tile_phased(nest: scf.ForOp, tiles: dict[str, int], target: Target, e: IRBui
     x = _source(gemm3.inputs[1])
     w = _source(gemm2.inputs[1])
     dx_acc = _source(gemm2.outputs[0])
-    init = next(o for o in nest.walk() if nest_role(o) is NestRole.WEIGHT_GRAD_INIT)
+    init = next((o for o in nest.walk() if nest_role(o) is NestRole.WEIGHT_GRAD_INIT), None)
     final_w = next((o for o in nest.walk() if nest_role(o) is NestRole.WEIGHT_GRAD_FINAL), None)
-    dw = _source(init.outputs[0])
+    dw = _source(started(init)[0] if init is not None else gemm3.outputs[0])
+    # `accumulate`: GEMMs 2 and 3 add into the outputs from the first slab on (the float32 outputs
+    # accumulate themselves: nothing starts them).
+    accumulate = init is None
+    if init is not None and started(init)[1] is not None:
+        raise PassFailure(nest, "accumulate into a bfloat16/float16 output is not supported by the slab schedule "
+                                "(its copies out add in float32 only): give float32 outputs")
     heap = dw.owner if isinstance(dw.owner, memref.AllocOp) else None  # dW's float32 tile: not needed here
     if final_w is not None:
         dw = _source(next(o for o in final_w.walk() if isinstance(o, memref.StoreOp)).memref)
@@ -354,14 +361,14 @@ def tile_phased(nest: scf.ForOp, tiles: dict[str, int], target: Target, e: IRBui
                 g_tile = mapping[g_view]
                 e.emit(CopyOp(g_tile, e.subview(g_ws, [mapping[t0_old], e.emit(arith.SubiOp(vv0, s0))], [rcnt, vcnt])))
         e.emit(BarrierOp())
-        first = e.emit(arith.CmpiOp(s0, e.idx(0), "ne"))
-        first.name_hint = "after_first_slab"
+        first = e.const(True, i1) if accumulate else e.emit(arith.CmpiOp(s0, e.idx(0), "ne"))
+        first.name_hint = "accumulate" if accumulate else "after_first_slab"
         g_slab = e.subview(g_ws, [0, 0], [bt_total, vsl])
         w_slab = e.subview(w, [s0, 0], [vsl, h_total])
         _gemm(e, g_slab, False, w_slab, dx_acc, (bt_total, vsl, h_total), (bt, v, h), locals_, gemm2, (bid, nblk),
               first, double)
         _gemm(e, g_slab, True, x, e.subview(dw, [s0, 0], [vsl, h_total]), (vsl, bt_total, h_total), (bt, v, h),
-              locals_, gemm3, (bid, nblk), None, double)
+              locals_, gemm3, (bid, nblk), e.const(True, i1) if accumulate else None, double)
         e.emit(BarrierOp())
     slabs = s0.owner.parent_op()
     FUSED.set(slabs, fused)

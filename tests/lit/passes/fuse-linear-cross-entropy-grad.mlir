@@ -52,3 +52,52 @@ func.func @flce(%g: memref<?xf32>, %x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %
       -> input_grad_out(%gx : memref<?x?xbf16>) weight_grad_out(%gw : memref<?x?xbf16>)
   func.return
 }
+
+// accumulate: the float32 accumulators start from what the outputs hold, widened, where the
+// plain op zeroes them: dX's once, each vocabulary tile's dW as the tile starts.
+// CHECK-LABEL: func.func @flce_accumulate(
+// CHECK:         %input_grad_acc = memref.alloc({{.*}}) {alignment = 64 : i64} : memref<?x?xf32>
+// CHECK-NOT:     linalg.fill
+// CHECK:         scf.for
+// CHECK-NEXT:      scf.for
+// CHECK-NEXT:        %[[DX:.*]] = memref.load %gx[{{.*}}] : memref<?x?xbf16>
+// CHECK-NEXT:        %[[WIDE_DX:.*]] = arith.extf %[[DX]] : bf16 to f32
+// CHECK-NEXT:        memref.store %[[WIDE_DX]], %input_grad_acc[{{.*}}] : memref<?x?xf32>
+// CHECK:         } {train.role = #train.role<input_grad_init>}
+// CHECK:         scf.for %[[V0:.*]] = {{.*}} {
+// CHECK:           %[[ACC_T:.*]] = memref.subview %weight_grad_acc[0, 0]
+// CHECK-NEXT:      %[[GW_T:.*]] = memref.subview %gw[%[[V0]], 0]
+// CHECK-NOT:       linalg.fill
+// CHECK:           %[[DW:.*]] = memref.load %[[GW_T]][{{.*}}] : memref<?x?xbf16, strided<[?, 1], offset: ?>>
+// CHECK-NEXT:      %[[WIDE_DW:.*]] = arith.extf %[[DW]] : bf16 to f32
+// CHECK-NEXT:      memref.store %[[WIDE_DW]], %[[ACC_T]][{{.*}}]
+// CHECK:           } {train.role = #train.role<weight_grad_init>}
+// CHECK:         } {train.role = #train.role<weight_grad_final>}
+// CHECK:       } {train.role = #train.role<input_grad_final>}
+func.func @flce_accumulate(%g: memref<?xf32>, %x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %mask: memref<?xi1>,
+                           %t: memref<?xi32>, %lm: memref<?xf32>, %se: memref<?xf32>,
+                           %gx: memref<?x?xbf16>, %gw: memref<?x?xbf16>) {
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<?xf32>) input(%x : memref<?x?xbf16>)
+      weight(%w : memref<?x?xbf16>) target_mask(%mask : memref<?xi1>) masked_target(%t : memref<?xi32>)
+      logits_max(%lm : memref<?xf32>) sum_exp_logits(%se : memref<?xf32>)
+      -> input_grad_out(%gx : memref<?x?xbf16>) weight_grad_out(%gw : memref<?x?xbf16>) {accumulate = true}
+  func.return
+}
+
+// Float32 outputs are their own accumulators: accumulating, nothing starts them (no init, no
+// final rounding); GEMMs 2 and 3 add into dX and dW themselves.
+// CHECK-LABEL: func.func @flce_accumulate_f32(
+// CHECK-NOT:     train.role = #train.role<{{input|weight}}_grad_{{init|final}}>
+// CHECK:         linalg.generic {{.*}} outs(%{{.*}} : memref<?x?xf32, strided<[?, 1], offset: ?>>) attrs =  {train.contraction = #train.contraction<input_grad
+// CHECK-NOT:     train.role = #train.role<{{input|weight}}_grad_{{init|final}}>
+// CHECK:         linalg.generic {{.*}} attrs =  {train.contraction = #train.contraction<weight_grad
+// CHECK-NOT:     train.role = #train.role<{{input|weight}}_grad_{{init|final}}>
+// CHECK:         func.return
+func.func @flce_accumulate_f32(%g: memref<?xf32>, %x: memref<?x?xf32>, %w: memref<?x?xf32>, %mask: memref<?xi1>,
+                               %t: memref<?xi32>, %p: memref<?x?xf32>, %gx: memref<?x?xf32>, %gw: memref<?x?xf32>) {
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<?xf32>) input(%x : memref<?x?xf32>)
+      weight(%w : memref<?x?xf32>) target_mask(%mask : memref<?xi1>) masked_target(%t : memref<?xi32>)
+      softmax(%p : memref<?x?xf32>)
+      -> input_grad_out(%gx : memref<?x?xf32>) weight_grad_out(%gw : memref<?x?xf32>) {accumulate = true}
+  func.return
+}
