@@ -12,6 +12,7 @@ from conftest import FLOAT_DTYPES, assert_close
 from npugrad import aclnn, ops
 from npugrad.collectives import InProcess
 from npugrad.compiler import Pipeline
+from npugrad.dialect.checks import SignatureError
 from npugrad.dtypes import BFLOAT16
 from npugrad.recipes import recipe_of
 from npugrad.reference import forward
@@ -249,6 +250,50 @@ def test_whole_loss_every_dtype(rng, dtype):
     assert_close(got.loss, want[0], np.float32)
     assert_close(got.input_grad, want[1])
     assert_close(got.weight_grad, want[2])
+
+
+CHUNKED_OPTIONS = [{}, {"label_smoothing": 0.1}, {"ignore_index": -100}]
+
+
+@pytest.mark.parametrize("shards", [1, 2, 3])
+@pytest.mark.parametrize("options", CHUNKED_OPTIONS, ids=str)
+@pytest.mark.parametrize("chunk_rows", [16, 25, 1000])
+def test_chunked_schedule_matches_torch_autograd(rng, shards, options, chunk_rows):
+    """The chunked schedule (each chunk's logits kept, softmax in place, high-performance mode
+    accumulating dW): the same loss and gradients, chunks not dividing the rows included."""
+    x, w, y = _loss_case(rng, 61, 24, 600, np.float32, ignored=0.2 if "ignore_index" in options else 0.0)
+    for reduction in ("mean", "sum", "none"):
+        got = ops.linear_cross_entropy(x, _uneven(w, shards), y, reduction=reduction, chunk_rows=chunk_rows, **options)
+        want = _torch_loss(x, w, y, reduction, **options)
+        assert_close(got.loss, want[0])
+        assert_close(got.input_grad, want[1])
+        assert_close(np.concatenate(got.weight_grad), want[2])
+        plain = ops.linear_cross_entropy(x, _uneven(w, shards), y, reduction=reduction, chunk_rows=0, **options)
+        np.testing.assert_array_equal(got.loss, plain.loss)  # the forward is the same kernels'
+
+
+def test_chunked_schedule_choice(rng, monkeypatch):
+    """Default: chunked where it applies and two token tiles per core fit in 1/16 of the logits;
+    an explicit chunk_rows outside what it applies to is an error naming the parameter."""
+    from npugrad.ops import loss as loss_mod
+
+    monkeypatch.setattr(loss_mod, "_token_rows", lambda: 8)
+    calls = []
+    real = loss_mod._chunked
+    monkeypatch.setattr(loss_mod, "_chunked", lambda *a: calls.append(a[4]) or real(*a))
+    for bt, dtype, options, rows in [(255, np.float32, {}, None), (512, np.float32, {}, 32),
+                                     (512, np.float32, {"z_loss": 1e-3}, None), (512, BFLOAT16, {}, None)]:
+        calls.clear()
+        x, w, y = _loss_case(rng, bt, 8, 256, dtype, ignored=0.0)
+        ops.linear_cross_entropy(x, w, y, **options)
+        assert calls == ([] if rows is None else [rows]), (bt, dtype, options)
+    x, w, y = _loss_case(rng, 20, 8, 256, np.float32)
+    with pytest.raises(SignatureError, match="'chunk_rows' = 4 needs the chunked schedule"):
+        ops.linear_cross_entropy(x, w, y, softcap=5.0, chunk_rows=4)
+    with pytest.raises(SignatureError, match="'chunk_rows' = 4 needs the chunked schedule"):
+        ops.linear_cross_entropy(x, w, y, shards=3, chunk_rows=4)  # shards of 85 rows < 128
+    with pytest.raises(SignatureError, match="'chunk_rows' must be a non-negative integer"):
+        ops.linear_cross_entropy(x, w, y, chunk_rows=-1)
 
 
 def test_whole_loss_empty_batch_and_all_ignored(rng):
