@@ -27,8 +27,9 @@ BT × K float32 logits (PyTorch eager holds them and their gradient: 1/32 of tha
 whole tiles per core; recompute elsewhere. A chunk pays, per core, for packing every tile of W
 and reading and writing every tile of dW once per token tile it holds: one tile per core made
 the chunked step no faster than recomputing (Zen 3, 2 threads, BT = 4096, H = 4096, K = 32000,
-float32: 32.4 s against 33.0 s), two 16 % faster (28.6 s against 33.9 s, 94 MiB of logits),
-three 22 % (26.4 s, 136 MiB). Where memory allows, a larger `chunk_rows` is faster.
+float32: 32.4 s against 33.0 s), two 4-16 % faster (28.6 s against 33.9 s in one process, 29.3 s
+against 30.4 s in bench/loss.py; 94 MiB of logits), three 22 % (26.4 s, 136 MiB). Where memory
+allows, a larger `chunk_rows` is faster.
 """
 
 from __future__ import annotations
