@@ -123,7 +123,7 @@ def linear_cross_entropy(input, weight, target, *, shards: int | None = None, ig
     else:
         per_row = np.full(n, (1.0 / n if n else 0.0) if reduction == "mean" else 1.0, F32)
     opts = _Options(cap, alpha, zl, k, group)
-    rows_per_chunk = _chunk_rows(chunk, ws, x.dtype, n, k, opts) if want_grad else 0
+    rows_per_chunk = _chunk_rows(chunk, ws, x.dtype, n, opts) if want_grad else 0
     if rows_per_chunk:
         loss_c, dx_c, dws = _chunked(xc, yc, ws, per_row, rows_per_chunk, opts)
     else:
@@ -226,7 +226,7 @@ def _chunked(xc, yc, ws, per_row, rows: int, o: _Options):
     return loss, dx, dws
 
 
-def _chunk_rows(chunk: int | None, ws, dtype, n: int, k: int, o: _Options) -> int:
+def _chunk_rows(chunk: int | None, ws, dtype, n: int, o: _Options) -> int:
     """The chunked schedule's rows per chunk, or 0 for the recompute schedule (module docstring)."""
     applies = (dtype == F32 and not o.z_loss and not o.cap
                and min(w.shape[0] for w in ws) >= FusedLinearCrossEntropyLossGradOp.MIN_V_HIGH_PERFORMANCE)

@@ -100,3 +100,34 @@ func.func @flce(%grad: memref<?xf32>, %x: memref<?x?xf32>, %w: memref<?x?xf32>, 
       -> input_grad_out(%dx : memref<?x?xf32>) weight_grad_out(%dw : memref<?x?xf32>)
   func.return
 }
+
+// accumulate, bfloat16 outputs: each block widens its own rows of dX into the float32
+// accumulator, and, at step u, its share of dW's rows of vocabulary tile u into the tile's slot
+// of the ring, where the plain op zeroes them.
+// FLCE-LABEL: func.func @flce_accumulate
+// FLCE:         %weight_grad_ring = npu.alloc_shared
+// FLCE:         %[[ACC_ROWS:.*]] = memref.subview %input_grad_acc[%rows_lo, 0]
+// FLCE-NEXT:    %[[DX_ROWS:.*]] = memref.subview %dx[%rows_lo, 0]
+// FLCE:         %[[DX:.*]] = memref.load %[[DX_ROWS]]
+// FLCE-NEXT:    %[[WIDE_DX:.*]] = arith.extf %[[DX]] : bf16 to f32
+// FLCE-NEXT:    memref.store %[[WIDE_DX]], %[[ACC_ROWS]]
+// FLCE:         } {train.role = #train.role<input_grad_init>}
+// FLCE:         scf.for
+// FLCE:           scf.if
+// FLCE:             %[[DW_ROWS:.*]] = memref.subview %dw[
+// FLCE:             %[[SLOT:.*]] = memref.subview %weight_grad_ring[
+// FLCE:                 %[[DW:.*]] = memref.load %[[DW_ROWS]]
+// FLCE-NEXT:            %[[WIDE_DW:.*]] = arith.extf %[[DW]] : bf16 to f32
+// FLCE-NEXT:            memref.store %[[WIDE_DW]], %[[SLOT]]
+// FLCE:             } {train.role = #train.role<weight_grad_init>}
+// FLCE:           %vtile = arith.subi
+// FLCE:           npu.barrier
+func.func @flce_accumulate(%grad: memref<?xf32>, %x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %mask: memref<?xi1>,
+                           %target: memref<?xi64>, %max: memref<?xf32>, %sum: memref<?xf32>,
+                           %dx: memref<?x?xbf16>, %dw: memref<?x?xbf16>) {
+  train.fused_linear_cross_entropy_loss_grad grad(%grad : memref<?xf32>) input(%x : memref<?x?xbf16>)
+      weight(%w : memref<?x?xbf16>) target_mask(%mask : memref<?xi1>) masked_target(%target : memref<?xi64>)
+      logits_max(%max : memref<?xf32>) sum_exp_logits(%sum : memref<?xf32>)
+      -> input_grad_out(%dx : memref<?x?xbf16>) weight_grad_out(%dw : memref<?x?xbf16>) {accumulate = true}
+  func.return
+}
