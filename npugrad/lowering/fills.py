@@ -1,4 +1,5 @@
-"""Zero fills as the lowerings emit them: codegen policy, kept out of the IR builder.
+"""Zero fills as the lowerings emit them: codegen policy, kept out of the IR builder. Also the
+other way a float32 accumulator starts: from an output, widened (`widen_into`).
 
 A fill of contiguous memory is one flat loop (LLVM makes it a memset: the lines stay in cache for
 whoever reads them next). A fill so large that no cache could keep it anyway (STREAM_BYTES and
@@ -19,7 +20,7 @@ from xdsl.dialects.builtin import (
     StridedLayoutAttr,
     VectorType,
 )
-from xdsl.ir import SSAValue
+from xdsl.ir import Operation, SSAValue
 
 from npugrad.ir import IRBuilder, index, unit_innermost_stride
 
@@ -108,3 +109,11 @@ def zero_fill_flat(e: IRBuilder, ref: SSAValue, n: SSAValue) -> None:
         e.if_else(e.emit(arith.CmpiOp(n, e.idx(STREAM_BYTES // width), "uge")), stream, plain)
     else:
         (stream if known * width >= STREAM_BYTES else plain)()
+
+
+def widen_into(e: IRBuilder, src: SSAValue, acc: SSAValue) -> Operation:
+    """acc = src, each element widened to acc's float32 (an accumulator that starts from what an
+    output holds); returns the outermost loop."""
+    with e.loop_nest(e.dims(acc)) as ivs:
+        e.store(e.load_f32(src, ivs), acc, ivs)
+    return ivs[0].owner.parent_op()  # type: ignore[union-attr, return-value]

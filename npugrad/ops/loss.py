@@ -203,7 +203,7 @@ def _chunked(xc, yc, ws, per_row, rows: int, o: _Options):
     dx = np.zeros((n, h), xc.dtype)
     dws = [np.zeros(w.shape, w.dtype) for w in ws]
     buffers = [np.empty((min(rows, n), w.shape[0]), F32) for w in ws]
-    partial = [np.empty((min(rows, n), h), xc.dtype) for _ in ws[1:]] if len(ws) > 1 else []
+    partial = [np.empty((min(rows, n), h), xc.dtype) for _ in ws[1:]]  # dX of shards 1.. (all-reduced)
     for a in range(0, n, rows):
         b = min(a + rows, n)
         x_c, logits = xc[a:b], [buf[: b - a] for buf in buffers]

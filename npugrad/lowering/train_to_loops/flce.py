@@ -29,7 +29,7 @@ from npugrad import dtypes
 from npugrad.dialect import FusedLinearCrossEntropyLossGradOp
 from npugrad.ir import IRBuilder
 from npugrad.ir.expr import Float
-from npugrad.lowering.fills import zero_fill
+from npugrad.lowering.fills import widen_into, zero_fill
 
 
 def lower_fused_linear_cross_entropy_loss_grad(op: FusedLinearCrossEntropyLossGradOp, e: IRBuilder) -> None:
@@ -43,8 +43,7 @@ def lower_fused_linear_cross_entropy_loss_grad(op: FusedLinearCrossEntropyLossGr
         if not accumulate:
             zero_fill(e, acc)
         elif acc is not out:  # the sums start from what the output holds, widened
-            with e.loop_nest(e.dims(out)) as ivs:
-                e.store(e.load_f32(out, ivs), acc, ivs)
+            widen_into(e, out, acc)
     gradient = Gradient(op, e)
     with e.loop(bt) as t:
         row = gradient.row(t)

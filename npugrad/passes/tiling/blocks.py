@@ -13,6 +13,7 @@ from npugrad.dialect import TrainOp
 from npugrad.dialect.attributes import CONTRACTION, ROLE, TILES, Contraction, NestRole, NestRoleAttr, TileSizesAttr
 from npugrad.dialect.npu import BlockDimOp, BlockIdxOp
 from npugrad.ir import IRBuilder
+from npugrad.lowering.fills import widen_into
 
 MIN_ELEMENTS = 1 << 16  # per block, for the memory-bound ops: below this a thread costs more than it saves
 LINE = 64  # elements per block range are a multiple of this: no cache line is shared by two blocks
@@ -102,8 +103,6 @@ def start_accumulator(e: IRBuilder, acc: SSAValue, out: SSAValue | None, accumul
     elif out is None:
         return None
     else:
-        with e.loop_nest(e.dims(acc)) as ivs:
-            e.store(e.load_f32(out, ivs), acc, ivs)
-        op = ivs[0].owner.parent_op()
+        op = widen_into(e, out, acc)
     ROLE.set(op, NestRoleAttr(role))
     return op

@@ -160,9 +160,12 @@ def wavefront(nest: scf.ForOp, e: IRBuilder) -> scf.ForOp:
     # `accumulate` and a float32 dW, nothing starts it (GEMM 3 adds into dW itself).
     init = next((o for o in nest.walk() if nest_role(o) is NestRole.WEIGHT_GRAD_INIT), None)
     final = next((o for o in nest.walk() if nest_role(o) is NestRole.WEIGHT_GRAD_FINAL), None)
-    gemm3 = next(o for o in nest.walk() if contraction_of(o) is Contraction.WEIGHT_GRAD)
-    view = (started(init)[0] if init is not None else gemm3.outputs[0]).owner
-    widen = init is not None and started(init)[1] is not None  # start each tile from dW, widened
+    if init is not None:
+        tile_acc, widened = started(init)
+    else:
+        tile_acc, widened = next(o for o in nest.walk() if contraction_of(o) is Contraction.WEIGHT_GRAD).outputs[0], None
+    widen = widened is not None  # each tile starts from dW's rows, widened
+    view = tile_acc.owner
     assert isinstance(view, memref.SubviewOp)
     dw = view.source
     ring = heap = slots = None
