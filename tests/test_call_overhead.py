@@ -227,9 +227,9 @@ def test_one_block_launches_from_several_threads_take_turns_and_free_their_works
 def test_a_launch_that_fails_releases_the_launch_services(rotate):
     for blocks in (1, 2):
         with pytest.raises(RuntimeError, match="failed"), sync.launch(blocks):
-            assert sync._current is not None
+            assert sync._state() is not None
             raise RuntimeError("failed")
-        assert sync._current is None
+        assert sync._state() is None and not sync._turn.locked()
     out = np.full((3, 2), -1, np.int64)
     rotate(out, threads=2)
     np.testing.assert_array_equal(out, _expected(3, 2))

@@ -14,6 +14,7 @@ from npugrad.collectives import InProcess
 from npugrad.compiler import Pipeline
 from npugrad.dialect.checks import SignatureError
 from npugrad.dtypes import BFLOAT16
+from npugrad.ops import loss as loss_mod
 from npugrad.recipes import recipe_of
 from npugrad.reference import forward
 from npugrad.runtime import pool
@@ -268,25 +269,53 @@ def test_chunked_schedule_matches_torch_autograd(rng, shards, options, chunk_row
         assert_close(got.loss, want[0])
         assert_close(got.input_grad, want[1])
         assert_close(np.concatenate(got.weight_grad), want[2])
-        plain = ops.linear_cross_entropy(x, _uneven(w, shards), y, reduction=reduction, chunk_rows=0, **options)
-        np.testing.assert_array_equal(got.loss, plain.loss)  # the forward is the same kernels'
+        # The forward is the recompute schedule's, each shard cut into its parts.
+        parts = [_uneven(w, shards)[r][lo:hi] for r, lo, hi in loss_mod._parts(_uneven(w, shards), loss_mod._cores())]
+        plain = ops.linear_cross_entropy(x, parts, y, reduction=reduction, chunk_rows=0, **options)
+        np.testing.assert_array_equal(got.loss, plain.loss)
+
+
+@pytest.mark.parametrize("cores", [1, 2, 3])
+def test_chunked_schedule_is_the_same_on_any_thread_count(rng, monkeypatch, cores):
+    """The parts follow the target's cores, not the threads: 1, 2 and 3 threads (more parts than
+    threads, and fewer) give bit-identical results."""
+    monkeypatch.setattr(loss_mod, "_cores", lambda: cores)
+    x, w, y = _loss_case(rng, 70, 24, 800, np.float32, ignored=0.1)
+    assert len(loss_mod._parts([w], cores)) == cores
+    results, before = [], pool.threads()
+    try:
+        for threads in (1, 2, 3):
+            pool.set_threads(threads)
+            results.append(ops.linear_cross_entropy(x, w, y, shards=2, chunk_rows=24, label_smoothing=0.05))
+    finally:
+        pool.set_threads(before)
+    for r in results[1:]:
+        for got, first in zip(r, results[0]):
+            np.testing.assert_array_equal(got, first)
+    want = _torch_loss(x, w, y, "mean", label_smoothing=0.05)
+    assert_close(results[0].input_grad, want[1])
+    assert_close(results[0].weight_grad, want[2])
 
 
 def test_chunked_schedule_choice(rng, monkeypatch):
-    """Default: chunked where it applies and two token tiles per core fit in 1/16 of the logits;
+    """Default: chunked where it applies and a chunk of at least one token tile fits, with each
+    lane's packed tiles, in 7/8 of 1/16 of the two BT x K float32 buffers PyTorch eager holds;
     an explicit chunk_rows outside what it applies to is an error naming the parameter."""
-    from npugrad.ops import loss as loss_mod
-
-    monkeypatch.setattr(loss_mod, "_token_rows", lambda: 8)
+    monkeypatch.setattr(loss_mod, "_tiles", lambda: {"bt": 8, "v": 16})
+    monkeypatch.setattr(loss_mod, "_cores", lambda: 2)
     calls = []
     real = loss_mod._chunked
     monkeypatch.setattr(loss_mod, "_chunked", lambda *a: calls.append(a[4]) or real(*a))
-    for bt, dtype, options, rows in [(255, np.float32, {}, None), (512, np.float32, {}, 32),
+    # H = 8, K = 256: two parts, two lanes of (16 + 8) x 8 float32 packs, 256 + 8 floats a row.
+    for bt, dtype, options, rows in [(64, np.float32, {}, None), (255, np.float32, {}, 25), (512, np.float32, {}, 52),
                                      (512, np.float32, {"z_loss": 1e-3}, None), (512, BFLOAT16, {}, None)]:
         calls.clear()
         x, w, y = _loss_case(rng, bt, 8, 256, dtype, ignored=0.0)
         ops.linear_cross_entropy(x, w, y, **options)
         assert calls == ([] if rows is None else [rows]), (bt, dtype, options)
+        if rows is not None:
+            held = rows * (256 + 8) * 4 + 2 * (16 + 8) * 8 * 4
+            assert held <= 2 * bt * 256 * 4 / 16 < (rows + 1) * (256 + 8) * 4 * 8 / 7 + 2 * (16 + 8) * 8 * 4 * 8 / 7
     x, w, y = _loss_case(rng, 20, 8, 256, np.float32)
     with pytest.raises(SignatureError, match="'chunk_rows' = 4 needs the chunked schedule"):
         ops.linear_cross_entropy(x, w, y, softcap=5.0, chunk_rows=4)

@@ -104,3 +104,96 @@ def test_a_workspace_outside_a_launch_is_a_runtime_error_not_a_crash():
     fill = sync._shared(1)
     with pytest.raises(RuntimeError, match="outside a launch"):
         fill(0, 0, 8, 4)
+
+
+# Each launch copies its input through the shared workspace, 20 times: launches that shared
+# a workspace would read each other's values.
+ECHO = """
+func.func @echo(%in: memref<?xi64>, %out: memref<?xi64>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %bid = npu.block_idx
+  %nblk = npu.block_dim
+  %n = memref.dim %in, %c0 : memref<?xi64>
+  %size = arith.muli %n, %nblk : index
+  %ws = npu.alloc_shared(%size) : memref<?xi64>
+  %base = arith.muli %bid, %n : index
+  %k = arith.constant 20 : index
+  scf.for %r = %c0 to %k step %c1 {
+    scf.for %i = %c0 to %n step %c1 {
+      %v = memref.load %in[%i] : memref<?xi64>
+      %j = arith.addi %base, %i : index
+      memref.store %v, %ws[%j] : memref<?xi64>
+    }
+    npu.barrier
+    scf.for %i = %c0 to %n step %c1 {
+      %j = arith.addi %base, %i : index
+      %v = memref.load %ws[%j] : memref<?xi64>
+      memref.store %v, %out[%i] : memref<?xi64>
+    }
+  }
+  func.return
+}
+"""
+
+
+def test_one_block_launches_run_side_by_side_with_workspaces_of_their_own():
+    """pool.run_tasks: each task's kernels run as one block (threads() is 1 on its thread), the
+    tasks at once (two of them meet at a threading.Barrier), and the one-block launches of a
+    synchronized kernel neither take turns nor share a workspace."""
+    import threading as th
+
+    from npugrad.runtime import pool
+
+    ctx = make_context()
+    module = parse(ECHO, "echo.mlir", ctx)
+    sigs = signatures(module)
+    kernel = Executable(Pipeline(fuse=False, distribute=False).lower(module, "llvm-ir", ctx), sigs,
+                        block_kernels(module))["echo"]
+    assert kernel.synchronized
+    before = pool.threads()
+    pool.set_threads(2)
+    try:
+        met = th.Barrier(2, timeout=30)
+        seen = []
+
+        def task(i: int):
+            seen.append(pool.threads())
+            met.wait()  # both tasks are running now
+            src = np.arange(1 << 16, dtype=np.int64) * (i + 1)
+            out = np.full_like(src, -1)
+            kernel(src, out)
+            return out
+
+        # A launch of several blocks holds the turn meanwhile: one-block launches do not wait for it.
+        with sync._turn:
+            workers, errors = in_threads(lambda box: box.append(pool.run_tasks([lambda i=i: task(i) for i in range(2)])),
+                                         [box := []], timeout=60)
+        assert not any(w.is_alive() for w in workers), "a one-block launch waited for the turn"
+        assert not errors
+        outs = box[0]
+    finally:
+        pool.set_threads(before)
+    assert seen == [1, 1]
+    for i, out in enumerate(outs):
+        np.testing.assert_array_equal(out, np.arange(1 << 16, dtype=np.int64) * (i + 1))
+
+
+def test_run_tasks_keeps_order_balances_and_raises_after_all_end():
+    from npugrad.runtime import pool
+
+    before = pool.threads()
+    pool.set_threads(3)
+    try:
+        assert pool.run_tasks([lambda i=i: i * i for i in range(7)]) == [i * i for i in range(7)]
+        ran = []
+
+        def boom():
+            raise ValueError("task failed")
+
+        with pytest.raises(ValueError, match="task failed"):
+            pool.run_tasks([boom, *[lambda i=i: ran.append(i) for i in range(5)]])
+        assert sorted(ran) == list(range(5))  # the others still ran
+    finally:
+        pool.set_threads(before)
+    assert pool.threads() == before

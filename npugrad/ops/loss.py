@@ -21,19 +21,29 @@ Two schedules compute the same loss and gradients:
   It applies where the kept logits are exact and high-performance mode computes the options:
   float32 inputs, no z-loss, no softcap, every shard at least 128 rows.
 
-`chunk_rows` picks: 0 recompute; n > 0 chunks of n rows; None (default) chunked where it applies
-and a chunk of at least two of the backward's token tiles per core holds at most 1/16 of the
-BT × K float32 logits (PyTorch eager holds them and their gradient: 1/32 of that), in chunks of
-whole tiles per core; recompute elsewhere. A chunk pays, per core, for packing every tile of W
-and reading and writing every tile of dW once per token tile it holds: one tile per core made
-the chunked step no faster than recomputing (Zen 3, 2 threads, BT = 4096, H = 4096, K = 32000,
-float32: 32.4 s against 33.0 s), two 4-16 % faster (28.6 s against 33.9 s in one process, 29.3 s
-against 30.4 s in bench/loss.py; 94 MiB of logits), three 22 % (26.4 s, 136 MiB). Where memory
-allows, a larger `chunk_rows` is faster.
+The chunked schedule splits the vocabulary over the cores, not the rows: each shard is cut into
+one part per core of the target (_parts), and a part is a task (pool.run_tasks) whose kernels
+run as one block: the part's forward, then, once the collectives have the global statistics,
+its softmax and backward. A core thus packs only its part of W, once per chunk, and reads and
+writes only its part of dW, with the whole chunk as GEMM 3's reduction; the parts combine like
+shards (their statistics by the collectives, dX summed in part order). When the kernels split
+each chunk's rows over the cores instead (the wavefront), every core packed all of W and
+updated all of dW once per chunk, and a chunk of two token tiles per core was 4-16 % faster than
+recomputing; by parts, 0.72-0.75 of the 3-GEMM work at SGEMM speed at 372 rows (Zen 3, 2
+threads, BT = H = 4096, K = 32000), about 25 % faster than recomputing. The parts are the
+target's, not the thread count's, and so is the chunk size (it changes dW's sums): results are
+the same on any number of threads.
+
+`chunk_rows` picks: 0 recompute; n > 0 chunks of n rows; None (default) the largest chunk that
+fits, with each core's packed tiles of W and X, in 7/8 of 1/16 of the two BT × K float32
+buffers PyTorch eager holds (the logits and their gradient; issue 14's memory target), if it is
+at least one token tile (fewer rows pay for packing W for too few); recompute elsewhere. Where
+memory allows, a larger `chunk_rows` is faster.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 from typing import NamedTuple
 
@@ -45,6 +55,7 @@ from npugrad.dialect.checks import SignatureError, SignatureTypeError
 from npugrad.ops.common import as_input, flag, integer, real
 from npugrad.ops.flce import fused_linear_cross_entropy_loss_grad
 from npugrad.ops.forward import fused_cross_entropy_loss_with_max_sum, fused_linear_online_max_sum
+from npugrad.runtime import pool
 
 OP = "linear_cross_entropy"
 REDUCTIONS = ("mean", "sum", "none")
@@ -123,7 +134,7 @@ def linear_cross_entropy(input, weight, target, *, shards: int | None = None, ig
     else:
         per_row = np.full(n, (1.0 / n if n else 0.0) if reduction == "mean" else 1.0, F32)
     opts = _Options(cap, alpha, zl, k, group)
-    rows_per_chunk = _chunk_rows(chunk, ws, x.dtype, n, opts) if want_grad else 0
+    rows_per_chunk = _chunk_rows(chunk, ws, x.dtype, n, bt, x.shape[1], opts) if want_grad else 0
     if rows_per_chunk:
         loss_c, dx_c, dws = _chunked(xc, yc, ws, per_row, rows_per_chunk, opts)
     else:
@@ -155,17 +166,16 @@ class _Options(NamedTuple):
     group: Group
 
 
-def _statistics(xc, yc, ws, o: _Options, logits=None):
-    """The forward of every shard, the collectives and the loss per row: (the shards' statistics,
-    loss (n,)). `logits`: a (rows, V_r) float32 buffer per shard to keep the logits in."""
+def _statistics(xc, yc, ws, o: _Options, logits=None, parts=None):
+    """The forward of every shard (or of every part of one: `parts`, run side by side), the
+    collectives and the loss per row: (the shards' or parts' statistics, loss (n,)). `logits`: a
+    (rows, V_r) float32 buffer per shard or part to keep the logits in."""
     n = xc.shape[0]
-    stats = []
-    start = 0
-    for r, w in enumerate(ws):
-        stats.append(fused_linear_online_max_sum(xc, w, yc, start, start + w.shape[0], softcap=o.cap,
-                                                 return_sum_logits=bool(o.alpha),
-                                                 logits_out=None if logits is None else logits[r]))
-        start += w.shape[0]
+    pieces = parts if parts is not None else _whole(ws)
+    forwards = [functools.partial(fused_linear_online_max_sum, xc, w, yc, start, start + w.shape[0], softcap=o.cap,
+                                  return_sum_logits=bool(o.alpha), logits_out=None if logits is None else logits[i])
+                for i, (w, start) in enumerate(pieces)]
+    stats = pool.run_tasks(forwards) if parts is not None else [f() for f in forwards]
     group = o.group
     big_m = group.all_reduce([st.logits_max for st in stats], "max")
     big_s = group.all_reduce([st.sum_exp_logits * np.exp(st.logits_max - big_m) for st in stats], "sum")
@@ -175,6 +185,26 @@ def _statistics(xc, yc, ws, o: _Options, logits=None):
     loss_c, _ = fused_cross_entropy_loss_with_max_sum(big_m, big_s, big_p, o.alpha, sum_logits=sum_z,
                                                       vocab_size=o.k if o.alpha else 0, z_loss=o.z_loss)
     return _Stats(stats, big_m, big_s), loss_c
+
+
+def _whole(ws) -> list[tuple[np.ndarray, int]]:
+    """(shard, its first global vocabulary id) for each shard."""
+    starts = np.cumsum([0] + [w.shape[0] for w in ws[:-1]])
+    return [(w, int(a)) for w, a in zip(ws, starts)]
+
+
+def _parts(ws, cores: int) -> list[tuple[int, int, int]]:
+    """(shard, first row, end row): each shard cut into `cores` contiguous parts, fewer where a
+    part would have fewer than the high-performance mode's minimum rows. A property of the
+    target, not of the thread count, so the sums (and the results) are the same on any number
+    of threads."""
+    least = FusedLinearCrossEntropyLossGradOp.MIN_V_HIGH_PERFORMANCE
+    out = []
+    for r, w in enumerate(ws):
+        q = max(1, min(cores, w.shape[0] // least))
+        cuts = np.linspace(0, w.shape[0], q + 1).astype(np.int64)
+        out += [(r, int(a), int(b)) for a, b in itertools.pairwise(cuts)]
+    return out
 
 
 class _Stats(NamedTuple):
@@ -197,37 +227,48 @@ def _recomputed(xc, ws, st: _Stats, per_row, o: _Options):
 
 def _chunked(xc, yc, ws, per_row, rows: int, o: _Options):
     """Loss and gradients chunk by chunk of `rows` rows (module docstring): (loss (n,), dX of the
-    rows, dW per shard)."""
+    rows, dW per shard). Each part of a shard (_parts) is a task of its own, its kernels one
+    block: the forwards side by side, then, with the global statistics, each part's softmax and
+    backward side by side; dX is the sum of the parts' dX in part order."""
     n, h = xc.shape
     loss = np.empty(n, F32)
     dx = np.zeros((n, h), xc.dtype)
     dws = [np.zeros(w.shape, w.dtype) for w in ws]
-    buffers = [np.empty((min(rows, n), w.shape[0]), F32) for w in ws]
-    partial = [np.empty((min(rows, n), h), xc.dtype) for _ in ws[1:]]  # dX of shards 1.. (all-reduced)
+    parts = _parts(ws, _cores())
+    starts = [a for _, a in _whole(ws)]
+    pieces = [(ws[r][lo:hi], starts[r] + lo) for r, lo, hi in parts]
+    grads = [dws[r][lo:hi] for r, lo, hi in parts]  # contiguous rows of the shard's dW
+    buffers = [np.empty((min(rows, n), w.shape[0]), F32) for w, _ in pieces]
+    partial = [np.empty((min(rows, n), h), xc.dtype) for _ in parts[1:]]  # dX of parts 1.. (summed)
     for a in range(0, n, rows):
         b = min(a + rows, n)
         x_c, logits = xc[a:b], [buf[: b - a] for buf in buffers]
-        st, loss[a:b] = _statistics(x_c, yc[a:b], ws, o, logits)
-        # The chunk's softmax, in place: P = exp(Z − M) / S with the global statistics.
+        st, loss[a:b] = _statistics(x_c, yc[a:b], ws, o, logits, pieces)
         m, s = st.logits_max[:, None], st.sum_exp_logits[:, None]
-        for z in logits:
-            np.subtract(z, m, out=z)
-            np.exp(z, out=z)
-            np.divide(z, s, out=z)
         outs = [dx[a:b]] + [p[: b - a] for p in partial]
-        for out in outs[1:]:
-            out.fill(0)
-        for w, shard, p, gx, gw in zip(ws, st.shards, logits, outs, dws):
-            fused_linear_cross_entropy_loss_grad(
-                per_row[a:b], x_c, w, shard.target_mask, shard.masked_target, o.alpha, softmax=p,
-                vocab_size=o.k if o.alpha else 0, accumulate=True, input_grad_out=gx, weight_grad_out=gw)
+        pool.run_tasks([functools.partial(_part_backward, logits[i], m, s, st.shards[i], outs[i], i > 0, per_row[a:b],
+                                          x_c, pieces[i][0], grads[i], o) for i in range(len(parts))])
         if partial:
             dx[a:b] = o.group.all_reduce(outs, "sum")
     return loss, dx, dws
 
 
-def _chunk_rows(chunk: int | None, ws, dtype, n: int, o: _Options) -> int:
-    """The chunked schedule's rows per chunk, or 0 for the recompute schedule (module docstring)."""
+def _part_backward(z, m, s, part, gx, zero: bool, g, x_c, w, gw, o: _Options) -> None:
+    """One part's softmax, in place (P = exp(Z − M) / S with the global statistics), and its
+    backward: dX into gx (zeroed first where `zero`), dW added into gw."""
+    np.subtract(z, m, out=z)
+    np.exp(z, out=z)
+    np.divide(z, s, out=z)
+    if zero:
+        gx.fill(0)
+    fused_linear_cross_entropy_loss_grad(g, x_c, w, part.target_mask, part.masked_target, o.alpha, softmax=z,
+                                         vocab_size=o.k if o.alpha else 0, accumulate=True, input_grad_out=gx,
+                                         weight_grad_out=gw)
+
+
+def _chunk_rows(chunk: int | None, ws, dtype, n: int, bt: int, h: int, o: _Options) -> int:
+    """The chunked schedule's rows per chunk (of the n rows that count, of bt), or 0 for the
+    recompute schedule (module docstring)."""
     applies = (dtype == F32 and not o.z_loss and not o.cap
                and min(w.shape[0] for w in ws) >= FusedLinearCrossEntropyLossGradOp.MIN_V_HIGH_PERFORMANCE)
     if chunk is not None:
@@ -238,22 +279,36 @@ def _chunk_rows(chunk: int | None, ws, dtype, n: int, o: _Options) -> int:
         return chunk if n else 0
     if not applies or not n:
         return 0
-    unit = _token_rows()
-    rows = n // 16 // unit * unit  # whole tiles per core within 1/16 of the BT × K logits
-    return rows if rows >= 2 * unit else 0
+    tiles, cores = _tiles(), _cores()
+    parts = len(_parts(ws, cores))
+    lanes = min(parts, cores)  # the target's, not the thread count: chunks change dW's sums
+    # Within 7/8 of 1/16 of the two bt x K float32 buffers PyTorch eager holds (the logits and
+    # their gradient, ignored rows included): each lane's packed tiles of W and X, then per row
+    # the kept logits and the other parts' dX.
+    budget = 2 * bt * o.k * 4 // 16 * 7 // 8 - lanes * (tiles["v"] + tiles["bt"]) * h * 4
+    rows = min(n, max(budget, 0) // ((o.k + (parts - 1) * h) * 4))
+    return rows if rows >= tiles["bt"] else 0
 
 
-def _token_rows() -> int:
-    """A whole token tile of the backward for every core: the smallest chunk that keeps each
-    core on full tiles (the fuse passes' tiles for the pipeline's cpu; passes/linear_nests.py)."""
-    from npugrad.compiler import Pipeline
+def _tiles() -> dict[str, int]:
+    """The token and vocabulary tiles ({bt, v}) of the fused nests on the pipeline's cpu when
+    nothing chose them (passes/linear_nests.py)."""
     from npugrad.passes.linear_nests import cpu_tiles
-    from npugrad.runtime import pool
+
+    return cpu_tiles(_cpu())
+
+
+def _cpu():
+    """The target the kernels run on (the current pipeline's cpu)."""
+    from npugrad.compiler import Pipeline
     from npugrad.runtime.launch import current_pipeline
     from npugrad.targets import get
 
-    pipeline = current_pipeline() or Pipeline()
-    return cpu_tiles(get(pipeline.cpu))["bt"] * max(1, pool.threads())
+    return get((current_pipeline() or Pipeline()).cpu)
+
+
+def _cores() -> int:
+    return _cpu().cores
 
 
 def _outside(mask: np.ndarray, n: int) -> np.ndarray:

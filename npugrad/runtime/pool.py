@@ -1,5 +1,9 @@
 """The threads that run the blocks of a kernel: one per core by default (NPUGRAD_THREADS or
-`set_threads` to change it). Kernels release the GIL, so Python threads run them in parallel."""
+`set_threads` to change it). Kernels release the GIL, so Python threads run them in parallel.
+
+`run_tasks` runs independent pieces of work side by side instead, one per thread, each launching
+its kernels as one block (`threads()` is 1 on the thread running a task): the schedule that
+splits a problem itself (ops/loss.py's lanes) rather than letting each kernel split it."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
 _threads: int | None = None
+_local = threading.local()  # .alone: this thread runs a task (threads() is 1 on it)
 
 
 def _default() -> int:
@@ -25,8 +30,10 @@ def _default() -> int:
 
 
 def threads() -> int:
-    """How many blocks a kernel is launched with."""
+    """How many blocks a kernel is launched with (1 on a thread running one of run_tasks' tasks)."""
     global _threads
+    if getattr(_local, "alone", False):
+        return 1
     if _threads is None:
         _threads = _default()
     return _threads
@@ -43,17 +50,57 @@ def set_threads(n: int) -> None:
             _pool = None
 
 
+def _workers(n: int) -> ThreadPoolExecutor:
+    """The pool, with at least n workers."""
+    global _pool
+    with _lock:
+        if _pool is None or _pool._max_workers < n:
+            _pool = ThreadPoolExecutor(max_workers=max(n, threads() - 1), thread_name_prefix="npugrad")
+        return _pool
+
+
 def run_blocks(fn, n: int) -> None:
     """fn(block) for block in range(n): block 0 on the calling thread, the others on the pool."""
-    global _pool
     if n == 1:
         fn(0)
         return
-    with _lock:
-        if _pool is None or _pool._max_workers < n - 1:
-            _pool = ThreadPoolExecutor(max_workers=max(n - 1, threads() - 1), thread_name_prefix="npugrad")
-        pool = _pool
-    futures = [pool.submit(fn, b) for b in range(1, n)]
+    _join(fn, _workers(n - 1), range(1, n))
+
+
+def run_tasks(tasks) -> list:
+    """[task() for task in tasks], on up to threads() threads at once (the calling thread and the
+    pool's), each task's kernels launched as one block; the results in order. A task's exception
+    is raised once every task has ended. Tasks run by a task run on its thread, one by one."""
+    tasks = list(tasks)
+    lanes = min(len(tasks), threads())
+    results: list = [None] * len(tasks)
+    order = iter(range(len(tasks)))
+    taking = threading.Lock()
+
+    def lane(_: int) -> None:
+        """Take the next task until none is left (the lanes balance uneven tasks)."""
+        was = getattr(_local, "alone", False)
+        _local.alone = True
+        try:
+            while True:
+                with taking:
+                    j = next(order, None)
+                if j is None:
+                    return
+                results[j] = tasks[j]()
+        finally:
+            _local.alone = was
+
+    if lanes <= 1:
+        lane(0)
+    else:
+        _join(lane, _workers(lanes - 1), range(1, lanes))
+    return results
+
+
+def _join(fn, pool: ThreadPoolExecutor, others) -> None:
+    """fn(i) for i in `others` on the pool and fn(0) here; every exception waits for all to end."""
+    futures = [pool.submit(fn, b) for b in others]
     error = None
     try:
         fn(0)

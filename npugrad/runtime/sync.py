@@ -5,8 +5,9 @@ them to the functions below; Kernel runs a launch of a kernel that uses them (np
 inside `launch`, which gives the launch its barrier and its workspaces and frees them after.
 
 All blocks of a launch must run at once for a barrier to be passed: run_blocks gives each block a
-thread, and synchronized launches take turns (one lock), so no launch waits for threads another
-launch holds at its own barrier.
+thread, and synchronized launches of several blocks take turns (one lock), so no launch waits for
+threads another launch holds at its own barrier. A one-block launch waits for nobody: it runs on
+its caller's thread with services of its own, side by side with any other (pool.run_tasks).
 
     _mlir_ciface_npugrad_barrier()                             wait for every block of the launch
     _mlir_ciface_npugrad_shared_r2_bf16(desc*, slot, bytes, d0, d1)
@@ -34,14 +35,13 @@ def shared_symbol(rank: int, element: str) -> str:
 
 class _Launch:
     """One launch's services, made current while the launch runs (`with`): its barrier and its
-    workspaces, freed when it ends. One block never waits for another: its launch has no
-    barrier (a threading.Barrier costs ~10 µs to build, more than a tiny kernel), and its
-    npu.barrier calls return at once."""
+    workspaces, freed when it ends; current for every thread (the blocks run on the pool's), so
+    such launches take turns."""
 
     __slots__ = ("barrier", "buffers", "lock")
 
     def __init__(self, blocks: int):
-        self.barrier = threading.Barrier(blocks) if blocks > 1 else None
+        self.barrier = threading.Barrier(blocks)
         self.buffers: dict[int, np.ndarray] = {}
         self.lock = threading.Lock()
 
@@ -57,25 +57,50 @@ class _Launch:
         _turn.release()
 
 
-_turn = threading.Lock()  # one synchronized launch at a time
+class _OneBlock:
+    """A one-block launch's services: no barrier (its npu.barrier calls return at once; a
+    threading.Barrier costs ~10 µs to build, more than a tiny kernel) and workspaces of its own,
+    current on its thread only, so one-block launches on several threads run at once."""
+
+    __slots__ = ("buffers", "lock")
+    barrier = None
+
+    def __init__(self):
+        self.buffers: dict[int, np.ndarray] = {}
+        self.lock = threading.Lock()
+
+    def __enter__(self) -> None:
+        _local.launch = self
+
+    def __exit__(self, *exc_info) -> None:
+        _local.launch = None
+        self.buffers.clear()
+
+
+_turn = threading.Lock()  # one synchronized launch of several blocks at a time
 _current: _Launch | None = None
-_ONE_BLOCK = _Launch(1)  # one-block launches take turns like the others, so they can share one
+_local = threading.local()  # .launch: the one-block launch running on this thread
 
 
-def launch(blocks: int) -> _Launch:
+def launch(blocks: int) -> _Launch | _OneBlock:
     """The launch services for `blocks` blocks, while the kernel runs: `with launch(n): ...`."""
-    return _ONE_BLOCK if blocks == 1 else _Launch(blocks)
+    return _OneBlock() if blocks == 1 else _Launch(blocks)
+
+
+def _state() -> _Launch | _OneBlock | None:
+    """The services of the launch this thread runs a block of."""
+    return getattr(_local, "launch", None) or _current
 
 
 def _barrier() -> None:
-    state = _current
+    state = _state()
     if state is not None and state.barrier is not None:
         state.barrier.wait()
 
 
 def _shared(rank: int) -> Callable:
     def fill(desc: int, slot: int, element_bytes: int, *sizes: int) -> None:
-        state = _current
+        state = _state()
         if state is None:  # called outside `launch`: a bug in the runtime, not in the kernel
             raise RuntimeError("npugrad: a kernel asked for a shared workspace outside a launch")
         with state.lock:
