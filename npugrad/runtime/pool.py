@@ -70,7 +70,9 @@ def run_blocks(fn, n: int) -> None:
 def run_tasks(tasks) -> list:
     """[task() for task in tasks], on up to threads() threads at once (the calling thread and the
     pool's), each task's kernels launched as one block; the results in order. A task's exception
-    is raised once every task has ended. Tasks run by a task run on its thread, one by one."""
+    is raised once every task has ended. Tasks run by a task run on its thread, one by one. A
+    task must not launch a kernel with an explicit `threads` > 1: its blocks would wait for pool
+    threads the lanes hold."""
     tasks = list(tasks)
     lanes = min(len(tasks), threads())
     results: list = [None] * len(tasks)
