@@ -37,6 +37,7 @@ from npugrad.lowering.vector_math import replace_exp
 from npugrad.passes.check_capacity import CheckCapacityPass
 from npugrad.passes.choose_tile_sizes import ChooseTileSizesPass
 from npugrad.passes.distribute_over_cores import DistributeOverCoresPass
+from npugrad.passes.read_weight_in_place import ReadWeightInPlacePass
 from npugrad.passes.fuse_linear_cross_entropy_grad import FuseLinearCrossEntropyGradPass
 from npugrad.passes.fuse_linear_online_max_sum import FuseLinearOnlineMaxSumPass
 from npugrad.passes.tile_for_target import TileForTargetPass
@@ -188,7 +189,8 @@ class Pipeline:
 
         train ─(choose-tile-sizes)─ fuse-linear-cross-entropy-grad ─▶ fused
              ─ tile-for-target, check-capacity ─▶ tiled       (with a target)
-             ─ distribute-over-cores ─▶ tiled                 (without: nothing tiled, work spread)
+             ─ distribute-over-cores ─▶ tiled                 (without: nothing tiled, work spread;
+                                                  one core: read-weight-in-place alone)
              ─ convert-train-to-loops, lower-npu-to-cpu ─▶ loops   (contractions stay linalg.generic;
                                                      upstream dialects only, mlir-opt reads it)
              ─ vectorize-contractions, vectorize-elementwise-loops,
@@ -244,6 +246,8 @@ class Pipeline:
                     passes.append(CheckCapacityPass(self.target))
             elif self.distribute:
                 passes.append(DistributeOverCoresPass())
+            elif self.fuse:
+                passes.append(ReadWeightInPlacePass())
         if order >= XDSL_STAGES.index("loops"):
             passes += self.loops_passes
         if order >= XDSL_STAGES.index("vectorized"):

@@ -13,6 +13,7 @@ _PASSES = {
     "choose-tile-sizes": "npugrad.passes.choose_tile_sizes:ChooseTileSizesPass",
     "fuse-linear-online-max-sum": "npugrad.passes.fuse_linear_online_max_sum:FuseLinearOnlineMaxSumPass",
     "fuse-linear-cross-entropy-grad": "npugrad.passes.fuse_linear_cross_entropy_grad:FuseLinearCrossEntropyGradPass",
+    "read-weight-in-place": "npugrad.passes.read_weight_in_place:ReadWeightInPlacePass",
     "tile-for-target": "npugrad.passes.tile_for_target:TileForTargetPass",
     "distribute-over-cores": "npugrad.passes.distribute_over_cores:DistributeOverCoresPass",
     "check-capacity": "npugrad.passes.check_capacity:CheckCapacityPass",

@@ -140,8 +140,8 @@
 // CHECK:         %[[NP:.*]] = arith.divui %[[N]], %[[WIDE]] : index
 // CHECK-NEXT:    %b_panels = memref.alloc(%[[NP]], %[[K]]) {alignment = 64 : i64} : memref<?x?x64xf32>
 // CHECK-NEXT:    scf.for %[[P:.*]] = %{{.*}} to %[[NP]] step %{{.*}} {
-// CHECK-NEXT:      scf.for %[[KP:.*]] = %{{.*}} to %[[K]] step %{{.*}} {
-// CHECK-NEXT:        %[[J0:.*]] = arith.muli %[[P]], %[[WIDE]] : index
+// CHECK-NEXT:      %[[J0:.*]] = arith.muli %[[P]], %[[WIDE]] : index
+// CHECK:           scf.for %[[KP:.*]] = %{{.*}} to %[[K]] step %{{.*}} {
 // CHECK-NEXT:        %[[V:.*]] = vector.load %b[%[[KP]], %[[J0]]] : memref<?x?xbf16>, vector<16xbf16>
 // CHECK-NEXT:        %[[VF:.*]] = arith.extf %[[V]] : vector<16xbf16> to vector<16xf32>
 // CHECK-NEXT:        vector.store %[[VF]], %b_panels[%[[P]], %[[KP]], %{{.*}}] : memref<?x?x64xf32>, vector<16xf32>
@@ -171,16 +171,30 @@
 // CHECK:         %b_panels = memref.alloc
 // CHECK:         scf.for
 
-// B read transposed (B[j, k]: GEMM 1 reading W's tile as it is stored, v x h): its panels are
-// packed a lane at a time, along B's rows; the rest of the micro-kernel is the same. Here B is
-// invariant in the loop: packed once, before it.
+// B read transposed (B[j, k]: GEMM 1 reading W's tile as it is stored, v x h), invariant in the
+// loop: its panels are packed once, before it, in 16 x 16 blocks (16 lanes): each of the block's
+// rows a vector load along a row of B, the block transposed in registers (4 rounds of 16
+// vector.shuffle, row i with row i + 8 into its low and high halves), each column stored as one
+// k of the panel; the last K % 16 columns a lane at a time. The micro-kernel is the same.
 // CHECK-LABEL: func.func @gemm_in_a_loop_b_transposed
 // CHECK:         %[[K:.*]] = memref.dim %b, %{{.*}} : memref<?x?xf32>
 // CHECK:         %b_panels = memref.alloc(%{{.*}}, %[[K]]) {alignment = 64 : i64} : memref<?x?x64xf32>
-// CHECK:         %[[E0:.*]] = memref.load %b[%{{.*}}, %[[KP:.*]]] : memref<?x?xf32>
-// CHECK-NEXT:    vector.insert %[[E0]], %{{.*}} [0] : f32 into vector<16xf32>
-// CHECK-COUNT-15: vector.insert %{{.*}}, %{{.*}} [{{[0-9]+}}] : f32 into vector<16xf32>
-// CHECK:         vector.store %{{.*}}, %b_panels[%{{.*}}, %[[KP]], %{{.*}}] : memref<?x?x64xf32>, vector<16xf32>
+// CHECK:         scf.for %[[P:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK:           %[[BLOCKS:.*]] = arith.divui %[[K]], %[[L:.*]] : index
+// CHECK-NEXT:      %[[REST:.*]] = arith.muli %[[BLOCKS]], %[[L]] : index
+// CHECK-NEXT:      scf.for %[[K0:.*]] = %{{.*}} to %[[REST]] step %[[L]] {
+// CHECK:             %[[R0:.*]] = vector.load %b[%{{.*}}, %[[K0]]] : memref<?x?xf32>, vector<16xf32>
+// CHECK-COUNT-15:    vector.load %b[%{{.*}}, %[[K0]]] : memref<?x?xf32>, vector<16xf32>
+// CHECK-NEXT:        vector.shuffle %[[R0]], %{{.*}} [0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23] : vector<16xf32>, vector<16xf32>
+// CHECK-NEXT:        vector.shuffle %[[R0]], %{{.*}} [8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31] : vector<16xf32>, vector<16xf32>
+// CHECK-COUNT-62:    vector.shuffle
+// CHECK-NEXT:        vector.store %{{.*}}, %b_panels[%[[P]], %[[K0]], %{{.*}}] : memref<?x?x64xf32>, vector<16xf32>
+// CHECK-COUNT-15:    vector.store %{{.*}}, %b_panels[%[[P]], %{{.*}}, %{{.*}}] : memref<?x?x64xf32>, vector<16xf32>
+// CHECK:           scf.for %[[KP:.*]] = %[[REST]] to %[[K]] step %{{.*}} {
+// CHECK:             %[[E0:.*]] = memref.load %b[%{{.*}}, %[[KP]]] : memref<?x?xf32>
+// CHECK-NEXT:        vector.insert %[[E0]], %{{.*}} [0] : f32 into vector<16xf32>
+// CHECK-COUNT-15:    vector.insert %{{.*}}, %{{.*}} [{{[0-9]+}}] : f32 into vector<16xf32>
+// CHECK:             vector.store %{{.*}}, %b_panels[%{{.*}}, %[[KP]], %{{.*}}] : memref<?x?x64xf32>, vector<16xf32>
 // CHECK:         scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} {
 // CHECK-NOT:       %b_panel[
 // CHECK:           vector.load %b_panels[
