@@ -17,6 +17,7 @@ PASSES = [
     "choose-tile-sizes",
     "fuse-linear-online-max-sum",
     "fuse-linear-cross-entropy-grad",
+    "read-weight-in-place",
     "tile-for-target",
     "distribute-over-cores",
     "check-capacity",
