@@ -37,9 +37,9 @@ from npugrad.lowering.vector_math import replace_exp
 from npugrad.passes.check_capacity import CheckCapacityPass
 from npugrad.passes.choose_tile_sizes import ChooseTileSizesPass
 from npugrad.passes.distribute_over_cores import DistributeOverCoresPass
-from npugrad.passes.read_weight_in_place import ReadWeightInPlacePass
 from npugrad.passes.fuse_linear_cross_entropy_grad import FuseLinearCrossEntropyGradPass
 from npugrad.passes.fuse_linear_online_max_sum import FuseLinearOnlineMaxSumPass
+from npugrad.passes.read_weight_in_place import ReadWeightInPlacePass
 from npugrad.passes.tile_for_target import TileForTargetPass
 from npugrad.passes.vectorize_contractions import VectorizeContractionsPass
 from npugrad.passes.vectorize_elementwise import VectorizeElementwiseLoopsPass

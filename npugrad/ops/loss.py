@@ -138,7 +138,7 @@ def linear_cross_entropy(input, weight, target, *, shards: int | None = None, ig
     if rows_per_chunk:
         loss_c, dx_c, dws = _chunked(xc, yc, ws, per_row, rows_per_chunk, opts)
     else:
-        stats, loss_c = _statistics(xc, yc, ws, opts)
+        stats, loss_c = _statistics(xc, yc, _whole(ws), opts)
         dx_c, dws = _recomputed(xc, ws, stats, per_row, opts) if want_grad else (None, [])
 
     if reduction == "none":
@@ -166,16 +166,16 @@ class _Options(NamedTuple):
     group: Group
 
 
-def _statistics(xc, yc, ws, o: _Options, logits=None, parts=None):
-    """The forward of every shard (or of every part of one: `parts`, run side by side), the
-    collectives and the loss per row: (the shards' or parts' statistics, loss (n,)). `logits`: a
-    (rows, V_r) float32 buffer per shard or part to keep the logits in."""
+def _statistics(xc, yc, pieces, o: _Options, logits=None, side_by_side: bool = False):
+    """The forward of every piece of the vocabulary ((weight rows, first global id): the shards,
+    _whole, or their parts, _parts), the collectives and the loss per row: (the pieces'
+    statistics, loss (n,)). `logits`: a (rows, V_r) float32 buffer per piece to keep the logits
+    in; `side_by_side`: the forwards as tasks (pool.run_tasks), else one after the other."""
     n = xc.shape[0]
-    pieces = parts if parts is not None else _whole(ws)
     forwards = [functools.partial(fused_linear_online_max_sum, xc, w, yc, start, start + w.shape[0], softcap=o.cap,
                                   return_sum_logits=bool(o.alpha), logits_out=None if logits is None else logits[i])
                 for i, (w, start) in enumerate(pieces)]
-    stats = pool.run_tasks(forwards) if parts is not None else [f() for f in forwards]
+    stats = pool.run_tasks(forwards) if side_by_side else [f() for f in forwards]
     group = o.group
     big_m = group.all_reduce([st.logits_max for st in stats], "max")
     big_s = group.all_reduce([st.sum_exp_logits * np.exp(st.logits_max - big_m) for st in stats], "sum")
@@ -243,7 +243,7 @@ def _chunked(xc, yc, ws, per_row, rows: int, o: _Options):
     for a in range(0, n, rows):
         b = min(a + rows, n)
         x_c, logits = xc[a:b], [buf[: b - a] for buf in buffers]
-        st, loss[a:b] = _statistics(x_c, yc[a:b], ws, o, logits, pieces)
+        st, loss[a:b] = _statistics(x_c, yc[a:b], pieces, o, logits, side_by_side=True)
         m, s = st.logits_max[:, None], st.sum_exp_logits[:, None]
         outs = [dx[a:b]] + [p[: b - a] for p in partial]
         pool.run_tasks([functools.partial(_part_backward, logits[i], m, s, st.shards[i], outs[i], i > 0, per_row[a:b],

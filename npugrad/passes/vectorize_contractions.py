@@ -111,17 +111,20 @@ def line_bytes(target: Target) -> int:
     return alignment if alignment > 1 else target.vector_bytes
 
 
+def _plus(e: IRBuilder, base: SSAValue, n: int) -> SSAValue:
+    """base + n (base itself for n = 0)."""
+    return base if n == 0 else e.emit(arith.AddiOp(base, e.idx(n)))
+
+
 def lane_by_lane(e: IRBuilder, ref: SSAValue, at: Callable[[SSAValue], list[SSAValue]], j: SSAValue, lanes: int,
                  last: SSAValue | None = None) -> SSAValue:
     """Float32 lanes ref[at(j + l)] for l < lanes, one scalar load each (where no vector load
     reads them: a transposed B, a bfloat16 tail); with `last`, column min(j + l, last)."""
     v = e.const(0.0, VectorType(f32, [lanes]))
     for lane in range(lanes):
-        column = j
-        if lane:
-            column = e.emit(arith.AddiOp(j, e.idx(lane)))
-            if last is not None:
-                column = e.emit(arith.MinSIOp(column, last))
+        column = _plus(e, j, lane)
+        if lane and last is not None:
+            column = e.emit(arith.MinSIOp(column, last))
         v = e.emit(vector.InsertOp(e.load_f32(ref, at(column)), v, [lane]))
     return v
 
@@ -251,8 +254,8 @@ class _Kernels:
         from zero, C's lines prefetched first and read last; B's rows read from the packed panel
         (panel `p` of the hoisted ones, if any), or in place for the masked column tail."""
         e = self.e
-        rows = [i0 if r == 0 else e.emit(arith.AddiOp(i0, e.idx(r))) for r in range(mr)]
-        cols = [j0 if c == 0 else e.emit(arith.AddiOp(j0, e.idx(c * self.lanes))) for c in range(nr)]
+        rows = [_plus(e, i0, r) for r in range(mr)]
+        cols = [_plus(e, j0, c * self.lanes) for c in range(nr)]
         starts = {c * self.lanes: j for c, j in enumerate(cols)}
         lines = [j0] if mask is not None else [
             starts[c] if c in starts else e.emit(arith.AddiOp(j0, e.idx(c))) for c in self.line_offsets(nr)]
@@ -318,7 +321,7 @@ class _Kernels:
         with e.loop(self.k_hi, lb=self.k_lo) as k:
             row = e.emit(arith.SubiOp(k, self.k_lo))
             for c in range(self.nr):
-                j = j0 if c == 0 else e.emit(arith.AddiOp(j0, e.idx(c * self.lanes)))
+                j = _plus(e, j0, c * self.lanes)
                 e.emit(vector.StoreOp(self._b_lanes(k, j, None), self.panel, [row, e.idx(c * self.lanes)]))
 
     def widens_a(self) -> bool:
@@ -477,7 +480,7 @@ class VectorizeContraction(RewritePattern):
 
         with e.loop(panels) as p:
             j0 = e.emit(arith.MuliOp(p, e.idx(wide)))
-            js = [j0 if c == 0 else e.emit(arith.AddiOp(j0, e.idx(c * lanes))) for c in range(wide // lanes)]
+            js = [_plus(e, j0, c * lanes) for c in range(wide // lanes)]
             rest = e.idx(0)
             if shape.rhs_transposed:
                 # B read [j, k]: lanes x lanes blocks, each row a vector load along B's row and
@@ -487,11 +490,9 @@ class VectorizeContraction(RewritePattern):
                 rest = e.emit(arith.MuliOp(e.emit(arith.DivUIOp(k, e.idx(lanes))), e.idx(lanes)))
                 with e.loop(rest, step=e.idx(lanes)) as k0:
                     for c, j in enumerate(js):
-                        rows = [widened(e.emit(vector.LoadOp(b, [j if r == 0 else e.emit(arith.AddiOp(j, e.idx(r))), k0],
-                                                             loaded))) for r in range(lanes)]
+                        rows = [widened(e.emit(vector.LoadOp(b, [_plus(e, j, r), k0], loaded))) for r in range(lanes)]
                         for r, column in enumerate(transposed(e, rows)):
-                            kr = k0 if r == 0 else e.emit(arith.AddiOp(k0, e.idx(r)))
-                            e.emit(vector.StoreOp(column, packed, [p, kr, e.idx(c * lanes)]))
+                            e.emit(vector.StoreOp(column, packed, [p, _plus(e, k0, r), e.idx(c * lanes)]))
             with e.loop(k, lb=rest) as kk:
                 for c, j in enumerate(js):
                     if shape.rhs_transposed:

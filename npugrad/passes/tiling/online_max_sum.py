@@ -139,8 +139,7 @@ def tile_fused(nest: scf.ForOp, target: Target, e: IRBuilder) -> None:
     assert fused is not None
     tiles = fused.tiles.as_dict()
     f = enclosing_function(nest)
-    read_weight_in_place(nest, e)
-    distribute_fused(nest, e)
+    distribute_fused(nest, e)  # GEMM 1 reads W's tile in place first
     buffers: dict = {}
     gens = [o for o in nest.walk() if CONTRACTION.get(o) is not None]
     for alloc in [o for o in f.walk() if isinstance(o, memref.AllocOp) and PROMOTE.on(o)]:
