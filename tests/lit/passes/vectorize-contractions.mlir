@@ -6,7 +6,9 @@
 // line-aligned and 5 when it is not, so columns j, j+16, j+32, j+48 and j+63. The reduction runs
 // in chunks of 96 steps: the panel of B a column block's row blocks share, 96 rows of 64 float32
 // columns, is packed contiguously first (on the stack, once per function) and fills half the
-// 48 KiB L1.
+// 48 KiB L1. Each row the pack reads prefetches the same row's line of the next panel (its last
+// column, j + 127, clamped to N - 1): B's rows a row stride apart are too many streams for the
+// hardware prefetchers.
 // RUN: npugrad-opt %s -p 'vectorize-contractions{target="%inputs/avx512.toml"}' | FileCheck %s
 // A target without vector registers keeps its contractions as they are.
 // RUN: npugrad-opt %s -p 'vectorize-contractions{target=npu-a2}' | FileCheck %s --check-prefix=NPU
@@ -20,16 +22,21 @@
 // CHECK-DAG:     %[[LANES:.*]] = arith.constant 16 : index
 // CHECK-DAG:     %[[KC:.*]] = arith.constant 96 : index
 // CHECK-DAG:     %[[C63:.*]] = arith.constant 63 : index
+// CHECK-DAG:     %[[C127:.*]] = arith.constant 127 : index
 // CHECK:         scf.for %[[K0:.*]] = %[[C0]] to %{{.*}} step %[[KC]] {
 // CHECK-NEXT:      %[[K0_KC:.*]] = arith.addi %[[K0]], %[[KC]] : index
 // CHECK-NEXT:      %[[K1:.*]] = arith.minsi %[[K0_KC]], %{{.*}} : index
 // CHECK:           scf.for %[[J:.*]] = %[[C0]] to %{{.*}} step %[[WIDE]] {
-// The panel: rows k0..k1 of B's 64 columns from j, packed.
+// The panel: rows k0..k1 of B's 64 columns from j, packed, the next panel's line prefetched.
+// CHECK-NEXT:        %[[LAST:.*]] = arith.subi %{{.*}}, %{{.*}} : index
+// CHECK-NEXT:        %[[J127:.*]] = arith.addi %[[J]], %[[C127]] : index
+// CHECK-NEXT:        %[[AHEAD:.*]] = arith.minui %[[J127]], %[[LAST]] : index
 // CHECK-NEXT:        scf.for %[[KP:.*]] = %[[K0]] to %[[K1]] step %{{.*}} {
 // CHECK-NEXT:          %[[ROW:.*]] = arith.subi %[[KP]], %[[K0]] : index
 // CHECK-NEXT:          %[[V:.*]] = vector.load %b[%[[KP]], %[[J]]] : memref<?x?xf32>, vector<16xf32>
 // CHECK-NEXT:          vector.store %[[V]], %b_panel[%[[ROW]], %[[C0]]] : memref<96x64xf32>, vector<16xf32>
 // CHECK-COUNT-3:       vector.store %{{.*}}, %b_panel[%[[ROW]], %{{.*}}] : memref<96x64xf32>, vector<16xf32>
+// CHECK-NEXT:          memref.prefetch %b[%[[KP]], %[[AHEAD]]], read, locality<3>, data : memref<?x?xf32>
 // CHECK-NEXT:        }
 // CHECK:             scf.for %[[I:.*]] = %[[C0]] to %{{.*}} step %[[MR]] {
 // CHECK:               %[[J16:.*]] = arith.addi %[[J]], %[[LANES]] : index
@@ -141,7 +148,9 @@
 // CHECK-NEXT:    %b_panels = memref.alloc(%[[NP]], %[[K]]) {alignment = 64 : i64} : memref<?x?x64xf32>
 // CHECK-NEXT:    scf.for %[[P:.*]] = %{{.*}} to %[[NP]] step %{{.*}} {
 // CHECK-NEXT:      %[[J0:.*]] = arith.muli %[[P]], %[[WIDE]] : index
-// CHECK:           scf.for %[[KP:.*]] = %{{.*}} to %[[K]] step %{{.*}} {
+// CHECK:           %[[AHEAD:.*]] = arith.minui %{{.*}}, %{{.*}} : index
+// CHECK-NEXT:      scf.for %[[KP:.*]] = %{{.*}} to %[[K]] step %{{.*}} {
+// CHECK-NEXT:        memref.prefetch %b[%[[KP]], %[[AHEAD]]], read, locality<3>, data : memref<?x?xbf16>
 // CHECK-NEXT:        %[[V:.*]] = vector.load %b[%[[KP]], %[[J0]]] : memref<?x?xbf16>, vector<16xbf16>
 // CHECK-NEXT:        %[[VF:.*]] = arith.extf %[[V]] : vector<16xbf16> to vector<16xf32>
 // CHECK-NEXT:        vector.store %[[VF]], %b_panels[%[[P]], %[[KP]], %{{.*}}] : memref<?x?x64xf32>, vector<16xf32>
