@@ -123,3 +123,67 @@ def test_micro_kernel_with_b_transposed_or_hoisted_matches_numpy(rng, transposed
     want = c.astype(np.float64) + repeats * (a.astype(np.float64) @ (b.astype(np.float64).T if transposed else b.astype(np.float64)))
     kernel(a, b, c, np.array([repeats], np.int64))
     np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-3)
+
+
+GEMM3_TEXT = """
+func.func @gemm3(%a: memref<?x?xf32>, %x: memref<?x?xf32>, %c: memref<?x?xf32>, %args: memref<2xi64>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n64 = memref.load %args[%c0] : memref<2xi64>
+  %n = arith.index_cast %n64 : i64 to index
+  %t64 = memref.load %args[%c1] : memref<2xi64>
+  %tile = arith.index_cast %t64 : i64 to index
+  %m = memref.dim %a, %c0 : memref<?x?xf32>
+  %rows = memref.dim %x, %c0 : memref<?x?xf32>
+  %h = memref.dim %x, %c1 : memref<?x?xf32>
+  scf.for %r = %c0 to %n step %c1 {
+    scf.for %t0 = %c0 to %rows step %tile {
+      %left = arith.subi %rows, %t0 : index
+      %size = arith.minsi %tile, %left : index
+      %at = memref.subview %a[0, %t0] [%m, %size] [1, 1] : memref<?x?xf32> to memref<?x?xf32, strided<[?, 1], offset: ?>>
+      %xt = memref.subview %x[%t0, 0] [%size, %h] [1, 1] : memref<?x?xf32> to memref<?x?xf32, strided<[?, 1], offset: ?>>
+      linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d1, d2)>,
+                                       affine_map<(d0, d1, d2) -> (d0, d2)>],
+                      iterator_types = ["parallel", "reduction", "parallel"]}
+          ins(%at, %xt : memref<?x?xf32, strided<[?, 1], offset: ?>>, memref<?x?xf32, strided<[?, 1], offset: ?>>)
+          outs(%c : memref<?x?xf32>) {
+      ^bb0(%p: f32, %q: f32, %s: f32):
+        %pq = arith.mulf %p, %q : f32
+        %sum = arith.addf %s, %pq : f32
+        linalg.yield %sum : f32
+      }
+    }
+  }
+  func.return
+}
+"""
+
+
+@pytest.mark.parametrize("cpu", ["host", "avx2"])
+@pytest.mark.parametrize("h", [83, 300])
+def test_micro_kernel_with_b_rows_of_an_invariant_base_matches_numpy(rng, cpu, h):
+    """C += A_t·X_t over token tiles t of X, repeated in a loop (GEMM 3 of the linear cross-entropy
+    gradient, the vocabulary loop around the token loop): X's panels are packed once, before the
+    outer loop, where X's float32 size is at most the largest local level per core
+    (vectorize_contractions.invariant_rows; host: the L3), and per call otherwise (avx2.toml:
+    512 KiB, which 530 x 300 float32 exceeds): the same as NumPy either way."""
+    from pathlib import Path
+
+    from npugrad.compiler import Pipeline, make_context, parse
+    from npugrad.runtime.executable import Executable, block_kernels, signatures
+
+    target = "host" if cpu == "host" else str(Path(__file__).parent / "lit" / "Inputs" / "avx2.toml")
+    pipeline = Pipeline(cpu=target)
+    vectorized = str(pipeline.lower(parse(GEMM3_TEXT, "gemm3.mlir", make_context()), "vectorized"))
+    assert "%b_panels" in vectorized and "%fits" in vectorized
+    ctx = make_context()
+    module = parse(GEMM3_TEXT, "gemm3.mlir", ctx)
+    sigs = signatures(module)
+    kernel = Executable(pipeline.lower(module, "llvm-ir", ctx), sigs, block_kernels(module))["gemm3"]
+    m, rows, repeats = 37, 530, 3  # token tiles of 200, 200 and 130: chunks of KC, row offsets
+    a = rng.standard_normal((m, rows), dtype=np.float32)
+    x = rng.standard_normal((rows, h), dtype=np.float32)
+    c = rng.standard_normal((m, h), dtype=np.float32)
+    want = c.astype(np.float64) + repeats * (a.astype(np.float64) @ x.astype(np.float64))
+    kernel(a, x, c, np.array([repeats, 200], np.int64))
+    np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-3)

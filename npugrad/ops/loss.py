@@ -35,7 +35,7 @@ target's, not the thread count's, and so is the chunk size (it changes dW's sums
 the same on any number of threads.
 
 `chunk_rows` picks: 0 recompute; n > 0 chunks of n rows; None (default) the largest chunk that
-fits, with each core's packed tiles of W and X, in 7/8 of 1/16 of the two BT × K float32
+fits, with each core's packed tile of W and rows of X, in 7/8 of 1/16 of the two BT × K float32
 buffers PyTorch eager holds (the logits and their gradient; issue 14's memory target), if it is
 at least one token tile (fewer rows pay for packing W for too few); recompute elsewhere. Where
 memory allows, a larger `chunk_rows` is faster.
@@ -283,10 +283,11 @@ def _chunk_rows(chunk: int | None, ws, dtype, n: int, bt: int, h: int, o: _Optio
     parts = len(_parts(ws, cores))
     lanes = min(parts, cores)  # the target's, not the thread count: chunks change dW's sums
     # Within 7/8 of 1/16 of the two bt x K float32 buffers PyTorch eager holds (the logits and
-    # their gradient, ignored rows included): each lane's packed tiles of W and X, then per row
-    # the kept logits and the other parts' dX.
-    budget = 2 * bt * o.k * 4 // 16 * 7 // 8 - lanes * (tiles["v"] + tiles["bt"]) * h * 4
-    rows = min(n, max(budget, 0) // ((o.k + (parts - 1) * h) * 4))
+    # their gradient, ignored rows included): each lane's packed tile of W, then per row the
+    # kept logits, the other parts' dX and each lane's packed rows of X (GEMM 3 packs the
+    # chunk's X once: vectorize_contractions.invariant_rows).
+    budget = 2 * bt * o.k * 4 // 16 * 7 // 8 - lanes * tiles["v"] * h * 4
+    rows = min(n, max(budget, 0) // ((o.k + (parts - 1 + lanes) * h) * 4))
     return rows if rows >= tiles["bt"] else 0
 
 

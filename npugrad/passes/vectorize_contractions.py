@@ -38,7 +38,12 @@ the token loop of the linear cross-entropy nests, for GEMMs 1 and 2) has all its
 packed once, before that loop, into %b_panels[p, k, :] (freed after it); the micro-kernel reads
 panel j0 / (NR·lanes) there and packs nothing per call. Measured on one Zen 3 core, FLCE float32
 1024 x 2048 x 4096: the GEMMs' k-loops went from 79 % to 85 % of the samples (perf), the run
-6 % shorter; the price is B's size in float32 per core.
+6 % shorter; the price is B's size in float32 per core. B a view of rows [t, t + K) of every
+column of a base the loop around B's loop leaves unchanged (`invariant_rows`: GEMM 3 reading X's
+token tile, in the token loop, in the vocabulary loop) has all the base's panels packed before
+that outer loop and row t + k read from them, where the base's float32 size is at most the
+largest local level per core (the L3; tested at run time, the per-call pack otherwise): X is
+then packed once per call, not once per vocabulary tile.
 
 Each accumulator element sums its products in reduction order, a chunk of KC at a time, each
 chunk's sum then added to C: results are deterministic (they differ from the scalar loops by the
@@ -202,7 +207,7 @@ def _match(gen: GenericOp) -> _Contraction | None:
 
 class _Kernels:
     def __init__(self, gen: GenericOp, shape: _Contraction, target: Target, e: IRBuilder, panel: SSAValue,
-                 packed: SSAValue | None = None):
+                 hoisted: _Hoisted | None = None):
         self.e = e
         self.shape = shape
         self.a, self.b = gen.inputs
@@ -219,7 +224,8 @@ class _Kernels:
         self.k_lo = self.k_hi = self.k  # the current reduction chunk, set by emit()
         self.panel = panel  # KC x NR vectors of float32: B's panel, packed (emit)
         self.a_wide: SSAValue | None = None  # A's rows over the chunk, widened to float32 (widen_a)
-        self.packed = packed  # or all of B's panels, packed before an enclosing loop (hoisted_panels)
+        self.hoisted = hoisted  # or all of B's panels, packed before an enclosing loop (hoisted_panels)
+        self.packed = None if hoisted is None else hoisted.packed
 
     # -- one block --------------------------------------------------------------------------
     def _load(self, ref: SSAValue, indices: list[SSAValue], mask: SSAValue | None) -> SSAValue:
@@ -282,7 +288,9 @@ class _Kernels:
             for arg in carried:
                 arg.name_hint = "acc"
             if mask is None and p is not None:
-                bs = [e.emit(vector.LoadOp(self.packed, [p, k, e.idx(c * self.lanes)], self.f32x)) for c in range(nr)]
+                offset = self.hoisted.offset if self.hoisted is not None else None
+                at = k if offset is None else e.emit(arith.AddiOp(k, offset))
+                bs = [e.emit(vector.LoadOp(self.packed, [p, at, e.idx(c * self.lanes)], self.f32x)) for c in range(nr)]
             elif mask is None:
                 row = e.emit(arith.SubiOp(k, self.k_lo))
                 bs = [e.emit(vector.LoadOp(self.panel, [row, e.idx(c * self.lanes)], self.f32x)) for c in range(nr)]
@@ -401,11 +409,19 @@ class _Kernels:
                 self.widen_a(buffer)
                 self.a_wide = buffer
             with e.loop(blocks_end, step=e.idx(wide)) as j0:
-                if self.packed is None:
+                def packing(j0: SSAValue = j0) -> None:
                     self.pack(j0)
                     self.rows(j0, self.nr)
-                else:
+
+                def hoisted(j0: SSAValue = j0) -> None:
                     self.rows(j0, self.nr, p=e.emit(arith.DivUIOp(j0, e.idx(wide))))
+
+                if self.hoisted is None:
+                    packing()
+                elif self.hoisted.fits is None:
+                    hoisted()
+                else:
+                    e.if_else(self.hoisted.fits, hoisted, packing)
             with e.loop(self.n, blocks_end, e.idx(self.lanes)) as j0:
                 # create_mask clamps: all lanes but in the last vector.
                 self.rows(j0, 1, e.emit(vector.CreateMaskOp([e.emit(arith.SubiOp(self.n, j0))], VectorType(i1, [self.lanes]))))
@@ -461,22 +477,99 @@ def invariant_loop(gen: GenericOp) -> scf.ForOp | None:
     return loop
 
 
+def _enclosing_loop(op: Operation) -> scf.ForOp | None:
+    """The nearest scf.for around `op`, or None (a function first)."""
+    loop = op.parent_op()
+    while loop is not None and not isinstance(loop, scf.ForOp | func.FuncOp):
+        loop = loop.parent_op()
+    return loop if isinstance(loop, scf.ForOp) else None
+
+
+def _unchanged(root: SSAValue, gen: GenericOp, loop: scf.ForOp) -> bool:
+    """Whether memory `root` holds the same values over `loop` (invariant_loop's rule)."""
+    fresh = isinstance(root.owner, Operation) and root.owner.name in ("memref.alloc", "memref.alloca")
+    argument = isinstance(root.owner, Block) and isinstance(root.owner.parent_op(), func.FuncOp)
+    return (fresh or (argument and not _writes(enclosing_function(gen), root))) and not _writes(loop, root)
+
+
+def _whole_columns(view: memref.SubviewOp, base: SSAValue) -> bool:
+    """Whether `view` takes every column of 2-D `base` from column 0 with unit strides: sizes[1]
+    is base's static width or a memref.dim of base's dimension 1."""
+    t = base.type
+    offsets, sizes, strides = (list(a.get_values()) for a in (view.static_offsets, view.static_sizes, view.static_strides))
+    if offsets[1:] != [0] or strides != [1, 1]:
+        return False
+    width = t.get_shape()[1]  # type: ignore[attr-defined]
+    if sizes[1] != DYNAMIC_INDEX:
+        return sizes[1] == width != DYNAMIC_INDEX
+    size = view.sizes[-1].owner
+    if not isinstance(size, memref.DimOp) or _root(size.source) is not _root(base):
+        return False
+    index = size.index.owner
+    return isinstance(index, arith.ConstantOp) and index.value.value.data == 1  # type: ignore[attr-defined]
+
+
+def invariant_rows(gen: GenericOp) -> tuple[scf.ForOp, SSAValue, SSAValue] | None:
+    """(loop, base, row offset) where B, the second operand (read [k, j]), is rows
+    [offset, offset + K) of every column of `base`, a view made in the loop around `gen` (so
+    not invariant there: GEMM 3 of the linear cross-entropy gradient reading X's token tile in
+    the token loop), and `base` holds the same values over the loop around that one (the
+    vocabulary loop): all of base's panels can be packed once, before it, and row k of B read
+    at row offset + k (hoisted_panels, where base is small enough)."""
+    view = gen.inputs[1].owner
+    inner = _enclosing_loop(gen)
+    if not isinstance(view, memref.SubviewOp) or inner is None or not inner.is_ancestor(view):
+        return None
+    outer = _enclosing_loop(inner)
+    base = view.source
+    t = base.type
+    if outer is None or not isinstance(t, MemRefType) or t.get_num_dims() != 2 or t.element_type not in _OPERAND_TYPES:
+        return None
+    if not unit_innermost_stride(t) or not _whole_columns(view, base) or view.static_offsets.get_values()[0] != DYNAMIC_INDEX:
+        return None
+    owner = base.owner if isinstance(base.owner, Operation) else base.owner.parent_op()
+    if owner is not None and outer.is_ancestor(owner):
+        return None
+    if not _unchanged(_root(base), gen, outer):
+        return None
+    return outer, base, view.offsets[0]
+
+
+@dataclass(frozen=True)
+class _Hoisted:
+    """B's panels packed before a loop (hoisted_panels): packed[p, k, :], B's row k at row
+    offset + k of them (None: k), where `fits` holds (None: always)."""
+
+    packed: SSAValue
+    offset: SSAValue | None = None
+    fits: SSAValue | None = None
+
+
 @dataclass(frozen=True)
 class VectorizeContraction(RewritePattern):
     target: Target
     panels: dict = field(default_factory=dict)  # function -> its B panel (one per function, on the stack)
     hoisted: dict = field(default_factory=dict)  # (loop, B, transposed) -> B's panels, packed before the loop
 
-    def hoisted_panels(self, gen: GenericOp, shape: _Contraction, rewriter: PatternRewriter) -> SSAValue | None:
+    def hoisted_panels(self, gen: GenericOp, shape: _Contraction, rewriter: PatternRewriter) -> _Hoisted | None:
         """All of B's full panels, packed once before the loop B is invariant in (invariant_loop):
         %packed[p, k, :] = B[k, p·W : (p + 1)·W] as float32 (W = NR·lanes), what the micro-kernel
         packs per reduction chunk otherwise, for every chunk at once. The token loops of the
         linear cross-entropy nests read one W tile for every token tile: GEMMs 1 and 2 then pack it
-        once per vocabulary tile instead of once per token tile. Costs B's size in float32."""
-        loop = invariant_loop(gen)
+        once per vocabulary tile instead of once per token tile. Costs B's size in float32.
+
+        B a view of rows of a base invariant in the loop around B's loop (invariant_rows: GEMM 3
+        reading X's token tile): all of the base is packed before that loop, if its float32 size
+        is at most the target's largest local level shared by its cores (the L3: one chunk of
+        the chunked loss schedule's rows, 315 x 4096 float32, not a batch of 4096), a condition
+        on the sizes at run time; otherwise nothing is packed there and the micro-kernel packs
+        per call as before. One Zen 3 core, the chunked schedule's backward (315 x 4096 x
+        16000): X's pack, once per (vocabulary tile, token tile), was 4.5-4.7 % of the samples."""
+        loop, b, offset = invariant_loop(gen), gen.inputs[1], None
+        if loop is None and not shape.rhs_transposed and (rows := invariant_rows(gen)) is not None:
+            loop, b, offset = rows
         if loop is None:
             return None
-        b = gen.inputs[1]
         key = (loop, b, shape.rhs_transposed)  # W's tile is B of GEMM 1 (transposed) and of GEMM 2
         if key in self.hoisted:
             return self.hoisted[key]
@@ -485,6 +578,13 @@ class VectorizeContraction(RewritePattern):
         e = IRBuilder(rewriter, loop)
         k, n = (e.dim(b, 1), e.dim(b, 0)) if shape.rhs_transposed else (e.dim(b, 0), e.dim(b, 1))
         panels = e.emit(arith.DivUIOp(n, e.idx(wide)))
+        fits = None
+        if offset is not None:
+            budget = max((lv.capacity for lv in self.target.local_levels() if lv.capacity), default=0)
+            size = e.emit(arith.MuliOp(e.emit(arith.MuliOp(k, n)), e.idx(4)))
+            fits = e.emit(arith.CmpiOp(size, e.idx(budget // max(1, self.target.cores)), "ule"))
+            fits.name_hint = "fits"
+            panels = e.emit(arith.SelectOp(fits, panels, e.idx(0)))
         packed = e.emit(memref.AllocOp([panels, k], [], MemRefType(f32, [DYNAMIC_INDEX, DYNAMIC_INDEX, wide]),
                                        alignment=IntegerAttr(64, 64)))
         packed.name_hint = "b_panels"
@@ -522,8 +622,8 @@ class VectorizeContraction(RewritePattern):
         after = loop.next_op
         assert after is not None  # a loop is never its block's terminator
         IRBuilder(rewriter, after).dealloc(packed)
-        self.hoisted[key] = packed
-        return packed
+        self.hoisted[key] = _Hoisted(packed, offset, fits)
+        return self.hoisted[key]
 
     def panel(self, gen: GenericOp, rewriter: PatternRewriter) -> SSAValue:
         f = enclosing_function(gen)
@@ -538,8 +638,8 @@ class VectorizeContraction(RewritePattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, gen: GenericOp, rewriter: PatternRewriter) -> None:
         if (shape := _match(gen)) is not None:
-            packed = self.hoisted_panels(gen, shape, rewriter)
-            _Kernels(gen, shape, self.target, IRBuilder(rewriter, gen), self.panel(gen, rewriter), packed).emit()
+            hoisted = self.hoisted_panels(gen, shape, rewriter)
+            _Kernels(gen, shape, self.target, IRBuilder(rewriter, gen), self.panel(gen, rewriter), hoisted).emit()
             rewriter.erase(gen)
 
 

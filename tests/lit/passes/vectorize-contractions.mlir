@@ -209,6 +209,30 @@
 // CHECK:           vector.load %b_panels[
 // CHECK:         memref.dealloc %b_panels
 
+// B rows [t, t + size) of every column of a base (%x) that the loop around B's loop does not
+// change (GEMM 3 of the linear cross-entropy gradient: X's token tile, in the token loop, in the
+// vocabulary loop): all of the base's panels are packed once, before the outer loop, if its
+// float32 size is at most the largest local level per core (1 MiB here), a condition at run
+// time; the micro-kernel reads row t + k of them, or packs per call where the base is larger.
+// CHECK-LABEL: func.func @gemm_rows_of_an_invariant_base
+// CHECK:         %[[BUDGET:.*]] = arith.constant 1048576 : index
+// CHECK:         %[[NP:.*]] = arith.divui
+// CHECK:         %[[SIZE:.*]] = arith.muli %{{.*}}, %{{.*}} : index
+// CHECK-NEXT:    %[[BYTES:.*]] = arith.muli %[[SIZE]], %{{.*}} : index
+// CHECK-NEXT:    %fits = arith.cmpi ule, %[[BYTES]], %[[BUDGET]] : index
+// CHECK-NEXT:    %[[P:.*]] = arith.select %fits, %[[NP]], %{{.*}} : index
+// CHECK-NEXT:    %b_panels = memref.alloc(%[[P]], %{{.*}}) {alignment = 64 : i64} : memref<?x?x64xf32>
+// CHECK:           vector.store %{{.*}}, %b_panels[
+// CHECK:         scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK:           scf.for %[[T:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK:             scf.if %fits {
+// CHECK:               scf.for %[[KK:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(
+// CHECK-NEXT:            %[[ROW:.*]] = arith.addi %[[KK]], %[[T]] : index
+// CHECK-NEXT:            vector.load %b_panels[%{{.*}}, %[[ROW]], %{{.*}}] : memref<?x?x64xf32>, vector<16xf32>
+// CHECK:             } else {
+// CHECK:               vector.store %{{.*}}, %b_panel[
+// CHECK:         memref.dealloc %b_panels : memref<?x?x64xf32>
+
 // NPU-LABEL: func.func @gemm
 // NPU:         linalg.generic
 // NPU-NOT:     vector.
@@ -392,6 +416,34 @@ func.func @gemm_in_a_loop_b_transposed(%a: memref<?x?xf32>, %b: memref<?x?xf32>,
       %p = arith.mulf %x, %y : f32
       %s = arith.addf %z, %p : f32
       linalg.yield %s : f32
+    }
+  }
+  func.return
+}
+
+func.func @gemm_rows_of_an_invariant_base(%a: memref<?x?xf32>, %x: memref<?x?xf32>, %c: memref<?x?xf32>, %n: index,
+                                          %tile: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %m = memref.dim %a, %c0 : memref<?x?xf32>
+  %rows = memref.dim %x, %c0 : memref<?x?xf32>
+  %h = memref.dim %x, %c1 : memref<?x?xf32>
+  scf.for %v = %c0 to %n step %c1 {
+    scf.for %t = %c0 to %rows step %tile {
+      %left = arith.subi %rows, %t : index
+      %size = arith.minsi %tile, %left : index
+      %at = memref.subview %a[0, %t] [%m, %size] [1, 1] : memref<?x?xf32> to memref<?x?xf32, strided<[?, 1], offset: ?>>
+      %xt = memref.subview %x[%t, 0] [%size, %h] [1, 1] : memref<?x?xf32> to memref<?x?xf32, strided<[?, 1], offset: ?>>
+      linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d1, d2)>,
+                                       affine_map<(d0, d1, d2) -> (d0, d2)>],
+                      iterator_types = ["parallel", "reduction", "parallel"]}
+          ins(%at, %xt : memref<?x?xf32, strided<[?, 1], offset: ?>>, memref<?x?xf32, strided<[?, 1], offset: ?>>)
+          outs(%c : memref<?x?xf32>) {
+      ^bb0(%p: f32, %q: f32, %s: f32):
+        %pq = arith.mulf %p, %q : f32
+        %sum = arith.addf %s, %pq : f32
+        linalg.yield %sum : f32
+      }
     }
   }
   func.return
