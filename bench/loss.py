@@ -148,7 +148,8 @@ def main() -> None:
         ours_extra, eager_extra = max(ours.peak_mib - grads, 0.0), max(eager.peak_mib - grads, 0.0)
         print(f"{dtype:<9} time vs PyTorch eager ≤ 1.0×          {ours.median / eager.median:6.2f}×")
         print(f"{dtype:<9} peak memory beyond the gradients ({grads:.0f} MiB): npugrad {ours_extra:.1f} MiB, "
-              f"eager {eager_extra:.1f} MiB (≤ 1/16: 1/{eager_extra / max(ours_extra, 0.1):.0f})")
+              f"eager {eager_extra:.1f} MiB (≤ 1/16: 1/{eager_extra / max(ours_extra, 0.1):.1f}, "
+              f"{'met' if 16 * ours_extra <= eager_extra else 'missed'})")
         print(f"{dtype:<9} forward vs SGEMM ceiling ≥ 0.9×       {gemm / fwd.median / ceiling:6.2f}×")
         print(f"{dtype:<9} 50 % ignored vs none ≤ 0.6×            {half.median / ours.median:6.2f}×")
         for label, other in others:

@@ -29,13 +29,14 @@ writes only its part of dW, with the whole chunk as GEMM 3's reduction; the part
 shards (their statistics by the collectives, dX summed in part order). When the kernels split
 each chunk's rows over the cores instead (the wavefront), every core packed all of W and
 updated all of dW once per chunk, and a chunk of two token tiles per core was 4-16 % faster than
-recomputing; by parts, the default 315 rows ran the 3-GEMM work at 0.82 of the same run's SGEMM
-(Zen 3, 2 threads, BT = H = 4096, K = 32000: 20.6 s against 27.6 s recomputing, bench/loss.py). The parts are the
+recomputing; by parts, the default 268 rows ran the 3-GEMM work at 0.83 of the same run's SGEMM
+(Zen 3, 2 threads, BT = H = 4096, K = 32000: 20.1 s, 0.94x PyTorch eager's step and 0.73x the
+recompute schedule's, bench/loss.py). The parts are the
 target's, not the thread count's, and so is the chunk size (it changes dW's sums): results are
 the same on any number of threads.
 
 `chunk_rows` picks: 0 recompute; n > 0 chunks of n rows; None (default) the largest chunk that
-fits, with each core's packed tile of W and rows of X, in 7/8 of 1/16 of the two BT × K float32
+fits, with each core's packed tile of W and rows of X, in 13/16 of 1/16 of the two BT × K float32
 buffers PyTorch eager holds (the logits and their gradient; issue 14's memory target), if it is
 at least one token tile (fewer rows pay for packing W for too few); recompute elsewhere. Where
 memory allows, a larger `chunk_rows` is faster.
@@ -282,11 +283,13 @@ def _chunk_rows(chunk: int | None, ws, dtype, n: int, bt: int, h: int, o: _Optio
     tiles, cores = _tiles(), _cores()
     parts = len(_parts(ws, cores))
     lanes = min(parts, cores)  # the target's, not the thread count: chunks change dW's sums
-    # Within 7/8 of 1/16 of the two bt x K float32 buffers PyTorch eager holds (the logits and
+    # Within 13/16 of 1/16 of the two bt x K float32 buffers PyTorch eager holds (the logits and
     # their gradient, ignored rows included): each lane's packed tile of W, then per row the
     # kept logits, the other parts' dX and each lane's packed rows of X (GEMM 3 packs the
-    # chunk's X once: vectorize_contractions.invariant_rows).
-    budget = 2 * bt * o.k * 4 // 16 * 7 // 8 - lanes * tiles["v"] * h * 4
+    # chunk's X once: vectorize_contractions.invariant_rows). The 3/16 left are for what this
+    # does not count: about 5 MiB at BT = H = 4096, K = 32000 (bench/loss.py measured 60.0 MiB
+    # beyond the gradients with 7/8, where these terms came to 54.7).
+    budget = 2 * bt * o.k * 4 // 16 * 13 // 16 - lanes * tiles["v"] * h * 4
     rows = min(n, max(budget, 0) // ((o.k + (parts - 1 + lanes) * h) * 4))
     return rows if rows >= tiles["bt"] else 0
 
