@@ -10,6 +10,7 @@ import ml_dtypes
 import numpy as np
 
 from npugrad.runtime.jit import JitModule
+from npugrad.targets import get
 
 # A float -> bfloat16 rounding in plain LLVM IR: a native instruction where the CPU has one, a
 # call to __truncsfbf2 where it has not.
@@ -43,7 +44,13 @@ def test_float_to_bfloat16_rounds_to_nearest_even_on_any_cpu(rng):
     src = np.concatenate([rng.standard_normal(1000).astype(np.float32) * 1e3, ties, specials])
     dst = np.zeros(src.size, ml_dtypes.bfloat16)
     truncate(src.ctypes.data, dst.ctypes.data, src.size)
-    assert dst.view(np.uint16).tolist() == src.astype(ml_dtypes.bfloat16).view(np.uint16).tolist()
+    expected = src.astype(ml_dtypes.bfloat16)
+    if get("host").has_feature("avx512bf16"):
+        # The native instruction (vcvtneps2bf16) rounds to nearest even but, whatever MXCSR
+        # says, reads float32 subnormals as zero (Intel SDM, VCVTNEPS2BF16: "DAZ"): 1e-40 -> +0.
+        subnormal = np.abs(src) < np.finfo(np.float32).tiny
+        expected[subnormal] = np.copysign(np.float32(0), src[subnormal]).astype(ml_dtypes.bfloat16)
+    assert dst.view(np.uint16).tolist() == expected.view(np.uint16).tolist()
     nan = np.array([np.nan], np.float32)
     out = np.zeros(1, ml_dtypes.bfloat16)
     truncate(nan.ctypes.data, out.ctypes.data, 1)

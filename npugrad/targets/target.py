@@ -132,6 +132,10 @@ class Target:
     # Where the cost figures come from ("" = none given: the cost model uses nominal ones).
     costs: str = field(default="", compare=False)
 
+    def has_feature(self, feature: str) -> bool:
+        """Whether `llvm_features` enables `feature` (LLVM's name, e.g. "avx512bf16")."""
+        return f"+{feature}" in self.llvm_features.split(",")
+
     def unit_for(self, work: str) -> Unit | None:
         """The unit doing `work` (one of WORK), or None when the target names none."""
         return next((u for u in self.units if work in u.work), None)
