@@ -11,8 +11,9 @@ from test_flce import MODES, _check, _operands
 from npugrad import ops
 from npugrad.compiler import Pipeline
 from npugrad.dtypes import BFLOAT16
-from npugrad.passes.vectorize_contractions import VectorizeContractionsPass
+from npugrad.passes.vectorize_contractions import VectorizeContractionsPass, dot_bf16
 from npugrad.runtime.launch import using
+from npugrad.targets import get as get_target
 
 # With the default 64×128 tiles: token tiles of 64 and 5 rows, vocabulary tiles of 128 and 3
 # (GEMM 1 columns, GEMM 3 rows), H = 101 = one 64-column block, two vectors and 5 lanes.
@@ -123,6 +124,47 @@ def test_micro_kernel_with_b_transposed_or_hoisted_matches_numpy(rng, transposed
     want = c.astype(np.float64) + repeats * (a.astype(np.float64) @ (b.astype(np.float64).T if transposed else b.astype(np.float64)))
     kernel(a, b, c, np.array([repeats], np.int64))
     np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-3)
+
+
+@pytest.mark.skipif(not dot_bf16(get_target("host")), reason="this CPU has no AVX512-BF16: the dot-product "
+                    "kernels are checked as IR and assembly (lit: passes/vectorize-contractions.mlir, asm/gemm_dot_bf16.mlir)")
+@pytest.mark.parametrize("lhs_transposed", [False, True])
+@pytest.mark.parametrize("rhs_transposed", [False, True])
+@pytest.mark.parametrize("k", [1, 37, 400, 401])
+def test_bf16_dot_micro_kernel_matches_numpy(rng, lhs_transposed, rhs_transposed, k):
+    """Two bfloat16 operands on a host with AVX512-BF16 (x86.avx512.dot): A read [i, k] or [k, i],
+    B read [k, j] or [j, k], in a loop B does not change (hoisted pairs) with K odd and even,
+    below, at and above a reduction chunk (KC = 128 on a 32 KiB L1: a chunk's odd last pair; 37
+    leaves 16-pair vectors and single pairs); M and N leave row and masked column tails. The
+    memory right past each operand holds NaN, so a pair read past the end would show. The
+    products of bfloat16 values are exact in float32: the result matches float64 to float32
+    rounding of sums of K terms."""
+    from npugrad.compiler import make_context, parse
+    from npugrad.runtime.executable import Executable, block_kernels, signatures
+
+    widen = "%xf = arith.extf %x : bf16 to f32\n      %yf = arith.extf %y : bf16 to f32"
+    text = GEMM_TEXT.format(t="bf16", b="d2, d1" if rhs_transposed else "d1, d2", widen=widen, touch="")
+    if lhs_transposed:
+        text = text.replace("affine_map<(d0, d1, d2) -> (d0, d1)>", "affine_map<(d0, d1, d2) -> (d1, d0)>")
+    assert "x86.avx512.dot" in str(Pipeline().lower(parse(text, "gemm.mlir", make_context()), "vectorized"))
+    ctx = make_context()
+    module = parse(text, "gemm.mlir", ctx)
+    kernel = Executable(Pipeline().lower(module, "llvm-ir", ctx), signatures(module), block_kernels(module))["gemm"]
+    m, n = 37, 83
+
+    def operand(shape):  # followed in memory by NaNs
+        whole = np.full(shape[0] * shape[1] + 64, np.nan, np.float32).astype(BFLOAT16)
+        whole[: shape[0] * shape[1]] = rng.standard_normal(shape[0] * shape[1], dtype=np.float32).astype(BFLOAT16)
+        return whole[: shape[0] * shape[1]].reshape(shape)
+
+    a = operand((k, m) if lhs_transposed else (m, k))
+    b = operand((n, k) if rhs_transposed else (k, n))
+    c = rng.standard_normal((m, n), dtype=np.float32)
+    a64 = a.astype(np.float64).T if lhs_transposed else a.astype(np.float64)
+    b64 = b.astype(np.float64).T if rhs_transposed else b.astype(np.float64)
+    want = c.astype(np.float64) + 3 * (a64 @ b64)
+    kernel(a, b, c, np.array([3], np.int64))
+    np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-4 * np.sqrt(k))
 
 
 GEMM3_TEXT = """

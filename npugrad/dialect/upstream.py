@@ -6,18 +6,27 @@ that use them still print, parse back and reach upstream MLIR unchanged.
 `memref.prefetch` (upstream: MemRef/IR/MemRefOps.td) asks the cache for the line holding one
 element; the upstream conversion makes it `llvm.intr.prefetch`. It reads and writes nothing, so
 it may be hoisted, duplicated or dropped without changing a result.
+
+    %acc1 = x86.avx512.dot %acc, %a, %b : vector<32xbf16> -> vector<16xf32>
+
+`x86.avx512.dot` (upstream: Dialect/X86/X86.td, the `x86vector` dialect before LLVM 22) is
+AVX512-BF16's `vdpbf16ps`: lane i of the float32 accumulator adds a[2i+1]·b[2i+1], then
+a[2i]·b[2i] (each product exact, each sum rounded to nearest even; bfloat16 subnormals read as
+zero and subnormal sums flushed to zero, whatever MXCSR says). `convert-vector-to-llvm{enable-x86}`
+makes it `llvm.x86.avx512bf16.dpbf16ps.{128,256,512}`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from xdsl.dialects import memref
-from xdsl.dialects.builtin import BoolAttr, IndexType, IntegerAttr, MemRefType, i32
+from xdsl.dialects import memref, x86
+from xdsl.dialects.builtin import BoolAttr, IndexType, IntegerAttr, MemRefType, VectorType, bf16, f32, i32
 from xdsl.ir import Dialect, SSAValue
-from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, prop_def, var_operand_def
+from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, prop_def, result_def, traits_def, var_operand_def
 from xdsl.parser import Parser
 from xdsl.printer import Printer
+from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
 
 
@@ -87,3 +96,52 @@ def memref_dialect() -> Dialect:
     """xDSL's memref dialect with the ops above added."""
     base = memref.MemRef
     return Dialect(base.name, [*base.operations, PrefetchOp], list(base.attributes))
+
+
+@irdl_op_definition
+class DotBF16Op(IRDLOperation):
+    name = "x86.avx512.dot"
+
+    src = operand_def(VectorType)
+    a = operand_def(VectorType)
+    b = operand_def(VectorType)
+    dst = result_def(VectorType)
+    traits = traits_def(Pure())
+
+    def __init__(self, src: SSAValue, a: SSAValue, b: SSAValue):
+        super().__init__(operands=[src, a, b], result_types=[src.type])
+
+    def verify_(self) -> None:
+        src, a, b, dst = (v.type for v in (self.src, self.a, self.b, self.dst))
+        lanes = src.get_shape()[0] if isinstance(src, VectorType) and src.get_num_dims() == 1 else 0  # type: ignore[attr-defined]
+        if not (src == dst and src.element_type == f32 and lanes in (4, 8, 16)):  # type: ignore[attr-defined]
+            raise VerifyException(f"'x86.avx512.dot' op expects an accumulator and result of 4, 8 or 16 f32, got {src} -> {dst}")
+        if not (a == b == VectorType(bf16, [2 * lanes])):
+            raise VerifyException(f"'x86.avx512.dot' op expects both factors of type vector<{2 * lanes}xbf16> "
+                                  f"for {src}, got {a} and {b}")
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_list([self.src, self.a, self.b], printer.print_operand)
+        printer.print_string(" : ")
+        printer.print_attribute(self.a.type)
+        printer.print_string(" -> ")
+        printer.print_attribute(self.src.type)
+
+    @classmethod
+    def parse(cls, parser: Parser) -> DotBF16Op:
+        operands = parser.parse_comma_separated_list(parser.Delimiter.NONE, parser.parse_unresolved_operand)
+        if len(operands) != 3:
+            parser.raise_error(f"'x86.avx512.dot' expects 3 operands, got {len(operands)}")
+        parser.parse_punctuation(":")
+        factors = parser.parse_type()
+        parser.parse_punctuation("->")
+        acc = parser.parse_type()
+        src, a, b = (parser.resolve_operand(o, t) for o, t in zip(operands, (acc, factors, factors)))
+        return cls(src, a, b)
+
+
+def x86_dialect() -> Dialect:
+    """xDSL's x86 dialect with the upstream ops above added."""
+    base = x86.X86
+    return Dialect(base.name, [*base.operations, DotBF16Op], list(base.attributes))

@@ -181,9 +181,25 @@ def to_llvmlite_syntax(llvm_ir: str) -> str:
     )
 
 
+# Intrinsics of instructions a CPU may lack, by the LLVM feature they need: code generation for
+# a CPU without it aborts the process, so such a module is refused first.
+_FEATURE_INTRINSICS = {"@llvm.x86.avx512bf16.": "avx512bf16"}
+
+
+def _missing_feature(llvm_ir: str, tm: llvm.TargetMachine | None) -> str | None:
+    if tm is not None:
+        return None
+    features = llvm.get_host_cpu_features()
+    return next((f for prefix, f in _FEATURE_INTRINSICS.items() if prefix in llvm_ir and not features.get(f)), None)
+
+
 def optimised(llvm_ir: str, tm: llvm.TargetMachine | None = None) -> llvm.ModuleRef:
     """The module parsed (in llvmlite's syntax), verified and optimised at O3 for `tm` (the host)."""
     init()
+    if (feature := _missing_feature(llvm_ir, tm)) is not None:
+        raise JitError(f"the module uses {feature} instructions, which this CPU ({llvm.get_host_cpu_name()}) lacks: "
+                       f"compile it for `host` (or a target whose llvm_features leave out +{feature}) to run it here; "
+                       "the asm stage prints code for any target")
     try:
         module = llvm.parse_assembly(to_llvmlite_syntax(llvm_ir))
         module.verify()

@@ -20,8 +20,9 @@ TO_LLVM_PASSES = (
     "convert-math-to-llvm",
     "expand-strided-metadata",
     "lower-affine",
-    # The micro-kernels of vectorize-contractions: vector loads, stores, masks and FMAs.
-    "convert-vector-to-llvm",
+    # The micro-kernels of vectorize-contractions: vector loads, stores, masks and FMAs, and
+    # x86.avx512.dot (AVX512-BF16's vdpbf16ps) as its LLVM intrinsic.
+    "convert-vector-to-llvm{enable-x86=true}",
     "finalize-memref-to-llvm",
     "convert-arith-to-llvm",
     "convert-index-to-llvm",

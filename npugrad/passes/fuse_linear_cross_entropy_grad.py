@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects import arith
-from xdsl.dialects.builtin import ModuleOp, f32
+from xdsl.dialects.builtin import ModuleOp, bf16, f32
 from xdsl.ir import SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, RewritePattern, op_type_rewrite_pattern
@@ -53,6 +53,8 @@ from npugrad.passes.linear_nests import (
     token_step,
 )
 from npugrad.passes.source_op import record_source
+from npugrad.passes.vectorize_contractions import dot_bf16
+from npugrad.targets import get
 
 
 def target_in_tile(e: IRBuilder, op, t: SSAValue, v0: SSAValue, tv: SSAValue) -> tuple[SSAValue, SSAValue]:
@@ -62,10 +64,12 @@ def target_in_tile(e: IRBuilder, op, t: SSAValue, v0: SSAValue, tv: SSAValue) ->
 
 
 def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int], e: IRBuilder, wide_grad: bool = False,
-         balance: tuple[int, int] = (0, 1)) -> None:
+         balance: tuple[int, int] = (0, 1), dot_bf16: bool = False) -> None:
     """The nest. `wide_grad`: G, rounded to the input type as the op says, is kept in a float32
     tile (the logits tile, in place) instead of one of the input type: the same values, which a
-    CPU's micro-kernels then broadcast without widening each one (GEMMs 2 and 3 read G as A).
+    CPU's micro-kernels then broadcast without widening each one (GEMMs 2 and 3 read G as A);
+    but for a bfloat16 G where `dot_bf16` (the CPU multiplies bfloat16 pairs: GEMMs 2 and 3 then
+    read G and W or X as they are, vectorize_contractions.dot_bf16).
     `balance` (blocks, row multiple): the token tiles' step (linear_nests.token_step)."""
     x, w, gx, gw = op.input, op.weight, op.input_grad_out, op.weight_grad_out
     in_t = x.type.element_type  # type: ignore[attr-defined]
@@ -81,7 +85,7 @@ def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int], e: IRBuil
     accumulate = op.prop_bool("accumulate")
     start_accumulator(e, gx_acc, None if gx_acc is gx else gx, accumulate, NestRole.INPUT_GRAD_INIT)
     z_buf = None if hp else tile_buffer(e, [tiles["bt"], tiles["v"]], f32, "logits")
-    g_type = f32 if wide_grad else in_t
+    g_type = f32 if wide_grad and not (dot_bf16 and in_t == bf16) else in_t
     g_buf = z_buf if (z_buf is not None and g_type == f32) else tile_buffer(e, [tiles["bt"], tiles["v"]], g_type, "grad_logits")
     saved = None if hp else tile_buffer(e, [tiles["bt"]], f32, "saved_logits")
     w_packed = None if hp else e.alloc([h, tiles["v"]], in_t)
@@ -156,11 +160,12 @@ class FuseOp(RewritePattern):
     tiles: dict[str, int]
     wide_grad: bool = False
     balance: tuple[int, int] = (0, 1)
+    dot_bf16: bool = False
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: FusedLinearCrossEntropyLossGradOp, rewriter: PatternRewriter) -> None:
         record_source(op, rewriter)
-        fuse(op, {**self.tiles, **(op.tiles() or {})}, IRBuilder(rewriter, op), self.wide_grad, self.balance)
+        fuse(op, {**self.tiles, **(op.tiles() or {})}, IRBuilder(rewriter, op), self.wide_grad, self.balance, self.dot_bf16)
         rewriter.erase(op)
 
 
@@ -175,5 +180,6 @@ class FuseLinearCrossEntropyGradPass(ModulePass):
     balance_blocks: int = 0  # > 0: token tiles even over this many blocks (linear_nests.token_step)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        pattern = FuseOp(nest_tiles(self.tile_bt, self.tile_v, self.cpu), self.wide_grad, token_balance(self.balance_blocks, self.cpu))
+        pattern = FuseOp(nest_tiles(self.tile_bt, self.tile_v, self.cpu), self.wide_grad, token_balance(self.balance_blocks, self.cpu),
+                         dot_bf16(get(self.cpu)))
         PatternRewriteWalker(pattern, apply_recursively=False).rewrite_module(op)

@@ -45,6 +45,22 @@ that outer loop and row t + k read from them, where the base's float32 size is a
 largest local level per core (the L3; tested at run time, the per-call pack otherwise): X is
 then packed once per call, not once per vocabulary tile.
 
+Two bfloat16 operands on a target whose vectors multiply bfloat16 pairs (`dot_bf16`: AVX512-BF16,
+as the target's llvm_features say) take two reduction steps per instruction instead:
+
+    %acc1 = x86.avx512.dot %acc, %a_pair, %b_pairs : vector<32xbf16> -> vector<16xf32>
+
+B's panel holds KC/2 rows of pairs (B[k, j], B[k + 1, j]) for 16 columns a vector (pack_pairs:
+rows k and k + 1 interleaved; for a B read [j, k], whose pair is one i32 of its row, 16 x 16 i32
+blocks transposed in registers), and A's pairs (A[i, k], A[i, k + 1]) are packed as i32 once per
+chunk (pack_a_pairs) and broadcast: the 6 x 4 block is 24 vdpbf16ps per pair of steps, from the
+operands as they are (nothing widened), with KC twice as long for the same panel bytes. An odd
+count's last pair has a zero second half in both operands, read in bounds. Each instruction adds
+the odd step's product, then the even one's, each exact and each sum rounded: the float32 FMAs'
+rounding, pairwise in the other order; vdpbf16ps reads bfloat16 subnormals as zero and flushes
+subnormal sums. The masked column tail stays on float32 FMAs. Elsewhere (no AVX512-BF16, or
+float16) the operands widen to float32 as above.
+
 Each accumulator element sums its products in reduction order, a chunk of KC at a time, each
 chunk's sum then added to C: results are deterministic (they differ from the scalar loops by the
 rounding FMA saves and by that association). A target without
@@ -70,6 +86,8 @@ from xdsl.dialects.builtin import (
     f16,
     f32,
     i1,
+    i16,
+    i32,
     i64,
 )
 from xdsl.dialects.linalg.ops import GenericOp
@@ -78,7 +96,7 @@ from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, RewritePattern, op_type_rewrite_pattern
 from xdsl.rewriter import InsertPoint
 
-from npugrad.dialect.upstream import PrefetchOp
+from npugrad.dialect.upstream import DotBF16Op, PrefetchOp
 from npugrad.ir import IRBuilder, enclosing_function, iterator_kinds, unit_innermost_stride
 from npugrad.targets import Target, get
 
@@ -93,12 +111,92 @@ def block_shape(target: Target) -> tuple[int, int]:
     return max(1, (target.vector_registers - nr - 2) // nr), nr
 
 
-def reduction_chunk(target: Target, columns: int) -> int:
-    """KC: the reduction steps whose packed panel of B (KC float32 rows, `columns` wide) fills
-    half the smallest local memory level (the L1 data cache on a CPU), the other half left to
-    the rows of A and C streaming past it (BLIS's rule for the B micro-panel)."""
+def reduction_chunk(target: Target, columns: int, element_bytes: int = 4) -> int:
+    """KC: the reduction steps whose packed panel of B (KC rows of `element_bytes` elements,
+    `columns` wide: float32, or bfloat16 pairs) fills half the smallest local memory level (the
+    L1 data cache on a CPU), the other half left to the rows of A and C streaming past it
+    (BLIS's rule for the B micro-panel). Even: pairs of steps never straddle two chunks."""
     smallest = min(lv.capacity for lv in target.local_levels())
-    return max(16, smallest // 2 // (4 * columns))
+    return max(16, smallest // 2 // (element_bytes * columns)) // 2 * 2
+
+
+def dot_bf16(target: Target) -> bool:
+    """Whether `target`'s vectors multiply bfloat16 pairs into float32 lanes (x86.avx512.dot,
+    AVX512-BF16's vdpbf16ps: 512 bits, or 128/256 with AVX512-VL), as its `llvm_features` say
+    (`host`: the machine's own). Contractions of two bfloat16 operands then run on it."""
+    if not target.has_feature("avx512bf16"):
+        return False
+    return target.vector_bits == 512 or (target.vector_bits in (128, 256) and target.has_feature("avx512vl"))
+
+
+def interleaved(e: IRBuilder, lo: SSAValue, hi: SSAValue) -> SSAValue:
+    """The pairs (lo[l], hi[l]) of two vectors of n lanes, as one of 2n: what a dot product of
+    pairs reads for n columns of two reduction steps."""
+    n = lo.type.get_shape()[0]  # type: ignore[attr-defined]
+    mask = DenseArrayBase.from_list(i64, [x for lane in range(n) for x in (lane, n + lane)])
+    return e.emit(vector.ShuffleOp(lo, hi, mask, result_type=VectorType(lo.type.element_type, [2 * n])))  # type: ignore[attr-defined]
+
+
+def pair_bits(e: IRBuilder, lo: SSAValue, hi: SSAValue, odd: SSAValue | None = None) -> SSAValue:
+    """The i32 holding bfloat16 scalars lo (bits 0-15) and hi (bits 16-31; zero where `odd`, the
+    last reduction step of an odd count, is false): a pair as vdpbf16ps reads it."""
+    def bits(x: SSAValue) -> SSAValue:
+        return e.emit(arith.ExtUIOp(e.emit(arith.BitcastOp(x, i16)), i32))
+    high = bits(hi)
+    if odd is not None:
+        high = e.emit(arith.SelectOp(odd, high, e.const(0, i32)))
+    return e.emit(arith.OrIOp(bits(lo), e.emit(arith.ShLIOp(high, e.const(16, i32)))))
+
+
+def second(e: IRBuilder, k: SSAValue, k_hi: SSAValue) -> tuple[SSAValue, SSAValue]:
+    """(min(k + 1, k_hi − 1), k + 1 < k_hi): where the second step of the pair at k is read
+    from, always in bounds, and whether it is one (otherwise it counts as zero)."""
+    next_k = _plus(e, k, 1)
+    return e.emit(arith.MinSIOp(next_k, e.emit(arith.SubiOp(k_hi, e.idx(1))))), e.emit(arith.CmpiOp(next_k, k_hi, "slt"))
+
+
+def pack_pairs(e: IRBuilder, b: SSAValue, transposed_b: bool, k_lo: SSAValue, k_hi: SSAValue, j0: SSAValue,
+               lanes: int, nr: int, store: Callable[[SSAValue, int, SSAValue], None], ahead: SSAValue | None = None) -> None:
+    """store(q, c, v) for each pair q of reduction steps k = k_lo + 2q, k + 1 (k + 1 zero past
+    k_hi) and each of the panel's nr vectors c (columns j0 + c·lanes, lanes of them): v holds
+    the pairs (B[k, j], B[k + 1, j]) of those columns, what x86.avx512.dot reads. B read [k, j]:
+    rows k and k + 1 interleaved (a shuffle), the row after next panel's line prefetched at
+    column `ahead`. B read [j, k], where a column's pair is one i32 of B's row: lanes x lanes
+    blocks of i32, each row a vector load and the block transposed in registers; the last
+    pairs a pair at a time."""
+    words = VectorType(i32, [lanes])
+    pairs_t = VectorType(bf16, [2 * lanes])
+    count = e.emit(arith.DivUIOp(e.emit(arith.AddiOp(e.emit(arith.SubiOp(k_hi, k_lo)), e.idx(1))), e.idx(2)))
+    js = [_plus(e, j0, c * lanes) for c in range(nr)]
+    rest = e.idx(0)
+    if transposed_b:
+        blocks = e.emit(arith.DivUIOp(e.emit(arith.SubiOp(k_hi, k_lo)), e.idx(2 * lanes)))
+        rest = e.emit(arith.MuliOp(blocks, e.idx(lanes)))
+        with e.loop(rest, step=e.idx(lanes)) as q0:
+            k0 = e.emit(arith.AddiOp(k_lo, e.emit(arith.AddiOp(q0, q0))))
+            for c, j in enumerate(js):
+                rows = [e.emit(vector.BitcastOp(e.emit(vector.LoadOp(b, [_plus(e, j, r), k0], pairs_t)), words))
+                        for r in range(lanes)]
+                for r, column in enumerate(transposed(e, rows)):
+                    store(_plus(e, q0, r), c, e.emit(vector.BitcastOp(column, pairs_t)))
+    with e.loop(count, lb=rest) as q:
+        k = e.emit(arith.AddiOp(k_lo, e.emit(arith.AddiOp(q, q))))
+        k1, odd = second(e, k, k_hi)
+        for c, j in enumerate(js):
+            if transposed_b:
+                v = e.const(0, words)
+                for lane in range(lanes):
+                    column = _plus(e, j, lane)
+                    v = e.emit(vector.InsertOp(pair_bits(e, e.load(b, [column, k]), e.load(b, [column, k1]), odd), v, [lane]))
+                store(q, c, e.emit(vector.BitcastOp(v, pairs_t)))
+            else:
+                half = VectorType(bf16, [lanes])
+                lo = e.emit(vector.LoadOp(b, [k, j], half))
+                hi = e.emit(arith.SelectOp(odd, e.emit(vector.LoadOp(b, [k1, j], half)), e.const(0.0, half)))
+                store(q, c, interleaved(e, lo, hi))
+        if ahead is not None:
+            e.emit(PrefetchOp(b, [k, ahead], write=False))
+            e.emit(PrefetchOp(b, [k1, ahead], write=False))
 
 
 def panel_level(target: Target) -> str | None:
@@ -205,6 +303,14 @@ def _match(gen: GenericOp) -> _Contraction | None:
     return _Contraction(lhs_transposed=a_dims == [k, i], rhs_transposed=b_dims == [j, k])
 
 
+def dots(gen: GenericOp, shape: _Contraction, target: Target) -> bool:
+    """Whether the contraction runs on bfloat16 pairs (x86.avx512.dot): the target has the dot
+    product (dot_bf16) and A and B are both bfloat16, contiguous along their rows."""
+    a, b = (v.type for v in gen.inputs)
+    return (dot_bf16(target) and a.element_type == bf16 == b.element_type  # type: ignore[attr-defined]
+            and unit_innermost_stride(a) and unit_innermost_stride(b))  # type: ignore[arg-type]
+
+
 class _Kernels:
     def __init__(self, gen: GenericOp, shape: _Contraction, target: Target, e: IRBuilder, panel: SSAValue,
                  hoisted: _Hoisted | None = None):
@@ -220,10 +326,13 @@ class _Kernels:
         self.m, self.n = e.dim(self.c, 0), e.dim(self.c, 1)
         self.k = e.dim(self.b, 1 if shape.rhs_transposed else 0)
         self.rows_full = self._floor(self.m, self.mr)  # rows that fill whole MR-row blocks
-        self.kc = reduction_chunk(target, self.nr * self.lanes)
+        self.dot = dots(gen, shape, target)  # bfloat16 pairs into x86.avx512.dot (dots)
+        self.pairs = VectorType(bf16, [2 * self.lanes])
+        self.kc = reduction_chunk(target, self.nr * self.lanes, 2 if self.dot else 4)
         self.k_lo = self.k_hi = self.k  # the current reduction chunk, set by emit()
-        self.panel = panel  # KC x NR vectors of float32: B's panel, packed (emit)
+        self.panel = panel  # KC x NR vectors of float32 (dot: KC/2 x NR vectors of pairs): B's panel, packed (emit)
         self.a_wide: SSAValue | None = None  # A's rows over the chunk, widened to float32 (widen_a)
+        self.a_pairs: SSAValue | None = None  # dot: A's pairs over the chunk, as i32 (pack_a_pairs)
         self.hoisted = hoisted  # or all of B's panels, packed before an enclosing loop (hoisted_panels)
         self.packed = None if hoisted is None else hoisted.packed
 
@@ -283,6 +392,26 @@ class _Kernels:
                 e.emit(PrefetchOp(self.c, [i, j], write=True))
         zero = e.const(0.0, self.f32x)
         accs = [zero] * (mr * nr)
+        if self.dot and mask is None:
+            self.pair_steps(rows, nr, accs, p)
+        else:
+            self.steps(rows, cols, nr, accs, mask, p)
+        for result in accs:
+            result.name_hint = "sum"
+        # Every load of C before any store: C's rows a power of two apart share their low 12
+        # address bits, and a load behind a store that may alias them waits for it.
+        at = [(i, j) for i in rows for j in cols]
+        sums = [e.emit(arith.AddfOp(self._load(self.c, [i, j], mask), acc)) for (i, j), acc in zip(at, accs)]
+        for (i, j), total in zip(at, sums):
+            if mask is None:
+                e.emit(vector.StoreOp(total, self.c, [i, j]))
+            else:
+                e.emit(vector.MaskedStoreOp(self.c, [i, j], mask, total))
+
+    def steps(self, rows: list[SSAValue], cols: list[SSAValue], nr: int, accs: list[SSAValue],
+              mask: SSAValue | None, p: SSAValue | None) -> None:
+        """The chunk's reduction steps into `accs`, one FMA per accumulator per step."""
+        e = self.e
         with e.carried_loop(self.k_hi, accs, lb=self.k_lo) as (k, carried, updated):
             k.name_hint = "k"
             for arg in carried:
@@ -303,17 +432,67 @@ class _Kernels:
                     a = e.emit(vector.BroadcastOp(e.load(self.a_wide, [i, e.emit(arith.SubiOp(k, self.k_lo))]), self.f32x))
                 a.name_hint = "a"
                 updated += [e.emit(vector.FMAOp(a, b, carried[r * nr + c])) for c, b in enumerate(bs)]
-        for result in accs:
-            result.name_hint = "sum"
-        # Every load of C before any store: C's rows a power of two apart share their low 12
-        # address bits, and a load behind a store that may alias them waits for it.
-        at = [(i, j) for i in rows for j in cols]
-        sums = [e.emit(arith.AddfOp(self._load(self.c, [i, j], mask), acc)) for (i, j), acc in zip(at, accs)]
-        for (i, j), total in zip(at, sums):
-            if mask is None:
-                e.emit(vector.StoreOp(total, self.c, [i, j]))
+
+    def pair_steps(self, rows: list[SSAValue], nr: int, accs: list[SSAValue], p: SSAValue | None) -> None:
+        """The chunk's reduction steps into `accs` two at a time, one x86.avx512.dot per
+        accumulator per pair: B's pairs from the packed panel (row k_lo/2 + q of the hoisted
+        ones), A's pair for each row broadcast from its packed pairs (pack_a_pairs)."""
+        e = self.e
+        a_pairs = self.a_pairs
+        assert a_pairs is not None
+        words = VectorType(i32, [self.lanes])
+        first = None if p is None else e.emit(arith.DivUIOp(self.k_lo, e.idx(2)))
+        with e.carried_loop(self.chunk_pairs(), accs) as (q, carried, updated):
+            q.name_hint = "q"
+            for arg in carried:
+                arg.name_hint = "acc"
+            if first is not None:
+                at = e.emit(arith.AddiOp(first, q))
+                bs = [e.emit(vector.LoadOp(self.packed, [p, at, e.idx(2 * c * self.lanes)], self.pairs)) for c in range(nr)]
             else:
-                e.emit(vector.MaskedStoreOp(self.c, [i, j], mask, total))
+                bs = [e.emit(vector.LoadOp(self.panel, [q, e.idx(2 * c * self.lanes)], self.pairs)) for c in range(nr)]
+            for r, i in enumerate(rows):
+                bits = e.load(a_pairs, [q, i] if self.shape.lhs_transposed else [i, q])
+                a = e.emit(vector.BitcastOp(e.emit(vector.BroadcastOp(bits, words)), self.pairs))
+                a.name_hint = "a"
+                updated += [e.emit(DotBF16Op(carried[r * nr + c], a, b)) for c, b in enumerate(bs)]
+
+    def chunk_pairs(self) -> SSAValue:
+        """The chunk's pairs of reduction steps, the last one alone where the count is odd."""
+        e = self.e
+        return e.emit(arith.DivUIOp(e.emit(arith.AddiOp(e.emit(arith.SubiOp(self.k_hi, self.k_lo)), e.idx(1))), e.idx(2)))
+
+    def pack_a_pairs(self, buffer: SSAValue) -> None:
+        """buffer[i, q] (A read [k, i]: buffer[q, i]) = the pair (A[i, k], A[i, k + 1]) as i32
+        for k = k_lo + 2q, its second half zero past the chunk: a vector of pairs at a time (A
+        read [i, k] is a copy; read [k, i], two rows interleaved), the rest a pair at a time."""
+        e = self.e
+        lanes = self.lanes
+        words = VectorType(i32, [lanes])
+        half = VectorType(bf16, [lanes])
+        pairs = self.chunk_pairs()
+        if not self.shape.lhs_transposed:
+            full = e.emit(arith.MuliOp(e.emit(arith.DivUIOp(e.emit(arith.SubiOp(self.k_hi, self.k_lo)), e.idx(2 * lanes))), e.idx(lanes)))
+            with e.loop(self.m) as i:
+                with e.loop(full, step=e.idx(lanes)) as q:
+                    k = e.emit(arith.AddiOp(self.k_lo, e.emit(arith.AddiOp(q, q))))
+                    v = e.emit(vector.LoadOp(self.a, [i, k], self.pairs))
+                    e.emit(vector.StoreOp(e.emit(vector.BitcastOp(v, words)), buffer, [i, q]))
+                with e.loop(pairs, lb=full) as q:
+                    k = e.emit(arith.AddiOp(self.k_lo, e.emit(arith.AddiOp(q, q))))
+                    k1, odd = second(e, k, self.k_hi)
+                    e.store(pair_bits(e, e.load(self.a, [i, k]), e.load(self.a, [i, k1]), odd), buffer, [i, q])
+            return
+        full = self._floor(self.m, lanes)
+        with e.loop(pairs) as q:
+            k = e.emit(arith.AddiOp(self.k_lo, e.emit(arith.AddiOp(q, q))))
+            k1, odd = second(e, k, self.k_hi)
+            with e.loop(full, step=e.idx(lanes)) as i:
+                lo = e.emit(vector.LoadOp(self.a, [k, i], half))
+                hi = e.emit(arith.SelectOp(odd, e.emit(vector.LoadOp(self.a, [k1, i], half)), e.const(0.0, half)))
+                e.emit(vector.StoreOp(e.emit(vector.BitcastOp(interleaved(e, lo, hi), words)), buffer, [q, i]))
+            with e.loop(self.m, lb=full) as i:
+                e.store(pair_bits(e, e.load(self.a, [k, i]), e.load(self.a, [k1, i]), odd), buffer, [q, i])
 
     def line_offsets(self, nr: int) -> list[int]:
         """Column offsets, within a row of a block nr vectors wide, of one float32 in each cache
@@ -340,6 +519,12 @@ class _Kernels:
         type (bfloat16/float16 widened once per panel, not once per row block)."""
         e = self.e
         ahead = None if self.shape.rhs_transposed else next_panel(e, j0, self.nr * self.lanes, self.n)
+        if self.dot:
+            def store(q: SSAValue, c: int, v: SSAValue) -> None:
+                e.emit(vector.StoreOp(v, self.panel, [q, e.idx(2 * c * self.lanes)]))
+
+            pack_pairs(e, self.b, self.shape.rhs_transposed, self.k_lo, self.k_hi, j0, self.lanes, self.nr, store, ahead)
+            return
         with e.loop(self.k_hi, lb=self.k_lo) as k:
             row = e.emit(arith.SubiOp(k, self.k_lo))
             for c in range(self.nr):
@@ -356,7 +541,7 @@ class _Kernels:
         cross-entropy nests reads X this way: its k-loop issued 32 micro-ops per 12 FMAs
         instead of 20)."""
         t = self.a.type
-        return (t.element_type != f32 and not self.shape.lhs_transposed  # type: ignore[attr-defined]
+        return (not self.dot and t.element_type != f32 and not self.shape.lhs_transposed  # type: ignore[attr-defined]
                 and unit_innermost_stride(t))  # type: ignore[arg-type]
 
     def widen_a(self, buffer: SSAValue) -> None:
@@ -400,12 +585,19 @@ class _Kernels:
         wide = self.nr * self.lanes
         blocks_end = self._floor(self.n, wide)
         buffer = None
-        if self.widens_a():
+        if self.dot:
+            shape = [self.kc // 2, self.m] if self.shape.lhs_transposed else [self.m, self.kc // 2]
+            buffer = e.alloc(shape, i32)
+            buffer.name_hint = "a_pairs"
+        elif self.widens_a():
             buffer = e.alloc([self.m, self.kc], f32)
             buffer.name_hint = "a_wide"
         with e.loop(self.k, step=e.idx(self.kc)) as k0:
             self.k_lo, self.k_hi = k0, e.emit(arith.MinSIOp(e.emit(arith.AddiOp(k0, e.idx(self.kc))), self.k))
-            if buffer is not None:
+            if buffer is not None and self.dot:
+                self.pack_a_pairs(buffer)
+                self.a_pairs = buffer
+            elif buffer is not None:
                 self.widen_a(buffer)
                 self.a_wide = buffer
             with e.loop(blocks_end, step=e.idx(wide)) as j0:
@@ -548,7 +740,7 @@ class _Hoisted:
 @dataclass(frozen=True)
 class VectorizeContraction(RewritePattern):
     target: Target
-    panels: dict = field(default_factory=dict)  # function -> its B panel (one per function, on the stack)
+    panels: dict = field(default_factory=dict)  # (function, dot) -> its B panel (one per function and kind, on the stack)
     hoisted: dict = field(default_factory=dict)  # (loop, B, transposed) -> B's panels, packed before the loop
 
     def hoisted_panels(self, gen: GenericOp, shape: _Contraction, rewriter: PatternRewriter) -> _Hoisted | None:
@@ -566,18 +758,39 @@ class VectorizeContraction(RewritePattern):
         per call as before. One Zen 3 core, the chunked schedule's backward (315 x 4096 x
         16000): X's pack, once per (vocabulary tile, token tile), was 4.5-4.7 % of the samples."""
         loop, b, offset = invariant_loop(gen), gen.inputs[1], None
-        if loop is None and not shape.rhs_transposed and (rows := invariant_rows(gen)) is not None:
+        dot = dots(gen, shape, self.target)
+        if loop is None and not shape.rhs_transposed and not dot and (rows := invariant_rows(gen)) is not None:
             loop, b, offset = rows
         if loop is None:
             return None
-        key = (loop, b, shape.rhs_transposed)  # W's tile is B of GEMM 1 (transposed) and of GEMM 2
+        key = (loop, b, shape.rhs_transposed, dot)  # W's tile is B of GEMM 1 (transposed) and of GEMM 2
         if key in self.hoisted:
             return self.hoisted[key]
-        wide = block_shape(self.target)[1] * (self.target.vector_bits // 32)
+        nr = block_shape(self.target)[1]
+        wide = nr * (self.target.vector_bits // 32)
         lanes = self.target.vector_bits // 32
         e = IRBuilder(rewriter, loop)
         k, n = (e.dim(b, 1), e.dim(b, 0)) if shape.rhs_transposed else (e.dim(b, 0), e.dim(b, 1))
         panels = e.emit(arith.DivUIOp(n, e.idx(wide)))
+        if dot:
+            # Pairs of reduction steps (pack_pairs), ceil(K / 2) rows of 2W bfloat16 per panel.
+            rows = e.emit(arith.DivUIOp(_plus(e, k, 1), e.idx(2)))
+            packed = e.emit(memref.AllocOp([panels, rows], [], MemRefType(bf16, [DYNAMIC_INDEX, DYNAMIC_INDEX, 2 * wide]),
+                                           alignment=IntegerAttr(64, 64)))
+            packed.name_hint = "b_panels"
+            with e.loop(panels) as p:
+                j0 = e.emit(arith.MuliOp(p, e.idx(wide)))
+
+                def store(q: SSAValue, c: int, v: SSAValue, p: SSAValue = p) -> None:
+                    e.emit(vector.StoreOp(v, packed, [p, q, e.idx(2 * c * lanes)]))
+
+                ahead = None if shape.rhs_transposed else next_panel(e, j0, wide, n)
+                pack_pairs(e, b, shape.rhs_transposed, e.idx(0), k, j0, lanes, nr, store, ahead)
+            after = loop.next_op
+            assert after is not None
+            IRBuilder(rewriter, after).dealloc(packed)
+            self.hoisted[key] = _Hoisted(packed)
+            return self.hoisted[key]
         fits = None
         if offset is not None:
             budget = max((lv.capacity for lv in self.target.local_levels() if lv.capacity), default=0)
@@ -625,21 +838,27 @@ class VectorizeContraction(RewritePattern):
         self.hoisted[key] = _Hoisted(packed, offset, fits)
         return self.hoisted[key]
 
-    def panel(self, gen: GenericOp, rewriter: PatternRewriter) -> SSAValue:
+    def panel(self, gen: GenericOp, rewriter: PatternRewriter, dot: bool) -> SSAValue:
+        """The function's packed panel of B: KC rows of NR vectors of float32, or (`dot`) KC/2
+        rows of NR vectors of bfloat16 pairs."""
         f = enclosing_function(gen)
-        if f not in self.panels:
+        if (f, dot) not in self.panels:
             wide = block_shape(self.target)[1] * (self.target.vector_bits // 32)  # NR vectors of float32
-            alloca = memref.AllocaOp.get(f32, 64, [reduction_chunk(self.target, wide), wide])
+            if dot:
+                alloca = memref.AllocaOp.get(bf16, 64, [reduction_chunk(self.target, wide, 2) // 2, 2 * wide])
+            else:
+                alloca = memref.AllocaOp.get(f32, 64, [reduction_chunk(self.target, wide), wide])
             alloca.memref.name_hint = "b_panel"
             rewriter.insert_op(alloca, InsertPoint.at_start(f.body.blocks[0]))
-            self.panels[f] = alloca.memref
-        return self.panels[f]
+            self.panels[(f, dot)] = alloca.memref
+        return self.panels[(f, dot)]
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, gen: GenericOp, rewriter: PatternRewriter) -> None:
         if (shape := _match(gen)) is not None:
             hoisted = self.hoisted_panels(gen, shape, rewriter)
-            _Kernels(gen, shape, self.target, IRBuilder(rewriter, gen), self.panel(gen, rewriter), hoisted).emit()
+            panel = self.panel(gen, rewriter, dots(gen, shape, self.target))
+            _Kernels(gen, shape, self.target, IRBuilder(rewriter, gen), panel, hoisted).emit()
             rewriter.erase(gen)
 
 

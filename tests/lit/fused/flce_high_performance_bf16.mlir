@@ -3,9 +3,11 @@
 // (none depends on V = 384); the results are rounded once into the bf16 outputs. The pass alone
 // keeps G in a bf16 tile (what a target's matrix unit reads); the untiled pipeline sets
 // `wide_grad`: the same rounded values in a float32 tile, which the CPU's micro-kernels broadcast
-// without widening each.
+// without widening each; but for a CPU that multiplies bfloat16 pairs (AVX512-BF16) it keeps G
+// in bf16, which GEMMs 2 and 3 then read as they do W and X.
 // RUN: npugrad-opt %s -p fuse-linear-cross-entropy-grad | FileCheck %s --check-prefixes=CHECK,NARROW
-// RUN: npugrad-opt %s --stage fused | FileCheck %s --check-prefixes=CHECK,WIDE
+// RUN: npugrad-opt %s --stage fused --cpu %inputs/avx512.toml | FileCheck %s --check-prefixes=CHECK,WIDE
+// RUN: npugrad-opt %s --stage fused --cpu %inputs/avx512bf16.toml | FileCheck %s --check-prefixes=CHECK,NARROW
 // RUN: npugrad-opt %s --stage run | FileCheck %s --check-prefix=EXEC
 
 // CHECK-LABEL: func.func @flce_hp_bf16

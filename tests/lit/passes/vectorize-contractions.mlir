@@ -10,6 +10,10 @@
 // column, j + 127, clamped to N - 1): B's rows a row stride apart are too many streams for the
 // hardware prefetchers.
 // RUN: npugrad-opt %s -p 'vectorize-contractions{target="%inputs/avx512.toml"}' | FileCheck %s
+// A CPU with AVX512-BF16 (Inputs/avx512bf16.toml) multiplies bfloat16 pairs instead, two
+// reduction steps per x86.avx512.dot (vdpbf16ps): the panels of B hold KC/2 rows of pairs, KC
+// twice as long for the same 24 KiB (192 steps).
+// RUN: npugrad-opt %s -p 'vectorize-contractions{target="%inputs/avx512bf16.toml"}' | FileCheck %s --check-prefix=DOT
 // A target without vector registers keeps its contractions as they are.
 // RUN: npugrad-opt %s -p 'vectorize-contractions{target=npu-a2}' | FileCheck %s --check-prefix=NPU
 // In the pipeline: the stage after `tiled`, every GEMM of the fused nest vectorised for the host.
@@ -97,6 +101,19 @@
 // CHECK-NEXT:      vector.broadcast %[[AF]] : f32 to vector<16xf32>
 // CHECK-NOT:     linalg.generic
 // CHECK:         func.return
+
+// With the dot product, A read [k, i] is packed as pairs [q, i]: rows k and k + 1 of A
+// interleaved, 16 columns at a time.
+// DOT-LABEL:  func.func @gemm_bf16_transposed_lhs
+// DOT:          %a_pairs = memref.alloc() {alignment = 64 : i64} : memref<96x50xi32>
+// DOT:          %[[R0:.*]] = vector.load %a[%{{.*}}, %{{.*}}] : memref<64x50xbf16>, vector<16xbf16>
+// DOT-NEXT:     %[[R1:.*]] = vector.load %a[%{{.*}}, %{{.*}}] : memref<64x50xbf16>, vector<16xbf16>
+// DOT-NEXT:     %[[Z:.*]] = arith.select %{{.*}}, %[[R1]], %{{.*}} : vector<16xbf16>
+// DOT-NEXT:     %[[I:.*]] = vector.shuffle %[[R0]], %[[Z]] [0, 16, 1, 17, {{.*}}] : vector<16xbf16>, vector<16xbf16>
+// DOT-NEXT:     %[[W:.*]] = vector.bitcast %[[I]] : vector<32xbf16> to vector<16xi32>
+// DOT-NEXT:     vector.store %[[W]], %a_pairs[%{{.*}}, %{{.*}}] : memref<96x50xi32>, vector<16xi32>
+// DOT:          memref.load %a_pairs[%[[Q:.*]], %{{.*}}] : memref<96x50xi32>
+// DOT:          x86.avx512.dot
 
 // A narrower A read [i, k] is widened into a float32 buffer (M x KC) at the start of each
 // reduction chunk, a vector at a time along k (the last k % 16 one by one); the row blocks then
@@ -237,6 +254,67 @@
 // NPU:         linalg.generic
 // NPU-NOT:     vector.
 
+
+// Two bfloat16 operands on a CPU with the dot product: at the start of each chunk A's pairs
+// (A[i, k], A[i, k + 1]) are copied as i32, a vector of 16 pairs at a time, the last ones a pair
+// at a time with the second half zero past the chunk's end (an odd K); the pack of B interleaves
+// rows k and k + 1 (row k + 1 zero past the end, never read out of bounds); the 6 x 4 block
+// is 24 dots a pair of steps, A's pair broadcast as an i32. The masked column tail stays on
+// float32 FMAs. Without the dot product (avx512.toml), the same GEMM widens to float32.
+// DOT-LABEL:  func.func @gemm_bf16_dot
+// DOT:          %b_panel = memref.alloca() {alignment = 64 : i64} : memref<96x128xbf16>
+// DOT:          %a_pairs = memref.alloc(%{{.*}}) {alignment = 64 : i64} : memref<?x96xi32>
+// DOT:          %[[V:.*]] = vector.load %a[%{{.*}}, %{{.*}}] : memref<?x?xbf16>, vector<32xbf16>
+// DOT-NEXT:     %[[W:.*]] = vector.bitcast %[[V]] : vector<32xbf16> to vector<16xi32>
+// DOT-NEXT:     vector.store %[[W]], %a_pairs[%{{.*}}, %{{.*}}] : memref<?x96xi32>, vector<16xi32>
+// DOT:          %[[ODD:.*]] = arith.cmpi slt, %{{.*}}, %{{.*}} : index
+// DOT:          %[[HI:.*]] = arith.extui %{{.*}} : i16 to i32
+// DOT-NEXT:     arith.select %[[ODD]], %[[HI]], %{{.*}} : i32
+// DOT:          arith.shli
+// DOT-NEXT:     %[[PAIR:.*]] = arith.ori
+// DOT-NEXT:     memref.store %[[PAIR]], %a_pairs[%{{.*}}, %{{.*}}] : memref<?x96xi32>
+// DOT:          %[[BODD:.*]] = arith.cmpi slt
+// DOT-NEXT:     %[[R0:.*]] = vector.load %b[%{{.*}}, %{{.*}}] : memref<?x?xbf16>, vector<16xbf16>
+// DOT-NEXT:     %[[R1:.*]] = vector.load %b[%{{.*}}, %{{.*}}] : memref<?x?xbf16>, vector<16xbf16>
+// DOT-NEXT:     %[[Z:.*]] = arith.select %[[BODD]], %[[R1]], %{{.*}} : vector<16xbf16>
+// DOT-NEXT:     %[[I:.*]] = vector.shuffle %[[R0]], %[[Z]] [0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31] : vector<16xbf16>, vector<16xbf16>
+// DOT-NEXT:     vector.store %[[I]], %b_panel[%{{.*}}, %{{.*}}] : memref<96x128xbf16>, vector<32xbf16>
+// DOT:          scf.for %[[Q:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(
+// DOT-COUNT-4:    vector.load %b_panel[%[[Q]], %{{.*}}] : memref<96x128xbf16>, vector<32xbf16>
+// DOT-NEXT:       %[[AP:.*]] = memref.load %a_pairs[%{{.*}}, %[[Q]]] : memref<?x96xi32>
+// DOT-NEXT:       %[[AB:.*]] = vector.broadcast %[[AP]] : i32 to vector<16xi32>
+// DOT-NEXT:       %[[A:.*]] = vector.bitcast %[[AB]] : vector<16xi32> to vector<32xbf16>
+// DOT-NEXT:       x86.avx512.dot %acc, %[[A]], %{{.*}} : vector<32xbf16> -> vector<16xf32>
+// DOT-COUNT-23:   x86.avx512.dot
+// DOT-NEXT:       scf.yield
+// DOT:          vector.fma
+// DOT:          memref.dealloc %a_pairs
+// DOT-NOT:      x86.avx512.dot
+// DOT:          func.return
+// CHECK-LABEL: func.func @gemm_bf16_dot
+// CHECK-NOT:     x86.avx512.dot
+// CHECK:         vector.fma
+// CHECK:         func.return
+
+// B read [j, k] in a loop that leaves it unchanged: the panels, packed before the loop, hold
+// (K + 1) / 2 rows of pairs; a column's pair is one i32 of its row, so 16 x 16 blocks of i32
+// are transposed in registers (64 shuffles each), the last pairs packed one at a time.
+// DOT-LABEL:  func.func @gemm_bf16_dot_b_transposed_in_a_loop
+// DOT:          %[[K:.*]] = memref.dim %b, %{{.*}} : memref<?x?xbf16>
+// DOT:          %[[K1:.*]] = arith.addi %[[K]], %{{.*}} : index
+// DOT-NEXT:     %[[ROWS:.*]] = arith.divui %[[K1]], %{{.*}} : index
+// DOT-NEXT:     %b_panels = memref.alloc(%{{.*}}, %[[ROWS]]) {alignment = 64 : i64} : memref<?x?x128xbf16>
+// DOT:          %[[L0:.*]] = vector.load %b[%{{.*}}, %[[K0:.*]]] : memref<?x?xbf16>, vector<32xbf16>
+// DOT-NEXT:     vector.bitcast %[[L0]] : vector<32xbf16> to vector<16xi32>
+// DOT-COUNT-64: vector.shuffle %{{.*}}, %{{.*}} [{{.*}}] : vector<16xi32>, vector<16xi32>
+// DOT-NEXT:     %[[T:.*]] = vector.bitcast %{{.*}} : vector<16xi32> to vector<32xbf16>
+// DOT-NEXT:     vector.store %[[T]], %b_panels[%{{.*}}, %{{.*}}, %{{.*}}] : memref<?x?x128xbf16>, vector<32xbf16>
+// DOT:          vector.insert %{{.*}}, %{{.*}} [15] : i32 into vector<16xi32>
+// DOT:          scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} {
+// DOT:            scf.for %[[Q:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(
+// DOT:              vector.load %b_panels[%{{.*}}, %{{.*}}, %{{.*}}] : memref<?x?x128xbf16>, vector<32xbf16>
+// DOT:              x86.avx512.dot
+// DOT:          memref.dealloc %b_panels
 
 func.func @gemm(%a: memref<?x?xf32>, %b: memref<?x?xf32>, %c: memref<?x?xf32>) {
   linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d1, d2)>,
@@ -444,6 +522,40 @@ func.func @gemm_rows_of_an_invariant_base(%a: memref<?x?xf32>, %x: memref<?x?xf3
         %sum = arith.addf %s, %pq : f32
         linalg.yield %sum : f32
       }
+    }
+  }
+  func.return
+}
+
+func.func @gemm_bf16_dot(%a: memref<?x?xbf16>, %b: memref<?x?xbf16>, %c: memref<?x?xf32>) {
+  linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d1, d2)>,
+                                   affine_map<(d0, d1, d2) -> (d0, d2)>],
+                  iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%a, %b : memref<?x?xbf16>, memref<?x?xbf16>) outs(%c : memref<?x?xf32>) {
+  ^bb0(%x: bf16, %y: bf16, %z: f32):
+    %xf = arith.extf %x : bf16 to f32
+    %yf = arith.extf %y : bf16 to f32
+    %p = arith.mulf %xf, %yf : f32
+    %s = arith.addf %z, %p : f32
+    linalg.yield %s : f32
+  }
+  func.return
+}
+
+func.func @gemm_bf16_dot_b_transposed_in_a_loop(%a: memref<?x?xbf16>, %b: memref<?x?xbf16>, %c: memref<?x?xf32>, %n: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  scf.for %t = %c0 to %n step %c1 {
+    linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d2, d1)>,
+                                     affine_map<(d0, d1, d2) -> (d0, d2)>],
+                    iterator_types = ["parallel", "reduction", "parallel"]}
+        ins(%a, %b : memref<?x?xbf16>, memref<?x?xbf16>) outs(%c : memref<?x?xf32>) {
+    ^bb0(%x: bf16, %y: bf16, %z: f32):
+      %xf = arith.extf %x : bf16 to f32
+      %yf = arith.extf %y : bf16 to f32
+      %p = arith.mulf %xf, %yf : f32
+      %s = arith.addf %z, %p : f32
+      linalg.yield %s : f32
     }
   }
   func.return
