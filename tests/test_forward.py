@@ -275,6 +275,59 @@ def test_chunked_schedule_matches_torch_autograd(rng, shards, options, chunk_row
         np.testing.assert_array_equal(got.loss, plain.loss)
 
 
+NARROW_DTYPES = [d for d in FLOAT_DTYPES if d != np.float32]
+
+
+@pytest.mark.parametrize("dtype", NARROW_DTYPES, ids=str)
+@pytest.mark.parametrize("shards", [1, 2, 3])
+@pytest.mark.parametrize("chunk_rows", [16, 25])
+def test_narrow_recompute_backward_in_chunks_matches_torch_autograd(rng, dtype, shards, chunk_rows):
+    """bfloat16/float16: the recompute schedule's backward in chunks of rows, each adding its dW
+    into the shards' gradients: the loss and dX bit-identical to one pass, dW within the dtype's
+    tolerance of PyTorch autograd (it is rounded once per chunk), every option together."""
+    options = {"label_smoothing": 0.1, "z_loss": 1e-3, "softcap": 10.0, "ignore_index": -100}
+    x, w, y = _loss_case(rng, 61, 24, 300, dtype)
+    for reduction in ("mean", "none"):
+        got = ops.linear_cross_entropy(x, _uneven(w, shards), y, reduction=reduction, chunk_rows=chunk_rows,
+                                       **options)
+        one = ops.linear_cross_entropy(x, _uneven(w, shards), y, reduction=reduction, chunk_rows=0, **options)
+        want = _torch_loss(x, w, y, reduction, **options)
+        np.testing.assert_array_equal(got.loss, one.loss)
+        np.testing.assert_array_equal(got.input_grad, one.input_grad)
+        assert got.weight_grad[0].dtype == dtype
+        assert_close(got.loss, want[0], np.float32)
+        assert_close(got.input_grad, want[1])
+        assert_close(np.concatenate(got.weight_grad), want[2])
+
+
+def test_narrow_recompute_backward_chunk_choice(rng, monkeypatch):
+    """Default for bfloat16/float16: one pass where the float32 dX accumulator of every row fits,
+    beside the wavefront's ring of cores + 2 float32 dW tiles, in 13/16 of 1/16 of the two BT x K
+    buffers of the dtype PyTorch eager holds; chunks of the rows that fit (at least a token tile
+    per core) elsewhere; float32 takes one pass."""
+    monkeypatch.setattr(loss_mod, "_tiles", lambda: {"bt": 8, "v": 16})
+    monkeypatch.setattr(loss_mod, "_cores", lambda: 2)
+    calls = []
+    real = loss_mod._recomputed
+    monkeypatch.setattr(loss_mod, "_recomputed", lambda *a: calls.append(a[5]) or real(*a))
+    # A ring of 4 x 16 x H float32; per row H float32 (dX's accumulator), plus 3 x H x 2 bytes of the
+    # shards' dX with 3 shards. At H = 8, K = 4000 every row fits; at H = 64, K = 256 a chunk of
+    # the rows that fit, at least 2 x 8 (a token tile per core) where none does.
+    for bt, h, k, dtype, shards, rows in [(64, 8, 4000, BFLOAT16, 1, 0), (400, 64, 256, np.float32, 1, 0),
+                                          (2000, 64, 256, BFLOAT16, 1, 342), (2000, 64, 256, np.float16, 3, 136),
+                                          (300, 64, 256, BFLOAT16, 1, 16)]:
+        calls.clear()
+        x, w, y = _loss_case(rng, bt, h, k, dtype, ignored=0.0)
+        ops.linear_cross_entropy(x, w, y, shards=shards, z_loss=1e-3)
+        assert calls == [rows], (bt, dtype, shards)
+        budget = 2 * bt * k * 2 // 16 * 13 // 16 - 4 * 16 * h * 4
+        per_row = h * 4 + (shards > 1) * shards * h * 2
+        if rows > 16:
+            assert rows * per_row <= budget < (rows + 1) * per_row
+        elif rows:
+            assert 16 * per_row > budget
+
+
 @pytest.mark.parametrize("cores", [1, 2, 3])
 def test_chunked_schedule_is_the_same_on_any_thread_count(rng, monkeypatch, cores):
     """The parts follow the target's cores, not the threads: 1, 2 and 3 threads (more parts than

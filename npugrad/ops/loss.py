@@ -40,6 +40,16 @@ fits, with each core's packed tile of W and rows of X, in 13/16 of 1/16 of the t
 buffers PyTorch eager holds (the logits and their gradient; issue 14's memory target), if it is
 at least one token tile (fewer rows pay for packing W for too few); recompute elsewhere. Where
 memory allows, a larger `chunk_rows` is faster.
+
+bfloat16/float16 take the recompute schedule, whose backward accumulates dX in float32 (BT × H ×
+4 bytes: 64 MiB at BT = H = 4096, more than the memory target allows). Its backward runs in
+chunks of rows instead (_backward_rows): by default the rows whose float32 dX fits, beside the
+wavefront's ring of float32 dW tiles, in the same budget in the input's dtype (921 rows at BT =
+H = 4096, K = 32000; at least a token tile per core), each chunk adding its dW into the
+gradient (`accumulate`), so dW is rounded to the dtype once per chunk; the loss and dX are
+bit-identical to one pass. `chunk_rows=0` keeps one pass (dW rounded once), n > 0 chunks of n.
+bench/loss.py, Zen 3, the second step: 26.1 MiB beyond the gradients against one pass's 77.0
+(eager: 749 MiB), 34.2 s against 33.1.
 """
 
 from __future__ import annotations
@@ -140,7 +150,9 @@ def linear_cross_entropy(input, weight, target, *, shards: int | None = None, ig
         loss_c, dx_c, dws = _chunked(xc, yc, ws, per_row, rows_per_chunk, opts)
     else:
         stats, loss_c = _statistics(xc, yc, _whole(ws), opts)
-        dx_c, dws = _recomputed(xc, ws, stats, per_row, opts) if want_grad else (None, [])
+        dx_c, dws = (_recomputed(xc, ws, stats, per_row, opts, _backward_rows(chunk, x.dtype, n, bt, x.shape[1], ws,
+                                                                                opts))
+                     if want_grad else (None, []))
 
     if reduction == "none":
         loss = np.zeros(bt, F32)
@@ -214,16 +226,37 @@ class _Stats(NamedTuple):
     sum_exp_logits: np.ndarray  # S, global
 
 
-def _recomputed(xc, ws, st: _Stats, per_row, o: _Options):
-    """The gradients in memory-saving mode (the logits recomputed): (dX of the rows, dW per shard)."""
-    dx_c, dws = [], []
-    for w, shard in zip(ws, st.shards):
-        gx, gw = fused_linear_cross_entropy_loss_grad(
-            per_row, xc, w, shard.target_mask, shard.masked_target, o.alpha, st.logits_max, st.sum_exp_logits,
-            vocab_size=o.k if o.alpha else 0, z_loss=o.z_loss, softcap=o.cap)
-        dx_c.append(gx)
-        dws.append(gw)
-    return (o.group.all_reduce(dx_c, "sum") if len(dx_c) > 1 else dx_c[0]), dws
+def _recomputed(xc, ws, st: _Stats, per_row, o: _Options, rows: int = 0):
+    """The gradients in memory-saving mode (the logits recomputed): (dX of the rows, dW per shard).
+    `rows` > 0: the backward in chunks of that many rows, each chunk's dW added into the shards'
+    gradients (`accumulate`; module docstring)."""
+    n = xc.shape[0]
+    if not rows or rows >= n:
+        dx_c, dws = [], []
+        for w, shard in zip(ws, st.shards):
+            gx, gw = fused_linear_cross_entropy_loss_grad(
+                per_row, xc, w, shard.target_mask, shard.masked_target, o.alpha, st.logits_max, st.sum_exp_logits,
+                vocab_size=o.k if o.alpha else 0, z_loss=o.z_loss, softcap=o.cap)
+            dx_c.append(gx)
+            dws.append(gw)
+        return (o.group.all_reduce(dx_c, "sum") if len(dx_c) > 1 else dx_c[0]), dws
+    dx = np.zeros(xc.shape, xc.dtype)
+    dws = [np.zeros(w.shape, w.dtype) for w in ws]
+    outside = [_outside(shard.target_mask, n) for shard in st.shards]
+    partial = [np.empty((rows, xc.shape[1]), xc.dtype) for _ in ws] if len(ws) > 1 else []
+    for a in range(0, n, rows):
+        b = min(a + rows, n)
+        outs = [p[: b - a] for p in partial] or [dx[a:b]]
+        for w, shard, out, gw, away in zip(ws, st.shards, outs, dws, outside):
+            if partial:
+                out.fill(0)
+            fused_linear_cross_entropy_loss_grad(
+                per_row[a:b], xc[a:b], w, np.packbits(away[a:b], bitorder="little"), shard.masked_target[a:b],
+                o.alpha, st.logits_max[a:b], st.sum_exp_logits[a:b], vocab_size=o.k if o.alpha else 0,
+                z_loss=o.z_loss, softcap=o.cap, accumulate=True, input_grad_out=out, weight_grad_out=gw)
+        if partial:
+            dx[a:b] = o.group.all_reduce(outs, "sum")
+    return dx, dws
 
 
 def _chunked(xc, yc, ws, per_row, rows: int, o: _Options):
@@ -273,11 +306,11 @@ def _chunk_rows(chunk: int | None, ws, dtype, n: int, bt: int, h: int, o: _Optio
     applies = (dtype == F32 and not o.z_loss and not o.cap
                and min(w.shape[0] for w in ws) >= FusedLinearCrossEntropyLossGradOp.MIN_V_HIGH_PERFORMANCE)
     if chunk is not None:
-        if chunk and not applies:
+        if chunk and not applies and dtype == F32:
             raise SignatureError(f"{OP}: parameter 'chunk_rows' = {chunk} needs the chunked schedule, which takes "
                                  "float32 inputs, no z_loss, no softcap and shards of at least "
                                  f"{FusedLinearCrossEntropyLossGradOp.MIN_V_HIGH_PERFORMANCE} rows")
-        return chunk if n else 0
+        return chunk if n and applies else 0
     if not applies or not n:
         return 0
     tiles, cores = _tiles(), _cores()
@@ -292,6 +325,24 @@ def _chunk_rows(chunk: int | None, ws, dtype, n: int, bt: int, h: int, o: _Optio
     budget = 2 * bt * o.k * 4 // 16 * 13 // 16 - lanes * tiles["v"] * h * 4
     rows = min(n, max(budget, 0) // ((o.k + (parts - 1 + lanes) * h) * 4))
     return rows if rows >= tiles["bt"] else 0
+
+
+def _backward_rows(chunk: int | None, dtype, n: int, bt: int, h: int, ws, o: _Options) -> int:
+    """The recompute schedule's rows per backward chunk, or 0 for one pass (module docstring)."""
+    if dtype == F32 or not n:
+        return 0  # float32 gradients are their own accumulators: chunks would only repack W
+    if chunk is not None:
+        return chunk
+    tiles, cores = _tiles(), _cores()
+    size = np.dtype(dtype).itemsize
+    # Within 13/16 of 1/16 of the two bt x K buffers PyTorch eager holds in this dtype (the logits
+    # and their gradient; it held three in bench/loss.py): the wavefront's ring of float32 dW
+    # tiles (cores + 2 of v x H: passes/tiling/flce.py), then per row the float32 dX accumulator
+    # and, for several shards, each shard's dX. The 3/16 left are for the rest (about 7 MiB at
+    # BT = H = 4096, K = 32000: the forward's statistics and the kernels' scratch).
+    budget = 2 * bt * o.k * size // 16 * 13 // 16 - (cores + 2) * tiles["v"] * h * 4
+    rows = max(budget, 0) // (h * 4 + (len(ws) > 1) * len(ws) * h * size)
+    return 0 if rows >= n else max(rows, tiles["bt"] * cores)
 
 
 def _tiles() -> dict[str, int]:
