@@ -137,7 +137,7 @@ def table(title: str, rows: list[tuple[Result, str]], baseline: str, flops: floa
              "-" * 110]
     for r, note in rows:
         if r.error:
-            lines.append(f"{r.name:<44} {'failed':>10}  {r.error}")
+            lines.append(f"{r.name:<44} {'not run' if r.predicted else 'failed':>10}  {r.error}")
             continue
         gf = f"{flops / r.median / 1e9:8.1f}" if flops else f"{'':>8}"
         lines.append(f"{r.name:<44} {r.median * 1e3:>10.1f} {gf} {base / r.median:>13.2f}x {r.peak_mib:>15.1f}  {note}")
