@@ -304,27 +304,33 @@ def test_narrow_recompute_backward_chunk_choice(rng, monkeypatch):
     """Default for bfloat16/float16: one pass where the float32 dX accumulator of every row fits,
     beside the wavefront's ring of cores + 2 float32 dW tiles, in 13/16 of 1/16 of the two BT x K
     buffers of the dtype PyTorch eager holds; chunks of the rows that fit (at least a token tile
-    per core) elsewhere; float32 takes one pass."""
+    per core) elsewhere; float32 takes one pass; an explicit chunk_rows is taken as it is."""
     monkeypatch.setattr(loss_mod, "_tiles", lambda: {"bt": 8, "v": 16})
     monkeypatch.setattr(loss_mod, "_cores", lambda: 2)
     calls = []
     real = loss_mod._recomputed
     monkeypatch.setattr(loss_mod, "_recomputed", lambda *a: calls.append(a[5]) or real(*a))
+    # The call passes the choice on: 2000 rows, H = 64, K = 256, one shard -> 342 rows per chunk.
+    x, w, y = _loss_case(rng, 2000, 64, 256, BFLOAT16, ignored=0.0)
+    ops.linear_cross_entropy(x, w, y, z_loss=1e-3)
+    assert calls == [342]
     # A ring of 4 x 16 x H float32; per row H float32 (dX's accumulator), plus 3 x H x 2 bytes of the
     # shards' dX with 3 shards. At H = 8, K = 4000 every row fits; at H = 64, K = 256 a chunk of
     # the rows that fit, at least 2 x 8 (a token tile per core) where none does.
-    for bt, h, k, dtype, shards, rows in [(64, 8, 4000, BFLOAT16, 1, 0), (400, 64, 256, np.float32, 1, 0),
-                                          (2000, 64, 256, BFLOAT16, 1, 342), (2000, 64, 256, np.float16, 3, 136),
-                                          (300, 64, 256, BFLOAT16, 1, 16)]:
-        calls.clear()
-        x, w, y = _loss_case(rng, bt, h, k, dtype, ignored=0.0)
-        ops.linear_cross_entropy(x, w, y, shards=shards, z_loss=1e-3)
-        assert calls == [rows], (bt, dtype, shards)
+    for bt, h, k, dtype, shards, chunk, rows in [(64, 8, 4000, BFLOAT16, 1, None, 0),
+                                                 (400, 64, 256, np.float32, 1, None, 0),
+                                                 (2000, 64, 256, BFLOAT16, 1, None, 342),
+                                                 (2000, 64, 256, np.float16, 3, None, 136),
+                                                 (300, 64, 256, BFLOAT16, 1, None, 16),
+                                                 (300, 64, 256, BFLOAT16, 1, 0, 0), (300, 64, 256, np.float16, 1, 40, 40)]:
+        opts = loss_mod._Options(0.0, 0.0, 1e-3, k, InProcess())
+        got = loss_mod._backward_rows(chunk, np.dtype(dtype), bt, bt, h, [None] * shards, opts)
+        assert got == rows, (bt, dtype, shards, chunk)
         budget = 2 * bt * k * 2 // 16 * 13 // 16 - 4 * 16 * h * 4
         per_row = h * 4 + (shards > 1) * shards * h * 2
-        if rows > 16:
+        if chunk is None and rows > 16:
             assert rows * per_row <= budget < (rows + 1) * per_row
-        elif rows:
+        elif chunk is None and rows:
             assert 16 * per_row > budget
 
 

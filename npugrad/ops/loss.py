@@ -48,7 +48,7 @@ wavefront's ring of float32 dW tiles, in the same budget in the input's dtype (9
 H = 4096, K = 32000; at least a token tile per core), each chunk adding its dW into the
 gradient (`accumulate`), so dW is rounded to the dtype once per chunk; the loss and dX are
 bit-identical to one pass. `chunk_rows=0` keeps one pass (dW rounded once), n > 0 chunks of n.
-bench/loss.py, Zen 3, the second step: 26.1 MiB beyond the gradients against one pass's 77.0
+Zen 3, 2 threads, a steady-state step: 26.1 MiB beyond the gradients against one pass's 77.0
 (eager: 749 MiB), 34.2 s against 33.1.
 """
 
@@ -336,10 +336,11 @@ def _backward_rows(chunk: int | None, dtype, n: int, bt: int, h: int, ws, o: _Op
     tiles, cores = _tiles(), _cores()
     size = np.dtype(dtype).itemsize
     # Within 13/16 of 1/16 of the two bt x K buffers PyTorch eager holds in this dtype (the logits
-    # and their gradient; it held three in bench/loss.py): the wavefront's ring of float32 dW
-    # tiles (cores + 2 of v x H: passes/tiling/flce.py), then per row the float32 dX accumulator
-    # and, for several shards, each shard's dX. The 3/16 left are for the rest (about 7 MiB at
-    # BT = H = 4096, K = 32000: the forward's statistics and the kernels' scratch).
+    # and their gradient; in bfloat16 at BT = 4096, K = 32000 it held three, 749 MiB): the
+    # wavefront's ring of float32 dW tiles (cores + 2 of v x H: passes/tiling/flce.py), then per
+    # row the float32 dX accumulator and, for several shards, each shard's dX. The 3/16 left are
+    # for the rest (bench/loss.py, BT = H = 4096: 26.7 MiB beyond the gradients where these terms
+    # come to 25.4).
     budget = 2 * bt * o.k * size // 16 * 13 // 16 - (cores + 2) * tiles["v"] * h * 4
     rows = max(budget, 0) // (h * 4 + (len(ws) > 1) * len(ws) * h * size)
     return 0 if rows >= n else max(rows, tiles["bt"] * cores)
