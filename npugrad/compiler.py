@@ -22,6 +22,7 @@ from xdsl.dialects.builtin import FileLineColLoc, IntAttr, ModuleOp, StringAttr,
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.parser import Parser, UnresolvedOperand
 from xdsl.passes import ModulePass
+from xdsl.traits import NoTerminator
 from xdsl.transforms.convert_linalg_to_loops import ConvertLinalgToLoopsPass
 from xdsl.utils.exceptions import ParseError, VerifyException
 from xdsl.utils.lexer import Span
@@ -176,12 +177,25 @@ def verify(module: ModuleOp, text: str = "", name: str = "<stdin>") -> None:
         try:
             op.verify(verify_nested_ops=False)
             verify_attributes(op)
+            _verify_structure(op)
         except VerifyException as e:
             raise CompileError([_located(op, _about_op(op.name, str(e)), text, name)]) from None
-    try:
-        module.verify()
-    except VerifyException as e:
-        raise CompileError([_located(module, str(e), text, name)]) from None
+
+
+def _verify_structure(op: Operation) -> None:
+    """What xDSL's Region.verify and Block.verify check of the op's regions besides verifying
+    the ops in them (which the walk above does, each once): parent links, and that a block of
+    a single-block region that needs a terminator is not empty."""
+    for region in op.regions:
+        for block in region.blocks:
+            if block.parent is not region:
+                raise VerifyException("Parent pointer of block does not refer to containing region")
+            if block.first_op is None and len(region.blocks) == 1 and not op.has_trait(NoTerminator):
+                raise VerifyException(f"Operation {op.name} contains empty block in single-block region "
+                                      "that expects at least a terminator")
+            for inner in block.ops:
+                if inner.parent is not block:
+                    raise VerifyException("Parent pointer of operation does not refer to containing region")
 
 
 @dataclass

@@ -75,3 +75,23 @@ def test_the_runtime_verifies_each_pass_on_request(monkeypatch):
     monkeypatch.setattr(specialize, "_DEFAULT_PIPELINES", {})
     monkeypatch.setenv("NPUGRAD_VERIFY_EACH", "1")
     assert specialize._pipeline_and_key(None)[0].verify_each is True
+
+
+def test_each_op_is_verified_once_and_the_regions_structure_still_is():
+    """compiler.verify checks each op once (not again inside its parent's nested verification);
+    what xDSL's region and block verifiers add besides is still checked, at the op that owns
+    the region: an empty block where a terminator is needed, and parent links."""
+    from xdsl.dialects.builtin import ModuleOp
+    from xdsl.ir import Block, Region
+
+    from npugrad.compiler import verify
+
+    empty = func.FuncOp("empty", ((), ()), Region(Block()))
+    with pytest.raises(CompileError, match="func.func.*empty block.*terminator"):
+        verify(ModuleOp([empty]))
+    ok = func.FuncOp("ok", ((), ()), Region(Block([func.ReturnOp()])))
+    module = ModuleOp([ok])
+    verify(module)
+    ok.body.block.first_op.parent = Block()  # a stale parent link, as a buggy rewrite would leave
+    with pytest.raises(CompileError, match="Parent pointer"):
+        verify(module)
