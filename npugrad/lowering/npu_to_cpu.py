@@ -29,8 +29,17 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, memref
-from xdsl.dialects.builtin import DYNAMIC_INDEX, FunctionType, IntegerAttr, MemRefType, ModuleOp, NoneAttr
-from xdsl.ir import Attribute, Operation
+from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
+    ArrayAttr,
+    DictionaryAttr,
+    FunctionType,
+    IntegerAttr,
+    MemRefType,
+    ModuleOp,
+    NoneAttr,
+)
+from xdsl.ir import Attribute, Operation, ParametrizedAttribute
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
@@ -41,7 +50,7 @@ from xdsl.pattern_rewriter import (
     attr_type_rewrite_pattern,
     op_type_rewrite_pattern,
 )
-from xdsl.rewriter import InsertPoint
+from xdsl.rewriter import InsertPoint, Rewriter
 
 from npugrad.dialect.npu import (
     BLOCKS,
@@ -63,8 +72,37 @@ class _EraseMemorySpace(TypeConversionPattern):
     @attr_type_rewrite_pattern
     def convert_type(self, typ: MemRefType, /) -> Attribute | None:
         if isinstance(typ.memory_space, MemorySpaceAttr):
-            return MemRefType(typ.element_type, typ.get_shape(), typ.layout, NoneAttr())
+            return _erased(typ)
         return None
+
+
+def _erased(t: MemRefType) -> MemRefType:
+    return MemRefType(t.element_type, t.get_shape(), t.layout, NoneAttr())
+
+
+def _holds_local(attr: Attribute) -> bool:
+    if isinstance(attr, MemRefType):
+        return isinstance(attr.memory_space, MemorySpaceAttr)
+    if isinstance(attr, ParametrizedAttribute):
+        return any(_holds_local(p) for p in attr.parameters)
+    if isinstance(attr, ArrayAttr):
+        return any(_holds_local(a) for a in attr.data)
+    if isinstance(attr, DictionaryAttr):
+        return any(_holds_local(a) for a in attr.data.values())
+    return False
+
+
+def _erase_memory_spaces(module: ModuleOp) -> None:
+    """Every memref type in a local level (an #npu.mem memory space) -> the same memref in the
+    default space. Local buffers and their views are values: their types are replaced directly.
+    A local type inside an attribute (a function's signature) is rare: only then does xDSL's
+    TypeConversionPattern run, which rebuilds every attribute of every op (seconds on a large
+    module)."""
+    local = [v for o in module.walk() for v in (*o.results, *_block_args(o)) if _in_local_level(v)]
+    for v in local:
+        Rewriter.replace_value_with_new_type(v, _erased(v.type))
+    if any(_holds_local(a) for o in module.walk() for a in (*o.attributes.values(), *o.properties.values())):
+        PatternRewriteWalker(_EraseMemorySpace(recursive=True)).rewrite_module(module)
 
 
 class LowerCopy(RewritePattern):
@@ -171,9 +209,7 @@ class LowerNpuToCpuPass(ModulePass):
         PatternRewriteWalker(LowerLaunchServices(), apply_recursively=False).rewrite_module(op)
         patterns = GreedyRewritePatternApplier([LowerFunction(), LowerCopy()])
         PatternRewriteWalker(patterns, apply_recursively=False).rewrite_module(op)
-        # Rewriting every op's types is slow on large modules: only do it when a level is named.
-        if any(_in_local_level(v) for o in op.walk() for v in (*o.results, *_block_args(o))):
-            PatternRewriteWalker(_EraseMemorySpace(recursive=True)).rewrite_module(op)
+        _erase_memory_spaces(op)
 
 
 def _block_args(op: Operation):
