@@ -97,10 +97,10 @@ def combine(runs: list[Result]) -> Result:
 
 
 def measure(name: str, spec: str, args: dict, repeats: int = 3, warmup: int = 1, threads: int | None = None,
-            slow: float | None = None, timeout: float | None = None) -> Result:
-    """Run one contender in a fresh interpreter and return its figures (or the error it hit, or
-    "timed out" after `timeout` seconds)."""
-    env = dict(os.environ)
+            slow: float | None = None, timeout: float | None = None, env: dict[str, str] | None = None) -> Result:
+    """Run one contender in a fresh interpreter (with `env` added to this one's environment)
+    and return its figures (or the error it hit, or "timed out" after `timeout` seconds)."""
+    env = {**os.environ, **(env or {})}
     if threads is not None:
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NPUGRAD_THREADS"):
             env[var] = str(threads)

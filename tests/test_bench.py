@@ -62,8 +62,9 @@ def test_quick_bench_prints_every_op_with_ratio_columns():
             assert all(r.endswith("x") for r in ratios), ours
             if op == "flce":  # the rate as a fraction of the SGEMM ceiling
                 assert all(r.split("GFLOP/s")[1].split()[0].endswith("%") for r in group), group
+    assert "cold compile ms" in compile_times[1] and "from disk ms" in compile_times[1]
     compiled = {line.split()[0] for line in compile_times[3:]}
-    assert compiled == set(bench_ops.OPS)
+    assert compiled == set(bench_ops.OPS) and not [r for r in compile_times[3:] if "failed" in r]
     if EXTRA:
         rows = contender_compile[0][3:]
         assert sorted({r[41:].split()[0] for r in rows}) == sorted(EXTRA) and not [r for r in rows if "failed" in r]

@@ -195,6 +195,15 @@ def _missing_feature(llvm_ir: str, tm: llvm.TargetMachine | None) -> str | None:
 
 def optimised(llvm_ir: str, tm: llvm.TargetMachine | None = None) -> llvm.ModuleRef:
     """The module parsed (in llvmlite's syntax), verified and optimised at O3 for `tm` (the host)."""
+    module, tm = parsed(llvm_ir, tm)
+    builder = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=3))
+    builder.getModulePassManager().run(module, builder)
+    return module
+
+
+def parsed(llvm_ir: str, tm: llvm.TargetMachine | None = None) -> tuple[llvm.ModuleRef, llvm.TargetMachine]:
+    """The module parsed (in llvmlite's syntax) and verified, set for `tm` (the host), not yet
+    optimised; and that target machine."""
     init()
     if (feature := _missing_feature(llvm_ir, tm)) is not None:
         raise JitError(f"the module uses {feature} instructions, which this CPU ({llvm.get_host_cpu_name()}) lacks: "
@@ -208,9 +217,7 @@ def optimised(llvm_ir: str, tm: llvm.TargetMachine | None = None) -> llvm.Module
     tm = tm or host_target_machine()
     module.triple = tm.triple
     module.data_layout = str(tm.target_data)
-    builder = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=3))
-    builder.getModulePassManager().run(module, builder)
-    return module
+    return module, tm
 
 
 

@@ -1,11 +1,12 @@
-"""Optimised LLVM IR (lowering/machine_code.py) → machine code JIT-linked into the process."""
+"""Optimised LLVM IR (lowering/machine_code.py) → machine code JIT-linked into the process; the
+machine code of IR compiled before, by any process, comes from the disk cache (object_cache.py)."""
 
 from __future__ import annotations
 
 import llvmlite.binding as llvm
 
-from npugrad.lowering.machine_code import LOCK, JitError, new_target_machine, optimised
-from npugrad.runtime import sync
+from npugrad.lowering.machine_code import LOCK, JitError, new_target_machine, optimised, parsed
+from npugrad.runtime import object_cache, sync
 
 __all__ = ["JitError", "JitModule"]
 
@@ -18,9 +19,18 @@ class JitModule:
         self.services = sync.services(llvm_ir)
         with LOCK:
             sync.bind_symbols(self.services)
-            module = optimised(llvm_ir)
+            key = object_cache.key(llvm_ir)
+            code = object_cache.load(key)
+            # With the machine code at hand the module is only parsed (its symbols and static
+            # constructors); the engine takes the code instead of optimising and generating it.
+            module = optimised(llvm_ir) if code is None else parsed(llvm_ir)[0]
             # The engine takes ownership of its target machine and frees it with itself.
             self._engine = llvm.create_mcjit_compiler(module, new_target_machine())
+            if code is None:
+                self._engine.set_object_cache(lambda _module, compiled: object_cache.store(key, compiled))
+            else:
+                self._engine.set_object_cache(getbuffer_func=lambda _module: code)
+            self.from_cache = code is not None
             self._engine.finalize_object()
             self._engine.run_static_constructors()
 

@@ -9,7 +9,7 @@ config.suffixes = [".mlir", ".ll"]
 config.test_source_root = os.path.dirname(__file__)
 config.excludes = ["lit.cfg.py", "Inputs"]
 config.environment["PATH"] = os.environ.get("PATH", "")
-for var in ("HOME", "PYTHONPATH", "VIRTUAL_ENV"):
+for var in ("HOME", "PYTHONPATH", "VIRTUAL_ENV", "NPUGRAD_CACHE_DIR", "XDG_CACHE_HOME"):
     if var in os.environ:
         config.environment[var] = os.environ[var]
 # `FileCheck` is the Python filecheck package's `filecheck`.

@@ -1,0 +1,97 @@
+"""Machine code kept on disk across processes, keyed by everything that decides it: the LLVM IR
+the pipeline produced, llvmlite's and LLVM's versions, and this CPU (name and features). A
+process that compiles a kernel another process compiled before (a test worker, a lit RUN line,
+a benchmark's fresh interpreter) skips LLVM's O3 pipeline and code generation; the npugrad
+passes still run, so a changed pass changes the IR and misses the cache.
+
+    NPUGRAD_CACHE_DIR=<dir>   where (default: $XDG_CACHE_HOME/npugrad, else ~/.cache/npugrad)
+    NPUGRAD_CACHE_DIR=off     no disk cache (every process compiles from its IR)
+
+An entry is `<key>.o`: a header (magic, SHA-256 of the code) then the object code. It is written
+to a temporary file and renamed into place, so readers see a whole entry or none; one whose
+digest does not match (a truncated disk, a hand edit) is ignored and rewritten. Any OSError
+(a read-only home, a full disk) falls back to compiling, silently: the cache only saves time.
+The code in the directory is run as it is found: it is created private to its user (0700), and
+one shared with users you do not trust must not be named.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from functools import cache
+
+import llvmlite
+import llvmlite.binding as llvm
+
+FORMAT = b"npugrad-object-cache-1\n"  # bump when what an entry holds changes
+
+
+def directory() -> str | None:
+    """The cache directory, or None when NPUGRAD_CACHE_DIR=off (or empty)."""
+    configured = os.environ.get("NPUGRAD_CACHE_DIR")
+    if configured is not None:
+        return None if configured.strip().lower() in ("", "off", "0", "none") else configured
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "npugrad")
+
+
+@cache
+def _machine() -> bytes:
+    """What, besides the IR, the machine code depends on (the JIT's target machine)."""
+    features = llvm.get_host_cpu_features().flatten()
+    parts = (llvmlite.__version__, ".".join(map(str, llvm.llvm_version_info)), llvm.get_default_triple(),
+             llvm.get_host_cpu_name(), features, "O3", "jitdefault")
+    return "\0".join(parts).encode()
+
+
+def key(llvm_ir: str) -> str:
+    h = hashlib.sha256(FORMAT)
+    h.update(_machine())
+    h.update(b"\0")
+    h.update(llvm_ir.encode())
+    return h.hexdigest()
+
+
+def _path(k: str) -> str | None:
+    d = directory()
+    return None if d is None else os.path.join(d, f"{k}.o")
+
+
+def load(k: str) -> bytes | None:
+    """The object code stored under `k`, or None (absent, unreadable, damaged)."""
+    path = _path(k)
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    header = len(FORMAT) + 32
+    if len(data) <= header or not data.startswith(FORMAT):
+        return None
+    code = data[header:]
+    if hashlib.sha256(code).digest() != data[len(FORMAT):header]:
+        return None
+    return code
+
+
+def store(k: str, code: bytes) -> None:
+    """Keep `code` under `k` (atomically; errors ignored)."""
+    path = _path(k)
+    if path is None or not code:
+        return
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=".o")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(FORMAT + hashlib.sha256(code).digest() + code)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError:
+        pass

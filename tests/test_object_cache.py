@@ -1,0 +1,151 @@
+"""The disk cache of machine code (runtime/object_cache.py): a module compiled once is loaded, not
+compiled, by the next JIT of the same IR, in this process or another, and runs the same; a
+damaged entry, an unwritable directory or NPUGRAD_CACHE_DIR=off only cost a compile."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from npugrad.runtime import object_cache
+from npugrad.runtime.jit import JitModule
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# out[i] = a[i] * b[i] + 1 for i < n; a vectorisable loop, so O3 and code generation have work to do.
+AXPB = """
+define void @axpb(ptr noalias %a, ptr noalias %b, ptr noalias %out, i64 %n) {
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %next, %body ]
+  %more = icmp slt i64 %i, %n
+  br i1 %more, label %body, label %done
+body:
+  %pa = getelementptr float, ptr %a, i64 %i
+  %pb = getelementptr float, ptr %b, i64 %i
+  %x = load float, ptr %pa
+  %y = load float, ptr %pb
+  %m = fmul float %x, %y
+  %r = fadd float %m, 1.0
+  %po = getelementptr float, ptr %out, i64 %i
+  store float %r, ptr %po
+  %next = add i64 %i, 1
+  br label %loop
+done:
+  ret void
+}
+"""
+
+SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    d = tmp_path / "objects"
+    monkeypatch.setenv("NPUGRAD_CACHE_DIR", str(d))
+    return d
+
+
+def _run(module: JitModule, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    n = 1003  # not a multiple of any vector width
+    a, b = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    out = np.zeros(n, np.float32)
+    SIGNATURE(module.address("axpb"))(a.ctypes.data, b.ctypes.data, out.ctypes.data, n)
+    return out, a * b + np.float32(1)
+
+
+def _entries(d) -> list[str]:
+    return sorted(p.name for p in d.iterdir()) if d.exists() else []
+
+
+def test_second_jit_of_the_same_ir_loads_the_code(cache_dir, rng):
+    first = JitModule(AXPB)
+    assert not first.from_cache
+    assert _entries(cache_dir) == [f"{object_cache.key(AXPB)}.o"]
+    second = JitModule(AXPB)
+    assert second.from_cache
+    seed = int(rng.integers(2**31))
+    got1, want = _run(first, seed)
+    got2, _ = _run(second, seed)
+    np.testing.assert_allclose(got1, want, rtol=1e-6)
+    assert got1.tobytes() == got2.tobytes()  # the cached code is the same code
+
+
+def test_other_ir_is_another_entry(cache_dir):
+    JitModule(AXPB)
+    other = JitModule(AXPB.replace("fadd float %m, 1.0", "fadd float %m, 2.0"))
+    assert not other.from_cache and len(_entries(cache_dir)) == 2
+
+
+def test_the_key_holds_the_cpu_and_llvm(monkeypatch):
+    before = object_cache.key(AXPB)
+    object_cache._machine.cache_clear()
+    monkeypatch.setattr(object_cache.llvm, "get_host_cpu_name", lambda: "some-other-cpu")
+    try:
+        assert object_cache.key(AXPB) != before
+    finally:
+        object_cache._machine.cache_clear()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "flipped", "empty", "foreign"])
+def test_a_damaged_entry_is_compiled_again_and_rewritten(cache_dir, rng, damage):
+    JitModule(AXPB)
+    [name] = _entries(cache_dir)
+    path = cache_dir / name
+    data = path.read_bytes()
+    path.write_bytes({"truncated": data[: len(data) // 2], "flipped": data[:-1] + bytes([data[-1] ^ 1]),
+                      "empty": b"", "foreign": b"\x7fELF" + data[4:]}[damage])
+    again = JitModule(AXPB)
+    assert not again.from_cache
+    got, want = _run(again, int(rng.integers(2**31)))
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert path.read_bytes() == data and JitModule(AXPB).from_cache
+
+
+@pytest.mark.parametrize("setting", ["off", ""])
+def test_off_keeps_nothing(tmp_path, monkeypatch, setting):
+    monkeypatch.setenv("NPUGRAD_CACHE_DIR", setting)
+    monkeypatch.chdir(tmp_path)
+    assert object_cache.directory() is None
+    assert not JitModule(AXPB).from_cache and not JitModule(AXPB).from_cache
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_default_directory_follows_xdg(monkeypatch, tmp_path):
+    monkeypatch.delenv("NPUGRAD_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert object_cache.directory() == str(tmp_path / "npugrad")
+
+
+def test_an_unusable_directory_only_costs_a_compile(tmp_path, monkeypatch, rng):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("NPUGRAD_CACHE_DIR", str(blocker / "objects"))
+    module = JitModule(AXPB)
+    assert not module.from_cache and not JitModule(AXPB).from_cache
+    got, want = _run(module, int(rng.integers(2**31)))
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_another_process_loads_an_op_kernel(cache_dir):
+    """An op compiled in one interpreter is loaded from disk in the next, and computes the same
+    bits (the BCE gradient on fixed inputs)."""
+    code = (
+        "import sys, numpy as np; from npugrad import ops; from npugrad.runtime import specialize\n"
+        "x = np.linspace(0.05, 0.95, 1001, dtype=np.float32); y = x[::-1].copy()\n"
+        "g = ops.binary_cross_entropy_grad(x, y, np.float32(0.5))\n"
+        "jits = [k._jit for k in specialize._CACHE.values()]\n"
+        "print(int(all(j.from_cache for j in jits)), len(jits), g.tobytes().hex())\n"
+    )
+    runs = [subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
+                           cwd=ROOT, env={**os.environ, "NPUGRAD_CACHE_DIR": str(cache_dir)}).stdout.split()
+            for _ in range(2)]
+    assert runs[0][:2] == ["0", "1"] and runs[1][:2] == ["1", "1"]
+    assert runs[0][2] == runs[1][2]
