@@ -29,15 +29,19 @@ def _tables(stdout: str) -> list[list[str]]:
     return [b for b in blocks if any(line.startswith(("case ", "op ")) for line in b)]
 
 
-def test_quick_bench_prints_every_op_with_ratio_columns():
+def _quick_bench(*options: str) -> subprocess.CompletedProcess:
     proc = subprocess.run(
-        [sys.executable, "-m", "npugrad.tools.main", "bench", "--quick", "--repeats", "1", "--rounds", "2"],
+        [sys.executable, "-m", "npugrad.tools.main", "bench", "--quick", "--repeats", "1", *options],
         check=False, capture_output=True, text=True, timeout=900, cwd=ROOT,
         env={**os.environ, "NPUGRAD_PROGRESS": "1"},  # progress on stderr, though it is no terminal
     )
     assert proc.returncode == 0, proc.stderr
-    assert "median of 1 timed call(s)" in proc.stdout and "pooled over 2 round(s)" in proc.stdout
-    assert "(round 2 of 2)" in proc.stderr
+    return proc
+
+
+def test_quick_bench_prints_every_op_with_ratio_columns():
+    proc = _quick_bench("--rounds", "1")
+    assert "median of 1 timed call(s)" in proc.stdout and "pooled over 1 round(s)" in proc.stdout
     assert "SGEMM ceiling: NumPy float32 matmul 512^3 = " in proc.stdout and "bf16 GEMM peak = " in proc.stdout
     for c in compilers.CONTENDERS:  # absent: a one-line note, never an error
         assert (f"{c}: skipped," in proc.stdout) == (c not in EXTRA)
@@ -68,6 +72,20 @@ def test_quick_bench_prints_every_op_with_ratio_columns():
     if EXTRA:
         rows = contender_compile[0][3:]
         assert sorted({r[41:].split()[0] for r in rows}) == sorted(EXTRA) and not [r for r in rows if "failed" in r]
+
+
+def test_rounds_take_turns_and_pool_their_calls():
+    """Every op but FLCE runs in rounds in which the contenders take turns (the same loop for
+    each of them: one op shows it)."""
+    proc = _quick_bench("--rounds", "2", "--ops", "bce")
+    assert "pooled over 2 round(s)" in proc.stdout
+    contenders = ["npugrad", "numpy", *(["torch"] if HAS_TORCH else [])]
+    for c in contenders:
+        assert proc.stderr.count(f"bce 4096 elements: {c} (round 2 of 2)") == 2  # both tables
+    main, allocating, _ = _tables(proc.stdout)
+    for table in (main, allocating):
+        rows = [line for line in table[3:] if line.strip()]
+        assert [r[41:].split()[0] for r in rows] == contenders
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
