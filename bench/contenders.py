@@ -269,6 +269,22 @@ def torch_bf16_hardware() -> bool:
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
+# Where PyTorch's bf16 GEMMs are its fallback loop (~1 GFLOP/s), torch.mm bf16 is measured at
+# this n (the 4096³ of the SGEMM ceiling would take minutes).
+FALLBACK_GEMM_N = 1024
+
+
+def fallback_prediction(flops: float, rate: float | None, limit: float | None) -> float | None:
+    """The seconds a bfloat16 PyTorch program of `flops` GEMM FLOP would take at `rate` (GFLOP/s:
+    torch.mm bf16 measured in PyTorch's fallback loop in the same run), if that is over `limit`
+    seconds: the program is then not run, and its row shows this prediction (a lower bound: its
+    other work is not counted). None (no rate, no limit, or under it): run it."""
+    if not (limit and rate):
+        return None
+    predicted = flops / (rate * 1e9)
+    return predicted if predicted > limit else None
+
+
 def check(name: str, dtype: str, bt: int = 32, h: int = 16, v: int = 64) -> dict[str, float]:
     """The contender's dX and dW against `reference` at a small size: max |error| / max |reference|
     (a correctness smoke test; tests/test_bench.py runs it in a fresh process per contender)."""

@@ -126,22 +126,22 @@ def _warmed(step):
 def eager_not_run(args, kw: dict, flops: float) -> Result | None:
     """PyTorch eager's bfloat16 row where its GEMMs run in PyTorch's fallback loop and three of them
     at the rate measured here would take longer than `--predicted-limit` seconds; None: run it."""
-    from bench.contenders import torch_bf16_hardware
+    from bench.contenders import FALLBACK_GEMM_N as n
+    from bench.contenders import fallback_prediction, torch_bf16_hardware
 
     if not args.predicted_limit or torch_bf16_hardware():
         return None
-    n = 1024
     mm = measure(f"torch.mm bfloat16 {n}³", "bench.contenders:bf16_gemm_torch", {"n": n}, **kw)
     if mm.error:
         return None
-    rate = 2.0 * n**3 / mm.median
+    rate = 2.0 * n**3 / mm.median / 1e9
     print(f"torch.mm bfloat16 (no bf16 dot-product instructions: PyTorch's fallback loop): "
-          f"{rate / 1e9:.2f} GFLOP/s ({args.threads} threads)")
-    predicted = flops / rate
-    if predicted <= args.predicted_limit:
+          f"{rate:.2f} GFLOP/s ({args.threads} threads)")
+    predicted = fallback_prediction(flops, rate, args.predicted_limit)
+    if predicted is None:
         return None
     return Result("PyTorch eager (logits materialised)", float("nan"), float("nan"), float("nan"),
-                  f"not run: its three GEMMs at {rate / 1e9:.2f} GFLOP/s would take ~{predicted:.0f} s "
+                  f"not run: its three GEMMs at {rate:.2f} GFLOP/s would take ~{predicted:.0f} s "
                   f"(over --predicted-limit {args.predicted_limit:.0f} s)", predicted=predicted)
 
 

@@ -438,11 +438,10 @@ class Ceilings:
         """The row of a PyTorch contender on a bfloat16 FLCE case whose GEMMs run in PyTorch's
         fallback loop (no bf16 dot-product instructions) when the case's FLOPs at that loop's
         rate, measured above, predict a call longer than `limit` seconds; None: run it."""
-        if not (limit and self.torch_bf16_fallback and case.op == "flce" and case.size.get("dtype") == "bfloat16"
-                and contender in ("torch", "torch.compile")):
+        if not (case.op == "flce" and case.size.get("dtype") == "bfloat16" and contender in ("torch", "torch.compile")):
             return None
-        predicted = case.work / (self.torch_bf16_fallback * 1e9)
-        if predicted <= limit:
+        predicted = compilers.fallback_prediction(case.work, self.torch_bf16_fallback, limit)
+        if predicted is None:
             return None
         return Result(contender, float("nan"), float("nan"), float("nan"),
                       f"not run: its bf16 GEMMs run in PyTorch's fallback loop here ({self.torch_bf16_fallback:.1f} "
@@ -476,7 +475,7 @@ def measure_ceilings(quick: bool, threads: int, log: Callable[[str], None], time
     fallback = None  # torch.mm bf16's rate where it is PyTorch's fallback loop
     if torch_available():
         hardware = compilers.torch_bf16_hardware()
-        tn = n if hardware or quick else 1024
+        tn = n if hardware or quick else compilers.FALLBACK_GEMM_N
         torch_rate, torch_text = rate("bf16 torch.mm", "bench.contenders:bf16_gemm_torch", tn)
         candidates.append(torch_rate)
         fallback = None if hardware else torch_rate
