@@ -149,3 +149,18 @@ def test_another_process_loads_an_op_kernel(cache_dir):
             for _ in range(2)]
     assert runs[0][:2] == ["0", "1"] and runs[1][:2] == ["1", "1"]
     assert runs[0][2] == runs[1][2]
+
+
+def test_the_cache_command_counts_and_clears_only_its_entries(cache_dir):
+    JitModule(AXPB)
+    JitModule(AXPB.replace("1.0", "3.0"))
+    (cache_dir / "notes.txt").write_text("not an entry")
+
+    def command(*args: str) -> str:
+        return subprocess.run([sys.executable, "-m", "npugrad.tools.main", "cache", *args], check=True,
+                              capture_output=True, text=True, cwd=ROOT,
+                              env={**os.environ, "NPUGRAD_CACHE_DIR": str(cache_dir)}).stdout
+
+    assert f"{cache_dir}: 2 entries" in command()
+    assert "deleted 2 entries" in command("--clear")
+    assert _entries(cache_dir) == ["notes.txt"] and f"{cache_dir}: 0 entries" in command()

@@ -6,6 +6,7 @@ passes still run, so a changed pass changes the IR and misses the cache.
 
     NPUGRAD_CACHE_DIR=<dir>   where (default: $XDG_CACHE_HOME/npugrad, else ~/.cache/npugrad)
     NPUGRAD_CACHE_DIR=off     no disk cache (every process compiles from its IR)
+    npugrad cache [--clear]   where it is, its entries and their size (--clear: delete them)
 
 An entry is `<key>.o`: a header (magic, SHA-256 of the code) then the object code. It is written
 to a temporary file and renamed into place, so readers see a whole entry or none; one whose
@@ -95,3 +96,28 @@ def store(k: str, code: bytes) -> None:
             raise
     except OSError:
         pass
+
+
+def entries() -> list[str]:
+    """The paths of the cache's entries (and of writes a crashed process left half done)."""
+    d = directory()
+    try:
+        names = os.listdir(d) if d is not None else []
+    except OSError:
+        return []
+    return [os.path.join(d, n) for n in sorted(names)
+            if n.endswith(".o") and (n.startswith(".tmp-") or len(n) == 66)]
+
+
+def clear() -> tuple[int, int]:
+    """Delete the entries (only them: the directory may be shared with other files); returns
+    how many and their bytes."""
+    count = size = 0
+    for path in entries():
+        try:
+            size += os.path.getsize(path)
+            os.unlink(path)
+            count += 1
+        except OSError:
+            pass
+    return count, size

@@ -1,6 +1,7 @@
 """The `npugrad` command: `npugrad demo` compiles every op, runs it and checks it against the reference;
 `npugrad bench` times every op against NumPy and PyTorch (bench/ops.py, from a source checkout);
-`npugrad calibrate` measures this machine for the cost model and writes a target file."""
+`npugrad calibrate` measures this machine for the cost model and writes a target file;
+`npugrad cache` shows (or `--clear`s) the disk cache of compiled kernels."""
 
 from __future__ import annotations
 
@@ -23,7 +24,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     from npugrad.tools import calibrate as calibration
 
     calibration.add_arguments(calibrate)
+    cache = sub.add_parser("cache", help="the disk cache of compiled kernels: where, how many, how large")
+    cache.add_argument("--clear", action="store_true", help="delete its entries")
     args = parser.parse_args(argv)
+    if args.command == "cache":
+        _cache(args.clear)
     if args.command == "calibrate":
         calibration.run(args.output, args.seconds)
         print(f"wrote {args.output}: use it with --target {args.output}")
@@ -35,6 +40,23 @@ def main(argv: Sequence[str] | None = None) -> None:
         from npugrad.tools.demo import run_demo
 
         sys.exit(0 if run_demo(seed=args.seed) else 1)
+
+
+def _cache(clear: bool) -> None:
+    from npugrad.runtime import object_cache
+
+    where = object_cache.directory()
+    if where is None:
+        print("npugrad cache: off (NPUGRAD_CACHE_DIR=off)")
+        return
+    if clear:
+        count, size = object_cache.clear()
+        print(f"npugrad cache: {where}: deleted {count} entries, {size / 2**20:.1f} MiB")
+        return
+    paths = object_cache.entries()
+    size = sum(os.path.getsize(p) for p in paths if os.path.exists(p))
+    print(f"npugrad cache: {where}: {len(paths)} entries, {size / 2**20:.1f} MiB "
+          "(NPUGRAD_CACHE_DIR to move it, =off to turn it off; --clear deletes the entries)")
 
 
 def _bench_module():
