@@ -98,10 +98,13 @@ def _erase_memory_spaces(module: ModuleOp) -> None:
     A local type inside an attribute (a function's signature) is rare: only then does xDSL's
     TypeConversionPattern run, which rebuilds every attribute of every op (seconds on a large
     module)."""
-    local = [v for o in module.walk() for v in (*o.results, *_block_args(o)) if _in_local_level(v)]
+    local, in_attributes = [], False
+    for o in module.walk():
+        local += [v for v in (*o.results, *_block_args(o)) if _in_local_level(v)]
+        in_attributes = in_attributes or any(_holds_local(a) for a in (*o.attributes.values(), *o.properties.values()))
     for v in local:
         Rewriter.replace_value_with_new_type(v, _erased(v.type))
-    if any(_holds_local(a) for o in module.walk() for a in (*o.attributes.values(), *o.properties.values())):
+    if in_attributes:
         PatternRewriteWalker(_EraseMemorySpace(recursive=True)).rewrite_module(module)
 
 
