@@ -67,29 +67,60 @@ func.func @small(%x: memref<8x10xf32>, %y: memref<8x10xf32>, %d: memref<1xf32>, 
 
 // The fused linear cross-entropy gradient (fused first: the --stage run only): a wavefront over
 // the blocks. Each owns a contiguous range of token rows; at step u it zeroes its share of the
-// rows of vocabulary tile u, then takes tile u - bid - 1 with all three GEMMs, and a barrier ends
-// the step. dW is float32, so its tiles accumulate in place (no ring, nothing to round).
+// rows of vocabulary tile u, then takes tile u - bid - 1 with GEMM 3 and, every block but block
+// 0 one tile ahead (the lead: min(bid, 1)), tile u - bid - 1 + lead with GEMMs 1 and 2, each
+// under its own condition; the logits of each token tile go to the stash, one token tile for
+// block 0 (lead 0: the token step), two slots of the block's rows for the others, and GEMM 3
+// reads them from the slot of its tile. A barrier ends the step. dW is float32, so its tiles
+// accumulate in place (no ring, nothing to round).
 // FLCE-LABEL: func.func @flce
 // FLCE-NOT:     npu.alloc_shared
 // FLCE:         %bid = npu.block_idx
 // FLCE-NEXT:    %nblk = npu.block_dim
 // FLCE:         %rows_lo = arith.muli
 // FLCE:         %rows_hi = arith.minsi
+// FLCE:         %[[ROWS:.*]] = arith.subi %rows_hi, %rows_lo : index
+// FLCE:         %lead = arith.minui %bid, %{{.*}} : index
+// FLCE:         %[[SLOTS:.*]] = arith.addi %lead, %{{.*}} : index
+// FLCE:         %[[NO_LEAD:.*]] = arith.cmpi eq, %lead, %{{.*}} : index
+// FLCE:         %[[PER_SLOT:.*]] = arith.select %[[NO_LEAD]], %token_step, %[[ROWS]] : index
+// FLCE:         %[[STASH_ROWS:.*]] = arith.muli %[[SLOTS]], %[[PER_SLOT]] : index
+// FLCE:         %logits_stash = memref.alloc(%[[STASH_ROWS]]) {alignment = 64 : i64} : memref<?x176xf32>
 // FLCE:         scf.for %[[U:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
 // FLCE:           scf.if
 // FLCE:             %[[Z:.*]] = memref.subview %dw[
 // FLCE-NEXT:        linalg.fill {train.role = #train.role<weight_grad_init>} ins(%{{.*}} : f32) outs(%[[Z]] :
 // FLCE:           %[[BEHIND:.*]] = arith.addi %bid, %{{.*}} : index
 // FLCE-NEXT:      %vtile = arith.subi %[[U]], %[[BEHIND]] : index
-// FLCE:           scf.if
+// FLCE:           %[[W_OK:.*]] = arith.andi
+// FLCE-NEXT:      %[[AHEAD:.*]] = arith.addi %[[U]], %lead : index
+// FLCE-NEXT:      %gtile = arith.subi %[[AHEAD]], %[[BEHIND]] : index
+// FLCE:           %[[G_OK:.*]] = arith.andi
+// FLCE-NEXT:      %[[EITHER:.*]] = arith.ori %[[G_OK]], %[[W_OK]] : i1
+// FLCE-NEXT:      scf.if %[[EITHER]] {
 // FLCE-NOT:         weight_grad_init
-// FLCE:             scf.for %{{.*}} = %rows_lo to %rows_hi step %{{.*}} {
-// FLCE:               doc = "GEMM 1
-// FLCE:               doc = "GEMM 2
-// FLCE:               doc = "GEMM 3
+// FLCE:             %[[G_TILE:.*]] = arith.select %[[G_OK]], %gtile, %{{.*}} : index
+// FLCE-NEXT:        %[[W_TILE:.*]] = arith.select %[[W_OK]], %vtile, %{{.*}} : index
+// FLCE:             scf.for %[[T:.*]] = %rows_lo to %rows_hi step %{{.*}} {
+// FLCE:               scf.if %[[G_OK]] {
+// FLCE-NEXT:            %[[G_SLOT:.*]] = arith.remui %[[G_TILE]], %[[SLOTS]] : index
+// FLCE:                 %[[G_LOCAL:.*]] = arith.subi %[[T]], %rows_lo : index
+// FLCE:                 %[[G_LOCAL_LEAD:.*]] = arith.muli %lead, %[[G_LOCAL]] : index
+// FLCE:                 %[[G_BASE:.*]] = arith.muli %[[G_SLOT]], %[[PER_SLOT]] : index
+// FLCE:                 %[[G_ROW:.*]] = arith.addi %[[G_BASE]], %[[G_LOCAL_LEAD]] : index
+// FLCE:                 %[[LOGITS:.*]] = memref.subview %logits_stash[%[[G_ROW]], 0]
+// FLCE-NEXT:            linalg.fill ins(%{{.*}} : f32) outs(%[[LOGITS]] :
+// FLCE-NEXT:            linalg.generic {{.*}} doc = "GEMM 1{{.*}} outs(%[[LOGITS]] :
+// FLCE-NOT:             doc = "GEMM 3
+// FLCE:                 doc = "GEMM 2
+// FLCE:               scf.if %[[W_OK]] {
+// FLCE:                 %[[W_SLOT:.*]] = arith.remui %[[W_TILE]], %[[SLOTS]] : index
+// FLCE:                 %[[G:.*]] = memref.subview %logits_stash[
+// FLCE:                 linalg.generic {{.*}} doc = "GEMM 3{{.*}} ins(%[[G]], 
 // FLCE-NOT:       weight_grad_final
 // FLCE:           npu.barrier
 // FLCE-NEXT:    } {train.fused
+// FLCE-NEXT:    memref.dealloc %logits_stash
 // FLCE:         func.return
 func.func @flce(%grad: memref<?xf32>, %x: memref<?x?xf32>, %w: memref<?x?xf32>, %mask: memref<?xi1>,
                 %target: memref<?xi64>, %max: memref<?xf32>, %sum: memref<?xf32>,
