@@ -27,11 +27,11 @@ are bit-identical for any number of blocks, and the work is the one-block nest's
 Only GEMM 3 has to wait for the block before: GEMMs 1 and 2 of a block's token tiles depend on
 no other block. With `lead` (the distributed nest), every block but block 0 runs GEMMs 1 and 2
 (and the softmax gradient) one vocabulary tile ahead of its GEMM 3, on tile u − b, keeping each
-token tile's logits in a stash until GEMM 3 reads them the step after. On 2 blocks the second
-then works from step 1 and has a third of a step left at the end, where the plain wavefront
-left each block one whole step idle (nv steps of work in nv + 1); more blocks keep b − 1 idle
-steps each at the start. The price, beside the idle steps: the stash, 2 slots of the block's
-rows × v per lagging block (2·(BT − BT/P)·v·4 bytes for float32 logits, 2.9 MB at BT = 4096,
+token tile's logits (or G, given the softmax) in a stash until GEMM 3 reads them the step
+after. On 2 blocks the second then works from step 1 and has a third of a step left at the
+end, where the plain wavefront left each block one whole step idle (nv steps of work in
+nv + 1); more blocks keep b − 1 idle steps each at the start. The price, beside the idle
+steps: the stash, 2 slots of the block's rows × v per lagging block (2·(BT − BT/P)·v·4 bytes for float32 logits, 2.9 MB at BT = 4096,
 v = 176, P = 2; block 0's one slot is one token tile, the one-block nest's scratch), and, for a
 bfloat16/float16 dW, a ring of P + 2 float32 accumulator tiles ((P + 2)·v·H·4 bytes,
 npu.alloc_shared) where the one-block nest has one.
@@ -275,28 +275,24 @@ def wavefront(nest: scf.ForOp, e: IRBuilder, lead: bool = False) -> scf.ForOp:
 
 
 def _keeps_logits(nest: scf.ForOp) -> bool:
-    """Whether GEMM 3 reads the logits tile GEMM 1 writes (a view of one tile of scratch): the
-    nest whose logits the lead can keep in a stash (not the mode given its logits)."""
-    gens = {contraction_of(o): o for o in nest.walk() if contraction_of(o) is not None}
-    logits, weight_grad = gens.get(Contraction.LOGITS), gens.get(Contraction.WEIGHT_GRAD)
-    if logits is None or weight_grad is None:
-        return False
-    view = logits.outputs[0].owner
-    return (isinstance(view, memref.SubviewOp) and weight_grad.inputs[0] is view.result
-            and isinstance(view.source.owner, memref.AllocOp))
+    """Whether GEMM 3 reads its G from a tile of scratch (a view of a buffer the nest allocates:
+    the logits tile GEMM 1 writes and the softmax gradient turns into G, or, given the softmax,
+    the tile G is computed into), which the lead can keep in a stash instead."""
+    weight_grad = next((o for o in nest.walk() if contraction_of(o) is Contraction.WEIGHT_GRAD), None)
+    view = None if weight_grad is None else weight_grad.inputs[0].owner
+    return isinstance(view, memref.SubviewOp) and isinstance(view.source.owner, memref.AllocOp)
 
 
 def _defer_weight_grad(e: IRBuilder, wave: scf.ForOp, tokens: scf.ForOp, g_tile, w_tile, g_ok, w_ok, ahead, t_lo,
                        rows, tv, v, acc_rows) -> None:
     """wavefront's `lead`: in a step, GEMMs 1 and 2 (and the softmax gradient between them) on
     vocabulary tile g_tile where g_ok holds, GEMM 3 on tile w_tile where w_ok does. The logits
-    tile of each token tile is written into the block's stash (1 + ahead slots of its rows x
-    tv, slot: vocabulary tile mod 1 + ahead) instead of one tile of scratch, and stays there
-    until GEMM 3 has read it, `ahead` steps later."""
-    gens = {contraction_of(o): o for o in tokens.walk() if contraction_of(o) is not None}
-    gemm1, gemm3 = gens[Contraction.LOGITS], gens[Contraction.WEIGHT_GRAD]
-    logits_view = gemm1.outputs[0].owner
-    assert isinstance(logits_view, memref.SubviewOp) and gemm3.inputs[0] is logits_view.result
+    tile of each token tile (or, given the softmax, its G) is written into the block's stash
+    (1 + ahead slots, slot: vocabulary tile mod 1 + ahead) instead of one tile of scratch, and
+    stays there until GEMM 3 has read it, `ahead` steps later."""
+    gemm3 = next(o for o in tokens.walk() if contraction_of(o) is Contraction.WEIGHT_GRAD)
+    logits_view = gemm3.inputs[0].owner
+    assert isinstance(logits_view, memref.SubviewOp)
     scratch = logits_view.source
     top = e.at(wave)
     slots = top.emit(arith.AddiOp(ahead, top.idx(1)))
@@ -320,7 +316,7 @@ def _defer_weight_grad(e: IRBuilder, wave: scf.ForOp, tokens: scf.ForOp, g_tile,
         first = at.emit(arith.AddiOp(at.emit(arith.MuliOp(slot, per_slot)), local))
         return at.subview(stash, [first, 0], [token_rows, cols])
 
-    # GEMM 1 writes (and GEMM 2 reads) the stash slot of g_tile.
+    # GEMM 1 writes (and GEMM 2 reads) the stash slot of g_tile; given the softmax, G goes there.
     logits_view.result.replace_all_uses_with(stash_rows(e.at(logits_view), g_tile, g_cols))
     e.erase(logits_view)
     e.erase_if_dead(scratch)
