@@ -27,14 +27,14 @@ are bit-identical for any number of blocks, and the work is the one-block nest's
 Only GEMM 3 has to wait for the block before: GEMMs 1 and 2 of a block's token tiles depend on
 no other block. With `lead` (the distributed nest), every block but block 0 runs GEMMs 1 and 2
 (and the softmax gradient) one vocabulary tile ahead of its GEMM 3, on tile u − b, keeping each
-token tile's logits (or G, given the softmax) in a stash until GEMM 3 reads them the step
-after. On 2 blocks the second then works from step 1 and has a third of a step left at the
-end, where the plain wavefront left each block one whole step idle (nv steps of work in
-nv + 1); more blocks keep b − 1 idle steps each at the start. The price, beside the idle
-steps: the stash, 2 slots of the block's rows × v per lagging block (2·(BT − BT/P)·v·4 bytes for float32 logits, 2.9 MB at BT = 4096,
-v = 176, P = 2; block 0's one slot is one token tile, the one-block nest's scratch), and, for a
-bfloat16/float16 dW, a ring of P + 2 float32 accumulator tiles ((P + 2)·v·H·4 bytes,
-npu.alloc_shared) where the one-block nest has one.
+token tile's logits (or G, given the softmax) in a stash until GEMM 3 reads them the step after.
+On 2 blocks the second then works from step 1 and has a third of a step left at the end, where
+the plain wavefront left each block one whole step idle (nv steps of work in nv + 1); more
+blocks keep b − 1 idle steps each at the start. The price, beside the idle steps: the stash, 2
+slots of the block's rows × v per lagging block (2·(BT − BT/P)·v·4 bytes for float32 logits,
+2.9 MB at BT = 4096, v = 176, P = 2; block 0's one slot is one token tile, the one-block nest's
+scratch), and, for a bfloat16/float16 dW, a ring of P + 2 float32 accumulator tiles
+((P + 2)·v·H·4 bytes, npu.alloc_shared) where the one-block nest has one.
 
     %lead = arith.minui %bid, 1                             // GEMMs 1, 2 this many tiles ahead
     scf.for %u = 0 to nv + P + 1 {
@@ -136,15 +136,16 @@ def _tile_rows(e: IRBuilder, tile, tv, v):
 
 
 def wavefront(nest: scf.ForOp, e: IRBuilder, lead: bool = False) -> scf.ForOp:
-    """Spread the nest over the blocks (the module docstring). Block b takes the contiguous token
-    tiles [b·nt/P, (b+1)·nt/P); at step u it works on vocabulary tile u − 1 − b (with `lead`,
-    where the nest keeps its logits in a tile of scratch: GEMM 3 on that tile, GEMMs 1 and 2 on
-    tile u − 1 − b + min(b, 1), _defer_weight_grad); an npu.barrier ends every step. The float32
-    accumulator of a vocabulary tile's dW (the dW output itself when it is float32, else a ring
-    of P + 2 tiles shared by the blocks) goes from block to block in token order. All blocks zero a tile, each a share of its rows, one step before block 0 starts
-    on it, and round it into dW, each a share, one step after the last block is done with it: at
-    step u the tiles u − P − 1 … u are being rounded, worked on or zeroed, P + 2 tiles in P + 2
-    slots. Returns the new outermost loop, which carries the nest's #train.fused."""
+    """Spread the nest over the blocks (the module docstring). Block b takes the contiguous
+    token tiles [b·nt/P, (b+1)·nt/P); at step u it works on vocabulary tile u − 1 − b (with
+    `lead`, where the nest keeps its logits in a tile of scratch: GEMM 3 on that tile, GEMMs 1
+    and 2 on tile u − 1 − b + min(b, 1), _defer_weight_grad); an npu.barrier ends every step.
+    The float32 accumulator of a vocabulary tile's dW (the dW output itself when it is float32,
+    else a ring of P + 2 tiles shared by the blocks) goes from block to block in token order.
+    All blocks zero a tile, each a share of its rows, one step before block 0 starts on it, and
+    round it into dW, each a share, one step after the last block is done with it: at step u the
+    tiles u − P − 1 … u are being rounded, worked on or zeroed, P + 2 tiles in P + 2 slots.
+    Returns the new outermost loop, which carries the nest's #train.fused."""
     fused = FUSED.get(nest)
     lead = lead and _keeps_logits(nest)
     e = e.at(nest)
