@@ -329,19 +329,9 @@ def _defer_weight_grad(e: IRBuilder, wave: scf.ForOp, tokens: scf.ForOp, g_tile,
         if isinstance(op, Operation) and op.parent_block() is body and op not in keep:
             keep.add(op)
             pending += [o.owner for o in op.operands]
-    guarded = [op for op in body.ops if op not in keep]
-    with e.at(gemm3).if_(g_ok):
-        pass
-    g_block = gemm3.prev_op.regions[0].blocks[0]
-    for op in guarded:
-        op.detach()
-        g_block.insert_op_before(op, g_block.last_op)
+    _guard(e, [op for op in body.ops if op not in keep], g_ok, before=gemm3)
     # GEMM 3 under w_ok: the stash slot of w_tile into w_tile's accumulator.
-    with e.at(gemm3).if_(w_ok):
-        pass
-    w_block = gemm3.prev_op.regions[0].blocks[0]
-    gemm3.detach()
-    w_block.insert_op_before(gemm3, w_block.last_op)
+    _guard(e, [gemm3], w_ok, before=gemm3)
     inner = e.at(gemm3)
     w_cols = inner.emit(arith.MinSIOp(tv, inner.emit(arith.SubiOp(v, inner.emit(arith.MuliOp(w_tile, tv))))))
     old_acc = gemm3.outputs[0].owner
@@ -358,6 +348,18 @@ def _defer_weight_grad(e: IRBuilder, wave: scf.ForOp, tokens: scf.ForOp, g_tile,
                 e.erase(dim)
         if not old_acc.result.uses:
             e.erase(old_acc)
+
+
+def _guard(e: IRBuilder, ops: list[Operation], cond, before: Operation) -> None:
+    """Move `ops` (in their order) into a new `scf.if cond`, placed before `before`."""
+    with e.at(before).if_(cond):
+        pass
+    guarded = before.prev_op
+    assert isinstance(guarded, scf.IfOp)
+    block = guarded.true_region.blocks[0]
+    for op in ops:
+        op.detach()
+        block.insert_op_before(op, block.last_op)
 
 
 def _round(e: IRBuilder, src, out, src_row, out_row, rows, role: NestRole) -> None:
@@ -395,10 +397,10 @@ def nest_tiles(nest: scf.ForOp) -> dict[str, int]:
 
 def distribute_fused_flce(nest: scf.ForOp, e: IRBuilder) -> None:
     """The nest over blocks in a wavefront with the lead (module docstring), every sum in
-    one-block order. GEMM 1
-    reads the W tile in place (read_weight_in_place): the CPU's micro-kernel packs its panels
-    from it once per vocabulary tile, transposing as it goes (vectorize-contractions), where the
-    nest's transposed copy cost each block a scalar loop of scattered stores per tile."""
+    one-block order. GEMM 1 reads the W tile in place (read_weight_in_place): the CPU's
+    micro-kernel packs its panels from it once per vocabulary tile, transposing as it goes
+    (vectorize-contractions), where the nest's transposed copy cost each block a scalar loop of
+    scattered stores per tile."""
     read_weight_in_place(nest, e)
     wavefront(nest, e, lead=True)
 
