@@ -10,6 +10,7 @@ import llvmlite.binding as llvm
 import ml_dtypes
 import numpy as np
 import pytest
+from llvm_loops import counted_loop
 
 from npugrad.lowering.machine_code import JitError
 from npugrad.runtime.jit import JitModule
@@ -17,26 +18,13 @@ from npugrad.targets import get
 
 # A float -> bfloat16 rounding in plain LLVM IR: a native instruction where the CPU has one, a
 # call to __truncsfbf2 where it has not.
-TRUNCATE = """
-define void @truncate(ptr %src, ptr %dst, i64 %n) {
-entry:
-  br label %loop
-loop:
-  %i = phi i64 [ 0, %entry ], [ %next, %body ]
-  %more = icmp slt i64 %i, %n
-  br i1 %more, label %body, label %done
-body:
-  %p = getelementptr float, ptr %src, i64 %i
-  %x = load float, ptr %p
-  %y = fptrunc float %x to bfloat
-  %q = getelementptr bfloat, ptr %dst, i64 %i
-  store bfloat %y, ptr %q
-  %next = add i64 %i, 1
-  br label %loop
-done:
-  ret void
-}
-"""
+TRUNCATE = counted_loop("truncate", "ptr %src, ptr %dst", """
+    %p = getelementptr float, ptr %src, i64 %i
+    %x = load float, ptr %p
+    %y = fptrunc float %x to bfloat
+    %q = getelementptr bfloat, ptr %dst, i64 %i
+    store bfloat %y, ptr %q
+""")
 
 
 def test_float_to_bfloat16_rounds_to_nearest_even_on_any_cpu(rng):

@@ -11,6 +11,7 @@ import sys
 
 import numpy as np
 import pytest
+from llvm_loops import counted_loop
 
 from npugrad.runtime import object_cache
 from npugrad.runtime.jit import JitModule
@@ -18,29 +19,16 @@ from npugrad.runtime.jit import JitModule
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # out[i] = a[i] * b[i] + 1 for i < n; a vectorisable loop, so O3 and code generation have work to do.
-AXPB = """
-define void @axpb(ptr noalias %a, ptr noalias %b, ptr noalias %out, i64 %n) {
-entry:
-  br label %loop
-loop:
-  %i = phi i64 [ 0, %entry ], [ %next, %body ]
-  %more = icmp slt i64 %i, %n
-  br i1 %more, label %body, label %done
-body:
-  %pa = getelementptr float, ptr %a, i64 %i
-  %pb = getelementptr float, ptr %b, i64 %i
-  %x = load float, ptr %pa
-  %y = load float, ptr %pb
-  %m = fmul float %x, %y
-  %r = fadd float %m, 1.0
-  %po = getelementptr float, ptr %out, i64 %i
-  store float %r, ptr %po
-  %next = add i64 %i, 1
-  br label %loop
-done:
-  ret void
-}
-"""
+AXPB = counted_loop("axpb", "ptr noalias %a, ptr noalias %b, ptr noalias %out", """
+    %pa = getelementptr float, ptr %a, i64 %i
+    %pb = getelementptr float, ptr %b, i64 %i
+    %x = load float, ptr %pa
+    %y = load float, ptr %pb
+    %m = fmul float %x, %y
+    %r = fadd float %m, 1.0
+    %po = getelementptr float, ptr %out, i64 %i
+    store float %r, ptr %po
+""")
 
 SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
 

@@ -10,32 +10,19 @@ import ctypes
 
 import numpy as np
 import pytest
+from llvm_loops import counted_loop
 
 from npugrad.lowering.vector_math import replace_exp
 from npugrad.runtime.jit import JitModule
 
 # y[i] = exp(x[i]): `lanes` elements per step (1: the scalar intrinsic), n a multiple of lanes.
-LOOP = """
-define void @apply(ptr %src, ptr %dst, i64 %n) {
-entry:
-  br label %loop
-loop:
-  %i = phi i64 [ 0, %entry ], [ %next, %body ]
-  %more = icmp slt i64 %i, %n
-  br i1 %more, label %body, label %done
-body:
-  %p = getelementptr float, ptr %src, i64 %i
-  %x = load T, ptr %p, align 4
-  %y = call T @llvm.exp.S(T %x)
-  %q = getelementptr float, ptr %dst, i64 %i
-  store T %y, ptr %q, align 4
-  %next = add i64 %i, L
-  br label %loop
-done:
-  ret void
-}
-declare T @llvm.exp.S(T)
-"""
+LOOP = counted_loop("apply", "ptr %src, ptr %dst", """
+    %p = getelementptr float, ptr %src, i64 %i
+    %x = load T, ptr %p, align 4
+    %y = call T @llvm.exp.S(T %x)
+    %q = getelementptr float, ptr %dst, i64 %i
+    store T %y, ptr %q, align 4
+""", step="L", after="declare T @llvm.exp.S(T)\n")
 
 
 def _kernel(lanes: int):

@@ -333,7 +333,7 @@ def _defer_weight_grad(e: IRBuilder, wave: scf.ForOp, tokens: scf.ForOp, g_tile,
     # GEMM 3 under w_ok: the stash slot of w_tile into w_tile's accumulator.
     _guard(e, [gemm3], w_ok, before=gemm3)
     inner = e.at(gemm3)
-    w_cols = inner.emit(arith.MinSIOp(tv, inner.emit(arith.SubiOp(v, inner.emit(arith.MuliOp(w_tile, tv))))))
+    _, w_cols = _tile_rows(inner, w_tile, tv, v)
     old_acc = gemm3.outputs[0].owner
     gemm3.operands[0] = stash_rows(inner, w_tile, w_cols)
     gemm3.operands[2] = acc_rows(inner, w_tile, inner.idx(0), w_cols)
