@@ -14,6 +14,17 @@ AVX512-BF16's `vdpbf16ps`: lane i of the float32 accumulator adds a[2i+1]·b[2i+
 a[2i]·b[2i] (each product exact, each sum rounded to nearest even; bfloat16 subnormals read as
 zero and subnormal sums flushed to zero, whatever MXCSR says). `convert-vector-to-llvm{enable-x86}`
 makes it `llvm.x86.avx512bf16.dpbf16ps.{128,256,512}`.
+
+    scf.for %k = %lo to %hi step %c1 iter_args(...) { ... }
+        {loop_annotation = #llvm.loop_annotation<unroll = <disable = true>>}
+
+`#llvm.loop_annotation` (upstream: Dialect/LLVMIR/LLVMAttrDefs.td), here its `unroll` part only:
+`disable` (LLVM's unrollers leave the loop alone) and `count` (unroll it that many times). On an
+`scf.for`, upstream's convert-scf-to-cf moves it to the loop's back edge and convert-cf-to-llvm
+to the `llvm.br`'s own `loop_annotation`, which mlir-translate emits as `!llvm.loop` metadata
+(`llvm.loop.unroll.disable`, `llvm.loop.unroll.count`). The name must be `loop_annotation`, not
+`llvm.loop_annotation`: only the former becomes the branch's own attribute, and mlir-translate
+drops the latter.
 """
 
 from __future__ import annotations
@@ -21,10 +32,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from xdsl.dialects import memref
-from xdsl.dialects.builtin import BoolAttr, IndexType, IntegerAttr, MemRefType, VectorType, bf16, f32, i32
-from xdsl.ir import Dialect, SSAValue
-from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, prop_def, result_def, traits_def, var_operand_def
-from xdsl.parser import Parser
+from xdsl.dialects.builtin import BoolAttr, IndexType, IntegerAttr, MemRefType, NoneAttr, VectorType, bf16, f32, i32
+from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, SSAValue
+from xdsl.irdl import (
+    IRDLOperation,
+    irdl_attr_definition,
+    irdl_op_definition,
+    operand_def,
+    prop_def,
+    result_def,
+    traits_def,
+    var_operand_def,
+)
+from xdsl.parser import AttrParser, Parser
 from xdsl.printer import Printer
 from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
@@ -148,3 +168,64 @@ def x86_dialect() -> Dialect:
 
     base = x86.X86
     return Dialect(base.name, [*base.operations, DotBF16Op], list(base.attributes))
+
+
+@irdl_attr_definition
+class LoopAnnotationAttr(ParametrizedAttribute):
+    """`#llvm.loop_annotation<unroll = <disable = true>>` or `<unroll = <count = 4>>`: what LLVM's
+    unrollers may do with the loop it annotates (the `unroll` part of upstream's attribute)."""
+
+    name = "llvm.loop_annotation"
+    disable: BoolAttr | NoneAttr
+    count: IntegerAttr | NoneAttr
+
+    def __init__(self, disable: bool | None = None, count: int | None = None):
+        super().__init__(NoneAttr() if disable is None else BoolAttr.from_bool(disable),
+                         NoneAttr() if count is None else IntegerAttr(count, i32))
+
+    def _fields(self) -> list[str]:
+        fields = [] if isinstance(self.disable, NoneAttr) else [f"disable = {str(bool(self.disable.value.data)).lower()}"]
+        return fields + ([] if isinstance(self.count, NoneAttr) else [f"count = {self.count.value.data} : i32"])
+
+    def verify(self) -> None:
+        if isinstance(self.disable, NoneAttr) and isinstance(self.count, NoneAttr):
+            raise VerifyException("#llvm.loop_annotation's unroll needs 'disable' or 'count'")
+        if not isinstance(self.count, NoneAttr) and self.count.value.data < 1:
+            raise VerifyException(f"#llvm.loop_annotation's unroll count must be positive, got {self.count.value.data}")
+
+    def print_parameters(self, printer: Printer) -> None:
+        printer.print_string(f"<unroll = <{', '.join(self._fields())}>>")
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> list[Attribute]:
+        fields: dict[str, Attribute] = {}
+
+        def field() -> None:
+            key = parser.parse_identifier(" ('disable' or 'count')")
+            if key not in ("disable", "count") or key in fields:
+                parser.raise_error(f"#llvm.loop_annotation's unroll takes 'disable' and 'count' once each, got '{key}'")
+            parser.parse_punctuation("=")
+            if key == "disable":
+                fields[key] = BoolAttr.from_bool(parser.parse_boolean())
+            else:
+                fields[key] = IntegerAttr(parser.parse_integer(allow_boolean=False), i32)
+                if parser.parse_optional_punctuation(":") is not None:
+                    parser.parse_type()
+
+        parser.parse_punctuation("<")
+        parser.parse_keyword("unroll", " (the only part of #llvm.loop_annotation npugrad reads)")
+        parser.parse_punctuation("=")
+        parser.parse_comma_separated_list(parser.Delimiter.ANGLE, field)
+        parser.parse_punctuation(">")
+        return [fields.get("disable", NoneAttr()), fields.get("count", NoneAttr())]
+
+
+NO_UNROLL = LoopAnnotationAttr(disable=True)
+
+
+def llvm_dialect() -> Dialect:
+    """xDSL's llvm dialect with the attribute above added (imported here, as x86_dialect's)."""
+    from xdsl.dialects import llvm
+
+    base = llvm.LLVM
+    return Dialect(base.name, list(base.operations), [*base.attributes, LoopAnnotationAttr])
