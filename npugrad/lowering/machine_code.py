@@ -172,11 +172,16 @@ def _rewrite_line(line: str) -> str:
     return _TOKEN.sub(token, line)
 
 
+# A line with none of these holds no float literal (its type keywords alone need no rewriting).
+_LITERAL = re.compile(r"\d\.|f0x|inf|nan")
+
+
 def to_llvmlite_syntax(llvm_ir: str) -> str:
     """Rewrite the float literals printed by the MLIR bindings' newer LLVM into what llvmlite's
     LLVM 22 parser reads, bit for bit the constants the newer LLVM meant."""
     return "\n".join(
-        _rewrite_line(line) if not line.lstrip().startswith((";", "source_filename", "target")) else line
+        _rewrite_line(line) if _LITERAL.search(line) and not line.lstrip().startswith((";", "source_filename", "target"))
+        else line
         for line in llvm_ir.split("\n")
     )
 
