@@ -48,6 +48,7 @@ def test_built_in_python_prints_as_upstream_spells_it():
     ("#llvm.loop_annotation<unroll = <full = true>>", "takes 'disable' and 'count' once each, got 'full'", 7),
     ("#llvm.loop_annotation<unroll = <disable = true, disable = false>>", "once each, got 'disable'", 7),
     ("#llvm.loop_annotation<vectorize = <disable = true>>", "unroll", 7),
+    ("#llvm.loop_annotation<unroll = <count = 4 : f32>>", "unroll count is an i32, got f32", 7),
     ("#llvm.loop_annotation<unroll = <count = 0 : i32>>", "'scf.for' op .* unroll count must be positive, got 0", 5),
     ("#llvm.loop_annotation<unroll = <>>", "'scf.for' op .* needs 'disable' or 'count'", 5),
 ])

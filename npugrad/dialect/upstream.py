@@ -24,7 +24,11 @@ makes it `llvm.x86.avx512bf16.dpbf16ps.{128,256,512}`.
 to the `llvm.br`'s own `loop_annotation`, which mlir-translate emits as `!llvm.loop` metadata
 (`llvm.loop.unroll.disable`, `llvm.loop.unroll.count`). The name must be `loop_annotation`, not
 `llvm.loop_annotation`: only the former becomes the branch's own attribute, and mlir-translate
-drops the latter.
+drops the latter. npugrad's own passes leave LLVM's unrolling as it is: measured on a Zen 3,
+marking vectorize-contractions' reduction loops `disable` cut the FLCE float32 kernel's cold
+compile from 3.1 to 1.8 s but cost 5-8 % of its run time (4096 x 4096 x 8192, 2 threads, fresh
+processes taking turns), and marking only the row and column tails' loops (2.0 s) still
+measured up to 4 % slower at 2048 x 2048 x 32000.
 """
 
 from __future__ import annotations
@@ -209,11 +213,11 @@ class LoopAnnotationAttr(ParametrizedAttribute):
                 fields[key] = BoolAttr.from_bool(parser.parse_boolean())
             else:
                 fields[key] = IntegerAttr(parser.parse_integer(allow_boolean=False), i32)
-                if parser.parse_optional_punctuation(":") is not None:
-                    parser.parse_type()
+                if parser.parse_optional_punctuation(":") is not None and (t := parser.parse_type()) != i32:
+                    parser.raise_error(f"#llvm.loop_annotation's unroll count is an i32, got {t}")
 
         parser.parse_punctuation("<")
-        parser.parse_keyword("unroll", " (the only part of #llvm.loop_annotation npugrad reads)")
+        parser.parse_keyword("unroll", " (the only part of #llvm.loop_annotation npugrad supports)")
         parser.parse_punctuation("=")
         parser.parse_comma_separated_list(parser.Delimiter.ANGLE, field)
         parser.parse_punctuation(">")

@@ -14,7 +14,7 @@ op). Arithmetic is written with the dialects' own ops (`b.emit(arith.AddfOp(a, c
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from math import prod
 
@@ -200,14 +200,11 @@ class IRBuilder:
 
     @contextmanager
     def carried_loop(self, ub: SSAValue, inits: Sequence[SSAValue], lb: SSAValue | None = None,
-                     step: SSAValue | None = None, attributes: Mapping[str, Attribute] | None = None,
-                     ) -> Iterator[tuple[SSAValue, list[SSAValue], list[SSAValue]]]:
-        """`scf.for` carrying values, with `attributes` (discardable) if given: yields (iv, the
-        carried values, a list the body appends the next values to); afterwards `inits` is
-        replaced by the loop's results."""
+                     step: SSAValue | None = None) -> Iterator[tuple[SSAValue, list[SSAValue], list[SSAValue]]]:
+        """`scf.for` carrying values: yields (iv, the carried values, a list the body appends the
+        next values to); afterwards `inits` is replaced by the loop's results."""
         body = Block(arg_types=[index, *(v.type for v in inits)])
         loop = scf.ForOp(lb or self.idx(0), ub, step or self.idx(1), list(inits), body)
-        loop.attributes.update(attributes or {})
         self.emit(loop)
         updated: list[SSAValue] = []
         with self._inside(body):

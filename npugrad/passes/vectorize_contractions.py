@@ -23,11 +23,6 @@ becomes (MR×NR = 6×4 on 32 registers of 16 float32 lanes; the reduction in chu
     columns N%64: one vector at a time, masked (vector.maskedload/maskedstore) to the columns left,
     B read in place }
 
-The reduction loop carries `{loop_annotation = #llvm.loop_annotation<unroll = <disable = true>>}`:
-it is register-blocked already, and LLVM's runtime unroller would copy it twice more with a
-remainder loop for nothing (measured: the same run time, 40 % of the cold compile of the fused
-linear cross-entropy gradient).
-
 The accumulators start at zero and C is read after the reduction chunk, its lines prefetched
 when the block starts: C's load then follows the previous block's stores by a whole chunk of
 FMAs. Loaded before the chunk, C rows a power of two apart (H = 2048 float32 rows are 8 KiB
@@ -101,17 +96,12 @@ from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, RewritePattern, op_type_rewrite_pattern
 from xdsl.rewriter import InsertPoint
 
-from npugrad.dialect.upstream import NO_UNROLL, DotBF16Op, PrefetchOp
+from npugrad.dialect.upstream import DotBF16Op, PrefetchOp
 from npugrad.ir import IRBuilder, enclosing_function, iterator_kinds, unit_innermost_stride
 from npugrad.targets import Target, get
 
 _OPERAND_TYPES = (f32, f16, bf16)
 _BODY_OPS = {"arith.extf", "arith.mulf", "arith.addf", "linalg.yield"}
-# The reduction loop of a micro-kernel is already register-blocked: LLVM's runtime unroller
-# copied it twice more with a remainder loop (FLCE float32 for a Zen 3: 689 FMAs in the
-# machine code instead of 183, 3.1 s of cold compile instead of 1.8) and took nothing off the
-# run time (4096 x 4096 x 8192 on 2 threads, the two alternated in one process: within 1 %).
-KEEP_ROLLED = {"loop_annotation": NO_UNROLL}
 
 
 def block_shape(target: Target) -> tuple[int, int]:
@@ -422,7 +412,7 @@ class _Kernels:
               mask: SSAValue | None, p: SSAValue | None) -> None:
         """The chunk's reduction steps into `accs`, one FMA per accumulator per step."""
         e = self.e
-        with e.carried_loop(self.k_hi, accs, lb=self.k_lo, attributes=KEEP_ROLLED) as (k, carried, updated):
+        with e.carried_loop(self.k_hi, accs, lb=self.k_lo) as (k, carried, updated):
             k.name_hint = "k"
             for arg in carried:
                 arg.name_hint = "acc"
@@ -452,7 +442,7 @@ class _Kernels:
         assert a_pairs is not None
         words = VectorType(i32, [self.lanes])
         first = None if p is None else e.emit(arith.DivUIOp(self.k_lo, e.idx(2)))
-        with e.carried_loop(self.chunk_pairs(), accs, attributes=KEEP_ROLLED) as (q, carried, updated):
+        with e.carried_loop(self.chunk_pairs(), accs) as (q, carried, updated):
             q.name_hint = "q"
             for arg in carried:
                 arg.name_hint = "acc"

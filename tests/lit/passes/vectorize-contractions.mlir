@@ -63,8 +63,7 @@
 // CHECK-COUNT-4:       vector.fma %[[AV]], %{{.*}}, %{{.*}} : vector<16xf32>
 // CHECK-COUNT-5:       vector.broadcast
 // CHECK:               scf.yield
-// The reduction loop is register-blocked already: LLVM's unrollers are told to leave it rolled.
-// CHECK-NEXT:        } {loop_annotation = #llvm.loop_annotation<unroll = <disable = true>>}
+// CHECK-NEXT:        }
 // CHECK-NEXT:        %[[C00:.*]] = vector.load %c[%[[I]], %[[J]]] : memref<?x?xf32>, vector<16xf32>
 // CHECK-NEXT:        %[[S00:.*]] = arith.addf %[[C00]], %sum : vector<16xf32>
 // CHECK-COUNT-23:    vector.load %c[%{{.*}}, %{{.*}}] : memref<?x?xf32>, vector<16xf32>
@@ -288,7 +287,6 @@
 // DOT-NEXT:       x86.avx512.dot %acc, %[[A]], %{{.*}} : vector<32xbf16> -> vector<16xf32>
 // DOT-COUNT-23:   x86.avx512.dot
 // DOT-NEXT:       scf.yield
-// DOT-NEXT:     } {loop_annotation = #llvm.loop_annotation<unroll = <disable = true>>}
 // DOT:          vector.fma
 // DOT:          memref.dealloc %a_pairs
 // DOT-NOT:      x86.avx512.dot
