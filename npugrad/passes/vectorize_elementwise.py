@@ -289,6 +289,9 @@ class _Vectorizer:
         main = scf.ForOp(loop.lb, main_bound, self.step, identities, body)
         main.location = loop.location
         VECTORIZED.set(main)
+        # What the loop says to LLVM's unrollers (#llvm.loop_annotation) holds for both loops it becomes.
+        if (annotation := loop.attributes.get("loop_annotation")) is not None:
+            main.attributes["loop_annotation"] = annotation
         self.outside.insert(main)
         self.outside = _Inserter(self.rewriter, InsertPoint.before(main))  # broadcasts go before the main loop
         inside = _Inserter(self.rewriter, InsertPoint.at_end(body))

@@ -197,3 +197,23 @@ func.func @not_reductions(%x: memref<?xf32>, %y: memref<?xf32>, %out: memref<3xf
   memref.store %inv, %out[%c2] : memref<3xf32>
   func.return
 }
+
+// An unroll annotation (#llvm.loop_annotation) is on both loops the scalar loop becomes.
+// CHECK-LABEL: func.func @annotated
+// CHECK:         scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK:           vector.store
+// CHECK-NEXT:    } {train.vectorized, loop_annotation = #llvm.loop_annotation<unroll = <disable = true>>}
+// CHECK-NEXT:    scf.for
+// CHECK:           memref.store
+// CHECK-NEXT:    } {loop_annotation = #llvm.loop_annotation<unroll = <disable = true>>}
+func.func @annotated(%x: memref<?xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %x, %c0 : memref<?xf32>
+  scf.for %i = %c0 to %n step %c1 {
+    %v = memref.load %x[%i] : memref<?xf32>
+    %w = arith.addf %v, %v : f32
+    memref.store %w, %x[%i] : memref<?xf32>
+  } {loop_annotation = #llvm.loop_annotation<unroll = <disable = true>>}
+  func.return
+}
