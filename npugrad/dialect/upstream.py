@@ -53,6 +53,8 @@ from xdsl.printer import Printer
 from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
 
+from npugrad.dialect.attributes import Discardable
+
 
 @irdl_op_definition
 class PrefetchOp(IRDLOperation):
@@ -225,6 +227,8 @@ class LoopAnnotationAttr(ParametrizedAttribute):
 
 
 NO_UNROLL = LoopAnnotationAttr(disable=True)
+LOOP_ANNOTATION = Discardable("loop_annotation", LoopAnnotationAttr,
+                              "on an scf.for: what LLVM's unrollers may do with it", after_lowering=True)
 
 
 def llvm_dialect() -> Dialect:

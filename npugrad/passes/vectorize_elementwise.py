@@ -78,6 +78,7 @@ from xdsl.rewriter import InsertPoint
 from xdsl.utils.exceptions import VerifyException
 
 from npugrad.dialect.attributes import VECTORIZED
+from npugrad.dialect.upstream import LOOP_ANNOTATION
 from npugrad.ir import unit_innermost_stride
 from npugrad.targets import get
 
@@ -290,8 +291,8 @@ class _Vectorizer:
         main.location = loop.location
         VECTORIZED.set(main)
         # What the loop says to LLVM's unrollers (#llvm.loop_annotation) holds for both loops it becomes.
-        if (annotation := loop.attributes.get("loop_annotation")) is not None:
-            main.attributes["loop_annotation"] = annotation
+        if (annotation := LOOP_ANNOTATION.get(loop)) is not None:
+            LOOP_ANNOTATION.set(main, annotation)
         self.outside.insert(main)
         self.outside = _Inserter(self.rewriter, InsertPoint.before(main))  # broadcasts go before the main loop
         inside = _Inserter(self.rewriter, InsertPoint.at_end(body))
