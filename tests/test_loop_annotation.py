@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from npugrad.compiler import CompileError, Pipeline, parse
-from npugrad.dialect.upstream import NO_UNROLL, LoopAnnotationAttr
+from npugrad.dialect.upstream import LoopAnnotationAttr
 
 LOOP = """func.func @f(%a: memref<?xf32>, %n: index) {{
   %c0 = arith.constant 0 : index
@@ -38,7 +38,7 @@ def test_prints_parses_back_and_reaches_llvm(annotation, metadata):
 
 
 def test_built_in_python_prints_as_upstream_spells_it():
-    assert str(NO_UNROLL) == "#llvm.loop_annotation<unroll = <disable = true>>"
+    assert str(LoopAnnotationAttr(disable=True)) == "#llvm.loop_annotation<unroll = <disable = true>>"
     assert str(LoopAnnotationAttr(count=8)) == "#llvm.loop_annotation<unroll = <count = 8 : i32>>"
 
 

@@ -226,7 +226,6 @@ class LoopAnnotationAttr(ParametrizedAttribute):
         return [fields.get("disable", NoneAttr()), fields.get("count", NoneAttr())]
 
 
-NO_UNROLL = LoopAnnotationAttr(disable=True)
 LOOP_ANNOTATION = Discardable("loop_annotation", LoopAnnotationAttr,
                               "on an scf.for: what LLVM's unrollers may do with it", after_lowering=True)
 

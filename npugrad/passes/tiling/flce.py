@@ -279,9 +279,14 @@ def _keeps_logits(nest: scf.ForOp) -> bool:
     """Whether GEMM 3 reads its G from a tile of scratch (a view of a buffer the nest allocates:
     the logits tile GEMM 1 writes and the softmax gradient turns into G, or, given the softmax,
     the tile G is computed into), which the lead can keep in a stash instead."""
-    weight_grad = next((o for o in nest.walk() if contraction_of(o) is Contraction.WEIGHT_GRAD), None)
+    weight_grad = _weight_grad(nest)
     view = None if weight_grad is None else weight_grad.inputs[0].owner
     return isinstance(view, memref.SubviewOp) and isinstance(view.source.owner, memref.AllocOp)
+
+
+def _weight_grad(loop: scf.ForOp):
+    """GEMM 3 (dW += Gᵀ·X) of the nest in `loop`, if it has one."""
+    return next((o for o in loop.walk() if contraction_of(o) is Contraction.WEIGHT_GRAD), None)
 
 
 def _defer_weight_grad(e: IRBuilder, wave: scf.ForOp, tokens: scf.ForOp, g_tile, w_tile, g_ok, w_ok, ahead, t_lo,
@@ -291,7 +296,8 @@ def _defer_weight_grad(e: IRBuilder, wave: scf.ForOp, tokens: scf.ForOp, g_tile,
     tile of each token tile (or, given the softmax, its G) is written into the block's stash
     (1 + ahead slots, slot: vocabulary tile mod 1 + ahead) instead of one tile of scratch, and
     stays there until GEMM 3 has read it, `ahead` steps later."""
-    gemm3 = next(o for o in tokens.walk() if contraction_of(o) is Contraction.WEIGHT_GRAD)
+    gemm3 = _weight_grad(tokens)
+    assert gemm3 is not None
     logits_view = gemm3.inputs[0].owner
     assert isinstance(logits_view, memref.SubviewOp)
     scratch = logits_view.source
