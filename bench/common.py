@@ -18,6 +18,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -100,13 +101,31 @@ def measure(name: str, spec: str, args: dict, repeats: int = 3, warmup: int = 1,
             slow: float | None = None, timeout: float | None = None, env: dict[str, str] | None = None) -> Result:
     """Run one contender in a fresh interpreter (with `env` added to this one's environment)
     and return its figures (or the error it hit, or "timed out" after `timeout` seconds)."""
+    r = in_child("bench.common:child", {"spec": spec, "args": args, "repeats": repeats, "warmup": warmup, "slow": slow},
+                 threads, timeout, env)
+    if isinstance(r, dict):
+        return Result(name, r["median"], r["first"], r["peak_mib"], None, tuple(r["times"]), r["compile_s"],
+                      r["first_only"])
+    nan = float("nan")
+    if r is None:
+        return Result(name, nan, nan, nan, f"timed out after {timeout:.0f} s", timed_out=timeout)
+    return Result(name, nan, nan, nan, r)
+
+
+def in_child(spec: str, args: dict, threads: int | None = None, timeout: float | None = None,
+             env: dict[str, str] | None = None) -> dict | str | None:
+    """`module:function(**args)` in a fresh interpreter, with `env` added to this one's
+    environment and every thread count set to `threads`: the dict it returned, the error it hit
+    (its last line of output), or None if `timeout` seconds ended it."""
     env = {**os.environ, **(env or {})}
     if threads is not None:
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NPUGRAD_THREADS"):
             env[var] = str(threads)
+    module, function = spec.split(":")
     code = (
-        f"import json, sys; sys.path.insert(0, {ROOT!r}); from bench.common import child; "
-        f"print('RESULT' + json.dumps(child({spec!r}, json.loads(sys.argv[1]), {repeats:d}, {warmup:d}, {slow!r})))"
+        f"import importlib, json, sys; sys.path.insert(0, {ROOT!r}); "
+        f"f = getattr(importlib.import_module({module!r}), {function!r}); "
+        "print('RESULT' + json.dumps(f(**json.loads(sys.argv[1]))))"
     )
     # A session of its own, so that a time-out ends the child's own workers too (Inductor's compilers).
     with subprocess.Popen([sys.executable, "-c", code, json.dumps(args)], stdout=subprocess.PIPE,
@@ -116,18 +135,55 @@ def measure(name: str, spec: str, args: dict, repeats: int = 3, warmup: int = 1,
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
-            return Result(name, float("nan"), float("nan"), float("nan"), f"timed out after {timeout:.0f} s",
-                          timed_out=timeout)
+            return None
         except BaseException:  # Ctrl-C: the child is in a session of its own and did not get it
             os.killpg(proc.pid, signal.SIGKILL)
             raise
     for line in stdout.splitlines():
         if line.startswith("RESULT"):
-            r = json.loads(line[len("RESULT"):])
-            return Result(name, r["median"], r["first"], r["peak_mib"], None, tuple(r["times"]), r["compile_s"],
-                          r["first_only"])
+            return json.loads(line[len("RESULT"):])
     tail = (stderr or stdout).strip().splitlines()[-1:] or ["no output"]
-    return Result(name, float("nan"), float("nan"), float("nan"), tail[0])
+    return tail[0]
+
+
+def paired_costs(first_call: Callable[[], Callable[[], object]], part: Callable[[], Callable[[], object]],
+                 batches: int, size: int) -> dict:
+    """What a call costs beyond a part of it (an API call beyond its kernel), both measured in
+    this process: `first_call()` makes the call, whose first run is timed (`first`, s); `part()`
+    the part alone. Then `batches` batches of `size` calls of each, taking turns (which goes
+    first alternates), each call timed: `call` and `part` are the medians of the batches'
+    medians, `overhead` the median of the batches' differences (s). On a shared machine a slow
+    spell (other tenants: the call's Python then runs at a fraction of its speed for a few
+    hundred milliseconds) falls on both sides of the batches it covers, and the median over
+    batches spread across the run leaves out the spells unless they cover half of it: timing
+    the two sides in separate processes, one run of thousands of calls each, the difference
+    took a spell whole (36 µs quiet, 70 µs in a spell, measured on a Zen 3 VM)."""
+    start = time.perf_counter()
+    call = first_call()
+    call()
+    first = time.perf_counter() - start
+    alone = part()
+
+    def batch(fn) -> float:
+        times = []
+        for _ in range(size):
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+        return statistics.median(times)
+
+    batch(call), batch(alone)  # warm-up
+    calls, parts = [], []
+    for i in range(batches):
+        if i % 2:
+            parts.append(batch(alone))
+            calls.append(batch(call))
+        else:
+            calls.append(batch(call))
+            parts.append(batch(alone))
+    return {"first": first, "call": statistics.median(calls), "part": statistics.median(parts),
+            "overhead": statistics.median([c - p for c, p in zip(calls, parts)]),
+            "spread": [min(calls), max(calls)]}
 
 
 def table(title: str, rows: list[tuple[Result, str]], baseline: str, flops: float | None = None) -> str:

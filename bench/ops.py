@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np
 
 from bench import contenders as compilers
-from bench.common import Result, combine, measure
+from bench.common import Result, combine, in_child, measure, paired_costs
 from npugrad import progress
 
 SEED = 1234
@@ -581,28 +581,40 @@ def contender_compile_table(shared: dict) -> str:
     return "\n".join(lines)
 
 
+def call_costs(op: str, batches: int, size: int) -> dict:
+    """The cold call, then the cached API call and its bound kernel taking turns (paired_costs)."""
+    return paired_costs(lambda: api_call(op), lambda: kernel_call(op), batches, size)
+
+
 def compile_table(ops: Sequence[str], threads: int, calls: int, log: Callable[[str], None]) -> str:
     header = (f"{'op':<10} {'cold compile ms':>16} {'from disk ms':>13} {'cached call us':>15} {'kernel us':>10} "
-              f"{'overhead us':>12}")
+              f"{'overhead us':>12} {'call, batches us':>17}")
     title = ("Compile time (fresh process, tiny inputs): cold = first call minus a cached call, with an empty "
              "disk cache; from disk = the same in the next fresh process, the machine code loaded from the disk "
-             "cache (NPUGRAD_CACHE_DIR) and the npugrad passes run again; overhead = cached API call minus the "
-             "bound kernel")
+             "cache (NPUGRAD_CACHE_DIR) and the npugrad passes run again; cached call, kernel (the bound machine "
+             f"code alone) and overhead (call minus kernel): {CALL_BATCHES} batches of {calls // CALL_BATCHES} calls "
+             "of each taking turns in one process, the median over batches of each batch's median "
+             "(bench.common.paired_costs); 'call, batches': the fastest and slowest batch of the cached call")
     lines = [title, header, "-" * len(header)]
     for op in ops:
         log(f"  compile: {op}")
+        args = {"op": op, "batches": CALL_BATCHES, "size": max(1, calls // CALL_BATCHES)}
         with tempfile.TemporaryDirectory(prefix="npugrad-bench-cache-") as cache:
             fresh = {"NPUGRAD_CACHE_DIR": cache}
-            api = measure(op, "bench.ops:api_call", {"op": op}, calls, calls // 10, threads, env=fresh)
-            disk = measure(op, "bench.ops:api_call", {"op": op}, 1, 0, threads, env=fresh)
-            kernel = measure(op, "bench.ops:kernel_call", {"op": op}, calls, calls // 10, threads, env=fresh)
-        failed = api.error or disk.error or kernel.error
-        if failed:
-            lines.append(f"{op:<10} failed: {failed}")
+            cold = in_child("bench.ops:call_costs", args, threads, env=fresh)
+            disk = in_child("bench.ops:call_costs", {**args, "batches": 1}, threads, env=fresh)
+        failed = next((r for r in (cold, disk) if not isinstance(r, dict)), None)
+        if failed is not None:
+            lines.append(f"{op:<10} failed: {failed or 'timed out'}")
             continue
-        lines.append(f"{op:<10} {(api.first - api.median) * 1e3:>16.1f} {(disk.first - api.median) * 1e3:>13.1f} "
-                     f"{api.median * 1e6:>15.1f} {kernel.median * 1e6:>10.1f} {(api.median - kernel.median) * 1e6:>12.1f}")
+        low, high = cold["spread"]
+        lines.append(f"{op:<10} {(cold['first'] - cold['call']) * 1e3:>16.1f} {(disk['first'] - cold['call']) * 1e3:>13.1f} "
+                     f"{cold['call'] * 1e6:>15.1f} {cold['part'] * 1e6:>10.1f} {cold['overhead'] * 1e6:>12.1f} "
+                     f"{f'{low * 1e6:.1f}-{high * 1e6:.1f}':>17}")
     return "\n".join(lines)
+
+
+CALL_BATCHES = 25
 
 
 def main(argv: Sequence[str] | None = None) -> None:
