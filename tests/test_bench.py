@@ -14,9 +14,10 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from bench import common
 from bench import contenders as compilers
 from bench import ops as bench_ops
-from bench.common import Result, combine
+from bench.common import Result, combine, paired_costs
 from npugrad.runtime import specialize
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
@@ -166,3 +167,27 @@ def test_pytorch_bf16_on_its_fallback_loop_is_predicted_not_run(monkeypatch):
     bench_ops.run_table("t", [case], False, 1, 2, contenders, lambda s: None, ceilings=ceilings,
                         predicted_limit=predicted + 1)
     assert ("torch", "bfloat16") in calls
+
+
+def test_paired_costs_take_the_median_over_batches_of_their_differences(monkeypatch):
+    """A fake clock that the measured callables advance: the call costs 5 units and its part 2,
+    except in a slow spell (every call of the third and fourth batches of each side costs
+    10x): the overhead is the median of the batches' differences, 3, and the spell shows only
+    in the spread."""
+    now = [0.0]
+    monkeypatch.setattr(common.time, "perf_counter", lambda: now[0])
+    calls = {"call": 0, "part": 0}
+    size = 4
+
+    def ticking(name: str, cost: float, before: int):
+        def run():  # `before` calls ahead of the batches; the first batch of each side is the warm-up
+            batch = (calls[name] - before) // size - 1
+            calls[name] += 1
+            now[0] += cost * (10 if batch in (2, 3) else 1)
+        return run
+
+    r = paired_costs(lambda: ticking("call", 5.0, 1), lambda: ticking("part", 2.0, 0), batches=9, size=size)
+    assert r["first"] == 5.0  # the first call alone
+    assert r["call"] == 5.0 and r["part"] == 2.0 and r["overhead"] == 3.0
+    assert r["spread"] == [5.0, 50.0]
+    assert calls == {"call": 1 + size * 10, "part": size * 10}
