@@ -149,8 +149,8 @@ def in_child(spec: str, args: dict, threads: int | None = None, timeout: float |
 def paired_costs(first_call: Callable[[], Callable[[], object]], part: Callable[[], Callable[[], object]],
                  batches: int, size: int) -> dict:
     """What a call costs beyond a part of it (an API call beyond its kernel), both measured in
-    this process: `first_call()` makes the call, whose first run is timed (`first`, s); `part()`
-    the part alone. Then `batches` batches of `size` calls of each, taking turns (which goes
+    this process: `first_call()` makes the call (its setup, not timed), whose first run is timed
+    (`first`, s); `part()` the part alone. Then `batches` batches of `size` calls of each, taking turns (which goes
     first alternates), each call timed: `call` and `part` are the medians of the batches'
     medians, `overhead` the median of the batches' differences (s). On a shared machine a slow
     spell (other tenants: the call's Python then runs at a fraction of its speed for a few
@@ -158,8 +158,8 @@ def paired_costs(first_call: Callable[[], Callable[[], object]], part: Callable[
     batches spread across the run leaves out the spells unless they cover half of it: timing
     the two sides in separate processes, one run of thousands of calls each, the difference
     took a spell whole (36 µs quiet, 70 µs in a spell, measured on a Zen 3 VM)."""
-    start = time.perf_counter()
     call = first_call()
+    start = time.perf_counter()
     call()
     first = time.perf_counter() - start
     alone = part()
