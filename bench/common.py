@@ -147,17 +147,20 @@ def in_child(spec: str, args: dict, threads: int | None = None, timeout: float |
 
 
 def paired_costs(first_call: Callable[[], Callable[[], object]], part: Callable[[], Callable[[], object]],
-                 batches: int, size: int) -> dict:
+                 batches: int, size: int, reference: Callable[[], object] | None = None) -> dict:
     """What a call costs beyond a part of it (an API call beyond its kernel), both measured in
     this process: `first_call()` makes the call (its setup, not timed), whose first run is timed
-    (`first`, s); `part()` the part alone. Then `batches` batches of `size` calls of each, taking turns (which goes
-    first alternates), each call timed: `call` and `part` are the medians of the batches'
-    medians, `overhead` the median of the batches' differences (s). On a shared machine a slow
-    spell (other tenants: the call's Python then runs at a fraction of its speed for a few
-    hundred milliseconds) falls on both sides of the batches it covers, and the median over
-    batches spread across the run leaves out the spells unless they cover half of it: timing
-    the two sides in separate processes, one run of thousands of calls each, the difference
-    took a spell whole (36 µs quiet, 70 µs in a spell, measured on a Zen 3 VM)."""
+    (`first`, s); `part()` the part alone. Then `batches` batches of `size` calls of each, taking
+    turns (which goes first alternates), each call timed: `call` and `part` are the medians of
+    the batches' medians, `overhead` the median of the batches' differences (s). On a shared
+    machine a slow spell (other tenants: the call's Python then runs at a fraction of its speed
+    for a few hundred milliseconds) falls on both sides of the batches it covers, and the median
+    over batches spread across the run leaves out the spells unless they cover half of it:
+    timing the two sides in separate processes, one run of thousands of calls each, the
+    difference took a spell whole (36 µs quiet, 70 µs in a spell, measured on a Zen 3 VM).
+    With `reference` (a call whose cost is the machine's, e.g. a NumPy ufunc on a few elements)
+    a batch of it joins each turn, and `per_reference` is the median over batches of the
+    overhead in units of it: a slow spell that covers the whole run scales both."""
     call = first_call()
     start = time.perf_counter()
     call()
@@ -172,18 +175,22 @@ def paired_costs(first_call: Callable[[], Callable[[], object]], part: Callable[
             times.append(time.perf_counter() - t)
         return statistics.median(times)
 
-    batch(call), batch(alone)  # warm-up
-    calls, parts = [], []
+    sides = [call, alone] + ([reference] if reference is not None else [])
+    for fn in sides:  # warm-up
+        batch(fn)
+    medians: list[list[float]] = [[] for _ in sides]
     for i in range(batches):
-        if i % 2:
-            parts.append(batch(alone))
-            calls.append(batch(call))
-        else:
-            calls.append(batch(call))
-            parts.append(batch(alone))
-    return {"first": first, "call": statistics.median(calls), "part": statistics.median(parts),
-            "overhead": statistics.median([c - p for c, p in zip(calls, parts)]),
-            "spread": [min(calls), max(calls)]}
+        order = range(len(sides)) if i % 2 == 0 else reversed(range(len(sides)))
+        for j in order:
+            medians[j].append(batch(sides[j]))
+    calls, parts = medians[0], medians[1]
+    result = {"first": first, "call": statistics.median(calls), "part": statistics.median(parts),
+              "overhead": statistics.median([c - p for c, p in zip(calls, parts)]),
+              "spread": [min(calls), max(calls)]}
+    if reference is not None:
+        result["reference"] = statistics.median(medians[2])
+        result["per_reference"] = statistics.median([(c - p) / r for c, p, r in zip(calls, parts, medians[2])])
+    return result
 
 
 def table(title: str, rows: list[tuple[Result, str]], baseline: str, flops: float | None = None) -> str:

@@ -582,19 +582,24 @@ def contender_compile_table(shared: dict) -> str:
 
 
 def call_costs(op: str, batches: int, size: int) -> dict:
-    """The cold call, then the cached API call and its bound kernel taking turns (paired_costs)."""
-    return paired_costs(lambda: api_call(op), lambda: kernel_call(op), batches, size)
+    """The cold call, then the cached API call, its bound kernel and a NumPy ufunc call on 16
+    float32 elements taking turns (paired_costs)."""
+    a, b = np.ones(16, np.float32), np.ones(16, np.float32)
+    return paired_costs(lambda: api_call(op), lambda: kernel_call(op), batches, size,
+                        reference=lambda: np.add(a, b, out=a))
 
 
 def compile_table(ops: Sequence[str], threads: int, calls: int, log: Callable[[str], None]) -> str:
     header = (f"{'op':<10} {'cold compile ms':>16} {'from disk ms':>13} {'cached call us':>15} {'kernel us':>10} "
-              f"{'overhead us':>12} {'call, batches us':>17}")
+              f"{'overhead us':>12} {'in np.add calls':>16} {'call, batches us':>17}")
     title = ("Compile time (fresh process, tiny inputs): cold = first call minus a cached call, with an empty "
              "disk cache; from disk = the same in the next fresh process, the machine code loaded from the disk "
              "cache (NPUGRAD_CACHE_DIR) and the npugrad passes run again; cached call, kernel (the bound machine "
              f"code alone) and overhead (call minus kernel): {CALL_BATCHES} batches of {calls // CALL_BATCHES} calls "
              "of each taking turns in one process, the median over batches of each batch's median "
-             "(bench.common.paired_costs); 'call, batches': the fastest and slowest batch of the cached call")
+             "(bench.common.paired_costs); 'in np.add calls': the overhead over the time of np.add(a, b, out=a) on 16 "
+             "float32 elements, timed in the same batches (a machine-wide slow spell scales both); 'call, batches': "
+             "the fastest and slowest batch of the cached call")
     lines = [title, header, "-" * len(header)]
     for op in ops:
         log(f"  compile: {op}")
@@ -610,6 +615,7 @@ def compile_table(ops: Sequence[str], threads: int, calls: int, log: Callable[[s
         low, high = cold["spread"]
         lines.append(f"{op:<10} {(cold['first'] - cold['call']) * 1e3:>16.1f} {(disk['first'] - cold['call']) * 1e3:>13.1f} "
                      f"{cold['call'] * 1e6:>15.1f} {cold['part'] * 1e6:>10.1f} {cold['overhead'] * 1e6:>12.1f} "
+                     f"{cold['per_reference']:>15.0f}x "
                      f"{f'{low * 1e6:.1f}-{high * 1e6:.1f}':>17}")
     return "\n".join(lines)
 

@@ -193,5 +193,20 @@ def test_paired_costs_take_the_median_over_batches_of_their_differences(monkeypa
     r = paired_costs(setup, lambda: ticking("part", 2.0, 0), batches=9, size=size)
     assert r["first"] == 5.0  # the first call alone
     assert r["call"] == 5.0 and r["part"] == 2.0 and r["overhead"] == 3.0
-    assert r["spread"] == [5.0, 50.0]
+    assert r["spread"] == [5.0, 50.0] and "per_reference" not in r
     assert calls == {"call": 1 + size * 10, "part": size * 10}
+
+
+def test_paired_costs_in_units_of_a_reference_call_survive_a_spell_over_the_whole_run(monkeypatch):
+    """Every call 4x slower for the whole run: the overhead in seconds is 4x, in units of a
+    reference call timed in the same batches (0.5) it is what it was, 6."""
+    now = [0.0]
+    monkeypatch.setattr(common.time, "perf_counter", lambda: now[0])
+
+    def costing(units: float):
+        def run():
+            now[0] += 4 * units
+        return run
+
+    r = paired_costs(lambda: costing(5.0), lambda: costing(2.0), batches=5, size=3, reference=costing(0.5))
+    assert r["overhead"] == 12.0 and r["reference"] == 2.0 and r["per_reference"] == 6.0
