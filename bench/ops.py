@@ -581,6 +581,9 @@ def contender_compile_table(shared: dict) -> str:
     return "\n".join(lines)
 
 
+CALL_BATCHES = 25  # batches of each side of the cached-call measurement (call_costs)
+
+
 def call_costs(op: str, batches: int, size: int) -> dict:
     """The cold call, then the cached API call, its bound kernel and a NumPy ufunc call on 16
     float32 elements taking turns (paired_costs)."""
@@ -608,9 +611,9 @@ def compile_table(ops: Sequence[str], threads: int, calls: int, log: Callable[[s
             fresh = {"NPUGRAD_CACHE_DIR": cache}
             cold = in_child("bench.ops:call_costs", args, threads, env=fresh)
             disk = in_child("bench.ops:call_costs", {**args, "batches": 1}, threads, env=fresh)
-        failed = next((r for r in (cold, disk) if not isinstance(r, dict)), None)
-        if failed is not None:
-            lines.append(f"{op:<10} failed: {failed or 'timed out'}")
+        bad = [r for r in (cold, disk) if not isinstance(r, dict)]
+        if bad:
+            lines.append(f"{op:<10} failed: {bad[0] or 'timed out'}")
             continue
         low, high = cold["spread"]
         lines.append(f"{op:<10} {(cold['first'] - cold['call']) * 1e3:>16.1f} {(disk['first'] - cold['call']) * 1e3:>13.1f} "
@@ -618,9 +621,6 @@ def compile_table(ops: Sequence[str], threads: int, calls: int, log: Callable[[s
                      f"{cold['per_reference']:>15.0f}x "
                      f"{f'{low * 1e6:.1f}-{high * 1e6:.1f}':>17}")
     return "\n".join(lines)
-
-
-CALL_BATCHES = 25
 
 
 def main(argv: Sequence[str] | None = None) -> None:
