@@ -210,3 +210,34 @@ def test_paired_costs_in_units_of_a_reference_call_survive_a_spell_over_the_whol
 
     r = paired_costs(lambda: costing(5.0), lambda: costing(2.0), batches=5, size=3, reference=costing(0.5))
     assert r["overhead"] == 12.0 and r["reference"] == 2.0 and r["per_reference"] == 6.0
+
+
+def test_loop_profile_charges_each_sample_to_its_innermost_loop():
+    """bench/loop_profile.py's core on a hand-written disassembly: an outer loop (0x10-0x40)
+    around an inner one (0x18-0x30) of two FMAs and a reload off %rsp."""
+    from bench import loop_profile
+
+    text = """
+0000000000000000 <kernel>:
+       0:	push   %rbp
+      10:	mov    %rdi,%rax
+      18:	vfmadd231ps %ymm1,%ymm2,%ymm3
+      20:	vfmadd231ps %ymm1,%ymm4,%ymm5
+      28:	cmp    0x28(%rsp),%rax
+      30:	jne    18 <kernel+0x18>
+      38:	add    $0x1,%rdi
+      40:	jne    10 <kernel+0x10>
+      48:	ret
+"""
+    code = loop_profile.instructions(text)
+    assert code[0] == (0, "push   %rbp") and len(code) == 9
+    found = loop_profile.loops(code)
+    assert [(lp.start, lp.end) for lp in found] == [(0x18, 0x30), (0x10, 0x40)]
+    inner, outer = found
+    assert (inner.fmas, inner.stack, len(inner.instructions)) == (2, 1, 4)
+    counts, inside = loop_profile.charge([0x20, 0x28, 0x38, 0x10, 0x48, 0x1000, -4], found, 0x50)
+    assert inside == 5 and counts == {inner: 2, outer: 2, None: 1}
+    rows = loop_profile.report(counts, inside, 5).splitlines()[1:]
+    assert [r.split()[:3] for r in rows] == [["40.0%", "2", "0x18-0x30"], ["40.0%", "2", "0x10-0x40"],
+                                             ["20.0%", "1", "outside"]]
+    assert rows[0].split()[3:] == ["4", "2", "1"]  # instructions, FMAs, stack operands

@@ -1,0 +1,158 @@
+"""Where a kernel's time goes, loop by loop: an op's call sampled by `perf` (cpu-clock, so it
+works on VMs without hardware counters), the JIT's samples mapped back to the machine code
+through the disk cache's copy of it (the very object the JIT loaded), and each sample charged
+to the innermost loop that holds it (a backward branch and its target bound a loop).
+
+    .venv/bin/python bench/loop_profile.py                          # FLCE float32 2048 x 2048 x 32000
+    .venv/bin/python bench/loop_profile.py --op flce --size bt=1024,h=1024,v=8192,dtype=bfloat16
+    .venv/bin/python bench/loop_profile.py --op ema_adam --size n=16777216 --top 10
+
+It prints one row per loop: its share of the kernel's samples, its address range in the object,
+its instructions, FMAs (vfmadd*) and operands addressed off %rsp/%rbp (with a frame pointer:
+spills and reloads; one in a micro-kernel's reduction loop is worth a look). Compare two
+variants by their rows, not by their times: the shares are measured within one run, which a
+shared machine's slow spells scale alike. Needs `perf`, `nm` and `objdump` (binutils); the op
+runs `--calls` times after a warm-up call, on the thread count NPUGRAD_THREADS gives.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+_INSTRUCTION = re.compile(r"^\s+([0-9a-f]+):\s+(.*)$")
+_BRANCH = re.compile(r"^j\w+\s+([0-9a-f]+)\b")
+
+
+@dataclass(frozen=True)
+class Loop:
+    start: int  # offsets in the object's code section
+    end: int  # the backward branch
+    instructions: tuple[str, ...]
+
+    @property
+    def fmas(self) -> int:
+        return sum(i.startswith("vfmadd") for i in self.instructions)
+
+    @property
+    def stack(self) -> int:
+        return sum("%rsp" in i or "%rbp" in i for i in self.instructions)
+
+
+def instructions(disassembly: str) -> list[tuple[int, str]]:
+    """(offset, instruction) for every instruction `objdump -d --no-show-raw-insn` printed."""
+    return [(int(m.group(1), 16), m.group(2).strip()) for m in map(_INSTRUCTION.match, disassembly.splitlines()) if m]
+
+
+def loops(code: list[tuple[int, str]]) -> list[Loop]:
+    """A loop per backward branch: from its target to the branch."""
+    found = []
+    for at, text in code:
+        m = _BRANCH.match(text)
+        if m and int(m.group(1), 16) <= at:
+            start = int(m.group(1), 16)
+            found.append(Loop(start, at, tuple(t for a, t in code if start <= a <= at)))
+    return found
+
+
+def charge(offsets: list[int], found: list[Loop], size: int) -> tuple[collections.Counter, int]:
+    """Samples per innermost loop holding them (None: in no loop), and how many fell in the code."""
+    by_start = sorted(found, key=lambda lp: lp.end - lp.start)  # innermost first
+    counts: collections.Counter = collections.Counter()
+    inside = 0
+    for off in offsets:
+        if not 0 <= off < size:
+            continue
+        inside += 1
+        counts[next((lp for lp in by_start if lp.start <= off <= lp.end), None)] += 1
+    return counts, inside
+
+
+def report(counts: collections.Counter, inside: int, top: int) -> str:
+    lines = [f"{'share':>7} {'samples':>8}  {'loop (object offsets)':<22} {'instrs':>6} {'FMAs':>5} {'stack':>5}"]
+    for lp, n in counts.most_common(top):
+        where = "outside loops" if lp is None else f"{lp.start:#x}-{lp.end:#x}"
+        detail = "" if lp is None else f"{len(lp.instructions):>6} {lp.fmas:>5} {lp.stack:>5}"
+        lines.append(f"{100 * n / max(inside, 1):6.1f}% {n:>8}  {where:<22} {detail}")
+    return "\n".join(lines)
+
+
+# -- the sampled run --------------------------------------------------------------------------------------
+
+
+def child(op: str, size: dict, calls: int) -> dict:
+    """Run `op` (a bench.ops contender) `calls` times after a warm-up; the kernels' JIT addresses."""
+    from bench import ops as bench_ops
+    from npugrad.runtime import launch
+
+    fn = getattr(bench_ops, f"{op}_npugrad").__wrapped__(alloc=False, **size)
+    fn()
+    for _ in range(calls):
+        fn()
+    return {k.name: k._jit.address(k.name) for k, _ in launch._SPECIALISED.values()}
+
+
+def _size(text: str) -> dict:
+    out = {}
+    for part in filter(None, text.split(",")):
+        key, value = part.split("=")
+        out[key] = value if not value.lstrip("-").isdigit() else int(value)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--op", default="flce", help="a bench.ops op: flce, embedding, nll, bce, ema_adam")
+    ap.add_argument("--size", default="bt=2048,h=2048,v=32000,dtype=float32", help="the op's sizes, k=v,...")
+    ap.add_argument("--calls", type=int, default=1, help="sampled calls after the warm-up (default 1)")
+    ap.add_argument("--top", type=int, default=15, help="loops to print (default 15)")
+    args = ap.parse_args(argv)
+    for tool in ("perf", "nm", "objdump"):
+        if shutil.which(tool) is None:
+            sys.exit(f"loop_profile: needs `{tool}` on PATH")
+    from npugrad.runtime import object_cache
+
+    with tempfile.TemporaryDirectory(prefix="npugrad-profile-") as tmp:
+        cache = os.path.join(tmp, "cache")
+        data = os.path.join(tmp, "perf.data")
+        code = (f"import json, sys; sys.path.insert(0, {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))!r}); "
+                "from bench.loop_profile import child; "
+                f"print('ADDRESSES' + json.dumps(child({args.op!r}, {_size(args.size)!r}, {args.calls:d})))")
+        run = subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-F", "999", "-o", data, sys.executable, "-c", code],
+                             capture_output=True, text=True, env={**os.environ, "NPUGRAD_CACHE_DIR": cache}, check=False)
+        line = next((x for x in run.stdout.splitlines() if x.startswith("ADDRESSES")), None)
+        if run.returncode or line is None:
+            sys.exit(f"loop_profile: the sampled run failed:\n{run.stderr[-2000:]}")
+        addresses = json.loads(line[len("ADDRESSES"):])
+        ips = [int(x, 16) for x in subprocess.run(["perf", "script", "-i", data, "-F", "ip"], capture_output=True,
+                                                   text=True, check=True).stdout.split()]
+        for entry in sorted(os.listdir(cache)):
+            with open(os.path.join(cache, entry), "rb") as f:
+                blob = f.read()
+            obj = os.path.join(tmp, "kernel.o")
+            with open(obj, "wb") as f:
+                f.write(blob[len(object_cache.FORMAT) + 32:])  # the entry's header: magic, SHA-256
+            symbols = subprocess.run(["nm", obj], capture_output=True, text=True, check=True).stdout
+            code_ = instructions(subprocess.run(["objdump", "-d", "--no-show-raw-insn", obj], capture_output=True,
+                                                text=True, check=True).stdout)
+            for name, address in addresses.items():
+                m = re.search(rf"^([0-9a-f]+) T {re.escape(name)}$", symbols, re.MULTILINE)
+                if m is None or not code_:
+                    continue
+                base = address - int(m.group(1), 16)  # where the object's code section was loaded
+                counts, inside = charge([ip - base for ip in ips], loops(code_), code_[-1][0] + 16)
+                print(f"{name}: {inside} of {len(ips)} samples in its code ({args.op} {args.size}, {args.calls} call(s))")
+                print(report(counts, inside, args.top))
+
+if __name__ == "__main__":
+    main()
