@@ -32,6 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 _INSTRUCTION = re.compile(r"^\s+([0-9a-f]+):\s+(.*)$")
 _BRANCH = re.compile(r"^j\w+\s+([0-9a-f]+)\b")
+_LABEL_BRANCH = re.compile(r"^(j\w+\s+)(\.L\w+)$")
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,24 @@ class Loop:
 def instructions(disassembly: str) -> list[tuple[int, str]]:
     """(offset, instruction) for every instruction `objdump -d --no-show-raw-insn` printed."""
     return [(int(m.group(1), 16), m.group(2).strip()) for m in map(_INSTRUCTION.match, disassembly.splitlines()) if m]
+
+
+def assembly_instructions(asm: str) -> list[tuple[int, str]]:
+    """(index, instruction) for assembly text (the asm stage's), as `instructions` gives them
+    for a disassembly: a branch to a local label names the index of the label's instruction."""
+    labels: dict[str, int] = {}
+    body: list[str] = []
+    for line in asm.splitlines():
+        if m := re.match(r"^(\.L\w+):", line):
+            labels[m.group(1)] = len(body)
+        elif line.startswith("\t") and (text := line.strip()) and not text.startswith((".", "#")):
+            body.append(text)
+
+    def resolved(text: str) -> str:
+        m = _LABEL_BRANCH.match(text)
+        return f"{m.group(1)}{labels[m.group(2)]:x}" if m and m.group(2) in labels else text
+
+    return [(i, resolved(text)) for i, text in enumerate(body)]
 
 
 def loops(code: list[tuple[int, str]]) -> list[Loop]:
@@ -125,10 +144,10 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="npugrad-profile-") as tmp:
         cache = os.path.join(tmp, "cache")
         data = os.path.join(tmp, "perf.data")
-        code = (f"import json, sys; sys.path.insert(0, {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))!r}); "
+        script = (f"import json, sys; sys.path.insert(0, {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))!r}); "
                 "from bench.loop_profile import child; "
                 f"print('ADDRESSES' + json.dumps(child({args.op!r}, {_size(args.size)!r}, {args.calls:d})))")
-        run = subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-F", "999", "-o", data, sys.executable, "-c", code],
+        run = subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-F", "999", "-o", data, sys.executable, "-c", script],
                              capture_output=True, text=True, env={**os.environ, "NPUGRAD_CACHE_DIR": cache}, check=False)
         line = next((x for x in run.stdout.splitlines() if x.startswith("ADDRESSES")), None)
         if run.returncode or line is None:
@@ -143,14 +162,14 @@ def main(argv: list[str] | None = None) -> None:
             with open(obj, "wb") as f:
                 f.write(blob[len(object_cache.FORMAT) + 32:])  # the entry's header: magic, SHA-256
             symbols = subprocess.run(["nm", obj], capture_output=True, text=True, check=True).stdout
-            code_ = instructions(subprocess.run(["objdump", "-d", "--no-show-raw-insn", obj], capture_output=True,
+            code = instructions(subprocess.run(["objdump", "-d", "--no-show-raw-insn", obj], capture_output=True,
                                                 text=True, check=True).stdout)
             for name, address in addresses.items():
                 m = re.search(rf"^([0-9a-f]+) T {re.escape(name)}$", symbols, re.MULTILINE)
-                if m is None or not code_:
+                if m is None or not code:
                     continue
                 base = address - int(m.group(1), 16)  # where the object's code section was loaded
-                counts, inside = charge([ip - base for ip in ips], loops(code_), code_[-1][0] + 16)
+                counts, inside = charge([ip - base for ip in ips], loops(code), code[-1][0] + 16)
                 print(f"{name}: {inside} of {len(ips)} samples in its code ({args.op} {args.size}, {args.calls} call(s))")
                 print(report(counts, inside, args.top))
 

@@ -13,53 +13,39 @@ column tails, which load B lane by lane, have more and run only on the last colu
 from __future__ import annotations
 
 import os
-import re
+import sys
 
 import pytest
-from xdsl.parser import Parser
 
-from npugrad.compiler import Pipeline, make_context
+from npugrad.compiler import Pipeline
+from npugrad.dialect import FusedLinearCrossEntropyLossGradOp
+from npugrad.runtime.specialize import OperandClass, build_module
 
-ZEN3 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lit", "Inputs", "zen3.toml")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
 
-FLCE = """
-func.func @flce(%grad: memref<?xf32>, %x: memref<?x?x{t}>, %w: memref<?x?x{t}>, %mask: memref<?xi1>,
-                %target: memref<?xi64>, %max: memref<?xf32>, %sum: memref<?xf32>,
-                %dx: memref<?x?x{t}>, %dw: memref<?x?x{t}>) {{
-  train.fused_linear_cross_entropy_loss_grad grad(%grad : memref<?xf32>) input(%x : memref<?x?x{t}>)
-      weight(%w : memref<?x?x{t}>) target_mask(%mask : memref<?xi1>) masked_target(%target : memref<?xi64>)
-      logits_max(%max : memref<?xf32>) sum_exp_logits(%sum : memref<?xf32>)
-      -> input_grad_out(%dx : memref<?x?x{t}>) weight_grad_out(%dw : memref<?x?x{t}>)
-  func.return
-}}
-"""
+from bench import loop_profile
+
+ZEN3 = os.path.join(ROOT, "tests", "lit", "Inputs", "zen3.toml")
 
 
 def reduction_loops(asm: str) -> list[tuple[int, int, int]]:
     """(FMAs, instructions, stack operands) of every loop of at least 12 FMAs and at most two
-    instructions per FMA: a backward branch to a label, and the instructions from it."""
-    labels: dict[str, int] = {}
-    code: list[str] = []
-    for line in asm.splitlines():
-        if m := re.match(r"^(\.LBB\S+):", line):
-            labels[m.group(1)] = len(code)
-        elif line.startswith("\t") and (text := line.strip()) and not text.startswith((".", "#")):
-            code.append(text)
-    found = []
-    for at, text in enumerate(code):
-        m = re.match(r"^j\w+\s+(\.LBB\S+)", text)
-        if m and labels.get(m.group(1), at + 1) <= at:
-            body = code[labels[m.group(1)]:at + 1]
-            fmas = sum(t.startswith("vfmadd") for t in body)
-            if fmas >= 12 and len(body) <= 2 * fmas:
-                found.append((fmas, len(body), sum("%rsp" in t or "%rbp" in t for t in body)))
-    return found
+    instructions per FMA (bench/loop_profile.py finds the loops: backward branches)."""
+    found = loop_profile.loops(loop_profile.assembly_instructions(asm))
+    return [(lp.fmas, len(lp.instructions), lp.stack) for lp in found
+            if lp.fmas >= 12 and len(lp.instructions) <= 2 * lp.fmas]
 
 
-@pytest.mark.parametrize("element", ["f32", "bf16"])
-def test_flce_reduction_loops_take_no_operand_off_the_stack(element):
-    module = Parser(make_context(), FLCE.format(t=element)).parse_module()
-    asm = Pipeline(cpu=ZEN3).lower(module, "asm")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_flce_reduction_loops_take_no_operand_off_the_stack(dtype):
+    """The kernel the API compiles for arrays of any shape (dynamic, C-contiguous)."""
+    vectors = {"grad": "float32", "target_mask": "bool", "masked_target": "int64", "logits_max": "float32",
+               "sum_exp_logits": "float32"}
+    classes = {name: OperandClass(vectors[name], (None,), False) if name in vectors
+               else OperandClass(dtype, (None, None), False)
+               for name in FusedLinearCrossEntropyLossGradOp.operand_names() if name != "softmax"}
+    asm = Pipeline(cpu=ZEN3).lower(build_module(FusedLinearCrossEntropyLossGradOp, classes, {}), "asm")
     loops = reduction_loops(asm)
     assert len(loops) >= 6, loops  # GEMMs 1, 2 and 3: whole blocks and row tails, at least
     assert all(stack == 0 for _, _, stack in loops), loops

@@ -376,14 +376,14 @@ class _Kernels:
         halves = e.emit(vector.BroadcastOp(scalar, VectorType(f16, [self.lanes])))
         return e.emit(arith.ExtFOp(halves, self.f32x))
 
-    def block(self, i0: SSAValue, mr: int, j0: SSAValue, nr: int, mask: SSAValue | None = None,
+    def block(self, i0: SSAValue, j0: SSAValue, nr: int, mask: SSAValue | None = None,
               p: SSAValue | None = None, last: SSAValue | None = None) -> None:
-        """C[i0:i0+mr, j0:j0+nr·lanes] += A·B over the chunk, the mr×nr accumulators in registers
+        """C[i0:i0+MR, j0:j0+nr·lanes] += A·B over the chunk, the MR×nr accumulators in registers
         from zero, C's lines prefetched first and read last; B's rows read from the packed panel
         (panel `p` of the hoisted ones, if any), or in place for the masked column tail. With
         `last` (≥ i0), row i0 + r is row min(i0 + r, last)."""
         e = self.e
-        rows = [_plus(e, i0, r) for r in range(mr)]
+        rows = [_plus(e, i0, r) for r in range(self.mr)]
         if last is not None:
             rows = rows[:1] + [e.emit(arith.MinUIOp(i, last)) for i in rows[1:]]
         cols = [_plus(e, j0, c * self.lanes) for c in range(nr)]
@@ -394,7 +394,7 @@ class _Kernels:
             for j in lines:
                 e.emit(PrefetchOp(self.c, [i, j], write=True))
         zero = e.const(0.0, self.f32x)
-        accs = [zero] * (mr * nr)
+        accs = [zero] * (self.mr * nr)
         if self.dot and mask is None:
             self.pair_steps(rows, nr, accs, p)
         else:
@@ -575,9 +575,9 @@ class _Kernels:
         e = self.e
         full = self.rows_full
         with e.if_(e.emit(arith.CmpiOp(full, self.m, "ult"))):
-            self.block(full, self.mr, j0, nr, mask, p, last=e.emit(arith.SubiOp(self.m, e.idx(1))))
+            self.block(full, j0, nr, mask, p, last=e.emit(arith.SubiOp(self.m, e.idx(1))))
         with e.loop(full, step=e.idx(self.mr)) as i0:
-            self.block(i0, self.mr, j0, nr, mask, p)
+            self.block(i0, j0, nr, mask, p)
 
     def emit(self) -> None:
         """The reduction in chunks of KC steps; in each, columns in blocks of NR vectors, B's
