@@ -119,9 +119,9 @@ def test_flce_wavefront_over_blocks(rng, threads, dtype, hp):
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 def test_flce_wavefront_with_more_blocks_than_token_tiles(rng, threads, dtype):
-    """7 blocks, 2 token tiles: five blocks own no tokens but still zero and round their share
-    of every dW tile (a ring of 9 slots for a bfloat16/float16 dW); bit for bit the one-core
-    result."""
+    """7 blocks, 2 token tiles: five blocks own no tokens but still pass every step on to the
+    next (their flags), block 0 starts every dW tile and block 6, which owns no tokens, rounds it
+    (a ring of 10 slots for a bfloat16/float16 dW); bit for bit the one-core result."""
     a = _flce_operands(rng, 70, 24, 5500, dtype, False, packed=True)  # weight past kernel.SMALL
     threads(7)
     many = _flce(a)

@@ -106,6 +106,99 @@ def test_a_workspace_outside_a_launch_is_a_runtime_error_not_a_crash():
         fill(0, 0, 8, 4)
 
 
+# Flags (npu.set_flag, npu.wait_flag): in round r, block b waits for block b - 1 to be done with
+# round r, reads the value it left in the workspace (block 0: 100·r), adds 1, leaves that for
+# block b + 1, and sets its own flag to r + 1. A wait that let a block through too early (flags
+# not zeroed, a load that is not an acquire, the wrong counter) reads the workspace's 0 instead.
+CHAIN = """
+func.func @chain(%out: memref<?x?xi64>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c8 = arith.constant 8 : index
+  %c100 = arith.constant 100 : i64
+  %one = arith.constant 1 : i64
+  %bid = npu.block_idx
+  %nblk = npu.block_dim
+  %rounds = memref.dim %out, %c0 : memref<?x?xi64>
+  %lines = arith.muli %nblk, %c8 : index
+  %flags = npu.alloc_shared(%lines) : memref<?xi64>
+  %cells = arith.muli %rounds, %nblk : index
+  %ws = npu.alloc_shared(%cells) : memref<?xi64>
+  %first = arith.cmpi eq, %bid, %c0 : index
+  %at_least_1 = arith.maxui %bid, %c1 : index
+  %prev = arith.subi %at_least_1, %c1 : index
+  %prev_flag = arith.muli %prev, %c8 : index
+  %my_flag = arith.muli %bid, %c8 : index
+  scf.for %r = %c0 to %rounds step %c1 {
+    %r1 = arith.addi %r, %c1 : index
+    %need = arith.select %first, %c0, %r1 : index
+    npu.wait_flag %flags[%prev_flag], %need : memref<?xi64>
+    %row = arith.muli %r, %nblk : index
+    %from = arith.addi %row, %prev : index
+    %left = memref.load %ws[%from] : memref<?xi64>
+    %ri = arith.index_cast %r : index to i64
+    %start = arith.muli %ri, %c100 : i64
+    %got = arith.select %first, %start, %left : i64
+    %mine = arith.addi %got, %one : i64
+    %to = arith.addi %row, %bid : index
+    memref.store %mine, %ws[%to] : memref<?xi64>
+    memref.store %mine, %out[%r, %bid] : memref<?x?xi64>
+    npu.set_flag %flags[%my_flag], %r1 : memref<?xi64>
+  }
+  func.return
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def chain():
+    ctx = make_context()
+    module = parse(CHAIN, "chain.mlir", ctx)
+    sigs = signatures(module)
+    llvm_ir = Pipeline(fuse=False, distribute=False).lower(module, "llvm-ir", ctx)
+    assert sync.services(llvm_ir) == {"_mlir_ciface_npugrad_set_flag": sync.FLAG, "_mlir_ciface_npugrad_wait_flag": sync.FLAG,
+                                      "_mlir_ciface_npugrad_shared_r1_i64": 1}
+    kernel = Executable(llvm_ir, sigs, block_kernels(module))["chain"]
+    assert kernel.synchronized  # its blocks wait for each other: they must run at once
+    return kernel
+
+
+@pytest.mark.parametrize("blocks", [1, 2, 3, 8])
+def test_a_block_sees_what_the_block_it_waited_for_wrote(chain, blocks):
+    """8 blocks on this machine's cores: the waits give their cores away, so it still ends."""
+    out = np.full((2000, blocks), -1, np.int64)
+    workers, errors = in_threads(lambda o: chain(o, threads=blocks), [out], timeout=120)
+    assert not any(w.is_alive() for w in workers), "a block never saw the flag it waited for"
+    assert not errors
+    np.testing.assert_array_equal(out, 100 * np.arange(2000)[:, None] + np.arange(1, blocks + 1)[None, :])
+
+
+def test_a_launch_whose_blocks_only_wait_for_flags_builds_no_barrier(chain, monkeypatch):
+    built = []
+    barrier = threading.Barrier
+
+    def counting(n):
+        built.append(n)
+        return barrier(n)
+
+    monkeypatch.setattr(sync.threading, "Barrier", counting)
+    out = np.full((10, 2), -1, np.int64)
+    chain(out, threads=2)
+    np.testing.assert_array_equal(out, 100 * np.arange(10)[:, None] + np.arange(1, 3)[None, :])
+    assert built == []
+
+
+def test_the_flags_are_machine_code_not_a_callback():
+    from npugrad.lowering import machine_code
+
+    machine_code.init()
+    import llvmlite.binding as llvm
+
+    for name in ("_mlir_ciface_npugrad_set_flag", "_mlir_ciface_npugrad_wait_flag"):
+        assert llvm.address_of_symbol(name)
+        assert name not in sync._KEEP
+
+
 # Each launch copies its input through the shared workspace, 20 times: launches that shared
 # a workspace would read each other's values.
 ECHO = """

@@ -10,6 +10,8 @@
                                                           // %part += %acc (an atomic add)
     %ws = npu.alloc_shared(%n) : memref<?x256x64xf32>     // one workspace for all blocks of a launch
     npu.barrier                                           // every block gets here, then all go on
+    npu.set_flag %flags[%i], %step : memref<?xi64>        // this block is done up to %step ...
+    npu.wait_flag %flags[%j], %step : memref<?xi64>       // ... another waits until it is
 
 A memref in `#npu.mem<level>` lives in that level of the target (its capacity is checked by
 `check-capacity`); a memref without a memory space is in global memory. `#npu.role<vector>` names
@@ -22,7 +24,18 @@ from __future__ import annotations
 from enum import auto
 
 from xdsl.dialects import func, scf
-from xdsl.dialects.builtin import DYNAMIC_INDEX, IndexType, MemRefType, NoneAttr, StringAttr, UnitAttr, bf16, f16, f32
+from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
+    IndexType,
+    MemRefType,
+    NoneAttr,
+    StringAttr,
+    UnitAttr,
+    bf16,
+    f16,
+    f32,
+    i64,
+)
 from xdsl.dialects.utils import EnumAttribute
 from xdsl.ir import Dialect, ParametrizedAttribute
 from xdsl.irdl import (
@@ -85,8 +98,9 @@ BLOCKS = Discardable("npu.blocks", UnitAttr,
 PROMOTE = Discardable("npu.promote", TileRoleAttr,
                       "on a heap tile buffer: a tiling may move it to the level holding this kind of tile")
 SYNCHRONIZED = Discardable("npu.synchronized", UnitAttr,
-                           "on a function: its blocks meet at barriers or share workspaces (npu.barrier, "
-                           "npu.alloc_shared): the runtime runs all its blocks at once, one such launch at a time",
+                           "on a function: its blocks meet at barriers, wait for each other's flags or share workspaces "
+                           "(npu.barrier, npu.wait_flag, npu.alloc_shared): the runtime runs all its blocks at once, "
+                           "one such launch at a time",
                            after_lowering=True)
 NPU_DISCARDABLE: tuple[Discardable, ...] = (BLOCKS, PROMOTE, SYNCHRONIZED)
 
@@ -315,8 +329,8 @@ class BarrierOp(IRDLOperation):
 @irdl_op_definition
 class AllocSharedOp(IRDLOperation):
     """A buffer in global memory that every block of one launch shares (a workspace: what one
-    block writes, another reads after an npu.barrier). Uninitialised; it lives until the launch
-    ends. One index operand per dynamic dimension."""
+    block writes, another reads after an npu.barrier or an npu.wait_flag). Zero-filled when the
+    launch first asks for it (npu.set_flag's counters start at 0); it lives until the launch ends. One index operand per dynamic dimension."""
 
     name = "npu.alloc_shared"
     sizes = var_operand_def(IndexType)
@@ -345,4 +359,57 @@ class AllocSharedOp(IRDLOperation):
             raise VerifyException(f"'{self.name}' op sizes must be the same in every block (not computed from npu.block_idx)")
 
 
-Npu = Dialect("npu", [AllocLocalOp, CopyOp, BlockIdxOp, BlockDimOp, BarrierOp, AllocSharedOp], [MemorySpaceAttr, TileRoleAttr])
+
+def _flag_operands(op: IRDLOperation) -> None:
+    t = op.operands[0].type
+    if not (isinstance(t, MemRefType) and t.get_num_dims() == 1 and t.element_type == i64):
+        raise VerifyException(f"'{op.name}' op flags must be a rank-1 memref of i64 counters, got {t}")
+    if not isinstance(t.memory_space, NoneAttr):
+        raise VerifyException(f"'{op.name}' op flags must be in global memory (no memory space), got {t}")
+    if not isinstance(t.layout, NoneAttr):
+        raise VerifyException(f"'{op.name}' op flags must have the identity layout, got {t}")
+
+
+@irdl_op_definition
+class SetFlagOp(IRDLOperation):
+    """Publish this block's progress (Ascend C's CrossCoreSetFlag, as a counter): flags[index] =
+    value, after everything this block wrote before it. A block that waits for the counter to
+    reach `value` (npu.wait_flag) then reads what it wrote. The counters are monotonic: each
+    is set by one block only, to values that never decrease. Unlike npu.barrier it waits for
+    nobody, so it may be anywhere (in scf.if too)."""
+
+    name = "npu.set_flag"
+    flags = operand_def(MemRefType)
+    index = operand_def(IndexType)
+    value = operand_def(IndexType)
+    assembly_format = "$flags `[` $index `]` `,` $value attr-dict `:` type($flags)"
+
+    def __init__(self, flags, index, value):
+        super().__init__(operands=[flags, index, value])
+
+    def verify_(self) -> None:
+        _flag_operands(self)
+
+
+@irdl_op_definition
+class WaitFlagOp(IRDLOperation):
+    """Wait until flags[index] >= value (Ascend C's CrossCoreWaitFlag, as a counter), then see
+    everything the block that set it wrote before setting it. Only the blocks it names are
+    waited for: a block that runs ahead of the others goes on, which a barrier would stop. The
+    blocks of a launch run at once (npu.synchronized), so a counter that will reach `value`
+    does; one that never will waits forever, as a barrier some block skips would."""
+
+    name = "npu.wait_flag"
+    flags = operand_def(MemRefType)
+    index = operand_def(IndexType)
+    value = operand_def(IndexType)
+    assembly_format = "$flags `[` $index `]` `,` $value attr-dict `:` type($flags)"
+
+    def __init__(self, flags, index, value):
+        super().__init__(operands=[flags, index, value])
+
+    def verify_(self) -> None:
+        _flag_operands(self)
+
+
+Npu = Dialect("npu", [AllocLocalOp, CopyOp, BlockIdxOp, BlockDimOp, BarrierOp, AllocSharedOp, SetFlagOp, WaitFlagOp], [MemorySpaceAttr, TileRoleAttr])

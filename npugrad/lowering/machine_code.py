@@ -6,6 +6,7 @@ own syntax (to_llvmlite_syntax)."""
 from __future__ import annotations
 
 import math
+import platform
 import re
 import struct
 import threading
@@ -33,6 +34,12 @@ def init() -> None:
 # unresolved one becomes a call to address 0. `__truncsfbf2` rounds float to bfloat16 on CPUs
 # without AVX512-BF16, where LLVM legalises a bfloat16 vector op (a masked load's lanes) through
 # float. Round to nearest even, NaNs kept quiet, as compiler-rt does.
+#
+# And the flags blocks of a launch wait for (npu.set_flag, npu.wait_flag; lower-npu-to-cpu
+# passes the counter's address): a release store, and an acquire load repeated until the counter
+# reaches the value (spinning, with the CPU's spin-wait hint where it has one, then giving the
+# core away on every try: a launch may have more blocks than the machine has cores).
+_SPIN_HINT = "  call void @llvm.x86.sse2.pause()\n" if platform.machine().lower() in ("x86_64", "amd64") else ""
 SUPPORT_IR = """
 define bfloat @__truncsfbf2(float %x) {
   %bits = bitcast float %x to i32
@@ -49,7 +56,38 @@ define bfloat @__truncsfbf2(float %x) {
   %result = bitcast i16 %half to bfloat
   ret bfloat %result
 }
-"""
+
+define void @_mlir_ciface_npugrad_set_flag(i64 %address, i64 %value) {
+  %p = inttoptr i64 %address to ptr
+  store atomic i64 %value, ptr %p release, align 8
+  ret void
+}
+
+define void @_mlir_ciface_npugrad_wait_flag(i64 %address, i64 %value) {
+entry:
+  %p = inttoptr i64 %address to ptr
+  br label %check
+check:
+  %tries = phi i64 [ 0, %entry ], [ %next, %spin ], [ %next, %yield ]
+  %now = load atomic i64, ptr %p acquire, align 8
+  %reached = icmp sge i64 %now, %value
+  br i1 %reached, label %done, label %again
+again:
+  %next = add i64 %tries, 1
+  %long = icmp ugt i64 %next, 2000
+  br i1 %long, label %yield, label %spin
+spin:
+""" + _SPIN_HINT + """  br label %check
+yield:
+  %ignored = call i32 @sched_yield()
+  br label %check
+done:
+  ret void
+}
+
+declare i32 @sched_yield()
+""" + ("declare void @llvm.x86.sse2.pause()\n" if _SPIN_HINT else "")
+SUPPORT_FUNCTIONS = ("__truncsfbf2", "_mlir_ciface_npugrad_set_flag", "_mlir_ciface_npugrad_wait_flag")
 _SUPPORT: list = []  # the engine holding the support functions, alive as long as the process
 
 
@@ -57,7 +95,7 @@ def _define_support_functions() -> None:
     module = llvm.parse_assembly(SUPPORT_IR)
     engine = llvm.create_mcjit_compiler(module, _host_machine())
     engine.finalize_object()
-    for name in ("__truncsfbf2",):
+    for name in SUPPORT_FUNCTIONS:
         if not llvm.address_of_symbol(name):
             llvm.add_symbol(name, engine.get_function_address(name))
     _SUPPORT.append(engine)

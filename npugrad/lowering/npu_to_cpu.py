@@ -10,14 +10,19 @@
                                                   arith.truncf before the store; `accumulate`:
                                                   the target loaded, arith.addf, then stored)
     npu.barrier                                →  func.call @npugrad_barrier()
+    npu.set_flag %f[%i], %v : memref<?xi64>    →  func.call @npugrad_set_flag(&%f[%i], %v)
+    npu.wait_flag %f[%i], %v : memref<?xi64>   →  func.call @npugrad_wait_flag(&%f[%i], %v)
+                                                  (the address as an index: an atomic release
+                                                  store, an acquire load until it is >= %v;
+                                                  lowering/machine_code.py's SUPPORT_IR)
     %w = npu.alloc_shared(%m) : memref<?xf32>  →  func.call @npugrad_shared_r1_f32(slot, 4, %m):
                                                   the same buffer in every block of the launch
     #npu.mem<...> on every memref type         →  erased: on a CPU all levels are one memory
 
 A function that used block_idx/block_dim gets the `npu.blocks` attribute: the runtime then calls
 it once per block, from a pool of threads, with the two extra arguments. One that calls the launch
-services (barrier, shared workspaces: npugrad/runtime/sync.py) also gets `npu.synchronized`: the
-runtime then runs all its blocks at once.
+services (barrier, flags, shared workspaces: npugrad/runtime/sync.py) also gets
+`npu.synchronized`: the runtime then runs all its blocks at once.
 
 Patterns: one per function (its blocks and local buffers, which must keep their order), one per
 copy, then a type conversion erasing the memory spaces.
@@ -62,10 +67,12 @@ from npugrad.dialect.npu import (
     BlockIdxOp,
     CopyOp,
     MemorySpaceAttr,
+    SetFlagOp,
+    WaitFlagOp,
     element_bytes,
 )
 from npugrad.ir import IRBuilder, index
-from npugrad.runtime.sync import BARRIER, shared_symbol
+from npugrad.runtime.sync import BARRIER, SET_FLAG, WAIT_FLAG, shared_symbol
 
 
 class _EraseMemorySpace(TypeConversionPattern):
@@ -132,12 +139,13 @@ def _declare(module: ModuleOp, name: str, inputs: list, outputs: list) -> None:
 
 
 class LowerLaunchServices(RewritePattern):
-    """npu.barrier and npu.alloc_shared become calls of the runtime's launch services; each
-    shared buffer of a function gets its own slot number (the same in every block)."""
+    """npu.barrier, npu.set_flag, npu.wait_flag and npu.alloc_shared become calls of the
+    runtime's launch services; each shared buffer of a function gets its own slot number (the
+    same in every block)."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, f: func.FuncOp, rewriter: PatternRewriter) -> None:
-        ops = [o for o in f.walk() if isinstance(o, BarrierOp | AllocSharedOp)]
+        ops = [o for o in f.walk() if isinstance(o, BarrierOp | AllocSharedOp | SetFlagOp | WaitFlagOp)]
         if not ops:
             return
         module = f.parent_op()
@@ -148,6 +156,15 @@ class LowerLaunchServices(RewritePattern):
             if isinstance(o, BarrierOp):
                 _declare(module, BARRIER, [], [])
                 call = func.CallOp(BARRIER, [], [])
+                call.location = o.location
+                rewriter.replace_op(o, call)
+                continue
+            if isinstance(o, SetFlagOp | WaitFlagOp):
+                name = SET_FLAG if isinstance(o, SetFlagOp) else WAIT_FLAG
+                _declare(module, name, [index, index], [])
+                base = e.emit(memref.ExtractAlignedPointerAsIndexOp.get(o.flags))
+                address = e.emit(arith.AddiOp(base, e.emit(arith.MuliOp(o.index, e.idx(8)))))
+                call = func.CallOp(name, [address, o.value], [])
                 call.location = o.location
                 rewriter.replace_op(o, call)
                 continue

@@ -19,11 +19,11 @@ becomes
 - NLL backward (2-D self): rows; each block zeroes and fills its own rows of `out`.
 - The fused linear cross-entropy gradient: a wavefront (passes/tiling/flce.py): each block owns a
   range of token tiles and takes the vocabulary tiles one step behind the block before it,
-  passing each tile's dW accumulator on at an npu.barrier (all blocks zero and round each tile, a
-  share each); every sum runs in the order of the
-  one-block nest, so results are bit-identical to it for any number of threads, with the same
-  FLOPs. The runtime still compiles without this pass for one thread (runtime/specialize.py):
-  the one-block nest needs no barrier.
+  passing each tile's dW accumulator on through a flag (npu.set_flag when a block is done with
+  a step, npu.wait_flag for the block before's; no barrier: a block waits only for the one
+  before it); every sum runs in the order of the one-block nest, so results are bit-identical
+  to it for any number of threads, with the same FLOPs. The runtime still compiles without
+  this pass for one thread (runtime/specialize.py): the one-block nest needs no flag.
 - Embedding backward stays on one block (its recipe says why).
 
 Only a function holding exactly one such op is distributed: blocks (but the wavefront's) do not

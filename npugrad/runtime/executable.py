@@ -10,6 +10,7 @@ from npugrad import dtypes
 from npugrad.dialect.attributes import DISTRIBUTED
 from npugrad.dialect.npu import BLOCKS
 from npugrad.ir import defined_functions
+from npugrad.runtime import sync
 from npugrad.runtime.jit import JitModule
 from npugrad.runtime.kernel import Kernel, MemRefSpec
 
@@ -54,8 +55,9 @@ class Executable:
         # A module whose kernels call the launch services (npu.synchronized) runs every launch of
         # its block kernels inside sync.launch.
         synchronized = bool(self._jit.services)
+        barrier = f"_mlir_ciface_{sync.BARRIER}" in self._jit.services
         self.kernels = {name: Kernel(self._jit, name, specs, name in blocks, blocks.get(name, False),
-                                     synchronized and name in blocks)
+                                     synchronized and name in blocks, barrier)
                         for name, specs in sigs.items()}
 
     def __getitem__(self, name: str) -> Kernel:

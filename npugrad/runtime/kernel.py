@@ -103,17 +103,19 @@ class Kernel:
     A block kernel (`blocks=True`) takes two more arguments, its block index and the block
     count; calling it runs every block, on `threads` threads (default: the pool's size; one block
     for a `distributed` kernel whose arrays all have fewer than SMALL elements). A `synchronized`
-    one (its blocks meet at barriers, share workspaces: runtime/sync.py) runs each launch inside
-    sync.launch, which gives the launch its barrier and workspaces."""
+    one (its blocks meet at barriers, wait for each other's flags, share workspaces:
+    runtime/sync.py) runs each launch inside sync.launch, which gives the launch its barrier
+    (where the kernel calls it) and workspaces."""
 
     def __init__(self, jit, name: str, args: Sequence[MemRefSpec], blocks: bool = False, distributed: bool = False,
-                 synchronized: bool = False):
+                 synchronized: bool = False, barrier: bool = True):
         self._jit = jit  # keeps the machine code alive
         self.name = name
         self.args = tuple(args)
         self.blocks = blocks
         self.distributed = distributed
         self.synchronized = synchronized
+        self.barrier = barrier  # a synchronized kernel's launches need a barrier (else flags, workspaces)
         address = jit.address(f"_mlir_ciface_{name}")
         extra = [ctypes.c_int64, ctypes.c_int64] if blocks else []
         # c_char_p: a bytes argument is passed as a pointer to its contents, without a copy.
@@ -166,5 +168,5 @@ class Kernel:
         elif not self.synchronized:
             pool.run_blocks(lambda block: fn(*descriptors, block, blocks), blocks)
         else:
-            with sync.launch(blocks):
+            with sync.launch(blocks, self.barrier):
                 pool.run_blocks(lambda block: fn(*descriptors, block, blocks), blocks)

@@ -1,6 +1,6 @@
 """What a kernel calls back into the runtime for when its blocks must work together: a barrier
-across the blocks of one launch (npu.barrier) and global-memory workspaces they share
-(npu.alloc_shared). lower-npu-to-cpu turns those ops into calls of these symbols; the JIT binds
+across the blocks of one launch (npu.barrier), flags one block waits for another to set
+(npu.set_flag, npu.wait_flag) and global-memory workspaces they share (npu.alloc_shared). lower-npu-to-cpu turns those ops into calls of these symbols; the JIT binds
 them to the functions below; Kernel runs a launch of a kernel that uses them (npu.synchronized)
 inside `launch`, which gives the launch its barrier and its workspaces and frees them after.
 
@@ -10,9 +10,16 @@ threads another launch holds at its own barrier. A one-block launch waits for no
 its caller's thread with services of its own, side by side with any other (pool.run_tasks).
 
     _mlir_ciface_npugrad_barrier()                             wait for every block of the launch
+    _mlir_ciface_npugrad_set_flag(address, value)              *address = value (release)
+    _mlir_ciface_npugrad_wait_flag(address, value)             until *address >= value (acquire)
     _mlir_ciface_npugrad_shared_r2_bf16(desc*, slot, bytes, d0, d1)
                                                                fill desc with the launch's buffer
-                                                               `slot` (d0 x d1 elements of `bytes`)
+                                                               `slot` (d0 x d1 elements of `bytes`,
+                                                               zero-filled when first asked for)
+
+The flags are machine code (lowering/machine_code.py's SUPPORT_IR: a spin on an atomic load, no
+Python, no lock), the counters in a workspace; the barrier and the workspaces call back into
+Python.
 """
 
 from __future__ import annotations
@@ -25,6 +32,9 @@ from collections.abc import Callable
 import numpy as np
 
 BARRIER = "npugrad_barrier"
+SET_FLAG = "npugrad_set_flag"
+WAIT_FLAG = "npugrad_wait_flag"
+FLAG = "flag"  # what `services` says of the flag functions (machine code, not a Python callback)
 _SHARED = re.compile(r"_mlir_ciface_(npugrad_shared_r(\d+)_\w+)\b")
 
 
@@ -40,8 +50,9 @@ class _Launch:
 
     __slots__ = ("barrier", "buffers", "lock")
 
-    def __init__(self, blocks: int):
-        self.barrier = threading.Barrier(blocks)
+    def __init__(self, blocks: int, barrier: bool = True):
+        # threading.Barrier costs ~10 µs to build: only for kernels that call it.
+        self.barrier = threading.Barrier(blocks) if barrier else None
         self.buffers: dict[int, np.ndarray] = {}
         self.lock = threading.Lock()
 
@@ -82,9 +93,10 @@ _current: _Launch | None = None
 _local = threading.local()  # .launch: the one-block launch running on this thread
 
 
-def launch(blocks: int) -> _Launch | _OneBlock:
-    """The launch services for `blocks` blocks, while the kernel runs: `with launch(n): ...`."""
-    return _OneBlock() if blocks == 1 else _Launch(blocks)
+def launch(blocks: int, barrier: bool = True) -> _Launch | _OneBlock:
+    """The launch services for `blocks` blocks, while the kernel runs: `with launch(n): ...`
+    (`barrier`: the kernel calls npu.barrier's service)."""
+    return _OneBlock() if blocks == 1 else _Launch(blocks, barrier)
 
 
 def _state() -> _Launch | _OneBlock | None:
@@ -107,7 +119,7 @@ def _shared(rank: int) -> Callable:
             buf = state.buffers.get(slot)
             if buf is None:
                 n = int(np.prod(sizes, dtype=np.int64)) * element_bytes
-                raw = np.empty(n + 64, np.uint8)
+                raw = np.zeros(n + 64, np.uint8)  # calloc: fresh zero pages where it is large
                 start = -raw.ctypes.data % 64
                 buf = state.buffers[slot] = raw[start:start + n]
         strides = [1] * rank
@@ -135,21 +147,25 @@ def _callback(name: str, rank: int | None):
     return _KEEP[name]
 
 
-def services(llvm_ir: str) -> dict[str, int | None]:
+def services(llvm_ir: str) -> dict[str, int | str | None]:
     """The launch services an LLVM module calls: C-interface symbol -> the rank of the workspace
-    it returns (None: the barrier)."""
-    wanted: dict[str, int | None] = {}
+    it returns (None: the barrier; FLAG: a flag function)."""
+    wanted: dict[str, int | str | None] = {}
     if f"_mlir_ciface_{BARRIER}" in llvm_ir:
         wanted[f"_mlir_ciface_{BARRIER}"] = None
+    for name in (SET_FLAG, WAIT_FLAG):
+        if f"_mlir_ciface_{name}" in llvm_ir:
+            wanted[f"_mlir_ciface_{name}"] = FLAG
     for m in _SHARED.finditer(llvm_ir):
         wanted[m.group(0)] = int(m.group(2))
     return wanted
 
 
-def bind_symbols(called: dict[str, int | None]) -> None:
-    """Make the launch services a module calls (`services` of its LLVM IR) resolvable by the JIT."""
+def bind_symbols(called: dict[str, int | str | None]) -> None:
+    """Make the launch services a module calls (`services` of its LLVM IR) resolvable by the JIT
+    (the flag functions are machine code the JIT defines itself: machine_code.init)."""
     import llvmlite.binding as llvm
 
     for symbol, rank in called.items():
-        if not llvm.address_of_symbol(symbol):
+        if rank != FLAG and not llvm.address_of_symbol(symbol):
             llvm.add_symbol(symbol, ctypes.cast(_callback(symbol, rank), ctypes.c_void_p).value)

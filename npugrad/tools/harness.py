@@ -9,9 +9,9 @@ shape the harness was written for), builds its memref descriptor (MLIR's C inter
 allocated and aligned pointers, offset, sizes, strides) and calls `_mlir_ciface_<function>`;
 a block kernel (lower-npu-to-cpu) is called once per block, in turn; one whose blocks meet at
 barriers (npu.synchronized) is called as one block, with the launch services (runtime/sync.py)
-defined here for one block: a barrier that returns at once, workspaces from aligned_alloc (up to
-64 per function). Then it writes every argument to `DIR/x.out.bin`. A missing or short file is an
-error message and exit status 1.
+defined here for one block: a barrier that returns at once, zero-filled workspaces from
+aligned_alloc (up to 64 per function), SUPPORT_IR's flags. Then it writes every argument to
+`DIR/x.out.bin`. A missing or short file is an error message and exit status 1.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ declare i64 @fread(ptr, i64, i64, ptr)
 declare i64 @fwrite(ptr, i64, i64, ptr)
 declare i32 @fclose(ptr)
 declare ptr @aligned_alloc(i64, i64)
+declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)
 declare i32 @snprintf(ptr, i64, ptr, ...)
 declare i32 @puts(ptr)
 declare void @exit(i32)
@@ -92,12 +93,14 @@ define internal void @write_output(ptr %dir, ptr %name, ptr %buf, i64 %bytes) {
 SLOTS = 64  # workspaces (npu.alloc_shared) a harnessed function may have
 
 
-def _services(called: dict[str, int | None]) -> list[str]:
+def _services(called: dict[str, int | str | None]) -> list[str]:
     """The launch services `called` (sync.services) for a one-block run."""
     if not called:
         return []
     out = [f"@npugrad.slots = internal global [{SLOTS} x ptr] zeroinitializer"]
     for symbol, rank in called.items():
+        if rank == sync.FLAG:  # machine code of SUPPORT_IR's, which the harness links too
+            continue
         if rank is None:
             out.append(f"define void @{symbol}() {{\n  ret void\n}}")
             continue
@@ -119,6 +122,7 @@ def _services(called: dict[str, int | None]) -> list[str]:
             f"  %up = add i64 {n}, {ALIGNMENT + ALIGNMENT - 1}",  # at least one line; a multiple of the alignment
             f"  %rounded = and i64 %up, {-ALIGNMENT}",
             f"  %new = call ptr @aligned_alloc(i64 {ALIGNMENT}, i64 %rounded)",
+            "  call void @llvm.memset.p0.i64(ptr %new, i8 0, i64 %rounded, i1 false)",  # zero-filled
             "  store ptr %new, ptr %p",
             "  br label %fill",
             "fill:",
@@ -145,7 +149,7 @@ def _services(called: dict[str, int | None]) -> list[str]:
 
 
 def harness(function: str, specs: Sequence[MemRefSpec], shapes: Sequence[tuple[int, ...]], blocks: bool,
-            services: dict[str, int | None] | None = None) -> str:
+            services: dict[str, int | str | None] | None = None) -> str:
     """LLVM IR of `main` for `function` with arguments `specs` of the given (static) shapes;
     `services`: the launch services the kernel calls (sync.services of its LLVM IR)."""
     services = services or {}

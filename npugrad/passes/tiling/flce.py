@@ -16,13 +16,23 @@ the input gradient of a token tile over all vocabulary tiles, so whichever loop 
 the two sums crosses cores. The nest runs as a wavefront instead: block b of P owns the
 contiguous token tiles [b·nt/P, (b+1)·nt/P) (their dX rows: zeroed, accumulated over every
 vocabulary tile in order, rounded, by b alone) and, at step u, runs GEMM 3 on vocabulary tile
-u − 1 − b; an npu.barrier ends each step. A vocabulary tile's float32 dW accumulator thus goes
-from block 0 to block P − 1 one step at a time, collecting the token tiles in order. All blocks
-zero a tile (a share of its rows each) the step before block 0 starts on it and, for a
-bfloat16/float16 dW, round it into dW the step after the last block is done, so no block does
-that alone. Every sum runs in the order of the one-block nest (v outer, t inner), so the results
-are bit-identical for any number of blocks, and the work is the one-block nest's — three GEMMs,
-6·BT·V·H FLOP — whatever P.
+u − 1 − b. A vocabulary tile's float32 dW accumulator thus goes from block 0 to block P − 1 one
+step at a time, collecting the token tiles in order. Block 0 starts (zeroes) tile u at step u,
+the step before its GEMM 3 on it; for a bfloat16/float16 dW, block P − 1 rounds it into dW right
+after its own GEMM 3 on it. Every sum runs in the order of the one-block nest (v outer, t inner),
+so the results are bit-identical for any number of blocks, and the work is the one-block nest's
+— three GEMMs, 6·BT·V·H FLOP — whatever P.
+
+The blocks wait for each other point to point, not at a barrier: each block counts the steps it
+has done in a flag of the launch's `%progress` (npu.set_flag at the end of a step), and block b
+starts step u once block b − 1 is done with step u − 1 (npu.wait_flag), the step in which it ran
+GEMM 3 on the tile block b takes now. Block 0 waits for nobody (but, for a ring, for a free
+slot), so a block slowed for a while (another process on its core, a page fault) holds up only
+the blocks after it and only once they have caught up with it; at a barrier every step it ran
+late cost every block. (Measured on a Zen 3, FLCE float32 2048 x 2048 x 32000 on 2 threads,
+7 calls, per-step times of each block logged at the barriers of the previous version: the
+blocks waited 3–7 % of their time there; replaying the same step times with point-to-point waits
+gave 1.7–5.6 % shorter calls.) A flag is one i64 counter on a 64-byte line of its own.
 
 Only GEMM 3 has to wait for the block before: GEMMs 1 and 2 of a block's token tiles depend on
 no other block. With `lead` (the distributed nest), every block but block 0 runs GEMMs 1 and 2
@@ -33,12 +43,15 @@ the plain wavefront left each block one whole step idle (nv steps of work in nv 
 blocks keep b − 1 idle steps each at the start. The price, beside the idle steps: the stash, 2
 slots of the block's rows × v per lagging block (2·(BT − BT/P)·v·4 bytes for float32 logits,
 2.9 MB at BT = 4096, v = 176, P = 2; block 0's one slot is one token tile, the one-block nest's
-scratch), and, for a bfloat16/float16 dW, a ring of P + 2 float32 accumulator tiles
-((P + 2)·v·H·4 bytes, npu.alloc_shared) where the one-block nest has one.
+scratch), and, for a bfloat16/float16 dW, a ring of P + 1 + SLACK float32 accumulator tiles
+((P + 3)·v·H·4 bytes, npu.alloc_shared) where the one-block nest has one: block 0 starts tile u
+in the slot tile u − P − 1 − SLACK had, once block P − 1 has rounded that (SLACK steps of room).
 
+    %progress = npu.alloc_shared(P·8) : memref<?xi64>       // one counter per 64-byte line
     %lead = arith.minui %bid, 1                             // GEMMs 1, 2 this many tiles ahead
-    scf.for %u = 0 to nv + P + 1 {
-      scf.if (%u < nv) { linalg.fill 0 -> (this block's share of tile %u's slot) }
+    scf.for %u = 0 to nv + P {
+      scf.if (%u < nv && %bid == 0) { [npu.wait_flag %progress[last], u − SLACK]; start tile %u }
+      npu.wait_flag %progress[%bid − 1], (%bid == 0 ? 0 : %u)
       %vtile = %u - %bid - 1 ; %gtile = %vtile + %lead
       scf.if (%gtile or %vtile is a tile) {
         scf.for %t0 = %rows_lo to %rows_hi step bt {
@@ -46,8 +59,8 @@ scratch), and, for a bfloat16/float16 dW, a ring of P + 2 float32 accumulator ti
           scf.if (%vtile is a tile) { GEMM 3: %logits_stash[slot of %vtile] -> dW's tile %vtile (float32) }
         }
       }
-      scf.if (%u >= P + 1 && %u - P - 1 < nv) { round this block's share of tile %u - P - 1 into %dw }
-      npu.barrier
+      scf.if (%vtile is a tile && %bid == P - 1) { round tile %vtile into %dw }   // a ring only
+      npu.set_flag %progress[%bid], %u + 1
     }
 
 (Measured on a Zen 3, FLCE float32 4096 x 4096 x 8192 on 2 threads, in one process taking
@@ -60,8 +73,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
-from xdsl.dialects import arith, memref, scf
-from xdsl.dialects.builtin import DYNAMIC_INDEX, AffineMapAttr, ArrayAttr, MemRefType, f32
+from xdsl.dialects import arith, func, memref, scf
+from xdsl.dialects.builtin import DYNAMIC_INDEX, AffineMapAttr, ArrayAttr, MemRefType, f32, i64
 from xdsl.dialects.linalg.ops import GenericOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.ir.affine import AffineMap
@@ -71,13 +84,27 @@ from xdsl.transforms.dead_code_elimination import region_dce
 from npugrad.analysis.cost import Load
 from npugrad.analysis.footprint import TileBuffer, budget
 from npugrad.dialect.attributes import CONTRACTION, FUSED, ROLE, Contraction, NestRole, NestRoleAttr
-from npugrad.dialect.npu import PROMOTE, AllocLocalOp, AllocSharedOp, BarrierOp, BlockDimOp, element_bytes, local_type
+from npugrad.dialect.npu import (
+    PROMOTE,
+    AllocLocalOp,
+    AllocSharedOp,
+    BlockDimOp,
+    SetFlagOp,
+    WaitFlagOp,
+    element_bytes,
+    local_type,
+)
 from npugrad.ir import IRBuilder, enclosing_function
 from npugrad.passes.tiling import flce_phased
 from npugrad.passes.tiling.blocks import block_range, contraction_of, mixed_sizes, nest_role, start_accumulator, started
 from npugrad.passes.tiling.contraction import staged, tile_contraction
 from npugrad.passes.vectorize_contractions import panel_level
 from npugrad.targets import Target
+
+# How many steps block 0 may run ahead of the last block before a slot of the dW ring (bfloat16 or
+# float16 dW) it would start is still being rounded: the ring has P + 1 + SLACK slots.
+SLACK = 2
+_FLAG_STRIDE = 8  # i64 counters per block's flag: one 64-byte line each, not shared with another's
 
 # The names of each contraction's local buffers (%gemm1_lhs, ...), in the order of the nest.
 _GEMM = {Contraction.LOGITS: "gemm1", Contraction.INPUT_GRAD: "gemm2", Contraction.WEIGHT_GRAD: "gemm3"}
@@ -139,12 +166,12 @@ def wavefront(nest: scf.ForOp, e: IRBuilder, lead: bool = False) -> scf.ForOp:
     """Spread the nest over the blocks (the module docstring). Block b takes the contiguous
     token tiles [b·nt/P, (b+1)·nt/P); at step u it works on vocabulary tile u − 1 − b (with
     `lead`, where the nest keeps its logits in a tile of scratch: GEMM 3 on that tile, GEMMs 1
-    and 2 on tile u − 1 − b + min(b, 1), _defer_weight_grad); an npu.barrier ends every step.
-    The float32 accumulator of a vocabulary tile's dW (the dW output itself when it is float32,
-    else a ring of P + 2 tiles shared by the blocks) goes from block to block in token order.
-    All blocks zero a tile, each a share of its rows, one step before block 0 starts on it, and
-    round it into dW, each a share, one step after the last block is done with it: at step u the
-    tiles u − P − 1 … u are being rounded, worked on or zeroed, P + 2 tiles in P + 2 slots.
+    and 2 on tile u − 1 − b + min(b, 1), _defer_weight_grad), once block b − 1 has set its flag
+    to u (done with step u − 1); it sets its own to u + 1 when done. The float32 accumulator of
+    a vocabulary tile's dW (the dW output itself when it is float32, else a ring of P + 1 + SLACK
+    tiles shared by the blocks) goes from block to block in token order. Block 0 starts a tile
+    one step before its GEMM 3 on it (in a ring, once block P − 1 has rounded the slot's
+    previous tile); block P − 1 rounds it into dW right after its GEMM 3 on it.
     Returns the new outermost loop, which carries the nest's #train.fused."""
     fused = FUSED.get(nest)
     lead = lead and _keeps_logits(nest)
@@ -193,7 +220,7 @@ def wavefront(nest: scf.ForOp, e: IRBuilder, lead: bool = False) -> scf.ForOp:
         assert final is not None
         heap = dw.owner
         store = next(o for o in final.walk() if isinstance(o, memref.StoreOp))
-        slots = e.emit(arith.AddiOp(nblk, e.idx(2)))
+        slots = e.emit(arith.AddiOp(nblk, e.idx(1 + SLACK)))
         ring = _ring(heap, e)
         dw = store.memref.owner.source  # the dW output the final loop rounded into
     h = dw.type.get_shape()[1]  # type: ignore[attr-defined]
@@ -212,22 +239,40 @@ def wavefront(nest: scf.ForOp, e: IRBuilder, lead: bool = False) -> scf.ForOp:
         start = at.emit(arith.AddiOp(at.emit(arith.MuliOp(slot, tv)), first))
         return at.subview(ring, [start, 0], [count, h])
 
-    steps = e.emit(arith.AddiOp(nv, e.emit(arith.AddiOp(nblk, one if ring is not None else e.idx(0)))))
+    # Each block's progress: steps done, one 64-byte line per block (npu.set_flag, npu.wait_flag).
+    assert isinstance(nest.parent_op(), func.FuncOp), "the fused nest is at a function's top level"
+    line = e.idx(_FLAG_STRIDE)
+    progress = e.emit(AllocSharedOp(MemRefType(i64, [DYNAMIC_INDEX]), [e.emit(arith.MuliOp(nblk, line))]))
+    progress.name_hint = "progress"
+    first_block = e.emit(arith.CmpiOp(bid, e.idx(0), "eq"))
+    mine = e.emit(arith.MuliOp(bid, line))
+    before = e.emit(arith.MuliOp(e.emit(arith.SubiOp(e.emit(arith.MaxUIOp(bid, one)), one)), line))
+    first_block.name_hint, mine.name_hint, before.name_hint = "first_block", "my_flag", "flag_before"
+    if ring is not None:  # the last block rounds the ring's tiles, block 0 waits for it to
+        last_block = e.emit(arith.CmpiOp(bid, e.emit(arith.SubiOp(nblk, one)), "eq"))
+        last = e.emit(arith.MuliOp(e.emit(arith.SubiOp(nblk, one)), line))
+        last_block.name_hint, last.name_hint = "last_block", "last_flag"
+    steps = e.emit(arith.AddiOp(nv, nblk))
     if lead:
         ahead = e.emit(arith.MinUIOp(bid, one))
         ahead.name_hint = "lead"
     with e.loop(steps) as step:
-        if init is not None:
-            with e.if_(e.emit(arith.CmpiOp(step, nv, "ult"))):  # start tile u, a share each
+        if init is not None:  # block 0 starts tile u, a step before its GEMM 3 on it
+            with e.if_(e.emit(arith.AndIOp(e.emit(arith.CmpiOp(step, nv, "ult")), first_block))):
+                if ring is not None:  # the slot's tile u - P - 1 - SLACK: rounded (by block P - 1)
+                    free = e.emit(arith.SubiOp(e.emit(arith.MaxUIOp(step, e.idx(SLACK))), e.idx(SLACK)))
+                    e.emit(WaitFlagOp(progress, last, free))
                 r0, count = _tile_rows(e, step, tv, v)
-                first, end = _share(e, bid, nblk, count)
-                mine = e.emit(arith.SubiOp(end, first))
-                out = e.subview(dw, [e.emit(arith.AddiOp(r0, first)), 0], [mine, h]) if widen else None
-                start_accumulator(e, acc_rows(e, step, first, mine), out, widen, NestRole.WEIGHT_GRAD_INIT)
+                out = e.subview(dw, [r0, 0], [count, h]) if widen else None
+                start_accumulator(e, acc_rows(e, step, e.idx(0), count), out, widen, NestRole.WEIGHT_GRAD_INIT)
+        # Step u of block b > 0 (GEMM 3 on tile u - b - 1) waits for block b - 1 to be done with
+        # step u - 1 (its GEMM 3 on that tile); block 0 waits for nobody (a count of 0).
+        e.emit(WaitFlagOp(progress, before, e.emit(arith.SelectOp(first_block, e.idx(0), step))))
         behind = e.emit(arith.AddiOp(bid, one))
         vi = e.emit(arith.SubiOp(step, behind))
         vi.name_hint = "vtile"
         active = e.emit(arith.AndIOp(e.emit(arith.CmpiOp(step, behind, "uge")), e.emit(arith.CmpiOp(vi, nv, "ult"))))
+        has_vtile = active
         if lead:  # GEMMs 1 and 2 on tile gtile = vtile + min(bid, 1), GEMM 3 on vtile
             led = e.emit(arith.AddiOp(step, ahead))
             gi = e.emit(arith.SubiOp(led, behind))
@@ -242,17 +287,11 @@ def wavefront(nest: scf.ForOp, e: IRBuilder, lead: bool = False) -> scf.ForOp:
                 v0 = e.emit(arith.MuliOp(g_tile, tv))
             else:
                 v0 = e.emit(arith.MuliOp(vi, tv))
-        if ring is not None:  # round tile u − P − 1 into dW, a share each
-            lag = e.emit(arith.AddiOp(nblk, one))
-            done = e.emit(arith.SubiOp(step, lag))
-            ready = e.emit(arith.AndIOp(e.emit(arith.CmpiOp(step, lag, "uge")), e.emit(arith.CmpiOp(done, nv, "ult"))))
-            with e.if_(ready):
-                r0, count = _tile_rows(e, done, tv, v)
-                first, end = _share(e, bid, nblk, count)
-                mine = e.emit(arith.SubiOp(end, first))
-                _round(e, acc_rows(e, done, first, mine), dw, None, e.emit(arith.AddiOp(r0, first)), mine,
-                       NestRole.WEIGHT_GRAD_FINAL)
-        e.emit(BarrierOp())
+        if ring is not None:  # the last block rounds tile u - P into dW, after every block's GEMM 3 on it
+            with e.if_(e.emit(arith.AndIOp(has_vtile, last_block))):
+                r0, count = _tile_rows(e, vi, tv, v)
+                _round(e, acc_rows(e, vi, e.idx(0), count), dw, None, r0, count, NestRole.WEIGHT_GRAD_FINAL)
+        e.emit(SetFlagOp(progress, mine, e.emit(arith.AddiOp(step, one))))
     wave = step.owner.parent_op()
     then = v0.owner.parent_block()
     e.rewriter.inline_block(nest.body.block, InsertPoint.before(then.last_op), [v0])
@@ -381,11 +420,12 @@ def _round(e: IRBuilder, src, out, src_row, out_row, rows, role: NestRole) -> No
 
 
 def _ring(alloc: memref.AllocOp, e: IRBuilder):
-    """The heap accumulator of one vocabulary tile's dW → a ring of P + 2 such tiles shared by
-    the blocks (npu.alloc_shared), placed where the heap tile was (the function's top level)."""
+    """The heap accumulator of one vocabulary tile's dW → a ring of P + 1 + SLACK such tiles
+    shared by the blocks (npu.alloc_shared), placed where the heap tile was (the function's top
+    level)."""
     tv, h = alloc.memref.type.get_shape()
     top = e.at(alloc)
-    slots = top.emit(arith.AddiOp(top.emit(BlockDimOp()), top.idx(2)))
+    slots = top.emit(arith.AddiOp(top.emit(BlockDimOp()), top.idx(1 + SLACK)))
     rows = top.emit(arith.MuliOp(slots, top.idx(tv)))
     sizes = [rows] + ([] if h != DYNAMIC_INDEX else list(alloc.dynamic_sizes))
     ring = top.emit(AllocSharedOp(MemRefType(f32, [DYNAMIC_INDEX, h]), sizes))
@@ -550,8 +590,9 @@ def load(op, sizes: dict[str, int], target: Target) -> list[Load]:
     (token tile, vocabulary tile) its logit tile (logit_tiles), then GEMM 2 (the dX tile) and
     GEMM 3 (the dW tile) in chunks of h, each float32 accumulator tile going to global memory and
     back for every chunk; a block's ceil(nt/P) token tiles for each of nv + P steps (the P steps
-    where it waits cost as long as one that works); its dX rows zeroed and rounded, and its share
-    (1/P) of every dW tile's rows, in global memory (4 operations per element)."""
+    where it waits cost as long as one that works); its dX rows zeroed and rounded, and every dW
+    tile's rows (block 0 starts each tile, block P − 1 rounds it), in global memory (4 operations
+    per element)."""
     shape = gemm_shape(op)
     if flce_phased.applies(target):
         return flce_phased.load(shape, sizes, target)
@@ -576,10 +617,10 @@ def load(op, sizes: dict[str, int], target: Target) -> list[Load]:
         # A CPU's micro-kernels pack each GEMM's B panel, widened to float32, into the smallest
         # level (vectorize-contractions): W's v x H for GEMMs 1 and 2, X's bt x H for GEMM 3.
         one.add_move((target.role("matrix_b").name, panel), n * (2 * v + bt) * H * (b + 4), 3 * n * hc)
-    one.add_work("scalar", "f32", (tb * bt + nv * -(-v // cores)) * H * 4, 2 * (tb + nv), 0)
+    one.add_work("scalar", "f32", (tb * bt + nv * v) * H * 4, 2 * (tb + nv), 0)
     spread_totals(one, nt * nv / n, (BT + V) * H * 4, target)
     one.extents = {"bt": BT, "v": V, "h": H}
-    one.workspace = (BT * H + (cores + 2) * v * H) * 4 if b != 4 else 0  # dX's accumulator, dW's ring
+    one.workspace = (BT * H + (cores + 1 + SLACK) * v * H) * 4 if b != 4 else 0  # dX's accumulator, dW's ring
     return [one]
 
 

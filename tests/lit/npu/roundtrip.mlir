@@ -21,6 +21,9 @@
 // CHECK-NEXT:    %dst = memref.subview %x[0, 0] [%{{.*}}, 64] [1, 1] : memref<100x64xf32> to memref<?x64xf32, strided<[64, 1]>>
 // CHECK-NEXT:    npu.copy %part, %dst : memref<?x64xf32, strided<[64, 1]>, #npu.mem<ub>>, memref<?x64xf32, strided<[64, 1]>>
 // CHECK-NEXT:    npu.copy %s, %s : memref<f16, #npu.mem<ub>>, memref<f16, #npu.mem<ub>>
+// CHECK-NEXT:    %flags = npu.alloc_shared(%n) : memref<?xi64>
+// CHECK-NEXT:    npu.set_flag %flags[%bid], %rows : memref<?xi64>
+// CHECK-NEXT:    npu.wait_flag %flags[%n], %rows : memref<?xi64>
 // CHECK-NEXT:    func.return
 
 // GENERIC:       %bid = "npu.block_idx"() : () -> index
@@ -28,6 +31,8 @@
 // GENERIC-NEXT:  %ub = "npu.alloc_local"() <{double_buffer}> : () -> memref<16x64xf32, #npu.mem<ub>>
 // GENERIC-NEXT:  %acc = "npu.alloc_local"() : () -> memref<16x64xf32, #npu.mem<l0c>>
 // GENERIC:       "npu.copy"(%tile, %ub) : (memref<16x64xf32, strided<[64, 1], offset: ?>>, memref<16x64xf32, #npu.mem<ub>>) -> ()
+// GENERIC:       "npu.set_flag"(%flags, %bid, %rows) : (memref<?xi64>, index, index) -> ()
+// GENERIC-NEXT:  "npu.wait_flag"(%flags, %n, %rows) : (memref<?xi64>, index, index) -> ()
 func.func @every_op(%x: memref<100x64xf32>, %l1: memref<64x64xbf16, #npu.mem<l1>>) {
   %bid = npu.block_idx
   %n = npu.block_dim
@@ -44,6 +49,9 @@ func.func @every_op(%x: memref<100x64xf32>, %l1: memref<64x64xbf16, #npu.mem<l1>
   %dst = memref.subview %x[0, 0] [%rows, 64] [1, 1] : memref<100x64xf32> to memref<?x64xf32, strided<[64, 1]>>
   npu.copy %part, %dst : memref<?x64xf32, strided<[64, 1]>, #npu.mem<ub>>, memref<?x64xf32, strided<[64, 1]>>
   npu.copy %s, %s : memref<f16, #npu.mem<ub>>, memref<f16, #npu.mem<ub>>
+  %flags = npu.alloc_shared(%n) : memref<?xi64>
+  npu.set_flag %flags[%bid], %rows : memref<?xi64>
+  npu.wait_flag %flags[%n], %rows : memref<?xi64>
   func.return
 }
 

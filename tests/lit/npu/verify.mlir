@@ -272,3 +272,50 @@ func.func @shared_workspace_strided() {
   %ws = npu.alloc_shared() : memref<16xf32, strided<[2]>>
   func.return
 }
+
+// -----
+
+// Valid: a flag set under a condition and waited for in a loop whose bounds depend on the block
+// (unlike a barrier, a flag waits only for the block that sets it).
+// CHECK-LABEL: func.func @valid_flags
+// CHECK:         npu.set_flag %flags[%bid], %s : memref<?xi64>
+// CHECK:         npu.wait_flag %flags[%c0], %s : memref<?xi64>
+func.func @valid_flags(%n: index, %c: i1) {
+  %bid = npu.block_idx
+  %nblk = npu.block_dim
+  %flags = npu.alloc_shared(%nblk) : memref<?xi64>
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %ub = arith.addi %n, %bid : index
+  scf.for %s = %c0 to %ub step %c1 {
+    scf.if %c {
+      npu.set_flag %flags[%bid], %s : memref<?xi64>
+    }
+    npu.wait_flag %flags[%c0], %s : memref<?xi64>
+  }
+  func.return
+}
+
+// -----
+
+func.func @flags_of_the_wrong_type(%f: memref<?xi32>, %i: index) {
+  // expected-error@+1 {{'npu.set_flag' op flags must be a rank-1 memref of i64 counters, got memref<?xi32>}}
+  npu.set_flag %f[%i], %i : memref<?xi32>
+  func.return
+}
+
+// -----
+
+func.func @flags_of_rank_two(%f: memref<?x8xi64>, %i: index) {
+  // expected-error@+1 {{'npu.wait_flag' op flags must be a rank-1 memref of i64 counters, got memref<?x8xi64>}}
+  npu.wait_flag %f[%i], %i : memref<?x8xi64>
+  func.return
+}
+
+// -----
+
+func.func @flags_in_a_local_level(%f: memref<8xi64, #npu.mem<ub>>, %i: index) {
+  // expected-error@+1 {{'npu.wait_flag' op flags must be in global memory (no memory space), got memref<8xi64, #npu.mem<ub>>}}
+  npu.wait_flag %f[%i], %i : memref<8xi64, #npu.mem<ub>>
+  func.return
+}

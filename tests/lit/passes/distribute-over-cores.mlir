@@ -66,13 +66,15 @@ func.func @small(%x: memref<8x10xf32>, %y: memref<8x10xf32>, %d: memref<1xf32>, 
 }
 
 // The fused linear cross-entropy gradient (fused first: the --stage run only): a wavefront over
-// the blocks. Each owns a contiguous range of token rows; at step u it zeroes its share of the
-// rows of vocabulary tile u, then takes tile u - bid - 1 with GEMM 3 and, every block but block
-// 0 one tile ahead (the lead: min(bid, 1)), tile u - bid - 1 + lead with GEMMs 1 and 2, each
-// under its own condition; the logits of each token tile go to the stash, one token tile for
-// block 0 (lead 0: the token step), two slots of the block's rows for the others, and GEMM 3
-// reads them from the slot of its tile. A barrier ends the step. dW is float32, so its tiles
-// accumulate in place (no ring, nothing to round).
+// the blocks. Each owns a contiguous range of token rows; at step u block 0 zeroes vocabulary
+// tile u; every block waits for the block before it to be done with step u - 1 (its flag, in
+// the launch's %progress: block 0 waits for a count of 0), then takes tile u - bid - 1 with GEMM
+// 3 and, every block but block 0 one tile ahead (the lead: min(bid, 1)), tile u - bid - 1 +
+// lead with GEMMs 1 and 2, each under its own condition; the logits of each token tile go to the
+// stash, one token tile for block 0 (lead 0: the token step), two slots of the block's rows for
+// the others, and GEMM 3 reads them from the slot of its tile. The block sets its flag to u + 1
+// at the end of the step; no barrier: a block waits only for the one before it. dW is float32,
+// so its tiles accumulate in place (no ring, nothing to round).
 // FLCE-LABEL: func.func @flce
 // FLCE-NOT:     npu.alloc_shared
 // FLCE:         %bid = npu.block_idx
@@ -80,6 +82,14 @@ func.func @small(%x: memref<8x10xf32>, %y: memref<8x10xf32>, %d: memref<1xf32>, 
 // FLCE:         %rows_lo = arith.muli
 // FLCE:         %rows_hi = arith.minsi
 // FLCE:         %[[ROWS:.*]] = arith.subi %rows_hi, %rows_lo : index
+// FLCE:         %[[LINES:.*]] = arith.muli %nblk, %[[EIGHT:.*]] : index
+// FLCE-NEXT:    %progress = npu.alloc_shared(%[[LINES]]) : memref<?xi64>
+// FLCE-NEXT:    %first_block = arith.cmpi eq, %bid, %[[ZERO:.*]] : index
+// FLCE-NEXT:    %my_flag = arith.muli %bid, %[[EIGHT]] : index
+// FLCE-NEXT:    %[[PREV_OR_0:.*]] = arith.maxui %bid, %[[C1:.*]] : index
+// FLCE-NEXT:    %[[PREV:.*]] = arith.subi %[[PREV_OR_0]], %[[C1]] : index
+// FLCE-NEXT:    %flag_before = arith.muli %[[PREV]], %[[EIGHT]] : index
+// FLCE-NOT:     %last_flag
 // FLCE:         %lead = arith.minui %bid, %{{.*}} : index
 // FLCE:         %[[SLOTS:.*]] = arith.addi %lead, %{{.*}} : index
 // FLCE:         %[[NO_LEAD:.*]] = arith.cmpi eq, %lead, %{{.*}} : index
@@ -87,10 +97,14 @@ func.func @small(%x: memref<8x10xf32>, %y: memref<8x10xf32>, %d: memref<1xf32>, 
 // FLCE:         %[[STASH_ROWS:.*]] = arith.muli %[[SLOTS]], %[[PER_SLOT]] : index
 // FLCE:         %logits_stash = memref.alloc(%[[STASH_ROWS]]) {alignment = 64 : i64} : memref<?x176xf32>
 // FLCE:         scf.for %[[U:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
-// FLCE:           scf.if
+// FLCE:           %[[ZEROES:.*]] = arith.andi %{{.*}}, %first_block : i1
+// FLCE-NEXT:      scf.if %[[ZEROES]] {
+// FLCE-NOT:         npu.wait_flag
 // FLCE:             %[[Z:.*]] = memref.subview %dw[
 // FLCE-NEXT:        linalg.fill {train.role = #train.role<weight_grad_init>} ins(%{{.*}} : f32) outs(%[[Z]] :
-// FLCE:           %[[BEHIND:.*]] = arith.addi %bid, %{{.*}} : index
+// FLCE:           %[[NEED:.*]] = arith.select %first_block, %[[ZERO]], %[[U]] : index
+// FLCE-NEXT:      npu.wait_flag %progress[%flag_before], %[[NEED]] : memref<?xi64>
+// FLCE-NEXT:      %[[BEHIND:.*]] = arith.addi %bid, %{{.*}} : index
 // FLCE-NEXT:      %vtile = arith.subi %[[U]], %[[BEHIND]] : index
 // FLCE:           %[[W_OK:.*]] = arith.andi
 // FLCE-NEXT:      %[[AHEAD:.*]] = arith.addi %[[U]], %lead : index
@@ -118,9 +132,11 @@ func.func @small(%x: memref<8x10xf32>, %y: memref<8x10xf32>, %d: memref<1xf32>, 
 // FLCE:                 %[[G:.*]] = memref.subview %logits_stash[
 // FLCE:                 linalg.generic {{.*}} doc = "GEMM 3{{.*}} ins(%[[G]], 
 // FLCE-NOT:       weight_grad_final
-// FLCE:           npu.barrier
+// FLCE:           %[[DONE:.*]] = arith.addi %[[U]], %{{.*}} : index
+// FLCE-NEXT:      npu.set_flag %progress[%my_flag], %[[DONE]] : memref<?xi64>
 // FLCE-NEXT:    } {train.fused
 // FLCE-NEXT:    memref.dealloc %logits_stash
+// FLCE-NOT:     npu.barrier
 // FLCE:         func.return
 func.func @flce(%grad: memref<?xf32>, %x: memref<?x?xf32>, %w: memref<?x?xf32>, %mask: memref<?xi1>,
                 %target: memref<?xi64>, %max: memref<?xf32>, %sum: memref<?xf32>,
@@ -133,9 +149,13 @@ func.func @flce(%grad: memref<?xf32>, %x: memref<?x?xf32>, %w: memref<?x?xf32>, 
 }
 
 // accumulate, bfloat16 outputs: each block widens its own rows of dX into the float32
-// accumulator, and, at step u, its share of dW's rows of vocabulary tile u into the tile's slot
-// of the ring, where the plain op zeroes them.
+// accumulator; at step u block 0 widens dW's rows of vocabulary tile u into the tile's slot of
+// the ring (P + 3 slots), where the plain op zeroes them, once the last block is done with step
+// u - 3 (it rounded the slot's previous tile, u - P - 3, at step u - 3: two steps of slack); the
+// last block rounds tile u - P into dW right after its GEMM 3 on it.
 // FLCE-LABEL: func.func @flce_accumulate
+// FLCE:         %[[BLOCKS:.*]] = npu.block_dim
+// FLCE-NEXT:    %[[SLOTS:.*]] = arith.addi %[[BLOCKS]], %[[THREE:.*]] : index
 // FLCE:         %weight_grad_ring = npu.alloc_shared
 // FLCE:         %[[ACC_ROWS:.*]] = memref.subview %input_grad_acc[%rows_lo, 0]
 // FLCE-NEXT:    %[[DX_ROWS:.*]] = memref.subview %dx[%rows_lo, 0]
@@ -143,16 +163,31 @@ func.func @flce(%grad: memref<?xf32>, %x: memref<?x?xf32>, %w: memref<?x?xf32>, 
 // FLCE-NEXT:    %[[WIDE_DX:.*]] = arith.extf %[[DX]] : bf16 to f32
 // FLCE-NEXT:    memref.store %[[WIDE_DX]], %[[ACC_ROWS]]
 // FLCE:         } {train.role = #train.role<input_grad_init>}
-// FLCE:         scf.for
-// FLCE:           scf.if
+// FLCE:         %last_block = arith.cmpi eq, %bid,
+// FLCE:         %last_flag = arith.muli
+// FLCE:         scf.for %[[U:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// FLCE:           %[[STARTS:.*]] = arith.andi %{{.*}}, %first_block : i1
+// FLCE-NEXT:      scf.if %[[STARTS]] {
+// FLCE-NEXT:        %[[ATLEAST:.*]] = arith.maxui %[[U]], %[[TWO:.*]] : index
+// FLCE-NEXT:        %[[FREE:.*]] = arith.subi %[[ATLEAST]], %[[TWO]] : index
+// FLCE-NEXT:        npu.wait_flag %progress[%last_flag], %[[FREE]] : memref<?xi64>
 // FLCE:             %[[DW_ROWS:.*]] = memref.subview %dw[
 // FLCE:             %[[SLOT:.*]] = memref.subview %weight_grad_ring[
 // FLCE:                 %[[DW:.*]] = memref.load %[[DW_ROWS]]
 // FLCE-NEXT:            %[[WIDE_DW:.*]] = arith.extf %[[DW]] : bf16 to f32
 // FLCE-NEXT:            memref.store %[[WIDE_DW]], %[[SLOT]]
 // FLCE:             } {train.role = #train.role<weight_grad_init>}
+// FLCE:           npu.wait_flag %progress[%flag_before]
 // FLCE:           %vtile = arith.subi
-// FLCE:           npu.barrier
+// FLCE:           doc = "GEMM 3
+// FLCE:           %[[ROUNDS:.*]] = arith.andi %{{.*}}, %last_block : i1
+// FLCE-NEXT:      scf.if %[[ROUNDS]] {
+// FLCE:             memref.subview %weight_grad_ring[
+// FLCE:             arith.truncf {{.*}} : f32 to bf16
+// FLCE:           } {train.role = #train.role<weight_grad_final>}
+// FLCE-NEXT:      }
+// FLCE-NEXT:      %[[DONE:.*]] = arith.addi %[[U]], %{{.*}} : index
+// FLCE-NEXT:      npu.set_flag %progress[%my_flag], %[[DONE]] : memref<?xi64>
 func.func @flce_accumulate(%grad: memref<?xf32>, %x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %mask: memref<?xi1>,
                            %target: memref<?xi64>, %max: memref<?xf32>, %sum: memref<?xf32>,
                            %dx: memref<?x?xbf16>, %dw: memref<?x?xbf16>) {

@@ -4,6 +4,7 @@
 // function is marked npu.blocks (the runtime calls it once per block); memory spaces are erased.
 // RUN: npugrad-opt %s -p lower-npu-to-cpu | FileCheck %s
 // RUN: npugrad-opt %s -p lower-npu-to-cpu | FileCheck %s --check-prefix=ERASED
+// RUN: npugrad-opt %s -p lower-npu-to-cpu | FileCheck %s --check-prefix=COUNTERS
 // RUN: xdsl-opt %s -p lower-npu-to-cpu | FileCheck %s
 
 // ERASED-NOT: {{npu\.(alloc_local|copy|block_idx|block_dim)}}
@@ -166,5 +167,39 @@ func.func @wavefront(%h: index, %steps: index) {
   }
   %f = memref.load %flags[%c0] : memref<8xi32>
   memref.store %f, %flags[%c1] : memref<8xi32>
+  func.return
+}
+
+// Flags become calls with the counter's address (the memref's aligned pointer plus 8 bytes per
+// element before it) and the value: SUPPORT_IR's machine code (lowering/machine_code.py), no
+// callback into Python. A function that sets or waits for flags runs its blocks at once.
+// COUNTERS-LABEL: func.func @chain(
+// COUNTERS-SAME:      %steps: index, %block_idx: index, %block_dim: index) attributes {npu.synchronized, npu.blocks} {
+// COUNTERS:         %flags = func.call @npugrad_shared_r1_i64(
+// COUNTERS:         scf.for %[[S:.*]] = %{{.*}} to %steps
+// COUNTERS:           %[[BASE:.*]] = "memref.extract_aligned_pointer_as_index"(%flags) : (memref<?xi64>) -> index
+// COUNTERS-NEXT:      %[[BYTES:.*]] = arith.muli %prev, %{{.*}} : index
+// COUNTERS-NEXT:      %[[AT:.*]] = arith.addi %[[BASE]], %[[BYTES]] : index
+// COUNTERS-NEXT:      func.call @npugrad_wait_flag(%[[AT]], %[[S]]) : (index, index) -> ()
+// COUNTERS:           %[[MINE_BASE:.*]] = "memref.extract_aligned_pointer_as_index"(%flags)
+// COUNTERS-NEXT:      %[[MINE_BYTES:.*]] = arith.muli %block_idx, %{{.*}} : index
+// COUNTERS-NEXT:      %[[MINE:.*]] = arith.addi %[[MINE_BASE]], %[[MINE_BYTES]] : index
+// COUNTERS-NEXT:      func.call @npugrad_set_flag(%[[MINE]], %next) : (index, index) -> ()
+// COUNTERS-DAG:   func.func private @npugrad_set_flag(index, index) -> ()
+// COUNTERS-DAG:   func.func private @npugrad_wait_flag(index, index) -> ()
+// ERASED-NOT:  npu.set_flag
+// ERASED-NOT:  npu.wait_flag
+func.func @chain(%steps: index) {
+  %bid = npu.block_idx
+  %nblk = npu.block_dim
+  %flags = npu.alloc_shared(%nblk) : memref<?xi64>
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %prev = arith.subi %bid, %c1 : index
+  scf.for %s = %c0 to %steps step %c1 {
+    npu.wait_flag %flags[%prev], %s : memref<?xi64>
+    %next = arith.addi %s, %c1 : index
+    npu.set_flag %flags[%bid], %next : memref<?xi64>
+  }
   func.return
 }
