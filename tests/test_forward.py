@@ -17,7 +17,7 @@ from npugrad.dtypes import BFLOAT16
 from npugrad.ops import loss as loss_mod
 from npugrad.recipes import recipe_of
 from npugrad.reference import forward
-from npugrad.runtime import pool
+from npugrad.runtime import kernel, pool
 from npugrad.runtime.launch import using
 
 MAX_SUM = recipe_of("fused_linear_online_max_sum")
@@ -432,7 +432,10 @@ def test_reference_combines_shards_like_one(rng):
 
 @pytest.mark.parametrize("dtype", [np.dtype(np.float32), BFLOAT16], ids=str)
 def test_max_sum_is_bit_identical_for_any_thread_count(rng, dtype):
-    a, props = _max_sum(rng, 333, 40, 250, dtype, logits=True, sum_logits=True, ignore_index=-100)
+    """1001 x 250 logits: past kernel.SMALL, so every thread count splits the rows (333, 334, 334
+    on 3 blocks: a short last token tile in each block)."""
+    a, props = _max_sum(rng, 1001, 40, 250, dtype, logits=True, sum_logits=True, ignore_index=-100)
+    assert a["input"].shape[0] * a["weight"].shape[0] > kernel.SMALL
     results = []
     for n in (1, 2, 3):
         pool.set_threads(n)

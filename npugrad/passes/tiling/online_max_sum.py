@@ -1,21 +1,28 @@
 """The forward nests of the linear cross-entropy over cores and in local memory, and the tile sizes
 they take: the nest fuse-linear-online-max-sum made (marked `train.fused`), and the loss op.
 
-Over cores, the forward nest is split by token tiles: block b takes token tiles b, b + nblk, ...
-of every vocabulary tile (each packs the W tile it reads itself), and the running statistics of
-its rows are its own; the mask is written by contiguous ranges of bytes. No row's statistics are
-touched by two blocks, and every one sums its vocabulary tiles in the same order: results are
-bit-identical for any number of blocks, with the FLOPs of one block.
+Over cores, the forward nest is split by token rows: block b takes the contiguous rows
+[b·BT/P, (b+1)·BT/P) (rounded down), in token tiles of the nest's step from its first row, of
+every vocabulary tile (each packs the W tile it reads itself), and the running statistics of its
+rows are its own; the mask is written by contiguous ranges of bytes. No row's statistics are
+touched by two blocks, and every one sums its vocabulary tiles in the same order (a row's logits
+do not depend on the token tile it is in): results are bit-identical for any number of blocks,
+with the FLOPs of one block. The rows are even to one row whatever the step: token tiles dealt
+to the blocks (b, b + P, ...) gave the block with the last, short tile fewer rows (BT = 4096,
+steps of 174: 2088 and 2008 rows, 4 % apart; the time is the busier block's).
 
+    scf.for %t0 = 0 to BT step tb { ... min(tb, BT − t0) rows ... }  {train.role = #train.role<token_loop>}
     scf.for %t { m[t] = -inf ... }                  {train.role = #train.role<statistics_init>}
-becomes
-    scf.for %t0 = bid·tb to BT step nblk·tb { scf.for %i = 0 to min(tb, BT − t0) { m[t0 + i] = -inf ... } }
+become
+    %rows_lo = bid·BT / nblk ; %rows_hi = (bid + 1)·BT / nblk
+    scf.for %t0 = %rows_lo to %rows_hi step tb { ... min(tb, %rows_hi − t0) rows ... }
+    scf.for %t = %rows_lo to %rows_hi { m[t] = -inf ... }
 """
 
 from __future__ import annotations
 
 from xdsl.dialects import arith, memref, scf
-from xdsl.ir import Block, SSAValue
+from xdsl.ir import Block, Operation, SSAValue
 from xdsl.rewriter import InsertPoint
 
 from npugrad.analysis.cost import Load
@@ -36,6 +43,7 @@ from npugrad.passes.tiling.flce import (
     spread,
     spread_totals,
 )
+from npugrad.passes.vectorize_contractions import panel_level
 from npugrad.targets import Target
 
 
@@ -72,9 +80,9 @@ def choose_tile_sizes(op, target: Target) -> dict[str, int]:
     return largest_fitting_tiles(footprint_bytes, element_bytes(op.input.type.element_type), target)
 
 
-def own_rows(loop: scf.ForOp, e: IRBuilder, bid: SSAValue, nblk: SSAValue, tb: SSAValue) -> None:
+def own_tile_rows(loop: scf.ForOp, e: IRBuilder, bid: SSAValue, nblk: SSAValue, tb: SSAValue) -> None:
     """`for t in [0, n)` → the same body for the rows of this block's token tiles (of `tb` rows,
-    the token loop's step) only."""
+    the token loop's step, dealt round-robin) only."""
     e = e.at(loop)
     n = loop.ub
     body = Block(arg_types=[index])
@@ -96,6 +104,24 @@ def own_rows(loop: scf.ForOp, e: IRBuilder, bid: SSAValue, nblk: SSAValue, tb: S
     ROLE.remove(loop)
 
 
+def own_rows(loop: scf.ForOp, lo: SSAValue, hi: SSAValue, e: IRBuilder) -> None:
+    """`for t in [0, n)` → the same loop over this block's rows [lo, hi) only."""
+    loop.operands = [lo, hi, loop.step, *loop.iter_args]
+    e.modified(loop)
+
+
+def _own_token_rows(tokens: scf.ForOp, lo: SSAValue, hi: SSAValue, e: IRBuilder) -> None:
+    """The token loop `for t0 = 0 to BT step tb` (each tile min(tb, BT − t0) rows) → over this
+    block's rows [lo, hi), each tile min(tb, hi − t0) rows."""
+    bt, t0 = tokens.ub, tokens.body.block.args[0]
+    rows = [o for o in tokens.body.block.ops if isinstance(o, arith.SubiOp) and o.lhs is bt and o.rhs is t0]
+    assert len(rows) == 1, "the token loop sizes its tile from BT − t0"
+    rows[0].operands = [hi, t0]
+    e.modified(rows[0])
+    tokens.operands = [lo, hi, tokens.step, *tokens.iter_args]
+    e.modified(tokens)
+
+
 def _split_masks(loop: scf.ForOp, e: IRBuilder, bid: SSAValue, nblk: SSAValue) -> None:
     """The loop over mask bytes → this block's contiguous range of bytes."""
     e = e.at(loop)
@@ -106,15 +132,16 @@ def _split_masks(loop: scf.ForOp, e: IRBuilder, bid: SSAValue, nblk: SSAValue) -
     e.modified(loop)
 
 
-def distribute_fused(nest: scf.ForOp, e: IRBuilder) -> None:
-    """Token tiles over blocks (module docstring); GEMM 1 reads the W tile in place, as in the
-    gradient's nest (flce.distribute_fused_flce)."""
+def distribute_fused(nest: scf.ForOp, e: IRBuilder, by_rows: bool = True) -> None:
+    """Token rows over blocks (module docstring); GEMM 1 reads the W tile in place, as in the
+    gradient's nest (flce.distribute_fused_flce). `by_rows=False` (a target whose matrix unit
+    wants whole tiles, as its cost model assumed): whole token tiles dealt round-robin, tile t to
+    block t mod nblk, instead."""
     read_weight_in_place(nest, e)
     fused = FUSED.get(nest)
     assert fused is not None
     tokens = next(o for o in nest.walk() if nest_role(o) is NestRole.TOKEN_LOOP)
     assert isinstance(tokens, scf.ForOp)
-    tb = tokens.step  # defined before the nest and the statistics' loops (fuse-linear-online-max-sum)
     top = nest.parent
     at = e.at(nest)
     bid, nblk = at.emit(BlockIdxOp()), at.emit(BlockDimOp())
@@ -123,13 +150,25 @@ def distribute_fused(nest: scf.ForOp, e: IRBuilder) -> None:
     for op in (bid.owner, nblk.owner):
         op.detach()
         e.rewriter.insert(op, InsertPoint.before(first))
-    spread(tokens, bid, nblk, e)
+    bt, tb = tokens.ub, tokens.step  # both before the nest and the statistics' loops (fuse-linear-online-max-sum)
+    if by_rows:
+        assert isinstance(bt.owner, Operation)
+        start = e.at(bt.owner.next_op)  # type: ignore[arg-type]
+        lo = start.emit(arith.DivUIOp(start.emit(arith.MuliOp(bid, bt)), nblk))
+        hi = start.emit(arith.DivUIOp(start.emit(arith.MuliOp(start.emit(arith.AddiOp(bid, start.idx(1))), bt)), nblk))
+        lo.name_hint, hi.name_hint = "rows_lo", "rows_hi"
+        _own_token_rows(tokens, lo, hi, e)
+    else:
+        spread(tokens, bid, nblk, e)
     for op in list(top.ops):
         role = nest_role(op)
         if role is NestRole.TARGET_MASKS:
             _split_masks(op, e, bid, nblk)  # type: ignore[arg-type]
         elif role in (NestRole.STATISTICS_INIT, NestRole.STATISTICS_FINAL):
-            own_rows(op, e, bid, nblk, tb)  # type: ignore[arg-type]
+            if by_rows:
+                own_rows(op, lo, hi, e)  # type: ignore[arg-type]
+            else:
+                own_tile_rows(op, e, bid, nblk, tb)  # type: ignore[arg-type]
 
 
 def tile_fused(nest: scf.ForOp, target: Target, e: IRBuilder) -> None:
@@ -139,7 +178,7 @@ def tile_fused(nest: scf.ForOp, target: Target, e: IRBuilder) -> None:
     assert fused is not None
     tiles = fused.tiles.as_dict()
     f = enclosing_function(nest)
-    distribute_fused(nest, e)  # GEMM 1 reads W's tile in place first
+    distribute_fused(nest, e, by_rows=panel_level(target) is not None)  # GEMM 1 reads W's tile in place first
     buffers: dict = {}
     gens = [o for o in nest.walk() if CONTRACTION.get(o) is not None]
     for alloc in [o for o in f.walk() if isinstance(o, memref.AllocOp) and PROMOTE.on(o)]:

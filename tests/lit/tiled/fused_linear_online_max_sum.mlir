@@ -1,8 +1,9 @@
 // The forward statistics tiled for each shipped target: GEMM 1's operands in the matrix levels
 // (through L1 on npu-a2) and its float32 accumulator in the accumulator level, the logit tile in the vector level, DMA
-// copies in and out; the blocks split the work by token tiles (each owns its rows' statistics,
-// so no two blocks write the same row: bit-identical for any block count) and the packed mask
-// by bytes. Run on both, checked against the reference.
+// copies in and out; the blocks split the work by token tiles on npu-a2 (dealt round-robin:
+// its matrix unit takes whole tiles) and by contiguous ranges of rows, even to one row, on the
+// host (each owns its rows' statistics, so no two blocks write the same row: bit-identical for
+// any block count), and the packed mask by bytes. Run on both, checked against the reference.
 // RUN: npugrad-opt %examples/flce_forward.mlir --target npu-a2 --stage tiled | FileCheck %s --check-prefix=NPU
 // RUN: npugrad-opt %examples/flce_forward.mlir --target host --stage tiled | FileCheck %s --check-prefix=HOST
 // RUN: npugrad-opt %examples/flce_forward.mlir --target npu-a2 --stage run | FileCheck %s --check-prefix=EXEC
@@ -41,9 +42,26 @@
 // NPU:       } {train.fused = #train.fused<"train.fused_linear_online_max_sum", #train.tiles<bt = 8, v = 300, h = 48>>}
 // NPU:       } {train.role = #train.role<statistics_final>}
 
-// The host has one level (the last-level cache): the same nest with its own tiles.
+// The host has one level (the last-level cache): the same nest with its own tiles. Block b
+// takes the rows [b·BT/P, (b+1)·BT/P): its statistics, and its token tiles from its first row,
+// the last one cut at its last row.
+// HOST:      %[[BID:.*]] = npu.block_idx
+// HOST-NEXT: %[[NBLK:.*]] = npu.block_dim
+// HOST:      %[[FIRST:.*]] = arith.muli %[[BID]], %[[BT:.*]] : index
+// HOST-NEXT: %rows_lo = arith.divui %[[FIRST]], %[[NBLK]] : index
+// HOST-NEXT: %[[NEXT:.*]] = arith.addi %[[BID]], %{{.*}} : index
+// HOST-NEXT: %[[END:.*]] = arith.muli %[[NEXT]], %[[BT]] : index
+// HOST-NEXT: %rows_hi = arith.divui %[[END]], %[[NBLK]] : index
 // HOST:      npu.alloc_local : memref<{{.*}}xf32, #npu.mem<l2>>
+// HOST:      scf.for %{{.*}} = %rows_lo to %rows_hi step
+// HOST:      } {train.role = #train.role<statistics_init>}
+// HOST:      scf.for %[[T0:.*]] = %rows_lo to %rows_hi step %[[TB:.*]] {
+// HOST-NEXT:   %[[LEFT:.*]] = arith.subi %rows_hi, %[[T0]] : index
+// HOST-NEXT:   %{{.*}} = arith.minsi %[[TB]], %[[LEFT]] : index
+// HOST:      } {train.role = #train.role<token_loop>}
 // HOST:      } {train.fused = #train.fused<"train.fused_linear_online_max_sum", #train.tiles<
+// HOST:      scf.for %{{.*}} = %rows_lo to %rows_hi step
+// HOST:      } {train.role = #train.role<statistics_final>}
 
 // EXEC: logits_max_local_out {{.*}} ok
 // EXEC: sum_exp_logits_local_out {{.*}} ok
