@@ -330,7 +330,9 @@ class BarrierOp(IRDLOperation):
 class AllocSharedOp(IRDLOperation):
     """A buffer in global memory that every block of one launch shares (a workspace: what one
     block writes, another reads after an npu.barrier or an npu.wait_flag). Zero-filled when the
-    launch first asks for it (npu.set_flag's counters start at 0); it lives until the launch ends. One index operand per dynamic dimension."""
+    launch first asks for it (npu.set_flag's counters start at 0); it lives until the launch ends.
+    At a function's top level, or under scf.if whose condition is the same in every block (e.g.
+    only launches of several blocks ask for one: one block alone keeps its flags on its stack). One index operand per dynamic dimension."""
 
     name = "npu.alloc_shared"
     sizes = var_operand_def(IndexType)
@@ -344,8 +346,18 @@ class AllocSharedOp(IRDLOperation):
     def verify_(self) -> None:
         t = self.result.type
         assert isinstance(t, MemRefType)
-        if not isinstance(self.parent_op(), func.FuncOp):
-            raise VerifyException(f"'{self.name}' op must be at the top level of a function (one buffer per launch)")
+        parent = self.parent_op()
+        while isinstance(parent, scf.IfOp):  # every block takes the same branch, or none asks
+            if _depends_on_block(parent.cond):
+                raise VerifyException(
+                    f"'{self.name}' op is under an scf.if whose condition depends on npu.block_idx: blocks that "
+                    "skip it would not get the launch's buffer"
+                )
+            parent = parent.parent_op()
+        if not isinstance(parent, func.FuncOp):
+            raise VerifyException(
+                f"'{self.name}' op must be at the top level of a function, or under scf.if only (one buffer per launch)"
+            )
         if not isinstance(t.memory_space, NoneAttr):
             raise VerifyException(f"'{self.name}' op result must be in global memory (no memory space), got {t}")
         if not isinstance(t.layout, NoneAttr):

@@ -221,14 +221,18 @@ class IRBuilder:
             yield
             self.emit(scf.YieldOp())
 
-    def if_else(self, cond: SSAValue, then: Callable[[], object], otherwise: Callable[[], object]) -> None:
-        """`scf.if cond { then() } else { otherwise() }`, each emitting its branch's code."""
+    def if_else(self, cond: SSAValue, then: Callable[[], object], otherwise: Callable[[], object],
+                types: Sequence[Attribute] = ()) -> list[SSAValue]:
+        """`scf.if cond { then() } else { otherwise() }`, each emitting its branch's code; with
+        result `types`, each branch returns the values it yields, and the results are returned."""
         blocks = [Block(), Block()]
-        self.emit(scf.IfOp(cond, [], Region(blocks[0]), Region(blocks[1])))
+        op = scf.IfOp(cond, list(types), Region(blocks[0]), Region(blocks[1]))
+        self.emit(op)
         for emit, block in zip((then, otherwise), blocks):
             with self._inside(block):
-                emit()
-                self.emit(scf.YieldOp())
+                values = emit()
+                self.emit(scf.YieldOp(*(values if types else [])))
+        return list(op.results)
 
     # -- memory -------------------------------------------------------------------------------
     def load(self, ref: SSAValue, indices: Sequence[SSAValue]) -> SSAValue:

@@ -32,7 +32,11 @@ the blocks after it and only once they have caught up with it; at a barrier ever
 late cost every block. (Measured on a Zen 3, FLCE float32 2048 x 2048 x 32000 on 2 threads,
 7 calls, per-step times of each block logged at the barriers of the previous version: the
 blocks waited 3–7 % of their time there; replaying the same step times with point-to-point waits
-gave 1.7–5.6 % shorter calls.) A flag is one i64 counter on a 64-byte line of its own.
+gave 1.7–5.6 % shorter calls.) A flag is one i64 counter on a 64-byte line of its own. The
+wait comes at the start of the step, before GEMMs 1 and 2 too: placed right before GEMM 3, in
+the token loop, its operands stayed live through the micro-kernels, and one of the bfloat16
+kernel's reduction loops then read an A-row address off the stack on every step
+(tests/test_microkernel_registers.py).
 
 Only GEMM 3 has to wait for the block before: GEMMs 1 and 2 of a block's token tiles depend on
 no other block. With `lead` (the distributed nest), every block but block 0 runs GEMMs 1 and 2
@@ -242,7 +246,18 @@ def wavefront(nest: scf.ForOp, e: IRBuilder, lead: bool = False) -> scf.ForOp:
     # Each block's progress: steps done, one 64-byte line per block (npu.set_flag, npu.wait_flag).
     assert isinstance(nest.parent_op(), func.FuncOp), "the fused nest is at a function's top level"
     line = e.idx(_FLAG_STRIDE)
-    progress = e.emit(AllocSharedOp(MemRefType(i64, [DYNAMIC_INDEX]), [e.emit(arith.MuliOp(nblk, line))]))
+    flags = MemRefType(i64, [DYNAMIC_INDEX])
+
+    def own() -> list[SSAValue]:
+        """One block alone (a small call, runtime/kernel.py) waits only for its own flag: a
+        counter on its stack, with no call into the runtime for a workspace."""
+        mine = e.emit(memref.AllocaOp.get(i64, 64, [_FLAG_STRIDE]))
+        e.store(e.const(0, i64), mine, [e.idx(0)])
+        return [e.emit(memref.CastOp.get(mine, flags))]
+
+    shared = e.emit(arith.CmpiOp(nblk, one, "ugt"))
+    progress = e.if_else(shared, lambda: [e.emit(AllocSharedOp(flags, [e.emit(arith.MuliOp(nblk, line))]))],
+                         own, [flags])[0]
     progress.name_hint = "progress"
     first_block = e.emit(arith.CmpiOp(bid, e.idx(0), "eq"))
     mine = e.emit(arith.MuliOp(bid, line))

@@ -234,7 +234,7 @@ func.func @shared_workspace_in_a_loop(%n: index) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   scf.for %s = %c0 to %n step %c1 {
-    // expected-error@+1 {{'npu.alloc_shared' op must be at the top level of a function (one buffer per launch)}}
+    // expected-error@+1 {{'npu.alloc_shared' op must be at the top level of a function, or under scf.if only (one buffer per launch)}}
     %ws = npu.alloc_shared() : memref<16xf32>
   }
   func.return
@@ -317,5 +317,33 @@ func.func @flags_of_rank_two(%f: memref<?x8xi64>, %i: index) {
 func.func @flags_in_a_local_level(%f: memref<8xi64, #npu.mem<ub>>, %i: index) {
   // expected-error@+1 {{'npu.wait_flag' op flags must be in global memory (no memory space), got memref<8xi64, #npu.mem<ub>>}}
   npu.wait_flag %f[%i], %i : memref<8xi64, #npu.mem<ub>>
+  func.return
+}
+
+// -----
+
+// Valid: a workspace only launches of several blocks ask for (the same branch in every block).
+// CHECK-LABEL: func.func @valid_shared_workspace_under_a_uniform_condition
+// CHECK:         %ws = npu.alloc_shared(%nblk) : memref<?xi64>
+func.func @valid_shared_workspace_under_a_uniform_condition() {
+  %nblk = npu.block_dim
+  %c1 = arith.constant 1 : index
+  %several = arith.cmpi ugt, %nblk, %c1 : index
+  scf.if %several {
+    %ws = npu.alloc_shared(%nblk) : memref<?xi64>
+  }
+  func.return
+}
+
+// -----
+
+func.func @shared_workspace_under_a_condition_of_the_block() {
+  %bid = npu.block_idx
+  %c0 = arith.constant 0 : index
+  %first = arith.cmpi eq, %bid, %c0 : index
+  scf.if %first {
+    // expected-error@+1 {{'npu.alloc_shared' op is under an scf.if whose condition depends on npu.block_idx: blocks that skip it would not get the launch's buffer}}
+    %ws = npu.alloc_shared() : memref<8xi64>
+  }
   func.return
 }

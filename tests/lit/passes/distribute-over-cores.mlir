@@ -68,7 +68,8 @@ func.func @small(%x: memref<8x10xf32>, %y: memref<8x10xf32>, %d: memref<1xf32>, 
 // The fused linear cross-entropy gradient (fused first: the --stage run only): a wavefront over
 // the blocks. Each owns a contiguous range of token rows; at step u block 0 zeroes vocabulary
 // tile u; every block waits for the block before it to be done with step u - 1 (its flag, in
-// the launch's %progress: block 0 waits for a count of 0), then takes tile u - bid - 1 with GEMM
+// the launch's %progress, a workspace of several blocks' launch, a counter on the stack of one
+// block alone: block 0 waits for a count of 0), then takes tile u - bid - 1 with GEMM
 // 3 and, every block but block 0 one tile ahead (the lead: min(bid, 1)), tile u - bid - 1 +
 // lead with GEMMs 1 and 2, each under its own condition; the logits of each token tile go to the
 // stash, one token tile for block 0 (lead 0: the token step), two slots of the block's rows for
@@ -82,8 +83,17 @@ func.func @small(%x: memref<8x10xf32>, %y: memref<8x10xf32>, %d: memref<1xf32>, 
 // FLCE:         %rows_lo = arith.muli
 // FLCE:         %rows_hi = arith.minsi
 // FLCE:         %[[ROWS:.*]] = arith.subi %rows_hi, %rows_lo : index
-// FLCE:         %[[LINES:.*]] = arith.muli %nblk, %[[EIGHT:.*]] : index
-// FLCE-NEXT:    %progress = npu.alloc_shared(%[[LINES]]) : memref<?xi64>
+// FLCE:         %[[SEVERAL:.*]] = arith.cmpi ugt, %nblk, %{{.*}} : index
+// FLCE-NEXT:    %progress = scf.if %[[SEVERAL]] -> (memref<?xi64>) {
+// FLCE-NEXT:      %[[LINES:.*]] = arith.muli %nblk, %[[EIGHT:.*]] : index
+// FLCE-NEXT:      %[[SHARED:.*]] = npu.alloc_shared(%[[LINES]]) : memref<?xi64>
+// FLCE-NEXT:      scf.yield %[[SHARED]] : memref<?xi64>
+// FLCE-NEXT:    } else {
+// FLCE-NEXT:      %[[OWN:.*]] = memref.alloca() {alignment = 64 : i64} : memref<8xi64>
+// FLCE-NEXT:      memref.store %{{.*}}, %[[OWN]][%{{.*}}] : memref<8xi64>
+// FLCE-NEXT:      %[[ANY:.*]] = "memref.cast"(%[[OWN]]) : (memref<8xi64>) -> memref<?xi64>
+// FLCE-NEXT:      scf.yield %[[ANY]] : memref<?xi64>
+// FLCE-NEXT:    }
 // FLCE-NEXT:    %first_block = arith.cmpi eq, %bid, %[[ZERO:.*]] : index
 // FLCE-NEXT:    %my_flag = arith.muli %bid, %[[EIGHT]] : index
 // FLCE-NEXT:    %[[PREV_OR_0:.*]] = arith.maxui %bid, %[[C1:.*]] : index
