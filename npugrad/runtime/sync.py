@@ -1,10 +1,12 @@
 """What a kernel calls back into the runtime for when its blocks must work together: a barrier
 across the blocks of one launch (npu.barrier), flags one block waits for another to set
-(npu.set_flag, npu.wait_flag) and global-memory workspaces they share (npu.alloc_shared). lower-npu-to-cpu turns those ops into calls of these symbols; the JIT binds
-them to the functions below; Kernel runs a launch of a kernel that uses them (npu.synchronized)
-inside `launch`, which gives the launch its barrier and its workspaces and frees them after.
+(npu.set_flag, npu.wait_flag) and global-memory workspaces they share (npu.alloc_shared).
+lower-npu-to-cpu turns those ops into calls of these symbols; the JIT binds them to the functions
+below (the flags: to machine code); Kernel runs a launch of a kernel that uses them
+(npu.synchronized) inside `launch`, which gives the launch its barrier and its workspaces and
+frees them after.
 
-All blocks of a launch must run at once for a barrier to be passed: run_blocks gives each block a
+All blocks of a launch must run at once for a barrier (or a flag) to be passed: run_blocks gives each block a
 thread, and synchronized launches of several blocks take turns (one lock), so no launch waits for
 threads another launch holds at its own barrier. A one-block launch waits for nobody: it runs on
 its caller's thread with services of its own, side by side with any other (pool.run_tasks).
