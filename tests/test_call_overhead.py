@@ -8,13 +8,11 @@ synchronized kernel builds no barrier (runtime/sync.py)."""
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
 from api_cases import BCE, EMA_ADAM, EMBEDDING, FLCE, NLL, OPS, OUTPUTS, Case, bce, default_case, overlapping
 from conftest import assert_close
-from test_sync import _expected, in_threads, rotate_kernel
+from test_sync import _expected, barriers_built, in_threads, rotate_kernel
 
 from npugrad import ops
 from npugrad.compiler import Pipeline
@@ -190,14 +188,7 @@ def rotate():
 
 
 def test_a_one_block_launch_builds_no_barrier(rotate, monkeypatch):
-    built = []
-    barrier = threading.Barrier
-
-    def counting(n):
-        built.append(n)
-        return barrier(n)
-
-    monkeypatch.setattr(sync.threading, "Barrier", counting)
+    built = barriers_built(monkeypatch)
     out = np.full((5, 1), -1, np.int64)
     rotate(out, threads=1)
     np.testing.assert_array_equal(out, _expected(5, 1))

@@ -173,8 +173,9 @@ def test_a_block_sees_what_the_block_it_waited_for_wrote(chain, blocks):
     np.testing.assert_array_equal(out, 100 * np.arange(2000)[:, None] + np.arange(1, blocks + 1)[None, :])
 
 
-def test_a_launch_whose_blocks_only_wait_for_flags_builds_no_barrier(chain, monkeypatch):
-    built = []
+def barriers_built(monkeypatch) -> list[int]:
+    """The block count of every threading.Barrier the launch services build from now on."""
+    built: list[int] = []
     barrier = threading.Barrier
 
     def counting(n):
@@ -182,6 +183,11 @@ def test_a_launch_whose_blocks_only_wait_for_flags_builds_no_barrier(chain, monk
         return barrier(n)
 
     monkeypatch.setattr(sync.threading, "Barrier", counting)
+    return built
+
+
+def test_a_launch_whose_blocks_only_wait_for_flags_builds_no_barrier(chain, monkeypatch):
+    built = barriers_built(monkeypatch)
     out = np.full((10, 2), -1, np.int64)
     chain(out, threads=2)
     np.testing.assert_array_equal(out, 100 * np.arange(10)[:, None] + np.arange(1, 3)[None, :])

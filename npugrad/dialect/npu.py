@@ -372,18 +372,29 @@ class AllocSharedOp(IRDLOperation):
 
 
 
-def _flag_operands(op: IRDLOperation) -> None:
-    t = op.operands[0].type
-    if not (isinstance(t, MemRefType) and t.get_num_dims() == 1 and t.element_type == i64):
-        raise VerifyException(f"'{op.name}' op flags must be a rank-1 memref of i64 counters, got {t}")
-    if not isinstance(t.memory_space, NoneAttr):
-        raise VerifyException(f"'{op.name}' op flags must be in global memory (no memory space), got {t}")
-    if not isinstance(t.layout, NoneAttr):
-        raise VerifyException(f"'{op.name}' op flags must have the identity layout, got {t}")
+class _FlagOp(IRDLOperation):
+    """A flag op: a rank-1 i64 memref of counters in global memory, a counter's index, a value."""
+
+    flags = operand_def(MemRefType)
+    index = operand_def(IndexType)
+    value = operand_def(IndexType)
+    assembly_format = "$flags `[` $index `]` `,` $value attr-dict `:` type($flags)"
+
+    def __init__(self, flags, index, value):
+        super().__init__(operands=[flags, index, value])
+
+    def verify_(self) -> None:
+        t = self.flags.type
+        if not (isinstance(t, MemRefType) and t.get_num_dims() == 1 and t.element_type == i64):
+            raise VerifyException(f"'{self.name}' op flags must be a rank-1 memref of i64 counters, got {t}")
+        if not isinstance(t.memory_space, NoneAttr):
+            raise VerifyException(f"'{self.name}' op flags must be in global memory (no memory space), got {t}")
+        if not isinstance(t.layout, NoneAttr):
+            raise VerifyException(f"'{self.name}' op flags must have the identity layout, got {t}")
 
 
 @irdl_op_definition
-class SetFlagOp(IRDLOperation):
+class SetFlagOp(_FlagOp):
     """Publish this block's progress (Ascend C's CrossCoreSetFlag, as a counter): flags[index] =
     value, after everything this block wrote before it. A block that waits for the counter to
     reach `value` (npu.wait_flag) then reads what it wrote. The counters are monotonic: each
@@ -391,20 +402,10 @@ class SetFlagOp(IRDLOperation):
     nobody, so it may be anywhere (in scf.if too)."""
 
     name = "npu.set_flag"
-    flags = operand_def(MemRefType)
-    index = operand_def(IndexType)
-    value = operand_def(IndexType)
-    assembly_format = "$flags `[` $index `]` `,` $value attr-dict `:` type($flags)"
-
-    def __init__(self, flags, index, value):
-        super().__init__(operands=[flags, index, value])
-
-    def verify_(self) -> None:
-        _flag_operands(self)
 
 
 @irdl_op_definition
-class WaitFlagOp(IRDLOperation):
+class WaitFlagOp(_FlagOp):
     """Wait until flags[index] >= value (Ascend C's CrossCoreWaitFlag, as a counter), then see
     everything the block that set it wrote before setting it. Only the blocks it names are
     waited for: a block that runs ahead of the others goes on, which a barrier would stop. The
@@ -412,16 +413,6 @@ class WaitFlagOp(IRDLOperation):
     does; one that never will waits forever, as a barrier some block skips would."""
 
     name = "npu.wait_flag"
-    flags = operand_def(MemRefType)
-    index = operand_def(IndexType)
-    value = operand_def(IndexType)
-    assembly_format = "$flags `[` $index `]` `,` $value attr-dict `:` type($flags)"
-
-    def __init__(self, flags, index, value):
-        super().__init__(operands=[flags, index, value])
-
-    def verify_(self) -> None:
-        _flag_operands(self)
 
 
 Npu = Dialect("npu", [AllocLocalOp, CopyOp, BlockIdxOp, BlockDimOp, BarrierOp, AllocSharedOp, SetFlagOp, WaitFlagOp], [MemorySpaceAttr, TileRoleAttr])

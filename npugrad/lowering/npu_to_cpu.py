@@ -43,6 +43,7 @@ from xdsl.dialects.builtin import (
     MemRefType,
     ModuleOp,
     NoneAttr,
+    i64,
 )
 from xdsl.ir import Attribute, Operation, ParametrizedAttribute
 from xdsl.passes import ModulePass
@@ -163,7 +164,7 @@ class LowerLaunchServices(RewritePattern):
                 name = SET_FLAG if isinstance(o, SetFlagOp) else WAIT_FLAG
                 _declare(module, name, [index, index], [])
                 base = e.emit(memref.ExtractAlignedPointerAsIndexOp.get(o.flags))
-                address = e.emit(arith.AddiOp(base, e.emit(arith.MuliOp(o.index, e.idx(8)))))
+                address = e.emit(arith.AddiOp(base, e.emit(arith.MuliOp(o.index, e.idx(element_bytes(i64))))))
                 call = func.CallOp(name, [address, o.value], [])
                 call.location = o.location
                 rewriter.replace_op(o, call)

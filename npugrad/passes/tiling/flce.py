@@ -264,8 +264,9 @@ def wavefront(nest: scf.ForOp, e: IRBuilder, lead: bool = False) -> scf.ForOp:
     before = e.emit(arith.MuliOp(e.emit(arith.SubiOp(e.emit(arith.MaxUIOp(bid, one)), one)), line))
     first_block.name_hint, mine.name_hint, before.name_hint = "first_block", "my_flag", "flag_before"
     if ring is not None:  # the last block rounds the ring's tiles, block 0 waits for it to
-        last_block = e.emit(arith.CmpiOp(bid, e.emit(arith.SubiOp(nblk, one)), "eq"))
-        last = e.emit(arith.MuliOp(e.emit(arith.SubiOp(nblk, one)), line))
+        final = e.emit(arith.SubiOp(nblk, one))
+        last_block = e.emit(arith.CmpiOp(bid, final, "eq"))
+        last = e.emit(arith.MuliOp(final, line))
         last_block.name_hint, last.name_hint = "last_block", "last_flag"
     steps = e.emit(arith.AddiOp(nv, nblk))
     if lead:
