@@ -39,18 +39,17 @@ from npugrad.dialect.attributes import FUSED, Contraction, FusedNestAttr, NestRo
 from npugrad.ir import IRBuilder
 from npugrad.lowering.train_to_loops.flce import Gradient, target_in_shard
 from npugrad.passes.linear_nests import (
+    TokenTiles,
     column_in_tile,
     contract,
     logits_tile,
     loop_of,
-    mark,
     nest_tiles,
     pack_transposed,
     round_into,
     start_accumulator,
     tile_buffer,
     token_balance,
-    token_step,
 )
 from npugrad.passes.source_op import record_source
 from npugrad.passes.vectorize_contractions import dot_bf16
@@ -70,12 +69,13 @@ def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int], e: IRBuil
     CPU's micro-kernels then broadcast without widening each one (GEMMs 2 and 3 read G as A);
     but for a bfloat16 G where `dot_bf16` (the CPU multiplies bfloat16 pairs: GEMMs 2 and 3 then
     read G and W or X as they are, vectorize_contractions.dot_bf16).
-    `balance` (blocks, row multiple): the token tiles' step (linear_nests.token_step)."""
+    `balance` (blocks, row multiple): the token tiles even over that many blocks
+    (linear_nests.balanced_starts), the loop over them then over tile indices."""
     x, w, gx, gw = op.input, op.weight, op.input_grad_out, op.weight_grad_out
     in_t = x.type.element_type  # type: ignore[attr-defined]
     bt, h, v = e.dim(x, 0), e.dim(x, 1), e.dim(w, 0)
     tv_max = e.idx(tiles["v"])
-    tb_max = token_step(e, bt, tiles["bt"], *balance)
+    tokens = TokenTiles(e, bt, tiles["bt"], balance)
     hp = op.high_performance
     grad = Gradient(op, e)
 
@@ -103,9 +103,7 @@ def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int], e: IRBuil
         start_accumulator(e, gw_t, None if gw_acc is None else e.subview(gw, [v0, 0], [tv, h]), accumulate,
                           NestRole.WEIGHT_GRAD_INIT)
         w_t_packed = None if hp else pack_transposed(e, w_t, w_packed, tv, h)
-        with e.loop(bt, step=tb_max) as t0:
-            mark(loop_of(t0), NestRole.TOKEN_LOOP)
-            tb = e.emit(arith.MinSIOp(tb_max, e.emit(arith.SubiOp(bt, t0))))
+        with tokens.loop(e) as (t0, tb):
             x_t = e.subview(x, [t0, 0], [tb, h])
             if not hp:
                 z_t = e.subview(z_buf, [0, 0], [tb, tv])
@@ -177,7 +175,7 @@ class FuseLinearCrossEntropyGradPass(ModulePass):
     tile_v: int = 0
     cpu: str = "host"
     wide_grad: bool = False
-    balance_blocks: int = 0  # > 0: token tiles even over this many blocks (linear_nests.token_step)
+    balance_blocks: int = 0  # > 0: token tiles even over this many blocks (linear_nests.balanced_starts)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         pattern = FuseOp(nest_tiles(self.tile_bt, self.tile_v, self.cpu), self.wide_grad, token_balance(self.balance_blocks, self.cpu),

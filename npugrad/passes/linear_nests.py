@@ -7,6 +7,8 @@ Z = X_t·W_vᵀ (softcapped when asked), and the target's column in a tile.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from math import isqrt
 
 from xdsl.dialects import arith
@@ -56,8 +58,9 @@ def token_balance(blocks: int, cpu: str) -> tuple[int, int]:
 
 
 def token_step(e: IRBuilder, bt: SSAValue, tile: int, blocks: int, multiple: int) -> SSAValue:
-    """The token loop's step: `tile` rows, or, with `blocks` (> 0), the same number of tiles
-    or a few more, as even as they can be. The tile count ceil(BT / tile) is rounded up to a
+    """The forward's token loop step (fuse-linear-online-max-sum; the gradient's tiles are
+    balanced_starts'): `tile` rows, or, with `blocks` (> 0), the same number of tiles or a few
+    more, as even as uniform steps can be. The tile count ceil(BT / tile) is rounded up to a
     multiple of `blocks`, and the step is ceil(BT / count) rounded up to a multiple of
     `multiple` (the micro-kernel's rows), at most `tile`. A wavefront over `blocks` blocks, each
     taking count / blocks consecutive tiles, then gives every block about BT / blocks rows:
@@ -78,6 +81,78 @@ def token_step(e: IRBuilder, bt: SSAValue, tile: int, blocks: int, multiple: int
     step = e.emit(arith.MaxUIOp(e.emit(arith.MinUIOp(step, e.idx(tile))), e.idx(1)))
     step.name_hint = "token_step"
     return step
+
+
+def balanced_starts(e: IRBuilder, bt: SSAValue, tile: int, blocks: int, multiple: int) \
+        -> tuple[SSAValue, Callable[[IRBuilder, SSAValue], SSAValue]]:
+    """(count, start): BT's rows as `count` token tiles of at most `tile` rows, tile i the rows
+    [start(i), start(i + 1)), as even as whole units of `multiple` rows (the micro-kernel's; 1
+    where the tile is smaller) make them, and `count` a multiple of `blocks` (where BT has that
+    many units: a tile is never empty but for BT = 0):
+
+        units = ceil(BT / multiple)
+        count = ceil(units / floor(tile / multiple)) rounded up to a multiple of blocks
+        start(i) = min(BT, ceil(i · units / count) · multiple)
+
+    A wavefront over `blocks` blocks, each taking count / blocks consecutive tiles, then gives
+    every block BT / blocks rows to within `multiple`, where uniform steps put the whole
+    shortfall of the last tile on the last block:
+
+        BT = 2048, tile = 186, multiple 6, 2 blocks: 12 tiles of 174 and 168 rows (the last 164),
+            1026 + 1022
+            (uniform steps of 174: 11 tiles and one of 134, 1044 + 1004)
+        BT = 4096: 24 tiles, 2052 + 2044 (uniform steps of 174: 2088 + 2008)
+
+    A tile has at most ceil(units / count) · multiple <= tile rows. The tiles follow from BT and
+    the pass options, never from the number of threads a kernel runs on: the sums a token tile
+    associates (GEMM 3's over its rows) are those of every thread count."""
+    unit = multiple if tile >= multiple else 1
+    units = e.emit(arith.CeilDivUIOp(bt, e.idx(unit)))
+    units.name_hint = "token_units"
+    count = e.emit(arith.CeilDivUIOp(units, e.idx(tile // unit)))
+    count = e.emit(arith.MuliOp(e.emit(arith.CeilDivUIOp(count, e.idx(blocks))), e.idx(blocks)))
+    count = e.emit(arith.MaxUIOp(e.emit(arith.MinUIOp(count, units)), e.idx(1)))
+    count.name_hint = "token_tiles"
+
+    def start(at: IRBuilder, i: SSAValue) -> SSAValue:
+        spread = at.emit(arith.CeilDivUIOp(at.emit(arith.MuliOp(i, units)), count))
+        return at.emit(arith.MinSIOp(at.emit(arith.MuliOp(spread, at.idx(unit))), bt))
+
+    return count, start
+
+
+class TokenTiles:
+    """How a fused nest tiles its token rows, decided before its loops (what it computes is
+    loop-invariant, and passes splitting the token loop over blocks use it from outside the
+    nest): without `balance` (blocks 0), steps of `tile` rows; with `balance` (blocks,
+    multiple), the tiles of balanced_starts."""
+
+    def __init__(self, e: IRBuilder, bt: SSAValue, tile: int, balance: tuple[int, int]):
+        self.bt, self.tile = bt, tile
+        self.count, self.start = balanced_starts(e, bt, tile, *balance) if balance[0] else (None, None)
+
+    @contextmanager
+    def loop(self, e: IRBuilder) -> Iterator[tuple[SSAValue, SSAValue]]:
+        """The loop over the token tiles (#train.role<token_loop>); the body gets (first row t0,
+        rows tb) of its tile. Over rows, `for t0 = 0 to BT step tile`, tb = min(tile, BT − t0);
+        balanced, over tile indices, `for i = 0 to count`, t0 = start(i) (marked
+        #train.role<token_start>: passes that split the loop compute other tiles' starts from
+        it, tiling.blocks.TokenLoop), tb = start(i + 1) − t0."""
+        if self.start is None:
+            step = e.idx(self.tile)
+            with e.loop(self.bt, step=step) as t0:
+                mark(loop_of(t0), NestRole.TOKEN_LOOP)
+                yield t0, e.emit(arith.MinSIOp(step, e.emit(arith.SubiOp(self.bt, t0))))
+            return
+        with e.loop(self.count) as i:
+            i.name_hint = "token_tile"
+            mark(loop_of(i), NestRole.TOKEN_LOOP)
+            t0 = self.start(e, i)
+            mark(t0.owner, NestRole.TOKEN_START)  # type: ignore[arg-type]
+            t0.name_hint = "t0"
+            tb = e.emit(arith.SubiOp(self.start(e, e.emit(arith.AddiOp(i, e.idx(1)))), t0))
+            tb.name_hint = "tb"
+            yield t0, tb
 
 
 def mark(op: Operation, role: NestRole) -> Operation:
@@ -143,5 +218,20 @@ def round_into(e: IRBuilder, acc: SSAValue, out: SSAValue, role: NestRole) -> No
     mark(loop_of(ivs[0]), role)
 
 
-__all__ = ["column_in_tile", "contract", "cpu_tiles", "logits_tile", "loop_of", "mark", "nest_tiles", "pack_transposed",
-           "round_into", "start_accumulator", "tile_buffer", "token_balance", "token_step"]
+__all__ = [
+    "TokenTiles",
+    "balanced_starts",
+    "column_in_tile",
+    "contract",
+    "cpu_tiles",
+    "logits_tile",
+    "loop_of",
+    "mark",
+    "nest_tiles",
+    "pack_transposed",
+    "round_into",
+    "start_accumulator",
+    "tile_buffer",
+    "token_balance",
+    "token_step",
+]

@@ -3,7 +3,7 @@ tiles are dealt over, and the record of the sizes in the IR."""
 
 from __future__ import annotations
 
-from xdsl.dialects import arith, memref
+from xdsl.dialects import arith, memref, scf
 from xdsl.dialects.builtin import DYNAMIC_INDEX
 from xdsl.dialects.linalg import FillOp
 from xdsl.ir import Operation, SSAValue
@@ -73,6 +73,71 @@ def block_share(e: IRBuilder, bid: SSAValue, nblk: SSAValue, n: SSAValue, min_un
         lines = e.emit(arith.CeilDivUIOp(per_block, e.idx(line)))
         per_block = e.emit(arith.MuliOp(lines, e.idx(line)))
     return e.emit(arith.MuliOp(bid, per_block)), per_block
+
+
+class TokenLoop:
+    """A fused nest's loop over token tiles (#train.role<token_loop>), in either form the fuse
+    passes build it (linear_nests.TokenTiles): over rows, `for t0 = 0 to BT step tb` (tile t the
+    rows [t·tb, min((t + 1)·tb, BT))), or over tile indices, `for i = 0 to count`, the first row
+    of tile i computed in the body from i (and values from outside the loop) by the op marked
+    #train.role<token_start>, `arith.minsi %row, %BT`. A pass splitting the loop over blocks asks
+    for the first row of any tile index (start) and gives the loop a range of tiles (take)."""
+
+    def __init__(self, loop: scf.ForOp):
+        self.loop = loop
+        body = loop.body.block
+        self.marked = next((o for o in body.ops if nest_role(o) is NestRole.TOKEN_START), None)
+        assert self.marked is None or isinstance(self.marked, arith.MinSIOp), "token_start is min(row, BT)"
+        self.index = body.args[0]
+        self.first_row: SSAValue = self.index if self.marked is None else self.marked.result
+        if self.marked is None and not any(isinstance(o, arith.SubiOp) and o.lhs is loop.ub and o.rhs is self.index
+                                           for o in body.ops):
+            # A loop over tile indices that lost its mark (a pass that drops discardable
+            # attributes) must not be read as a loop over rows.
+            raise PassFailure(loop, "the token loop is neither over rows (its tile min(step, BT - t0)) nor marks "
+                                    "the first row of its tile (#train.role<token_start>)")
+
+    @property
+    def rows(self) -> SSAValue:
+        """BT."""
+        return self.loop.ub if self.marked is None else self.marked.rhs
+
+    def count(self, e: IRBuilder) -> SSAValue:
+        """How many token tiles."""
+        return e.emit(arith.CeilDivUIOp(self.loop.ub, self.loop.step)) if self.marked is None else self.loop.ub
+
+    def start(self, e: IRBuilder, tile: SSAValue) -> SSAValue:
+        """The first row of token tile `tile` (BT for tile `count`): the body's computation of
+        its own first row, cloned with `tile` for the loop's index."""
+        if self.marked is None:
+            return e.emit(arith.MinSIOp(e.emit(arith.MuliOp(tile, self.loop.step)), self.loop.ub))
+        body = self.loop.body.block
+        needed: set[Operation] = set()
+        pending: list[Operation] = [self.marked]
+        while pending:
+            op = pending.pop()
+            if op not in needed:
+                needed.add(op)
+                pending += [v.owner for v in op.operands if isinstance(v.owner, Operation) and v.owner.parent_block() is body]
+        mapping: dict[SSAValue, SSAValue] = {self.index: tile}
+        for op in [o for o in body.ops if o in needed]:
+            clone = op.clone(value_mapper=mapping)
+            ROLE.remove(clone)  # the marked op is the body's own first row
+            e.emit(clone)
+        return mapping[self.marked.result]
+
+    def tile_rows(self, e: IRBuilder, tile: SSAValue, first: SSAValue) -> SSAValue:
+        """How many rows token tile `tile`, whose first row is `first`, has."""
+        if self.marked is None:
+            return e.emit(arith.MinSIOp(self.loop.step, e.emit(arith.SubiOp(self.loop.ub, first))))
+        return e.emit(arith.SubiOp(self.start(e, e.emit(arith.AddiOp(tile, e.idx(1)))), first))
+
+    def take(self, e: IRBuilder, tiles: tuple[SSAValue, SSAValue], rows: tuple[SSAValue, SSAValue]) -> None:
+        """Make the loop run over token tiles [first, end) = `tiles` only, whose rows are `rows`
+        ([start(first), start(end)))."""
+        bounds = rows if self.marked is None else tiles
+        self.loop.operands = [*bounds, self.loop.step, *self.loop.iter_args]
+        e.modified(self.loop)
 
 
 def record_tile_sizes(e: IRBuilder, tile: SSAValue, sizes: dict[str, int]) -> None:

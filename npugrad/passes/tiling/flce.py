@@ -14,7 +14,8 @@ becomes
 Spreading the nest over cores: the weight gradient of a vocabulary tile sums over all tokens,
 the input gradient of a token tile over all vocabulary tiles, so whichever loop is split, one of
 the two sums crosses cores. The nest runs as a wavefront instead: block b of P owns the
-contiguous token tiles [b·nt/P, (b+1)·nt/P) (their dX rows: zeroed, accumulated over every
+contiguous token tiles [b·nt/P, (b+1)·nt/P) (the fuse pass balances them, their first rows
+from the loop's token_start: tiling.blocks.TokenLoop; their dX rows: zeroed, accumulated over every
 vocabulary tile in order, rounded, by b alone) and, at step u, runs GEMM 3 on vocabulary tile
 u − 1 − b. A vocabulary tile's float32 dW accumulator thus goes from block 0 to block P − 1 one
 step at a time, collecting the token tiles in order. Block 0 starts (zeroes) tile u at step u,
@@ -58,7 +59,7 @@ in the slot tile u − P − 1 − SLACK had, once block P − 1 has rounded tha
       npu.wait_flag %progress[%bid − 1], (%bid == 0 ? 0 : %u)
       %vtile = %u - %bid - 1 ; %gtile = %vtile + %lead
       scf.if (%gtile or %vtile is a tile) {
-        scf.for %t0 = %rows_lo to %rows_hi step bt {
+        scf.for %i = %first_token_tile to %end_token_tile { %t0 = start(%i) ...   // rows [rows_lo, rows_hi)
           scf.if (%gtile is a tile) { GEMM 1 -> %logits_stash[slot of %gtile][rows of %t0], G, GEMM 2 (dX) }
           scf.if (%vtile is a tile) { GEMM 3: %logits_stash[slot of %vtile] -> dW's tile %vtile (float32) }
         }
@@ -100,7 +101,15 @@ from npugrad.dialect.npu import (
 )
 from npugrad.ir import IRBuilder, enclosing_function
 from npugrad.passes.tiling import flce_phased
-from npugrad.passes.tiling.blocks import block_range, contraction_of, mixed_sizes, nest_role, start_accumulator, started
+from npugrad.passes.tiling.blocks import (
+    TokenLoop,
+    block_range,
+    contraction_of,
+    mixed_sizes,
+    nest_role,
+    start_accumulator,
+    started,
+)
 from npugrad.passes.tiling.contraction import staged, tile_contraction
 from npugrad.passes.vectorize_contractions import panel_level
 from npugrad.targets import Target
@@ -182,14 +191,14 @@ def wavefront(nest: scf.ForOp, e: IRBuilder, lead: bool = False) -> scf.ForOp:
     e = e.at(nest)
     bid, nblk = block_range(e)
     tokens = next(o for o in nest.walk() if nest_role(o) is NestRole.TOKEN_LOOP)
-    bt, tb = tokens.ub, tokens.step
+    token_loop = TokenLoop(tokens)
     v, tv = nest.ub, nest.step
-    nt = e.emit(arith.CeilDivUIOp(bt, tb))
+    nt = token_loop.count(e)
     nv = e.emit(arith.CeilDivUIOp(v, tv))
     one = e.idx(1)
     first_tile, end_tile = _share(e, bid, nblk, nt)
-    t_lo = e.emit(arith.MuliOp(first_tile, tb))
-    t_hi = e.emit(arith.MinSIOp(e.emit(arith.MuliOp(end_tile, tb)), bt))
+    first_tile.name_hint, end_tile.name_hint = "first_token_tile", "end_token_tile"
+    t_lo, t_hi = token_loop.start(e, first_tile), token_loop.start(e, end_tile)
     t_lo.name_hint, t_hi.name_hint = "rows_lo", "rows_hi"
     rows = e.emit(arith.SubiOp(t_hi, t_lo))
 
@@ -314,8 +323,7 @@ def wavefront(nest: scf.ForOp, e: IRBuilder, lead: bool = False) -> scf.ForOp:
     e.erase(then.last_op.prev_op)  # the nest's scf.yield
     e.erase(nest)
     FUSED.set(wave, fused)
-    tokens.operands = [t_lo, t_hi, tb]
-    e.modified(tokens)
+    token_loop.take(e, (first_tile, end_tile), (t_lo, t_hi))
     # The body's view of its tile's accumulator: the ring's slot of vtile.
     if ring is not None and not lead:
         at = e.at(view)
@@ -323,7 +331,7 @@ def wavefront(nest: scf.ForOp, e: IRBuilder, lead: bool = False) -> scf.ForOp:
         view.result.replace_all_uses_with(moved)
         e.erase(view)
     if lead:
-        _defer_weight_grad(e, wave, tokens, g_tile, w_tile, g_ok, w_ok, ahead, t_lo, rows, tv, v, acc_rows)
+        _defer_weight_grad(e, wave, token_loop, g_tile, w_tile, g_ok, w_ok, ahead, t_lo, rows, tv, v, acc_rows)
     if heap is not None:
         e.erase(heap)
     region_dce(then.parent, e.rewriter)  # the views and sizes only the erased init and final used
@@ -344,13 +352,14 @@ def _weight_grad(loop: scf.ForOp):
     return next((o for o in loop.walk() if contraction_of(o) is Contraction.WEIGHT_GRAD), None)
 
 
-def _defer_weight_grad(e: IRBuilder, wave: scf.ForOp, tokens: scf.ForOp, g_tile, w_tile, g_ok, w_ok, ahead, t_lo,
+def _defer_weight_grad(e: IRBuilder, wave: scf.ForOp, token_loop: TokenLoop, g_tile, w_tile, g_ok, w_ok, ahead, t_lo,
                        rows, tv, v, acc_rows) -> None:
     """wavefront's `lead`: in a step, GEMMs 1 and 2 (and the softmax gradient between them) on
     vocabulary tile g_tile where g_ok holds, GEMM 3 on tile w_tile where w_ok does. The logits
     tile of each token tile (or, given the softmax, its G) is written into the block's stash
     (1 + ahead slots, slot: vocabulary tile mod 1 + ahead) instead of one tile of scratch, and
     stays there until GEMM 3 has read it, `ahead` steps later."""
+    tokens = token_loop.loop
     gemm3 = _weight_grad(tokens)
     assert gemm3 is not None
     logits_view = gemm3.inputs[0].owner
@@ -360,14 +369,16 @@ def _defer_weight_grad(e: IRBuilder, wave: scf.ForOp, tokens: scf.ForOp, g_tile,
     slots = top.emit(arith.AddiOp(ahead, top.idx(1)))
     # A slot holds the block's rows where GEMM 3 lags (ahead = 1), one token tile where it does
     # not: GEMM 3 then reads each tile of logits right after GEMM 2, as the one-block nest does.
-    per_slot = top.emit(arith.SelectOp(top.emit(arith.CmpiOp(ahead, top.idx(0), "eq")), tokens.step, rows))
+    tile_rows = scratch.type.get_shape()[0]  # type: ignore[attr-defined]
+    assert tile_rows != DYNAMIC_INDEX, "the nest's scratch is one token tile of fixed size"
+    per_slot = top.emit(arith.SelectOp(top.emit(arith.CmpiOp(ahead, top.idx(0), "eq")), top.idx(tile_rows), rows))
     width = tv.owner.value.value.data if isinstance(tv.owner, arith.ConstantOp) else tv  # static where it is
     stash = top.alloc([top.emit(arith.MuliOp(slots, per_slot)), width], scratch.type.element_type)  # type: ignore[attr-defined]
     stash.name_hint = "logits_stash"
     e.rewriter.insert(memref.DeallocOp.get(stash), InsertPoint.after(wave))
 
     body = tokens.body.block
-    t = body.args[0]
+    t = token_loop.first_row
     token_rows, g_cols = mixed_sizes(logits_view)
 
     def stash_rows(at: IRBuilder, tile, cols):

@@ -59,7 +59,7 @@ from npugrad.dialect.npu import (
     local_type,
 )
 from npugrad.ir import IRBuilder, enclosing_function, static_shape
-from npugrad.passes.tiling.blocks import block_range, contraction_of, mixed_sizes, nest_role, started
+from npugrad.passes.tiling.blocks import TokenLoop, block_range, contraction_of, mixed_sizes, nest_role, started
 from npugrad.targets import Target
 
 
@@ -256,7 +256,8 @@ def tile_phased(nest: scf.ForOp, tiles: dict[str, int], target: Target, e: IRBui
     gemm1, gemm2, gemm3 = (next((o for o in body.ops if contraction_of(o) is c), None)
                            for c in (Contraction.LOGITS, Contraction.INPUT_GRAD, Contraction.WEIGHT_GRAD))
     assert gemm2 is not None and gemm3 is not None
-    t0_old, v0_old = body.args[0], nest.body.block.args[0]
+    token_loop = TokenLoop(tokens)
+    t0_old, v0_old = token_loop.first_row, nest.body.block.args[0]
     g_view = gemm2.inputs[0]
     # The logit tile GEMM 1 writes (high-performance mode has no GEMM 1: G comes from the softmax).
     logits_view = gemm1.outputs[0] if gemm1 is not None else None
@@ -278,7 +279,7 @@ def tile_phased(nest: scf.ForOp, tiles: dict[str, int], target: Target, e: IRBui
     heap = dw.owner if isinstance(dw.owner, memref.AllocOp) else None  # dW's float32 tile: not needed here
     if final_w is not None:
         dw = _source(next(o for o in final_w.walk() if isinstance(o, memref.StoreOp)).memref)
-    bt_total, tb = tokens.ub, tokens.step
+    bt_total = token_loop.rows
     v_total, tv = nest.ub, nest.step
     element = g_view.type.element_type
     b = element_bytes(element)
@@ -300,7 +301,7 @@ def tile_phased(nest: scf.ForOp, tiles: dict[str, int], target: Target, e: IRBui
     e = e.at(nest)
     bid, nblk = block_range(e)
     h_total = e.dim(x, 1)
-    nt = e.emit(arith.CeilDivUIOp(bt_total, tb))
+    nt = token_loop.count(e)
     top = IRBuilder(e.rewriter, entry.first_op)
     g_ws = top.emit(AllocSharedOp(MemRefType(element, [DYNAMIC_INDEX if bt_static is None else bt_static, vs]),
                                   [] if bt_static is not None else [top.dim(x, 0)]))
@@ -332,8 +333,9 @@ def tile_phased(nest: scf.ForOp, tiles: dict[str, int], target: Target, e: IRBui
             p.name_hint = "pair"
             vv0 = e.emit(arith.AddiOp(s0, e.emit(arith.MuliOp(e.emit(arith.DivUIOp(p, nt)), tv))))
             vcnt = e.emit(arith.MinSIOp(tv, e.emit(arith.SubiOp(v_total, vv0))))
-            tt0 = e.emit(arith.MuliOp(e.emit(arith.RemUIOp(p, nt)), tb))
-            tcnt = e.emit(arith.MinSIOp(tb, e.emit(arith.SubiOp(bt_total, tt0))))
+            ti = e.emit(arith.RemUIOp(p, nt))
+            tt0 = token_loop.start(e, ti)
+            tcnt = token_loop.tile_rows(e, ti, tt0)
             if gemm1 is not None:
                 x_t = e.subview(x, [tt0, 0], [tcnt, h_total])
                 w_v = e.subview(w, [vv0, 0], [vcnt, h_total])
@@ -345,7 +347,8 @@ def tile_phased(nest: scf.ForOp, tiles: dict[str, int], target: Target, e: IRBui
                 e.emit(g1)
             with e.loop(tcnt, step=e.idx(rb)) as r0:
                 rcnt = e.emit(arith.MinSIOp(e.idx(rb), e.emit(arith.SubiOp(tcnt, r0))))
-                mapping: dict[SSAValue, SSAValue] = {t0_old: e.emit(arith.AddiOp(tt0, r0)), v0_old: vv0}
+                mapping: dict[SSAValue, SSAValue] = {token_loop.index: ti}  # (the rows' start as cloned: unused)
+                mapping.update({t0_old: e.emit(arith.AddiOp(tt0, r0)), v0_old: vv0})
                 if logits_view is not None:
                     lv = e.subview(_source(logits_view), [0, 0], [rcnt, vcnt])
                     e.emit(CopyOp(e.subview(logit_ws, [e.emit(arith.AddiOp(mine, r0)), 0], [rcnt, vcnt]), lv))

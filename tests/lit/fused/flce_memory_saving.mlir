@@ -15,7 +15,7 @@
 // CHECK-NOT:     train.fused_linear_cross_entropy_loss_grad grad(
 // The only allocations: the 32x128 logit tile, the 32 saved target logits and the W tile
 // packed transposed (48x128); float32 outputs accumulate in place.
-// CHECK-DAG:     %[[BT_TILE:.*]] = arith.constant 32 : index
+// PASS-DAG:      %[[BT_TILE:.*]] = arith.constant 32 : index
 // CHECK-DAG:     %[[V_TILE:.*]] = arith.constant 128 : index
 // CHECK:         %[[Z:.*]] = memref.alloc() {{.*}} : memref<32x128xf32>
 // CHECK-NEXT:    %[[SAVED:.*]] = memref.alloc() {{.*}} : memref<32xf32>
@@ -25,9 +25,10 @@
 // CHECK:           memref.subview %{{.*}}[%[[V0]], 0] [%{{.*}}, 48] [1, 1] : memref<520x48xf32>
 // CHECK:           memref.store %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}] : memref<48x?xf32, strided<[128, 1]>>
 // The pass alone steps by the tile; the pipeline spreads the tokens evenly over the cpu's cores
-// (linear_nests.token_step), in steps of at most the tile.
+// (linear_nests.balanced_starts): a loop over tile indices, each tile at most the tile's rows.
 // PASS:            scf.for %[[T0:.*]] = %{{.*}} to %{{.*}} step %[[BT_TILE]] {
-// STAGE:           scf.for %[[T0:.*]] = %{{.*}} to %{{.*}} step %token_step {
+// STAGE:           scf.for %token_tile = %{{.*}} to %token_tiles step %{{.*}} {
+// STAGE-NEXT:        arith.muli %token_tile, %token_units : index
 // CHECK:             linalg.generic {{.*}} doc = "GEMM 1: logits tile Z = X_t * W_v^T"
 // CHECK:             math.exp
 // CHECK:             linalg.generic {{.*}} doc = "GEMM 2: input grad tile dX_t += G * W_v"

@@ -66,13 +66,15 @@ func.func @small(%x: memref<8x10xf32>, %y: memref<8x10xf32>, %d: memref<1xf32>, 
 }
 
 // The fused linear cross-entropy gradient (fused first: the --stage run only): a wavefront over
-// the blocks. Each owns a contiguous range of token rows; at step u block 0 zeroes vocabulary
+// the blocks. Each owns a contiguous range of the token tiles (balanced by the fuse pass: their
+// loop runs over tile indices, each tile's first row computed by the op marked token_start, which
+// gives the block's first and end rows too); at step u block 0 zeroes vocabulary
 // tile u; every block waits for the block before it to be done with step u - 1 (its flag, in
 // the launch's %progress, a workspace of several blocks' launch, a counter on the stack of one
 // block alone: block 0 waits for a count of 0), then takes tile u - bid - 1 with GEMM
 // 3 and, every block but block 0 one tile ahead (the lead: min(bid, 1)), tile u - bid - 1 +
 // lead with GEMMs 1 and 2, each under its own condition; the logits of each token tile go to the
-// stash, one token tile for block 0 (lead 0: the token step), two slots of the block's rows for
+// stash, one token tile for block 0 (lead 0: the tile's rows), two slots of the block's rows for
 // the others, and GEMM 3 reads them from the slot of its tile. The block sets its flag to u + 1
 // at the end of the step; no barrier: a block waits only for the one before it. dW is float32,
 // so its tiles accumulate in place (no ring, nothing to round).
@@ -80,7 +82,9 @@ func.func @small(%x: memref<8x10xf32>, %y: memref<8x10xf32>, %d: memref<1xf32>, 
 // FLCE-NOT:     npu.alloc_shared
 // FLCE:         %bid = npu.block_idx
 // FLCE-NEXT:    %nblk = npu.block_dim
-// FLCE:         %rows_lo = arith.muli
+// FLCE:         %first_token_tile = arith.divui
+// FLCE:         %end_token_tile = arith.divui
+// FLCE:         %rows_lo = arith.minsi
 // FLCE:         %rows_hi = arith.minsi
 // FLCE:         %[[ROWS:.*]] = arith.subi %rows_hi, %rows_lo : index
 // FLCE:         %[[SEVERAL:.*]] = arith.cmpi ugt, %nblk, %{{.*}} : index
@@ -103,7 +107,7 @@ func.func @small(%x: memref<8x10xf32>, %y: memref<8x10xf32>, %d: memref<1xf32>, 
 // FLCE:         %lead = arith.minui %bid, %{{.*}} : index
 // FLCE:         %[[SLOTS:.*]] = arith.addi %lead, %{{.*}} : index
 // FLCE:         %[[NO_LEAD:.*]] = arith.cmpi eq, %lead, %{{.*}} : index
-// FLCE:         %[[PER_SLOT:.*]] = arith.select %[[NO_LEAD]], %token_step, %[[ROWS]] : index
+// FLCE:         %[[PER_SLOT:.*]] = arith.select %[[NO_LEAD]], %[[TILE_ROWS:.*]], %[[ROWS]] : index
 // FLCE:         %[[STASH_ROWS:.*]] = arith.muli %[[SLOTS]], %[[PER_SLOT]] : index
 // FLCE:         %logits_stash = memref.alloc(%[[STASH_ROWS]]) {alignment = 64 : i64} : memref<?x176xf32>
 // FLCE:         scf.for %[[U:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
@@ -125,10 +129,11 @@ func.func @small(%x: memref<8x10xf32>, %y: memref<8x10xf32>, %d: memref<1xf32>, 
 // FLCE-NOT:         weight_grad_init
 // FLCE:             %[[G_TILE:.*]] = arith.select %[[G_OK]], %gtile, %{{.*}} : index
 // FLCE-NEXT:        %[[W_TILE:.*]] = arith.select %[[W_OK]], %vtile, %{{.*}} : index
-// FLCE:             scf.for %[[T:.*]] = %rows_lo to %rows_hi step %{{.*}} {
+// FLCE:             scf.for %token_tile = %first_token_tile to %end_token_tile step %{{.*}} {
+// FLCE:               %t0 = arith.minsi %{{.*}} {train.role = #train.role<token_start>} : index
 // FLCE:               scf.if %[[G_OK]] {
 // FLCE-NEXT:            %[[G_SLOT:.*]] = arith.remui %[[G_TILE]], %[[SLOTS]] : index
-// FLCE:                 %[[G_LOCAL:.*]] = arith.subi %[[T]], %rows_lo : index
+// FLCE:                 %[[G_LOCAL:.*]] = arith.subi %t0, %rows_lo : index
 // FLCE:                 %[[G_LOCAL_LEAD:.*]] = arith.muli %lead, %[[G_LOCAL]] : index
 // FLCE:                 %[[G_BASE:.*]] = arith.muli %[[G_SLOT]], %[[PER_SLOT]] : index
 // FLCE:                 %[[G_ROW:.*]] = arith.addi %[[G_BASE]], %[[G_LOCAL_LEAD]] : index

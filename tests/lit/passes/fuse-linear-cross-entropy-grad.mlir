@@ -6,23 +6,32 @@
 // RUN: npugrad-opt %s -p 'fuse-linear-cross-entropy-grad{tile_bt=32 tile_v=64}' | FileCheck %s
 // RUN: npugrad-opt %s -p 'fuse-linear-cross-entropy-grad{tile_bt=32 tile_v=64 balance_blocks=3}' | FileCheck %s --check-prefix=BALANCE
 
-// balance_blocks=3: the token tiles' step spreads BT evenly over ceil(BT / 32) tiles rounded up
-// to a multiple of 3, each a multiple of the cpu's 6 micro-kernel rows (x86-64 with 16 vector
-// registers: 6 x 2 vectors), at most 32 (BT = 100: 6 tiles where steps of 32 made 4, steps of
-// 18). The nest then uses the step as it used the tile: min(step, BT - t0) rows at t0.
+// balance_blocks=3: the token tiles spread BT evenly over whole units of the cpu's 6 micro-kernel
+// rows (x86-64 with 16 vector registers: 6 x 2 vectors), at most 32 rows (5 units) each, their
+// count ceil(units / 5) rounded up to a multiple of 3 (at most the units: no tile is empty), and
+// the loop runs over tile indices: tile i starts at min(BT, ceil(i * units / count) * 6)
+// (linear_nests.balanced_starts), marked token_start. (BT = 2048 with tiles of 186 on 2 blocks:
+// 12 tiles of 174 and 168 rows (the last 164), 1026 + 1022 rows a block, where uniform steps of 174 gave
+// 1044 + 1004.)
 // BALANCE:       %[[BT:.*]] = memref.dim %x, %{{.*}} : memref<?x?xbf16>
-// BALANCE:       %[[TILES:.*]] = arith.ceildivui %[[BT]], %[[C32:.*]] : index
-// BALANCE-NEXT:  %[[ATLEAST1:.*]] = arith.maxui %[[TILES]], %{{.*}} : index
-// BALANCE-NEXT:  %[[PER_BLOCK:.*]] = arith.ceildivui %[[ATLEAST1]], %[[C3:.*]] : index
-// BALANCE-NEXT:  %[[COUNT:.*]] = arith.muli %[[PER_BLOCK]], %[[C3]] : index
-// BALANCE-NEXT:  %[[ROWS:.*]] = arith.ceildivui %[[BT]], %[[COUNT]] : index
-// BALANCE-NEXT:  %[[SIXES:.*]] = arith.ceildivui %[[ROWS]], %[[C6:.*]] : index
-// BALANCE-NEXT:  %[[UP:.*]] = arith.muli %[[SIXES]], %[[C6]] : index
-// BALANCE-NEXT:  %[[CAP:.*]] = arith.minui %[[UP]], %[[C32]] : index
-// BALANCE-NEXT:  %token_step = arith.maxui %[[CAP]], %{{.*}} : index
-// BALANCE:       scf.for %[[T0:.*]] = %{{.*}} to %[[BT]] step %token_step {
-// BALANCE-NEXT:    %{{.*}} = arith.subi %[[BT]], %[[T0]] : index
-// BALANCE-NEXT:    %{{.*}} = arith.minsi %token_step, %{{.*}} : index
+// BALANCE:       %token_units = arith.ceildivui %[[BT]], %[[C6:.*]] : index
+// BALANCE-NEXT:  %[[BY_TILE:.*]] = arith.ceildivui %token_units, %[[C5:.*]] : index
+// BALANCE-NEXT:  %[[PER_BLOCK:.*]] = arith.ceildivui %[[BY_TILE]], %[[C3:.*]] : index
+// BALANCE-NEXT:  %[[ROUNDED:.*]] = arith.muli %[[PER_BLOCK]], %[[C3]] : index
+// BALANCE-NEXT:  %[[NOT_EMPTY:.*]] = arith.minui %[[ROUNDED]], %token_units : index
+// BALANCE-NEXT:  %token_tiles = arith.maxui %[[NOT_EMPTY]], %{{.*}} : index
+// BALANCE:       scf.for %token_tile = %{{.*}} to %token_tiles step %[[C1:.*]] {
+// BALANCE-NEXT:    %[[SCALED:.*]] = arith.muli %token_tile, %token_units : index
+// BALANCE-NEXT:    %[[UNITS_IN:.*]] = arith.ceildivui %[[SCALED]], %token_tiles : index
+// BALANCE-NEXT:    %[[ROW:.*]] = arith.muli %[[UNITS_IN]], %[[C6]] : index
+// BALANCE-NEXT:    %t0 = arith.minsi %[[ROW]], %[[BT]] {train.role = #train.role<token_start>} : index
+// BALANCE-NEXT:    %[[NEXT:.*]] = arith.addi %token_tile, %[[C1]] : index
+// BALANCE-NEXT:    %[[SCALED1:.*]] = arith.muli %[[NEXT]], %token_units : index
+// BALANCE-NEXT:    %[[UNITS_IN1:.*]] = arith.ceildivui %[[SCALED1]], %token_tiles : index
+// BALANCE-NEXT:    %[[ROW1:.*]] = arith.muli %[[UNITS_IN1]], %[[C6]] : index
+// BALANCE-NEXT:    %[[END:.*]] = arith.minsi %[[ROW1]], %[[BT]] : index
+// BALANCE-NEXT:    %tb = arith.subi %[[END]], %t0 : index
+// BALANCE-NEXT:    memref.subview %x[%t0, 0] [%tb, %{{.*}}] [1, 1]
 // BALANCE:       } {train.role = #train.role<token_loop>}
 
 // CHECK-LABEL: func.func @flce(
