@@ -118,3 +118,30 @@ def test_npu_a2_whole_loss_with_every_extension_matches_the_host(rng):
     assert_close(np.float32(a.loss), np.float32(b.loss))
     assert_close(a.input_grad, b.input_grad)
     assert_close(a.weight_grad, b.weight_grad)
+
+
+@pytest.mark.parametrize("target", ["host", "npu-a2"])
+@pytest.mark.parametrize("hp", [False, True], ids=["memory-saving", "high-performance"])
+def test_balanced_token_tiles_through_either_tiling(rng, target, hp):
+    """A nest fused with balanced token tiles (a loop over tile indices, linear_nests.TokenTiles)
+    tiled for a target: the wavefront (host) and the slab schedule (npu-a2) read the tiles'
+    rows from the loop (tiling.blocks.TokenLoop); BT = 151 is no multiple of any tile."""
+    from npugrad.passes.fuse_linear_cross_entropy_grad import FuseLinearCrossEntropyGradPass
+    from npugrad.passes.fuse_linear_online_max_sum import FuseLinearOnlineMaxSumPass
+
+    a = _operands(rng, 151, 70, 300, np.dtype(np.float32), hp, packed=False)
+    fused = [FuseLinearOnlineMaxSumPass(), FuseLinearCrossEntropyGradPass(balance_blocks=3)]
+    before = pool.threads()
+    got = []
+    try:
+        for threads in (1, 2):
+            pool.set_threads(threads)
+            with using(Pipeline(target=target, fused_passes=fused)):
+                got.append(_call(a))
+    finally:
+        pool.set_threads(before)
+    want = harness.expected(OP, a, {})
+    assert_close(got[0][0], want["input_grad_out"])
+    assert_close(got[0][1], want["weight_grad_out"])
+    for x, y in zip(*got):
+        np.testing.assert_array_equal(x, y)
