@@ -14,6 +14,14 @@ becomes
       }
     } {train.fused = #train.fused<"train.fused_linear_cross_entropy_loss_grad", #train.tiles<bt = 64, v = 128>>}
 
+With `balance_blocks` = P the token loop runs over tile indices instead, the tiles as even as
+whole micro-kernel blocks make them and their count a multiple of P (linear_nests.balanced_starts),
+so that a wavefront giving each of P blocks count/P consecutive tiles gives each BT/P rows:
+
+      scf.for %token_tile = %c0 to %token_tiles step %c1 {
+        %t0 = arith.minsi %row, %BT {train.role = #train.role<token_start>}   // min(BT, ceil(i·units/count)·MR)
+        %tb = arith.subi %next_row, %t0                                        // start(i + 1) − start(i)
+
 The only buffers are a bt×v tile (float32 logits, and G in the input type), the saved target
 logits of a token tile, the W tile packed transposed (H×v), and float32 accumulators for fp16/bf16 outputs (BT×H and v×H): none grows
 with V (they carry `npu.promote = #npu.role<vector>`: a tiling may move them into local memory).
