@@ -15,7 +15,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, Region, SSAValue
 
 from npugrad.diagnostics import PassFailure
-from npugrad.dialect.attributes import ROLE, NestRole
+from npugrad.dialect.attributes import ROLE, NestRole, NestRoleAttr
 from npugrad.ir import IRBuilder
 from npugrad.passes.linear_nests import TokenTiles, balanced_starts
 from npugrad.passes.tiling.blocks import TokenLoop, nest_role
@@ -132,3 +132,15 @@ def test_a_loop_over_tile_indices_that_lost_its_mark_is_an_error_not_a_loop_over
     assert by_rows.first_row is t0
     assert [value_of(by_rows.start(uniform, uniform.idx(i))) for i in range(value_of(by_rows.count(uniform)) + 1)] == \
         [0, 64, 128, 192, 256, 320, 384, 448, 512, 576, 640, 704, 768, 832, 896, 960, 1001]
+
+
+def test_a_token_start_mark_on_another_op_is_an_error_naming_it():
+    e = _builder()
+    tiles = TokenTiles(e, e.idx(1001), 64, (2, 6))
+    with tiles.loop(e) as (t0, tb):
+        e.emit(arith.AddiOp(t0, tb))
+    loop = next(o for o in e.anchor.parent.ops if isinstance(o, scf.ForOp))
+    ROLE.remove(t0.owner)
+    ROLE.set(tb.owner, NestRoleAttr(NestRole.TOKEN_START))
+    with pytest.raises(PassFailure, match="token_start.*not 'arith.subi'"):
+        TokenLoop(loop)

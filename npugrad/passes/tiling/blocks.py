@@ -1,5 +1,6 @@
 """Pieces the tilings and splits over cores share: their tile sizes, tile counts, the block range
-tiles are dealt over, and the record of the sizes in the IR."""
+tiles are dealt over, the record of the sizes in the IR, and the linear nests' token loop
+(TokenLoop)."""
 
 from __future__ import annotations
 
@@ -87,7 +88,9 @@ class TokenLoop:
         self.loop = loop
         body = loop.body.block
         self.marked = next((o for o in body.ops if nest_role(o) is NestRole.TOKEN_START), None)
-        assert self.marked is None or isinstance(self.marked, arith.MinSIOp), "token_start is min(row, BT)"
+        if self.marked is not None and not isinstance(self.marked, arith.MinSIOp):
+            raise PassFailure(self.marked, f"#train.role<token_start> marks the first row of a token tile, "
+                                           f"'arith.minsi %row, %BT', not '{self.marked.name}'")
         self.index = body.args[0]
         self.first_row: SSAValue = self.index if self.marked is None else self.marked.result
         if self.marked is None and not any(isinstance(o, arith.SubiOp) and o.lhs is loop.ub and o.rhs is self.index
