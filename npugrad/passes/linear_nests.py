@@ -52,8 +52,9 @@ def nest_tiles(tile_bt: int, tile_v: int, cpu: str) -> dict[str, int]:
 
 
 def token_balance(blocks: int, cpu: str) -> tuple[int, int]:
-    """A fuse pass's `balance_blocks` option as token_step's (blocks, multiple): the row multiple
-    is the micro-kernel's row count on `cpu`; (0, 1) leaves the step at the tile."""
+    """A fuse pass's `balance_blocks` option as the (blocks, multiple) of token_step (the
+    forward) and TokenTiles (the gradient): the row multiple is the micro-kernel's row count on
+    `cpu`; (0, 1) leaves the tiles at steps of the tile."""
     return (blocks, block_shape(get(cpu))[0]) if blocks > 0 else (0, 1)
 
 
