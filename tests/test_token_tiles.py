@@ -50,6 +50,15 @@ def _builder():
     return IRBuilder.before(ret)
 
 
+def balanced_loop(bt: int, tile: int, balance: tuple[int, int]):
+    """(builder, the token loop TokenTiles builds over `bt` rows, its t0, its tb), in a function."""
+    e = _builder()
+    tiles = TokenTiles(e, e.idx(bt), tile, balance)
+    with tiles.loop(e) as (t0, tb):
+        e.emit(arith.AddiOp(t0, tb))
+    return e, next(o for o in e.anchor.parent.ops if isinstance(o, scf.ForOp)), t0, tb
+
+
 def starts(bt: int, tile: int, blocks: int, multiple: int) -> list[int]:
     """start(0), ..., start(count), as the emitted IR computes them."""
     e = _builder()
@@ -94,14 +103,9 @@ def test_tiles_cover_bt_within_the_tile_size_and_balance_the_blocks(bt, tile, bl
 def test_a_split_of_the_loop_computes_each_tiles_start_from_the_loop():
     """TokenLoop.start clones the body's computation of its first row: it agrees with the
     fuse pass's formula at every index, and its clone carries no token_start mark."""
-    e = _builder()
-    bt = e.idx(1001)
-    tiles = TokenTiles(e, bt, 64, (3, 6))
-    with tiles.loop(e) as (t0, tb):
-        e.emit(arith.AddiOp(t0, tb))
-    loop = next(o for o in e.anchor.parent.ops if isinstance(o, scf.ForOp))
+    e, loop, t0, tb = balanced_loop(1001, 64, (3, 6))
     tokens = TokenLoop(loop)
-    assert tokens.rows is bt and tokens.first_row is t0
+    assert tokens.rows is e.idx(1001) and tokens.first_row is t0
     count = value_of(tokens.count(e))
     assert count % 3 == 0
     want = starts(1001, 64, 3, 6)
@@ -116,30 +120,19 @@ def test_a_split_of_the_loop_computes_each_tiles_start_from_the_loop():
 
 
 def test_a_loop_over_tile_indices_that_lost_its_mark_is_an_error_not_a_loop_over_rows():
-    e = _builder()
-    tiles = TokenTiles(e, e.idx(1001), 64, (2, 6))
-    with tiles.loop(e) as (t0, tb):
-        e.emit(arith.AddiOp(t0, tb))
-    loop = next(o for o in e.anchor.parent.ops if isinstance(o, scf.ForOp))
+    _, loop, t0, _ = balanced_loop(1001, 64, (2, 6))
     ROLE.remove(t0.owner)
     with pytest.raises(PassFailure, match="token_start"):
         TokenLoop(loop)
-    uniform = _builder()
-    rows = TokenTiles(uniform, uniform.idx(1001), 64, (0, 1))
-    with rows.loop(uniform) as (t0, tb):
-        uniform.emit(arith.AddiOp(t0, tb))
-    by_rows = TokenLoop(next(o for o in uniform.anchor.parent.ops if isinstance(o, scf.ForOp)))
+    uniform, loop, t0, _ = balanced_loop(1001, 64, (0, 1))
+    by_rows = TokenLoop(loop)
     assert by_rows.first_row is t0
     assert [value_of(by_rows.start(uniform, uniform.idx(i))) for i in range(value_of(by_rows.count(uniform)) + 1)] == \
         [0, 64, 128, 192, 256, 320, 384, 448, 512, 576, 640, 704, 768, 832, 896, 960, 1001]
 
 
 def test_a_token_start_mark_on_another_op_is_an_error_naming_it():
-    e = _builder()
-    tiles = TokenTiles(e, e.idx(1001), 64, (2, 6))
-    with tiles.loop(e) as (t0, tb):
-        e.emit(arith.AddiOp(t0, tb))
-    loop = next(o for o in e.anchor.parent.ops if isinstance(o, scf.ForOp))
+    _, loop, t0, tb = balanced_loop(1001, 64, (2, 6))
     ROLE.remove(t0.owner)
     ROLE.set(tb.owner, NestRoleAttr(NestRole.TOKEN_START))
     with pytest.raises(PassFailure, match="token_start.*not 'arith.subi'"):

@@ -116,7 +116,7 @@ class NestRole(StrEnum):
     WEIGHT_GRAD_INIT = auto()  # zeroes a vocabulary tile's weight-gradient accumulator
     WEIGHT_GRAD_FINAL = auto()  # rounds it into the output
     TOKEN_LOOP = auto()  # the loop over token tiles inside a vocabulary tile
-    TOKEN_START = auto()  # a token loop over tile indices: the first row of its tile (linear_nests.token_tiles)
+    TOKEN_START = auto()  # a token loop over tile indices: the first row of its tile (linear_nests.TokenTiles)
     TARGET_MASKS = auto()  # writes the bit-packed target mask and masked targets, by mask byte
     STATISTICS_INIT = auto()  # starts the running row statistics (forward)
     STATISTICS_FINAL = auto()  # finishes them (forward)

@@ -93,8 +93,10 @@ class TokenLoop:
                                            f"'arith.minsi %row, %BT', not '{self.marked.name}'")
         self.index = body.args[0]
         self.first_row: SSAValue = self.index if self.marked is None else self.marked.result
-        if self.marked is None and not any(isinstance(o, arith.SubiOp) and o.lhs is loop.ub and o.rhs is self.index
-                                           for o in body.ops):
+        # Over rows: the op giving the rows left from the tile's first, BT − t0 (min'd with the step).
+        self.rows_left = None if self.marked is not None else next(
+            (o for o in body.ops if isinstance(o, arith.SubiOp) and o.lhs is loop.ub and o.rhs is self.index), None)
+        if self.marked is None and self.rows_left is None:
             # A loop over tile indices that lost its mark (a pass that drops discardable
             # attributes) must not be read as a loop over rows.
             raise PassFailure(loop, "the token loop is neither over rows (its tile min(step, BT - t0)) nor marks "

@@ -27,11 +27,12 @@ from xdsl.rewriter import InsertPoint
 
 from npugrad.analysis.cost import Load
 from npugrad.analysis.footprint import TileBuffer
+from npugrad.diagnostics import PassFailure
 from npugrad.dialect import FusedCrossEntropyLossWithMaxSumOp
 from npugrad.dialect.attributes import CONTRACTION, FUSED, ROLE, NestRole
 from npugrad.dialect.npu import PROMOTE, BlockDimOp, BlockIdxOp, element_bytes
 from npugrad.ir import IRBuilder, enclosing_function, index
-from npugrad.passes.tiling.blocks import block_share, nest_role
+from npugrad.passes.tiling.blocks import TokenLoop, block_share, nest_role
 from npugrad.passes.tiling.contraction import staged, tile_contraction
 from npugrad.passes.tiling.elementwise import tile_op
 from npugrad.passes.tiling.flce import (
@@ -113,11 +114,12 @@ def own_rows(loop: scf.ForOp, lo: SSAValue, hi: SSAValue, e: IRBuilder) -> None:
 def _own_token_rows(tokens: scf.ForOp, lo: SSAValue, hi: SSAValue, e: IRBuilder) -> None:
     """The token loop `for t0 = 0 to BT step tb` (each tile min(tb, BT − t0) rows) → over this
     block's rows [lo, hi), each tile min(tb, hi − t0) rows."""
-    bt, t0 = tokens.ub, tokens.body.block.args[0]
-    rows = [o for o in tokens.body.block.ops if isinstance(o, arith.SubiOp) and o.lhs is bt and o.rhs is t0]
-    assert len(rows) == 1, "the token loop sizes its tile from BT − t0"
-    rows[0].operands = [hi, t0]
-    e.modified(rows[0])
+    token_loop = TokenLoop(tokens)
+    rows = token_loop.rows_left
+    if rows is None:
+        raise PassFailure(tokens, "the forward's token loop runs over rows (its tile min(step, BT - t0))")
+    rows.operands = [hi, token_loop.first_row]
+    e.modified(rows)
     tokens.operands = [lo, hi, tokens.step, *tokens.iter_args]
     e.modified(tokens)
 
