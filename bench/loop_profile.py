@@ -6,6 +6,7 @@ to the innermost loop that holds it (a backward branch and its target bound a lo
     .venv/bin/python bench/loop_profile.py                          # FLCE float32 2048 x 2048 x 32000
     .venv/bin/python bench/loop_profile.py --op flce --size bt=1024,h=1024,v=8192,dtype=bfloat16
     .venv/bin/python bench/loop_profile.py --op ema_adam --size n=16777216 --top 10
+    .venv/bin/python bench/loop_profile.py --op bench.loss:npugrad_forward --size bt=4096,h=4096,v=32000,dtype=float32
 
 It prints one row per loop: its share of the kernel's samples, its address range in the object,
 its instructions, FMAs (vfmadd*) and operands addressed off %rsp/%rbp (with a frame pointer:
@@ -110,11 +111,18 @@ def report(counts: collections.Counter, inside: int, top: int) -> str:
 
 
 def child(op: str, size: dict, calls: int) -> dict:
-    """Run `op` (a bench.ops contender) `calls` times after a warm-up; the kernels' JIT addresses."""
+    """Run `op` (a bench.ops contender, or module:function of a bench script, called with the
+    sizes) `calls` times after a warm-up; the kernels' JIT addresses."""
+    import importlib
+
     from bench import ops as bench_ops
     from npugrad.runtime import launch
 
-    fn = getattr(bench_ops, f"{op}_npugrad").__wrapped__(alloc=False, **size)
+    if ":" in op:
+        module, name = op.split(":")
+        fn = getattr(importlib.import_module(module), name)(**size)
+    else:
+        fn = getattr(bench_ops, f"{op}_npugrad").__wrapped__(alloc=False, **size)
     fn()
     for _ in range(calls):
         fn()
@@ -131,7 +139,8 @@ def _size(text: str) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--op", default="flce", help="a bench.ops op: flce, embedding, nll, bce, ema_adam")
+    ap.add_argument("--op", default="flce", help="a bench.ops op (flce, embedding, nll, bce, ema_adam) or a "
+                    "bench script's setup, module:function (bench.loss:npugrad_forward)")
     ap.add_argument("--size", default="bt=2048,h=2048,v=32000,dtype=float32", help="the op's sizes, k=v,...")
     ap.add_argument("--calls", type=int, default=1, help="sampled calls after the warm-up (default 1)")
     ap.add_argument("--top", type=int, default=15, help="loops to print (default 15)")

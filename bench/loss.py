@@ -32,8 +32,6 @@ gradient flowing into it (2·BT·V elements), both marked as such in the summary
 from __future__ import annotations
 
 import argparse
-import ctypes
-import gc
 import os
 import sys
 
@@ -41,7 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np
 
-from bench.common import Result, measure, table
+from bench.common import Result, measure, release_free_memory, table
 
 SEED = 0
 
@@ -115,11 +113,7 @@ def _warmed(step):
     call returns is let go, and the C heap's free pages go back to the system (malloc_trim), so
     that the measured step's peak counts all it allocates, not only what the first left unused."""
     step()
-    gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: the retained pages stay in the baseline
-        pass
+    release_free_memory()
     return step
 
 

@@ -241,3 +241,45 @@ def test_loop_profile_charges_each_sample_to_its_innermost_loop():
     assert [r.split()[:3] for r in rows] == [["40.0%", "2", "0x18-0x30"], ["40.0%", "2", "0x10-0x40"],
                                              ["20.0%", "1", "outside"]]
     assert rows[0].split()[3:] == ["4", "2", "1"]  # instructions, FMAs, stack operands
+
+
+_CHUNK = 64 * 1024  # below glibc's mmap threshold: from the heap, kept there when freed
+
+
+def heap_reuser(mib: int):
+    """A contender whose setup leaves 2·mib MiB of freed chunks on the C heap (as the input
+    generation leaves NumPy's temporaries) and whose call allocates and writes mib MiB in chunks
+    of the same size: with the freed pages still resident, the call would need no new memory."""
+    import ctypes
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    n = mib * 1024 * 1024 // _CHUNK
+    left, pins = [], []
+    for _ in range(2 * n):  # each chunk followed by a kept one: none is the heap's top, which free() trims
+        left.append(libc.malloc(_CHUNK))
+        pins.append(libc.malloc(_CHUNK // 2))
+    for p in left:
+        ctypes.memset(p, 1, _CHUNK)
+    for p in left:
+        libc.free(p)
+
+    def call():
+        taken = [libc.malloc(_CHUNK) for _ in range(n)]
+        for p in taken:
+            ctypes.memset(p, 2, _CHUNK)
+        for p in taken:
+            libc.free(p)
+
+    call.pins = pins
+    return call
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"),
+                    reason="glibc's malloc_trim and /proc/self/status")
+def test_peak_counts_memory_the_setup_freed():
+    """A call's peak extra memory is what it allocates, whatever free memory the setup left on
+    the heap (release_free_memory gives that back before the baseline is read)."""
+    got = common.child("tests.test_bench:heap_reuser", {"mib": 16}, repeats=0, warmup=0)
+    assert got["exact_peak"] and 12.0 <= got["peak_mib"] <= 20.0, got  # 0 MiB without release_free_memory
