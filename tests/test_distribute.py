@@ -133,6 +133,31 @@ def test_flce_wavefront_with_more_blocks_than_token_tiles(rng, threads, dtype):
     assert_close(many[1], want["weight_grad_out"])
 
 
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("hp", [False, True], ids=["memory-saving", "high-performance"])
+def test_flce_stash_ring_over_many_token_tiles(rng, threads, dtype, hp):
+    """Tiles of 12 rows x 16 vocabulary columns: 9 token tiles (BT = 100), 2 to 5 per block on
+    2, 3 and 4 threads, and 344 vocabulary tiles: each lagging block's stash, a ring of n + 1
+    token tiles (flce._defer_weight_grad), goes round it hundreds of times, an entry
+    overwritten the iteration after GEMM 3 read it. Bit for bit the one-core result."""
+    from npugrad.passes.fuse_linear_cross_entropy_grad import FuseLinearCrossEntropyGradPass
+    from npugrad.passes.fuse_linear_online_max_sum import FuseLinearOnlineMaxSumPass
+
+    a = _flce_operands(rng, 100, 24, 5500, dtype, hp, packed=not hp)  # weight past kernel.SMALL
+    fused = [FuseLinearOnlineMaxSumPass(), FuseLinearCrossEntropyGradPass(tile_bt=12, tile_v=16)]
+    results = []
+    for n in (2, 3, 4):
+        threads(n)
+        with using(Pipeline(fused_passes=fused)):
+            results.append(_flce(a))
+    with using(Pipeline(distribute=False, fused_passes=fused)):
+        results.append(_flce(a))
+    _all_same(results)
+    want = harness.expected("fused_linear_cross_entropy_loss_grad", a, {})
+    assert_close(results[0][0], want["input_grad_out"])
+    assert_close(results[0][1], want["weight_grad_out"])
+
+
 BCE_IR = """
 func.func @bce(%x: memref<?x?xf32>, %y: memref<?x?xf32>, %d: memref<1xf32>, %dx: memref<?x?xf32>) {
   train.binary_cross_entropy_grad input_x(%x : memref<?x?xf32>) input_y(%y : memref<?x?xf32>)

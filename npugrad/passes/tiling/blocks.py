@@ -137,6 +137,13 @@ class TokenLoop:
             return e.emit(arith.MinSIOp(self.loop.step, e.emit(arith.SubiOp(self.loop.ub, first))))
         return e.emit(arith.SubiOp(self.start(e, e.emit(arith.AddiOp(tile, e.idx(1)))), first))
 
+    def local(self, e: IRBuilder, first_tile: SSAValue, first_row: SSAValue) -> SSAValue:
+        """In the body: the tile's position among the tiles the loop runs from `first_tile`
+        (whose first row is `first_row`) on: 0 for the first it runs."""
+        if self.marked is None:
+            return e.emit(arith.DivUIOp(e.emit(arith.SubiOp(self.index, first_row)), self.loop.step))
+        return e.emit(arith.SubiOp(self.index, first_tile))
+
     def take(self, e: IRBuilder, tiles: tuple[SSAValue, SSAValue], rows: tuple[SSAValue, SSAValue]) -> None:
         """Make the loop run over token tiles [first, end) = `tiles` only, whose rows are `rows`
         ([start(first), start(end)))."""

@@ -45,10 +45,11 @@ no other block. With `lead` (the distributed nest), every block but block 0 runs
 token tile's logits (or G, given the softmax) in a stash until GEMM 3 reads them the step after.
 On 2 blocks the second then works from step 1 and has a third of a step left at the end, where
 the plain wavefront left each block one whole step idle (nv steps of work in nv + 1); more
-blocks keep b − 1 idle steps each at the start. The price, beside the idle steps: the stash, 2
-slots of the block's rows × v per lagging block (2·(BT − BT/P)·v·4 bytes for float32 logits,
-2.9 MB at BT = 4096, v = 176, P = 2; block 0's one slot is one token tile, the one-block nest's
-scratch), and, for a bfloat16/float16 dW, a ring of P + 1 + SLACK float32 accumulator tiles
+blocks keep b − 1 idle steps each at the start. The price, beside the idle steps: the stash, a
+ring of n + 1 token tiles per lagging block of n (_defer_weight_grad: about (BT/P + bt)·v·4 bytes
+for float32 logits, 1.7 MB at BT = 4096, bt = 186, v = 176, P = 2, where two slots of the
+block's rows took 2.9; block 0's is one token tile, the one-block nest's scratch), and, for a
+bfloat16/float16 dW, a ring of P + 1 + SLACK float32 accumulator tiles
 ((P + 3)·v·H·4 bytes, npu.alloc_shared) where the one-block nest has one: block 0 starts tile u
 in the slot tile u − P − 1 − SLACK had, once block P − 1 has rounded that (SLACK steps of room).
 
@@ -60,8 +61,8 @@ in the slot tile u − P − 1 − SLACK had, once block P − 1 has rounded tha
       %vtile = %u - %bid - 1 ; %gtile = %vtile + %lead
       scf.if (%gtile or %vtile is a tile) {
         scf.for %i = %first_token_tile to %end_token_tile { %t0 = start(%i) ...   // rows [rows_lo, rows_hi)
-          scf.if (%gtile is a tile) { GEMM 1 -> %logits_stash[slot of %gtile][rows of %t0], G, GEMM 2 (dX) }
-          scf.if (%vtile is a tile) { GEMM 3: %logits_stash[slot of %vtile] -> dW's tile %vtile (float32) }
+          scf.if (%gtile is a tile) { GEMM 1 -> %logits_stash[entry of (%gtile, %i)], G, GEMM 2 (dX) }
+          scf.if (%vtile is a tile) { GEMM 3: %logits_stash[entry of (%vtile, %i)] -> dW's tile %vtile (float32) }
         }
       }
       scf.if (%vtile is a tile && %bid == P - 1) { round tile %vtile into %dw }   // a ring only
@@ -331,7 +332,8 @@ def wavefront(nest: scf.ForOp, e: IRBuilder, lead: bool = False) -> scf.ForOp:
         view.result.replace_all_uses_with(moved)
         e.erase(view)
     if lead:
-        _defer_weight_grad(e, wave, token_loop, g_tile, w_tile, g_ok, w_ok, ahead, t_lo, rows, tv, v, acc_rows)
+        _defer_weight_grad(e, wave, token_loop, g_tile, w_tile, g_ok, w_ok, ahead, (first_tile, end_tile), t_lo, tv, v,
+                           acc_rows)
     if heap is not None:
         e.erase(heap)
     region_dce(then.parent, e.rewriter)  # the views and sizes only the erased init and final used
@@ -352,13 +354,23 @@ def _weight_grad(loop: scf.ForOp):
     return next((o for o in loop.walk() if contraction_of(o) is Contraction.WEIGHT_GRAD), None)
 
 
-def _defer_weight_grad(e: IRBuilder, wave: scf.ForOp, token_loop: TokenLoop, g_tile, w_tile, g_ok, w_ok, ahead, t_lo,
-                       rows, tv, v, acc_rows) -> None:
+def _defer_weight_grad(e: IRBuilder, wave: scf.ForOp, token_loop: TokenLoop, g_tile, w_tile, g_ok, w_ok, ahead,
+                       tiles: tuple[SSAValue, SSAValue], t_lo, tv, v, acc_rows) -> None:
     """wavefront's `lead`: in a step, GEMMs 1 and 2 (and the softmax gradient between them) on
     vocabulary tile g_tile where g_ok holds, GEMM 3 on tile w_tile where w_ok does. The logits
     tile of each token tile (or, given the softmax, its G) is written into the block's stash
-    (1 + ahead slots, slot: vocabulary tile mod 1 + ahead) instead of one tile of scratch, and
-    stays there until GEMM 3 has read it, `ahead` steps later."""
+    instead of one tile of scratch, and stays there until GEMM 3 has read it, `ahead` steps
+    later.
+
+    The stash is a ring of ahead·n + 1 entries of one token tile each (n: the block's token
+    tiles, [tiles)): the logits of token tile i (the i-th of the block) of vocabulary tile g go
+    to entry (g·n + i) mod (ahead·n + 1). In the token loop's iteration that writes them, the
+    entries of the n tiles written since and not yet read are the n before, GEMM 3 reads the
+    oldest of them (vocabulary tile g − 1, the same token tile: n entries back, since n ≡ −1),
+    and that entry is the next one written. Two slots of the block's rows, written in turn,
+    held 2n tiles where n + 1 do (FLCE float32 4096 x 4096 x 8192 on 2 cores: 12 token tiles,
+    a stash of 13 tiles of 186 x 176, 1.7 MB, where it was 2.9). Without the lead (ahead = 0):
+    one entry, the one-block nest's tile of scratch."""
     tokens = token_loop.loop
     gemm3 = _weight_grad(tokens)
     assert gemm3 is not None
@@ -366,30 +378,29 @@ def _defer_weight_grad(e: IRBuilder, wave: scf.ForOp, token_loop: TokenLoop, g_t
     assert isinstance(logits_view, memref.SubviewOp)
     scratch = logits_view.source
     top = e.at(wave)
-    slots = top.emit(arith.AddiOp(ahead, top.idx(1)))
-    # A slot holds the block's rows where GEMM 3 lags (ahead = 1), one token tile where it does
-    # not: GEMM 3 then reads each tile of logits right after GEMM 2, as the one-block nest does.
     tile_rows = scratch.type.get_shape()[0]  # type: ignore[attr-defined]
     assert tile_rows != DYNAMIC_INDEX, "the nest's scratch is one token tile of fixed size"
-    per_slot = top.emit(arith.SelectOp(top.emit(arith.CmpiOp(ahead, top.idx(0), "eq")), top.idx(tile_rows), rows))
+    n = top.emit(arith.SubiOp(tiles[1], tiles[0]))
+    n.name_hint = "block_token_tiles"
+    entries = top.emit(arith.AddiOp(top.emit(arith.MuliOp(ahead, n)), top.idx(1)))
+    entries.name_hint = "stash_entries"
     width = tv.owner.value.value.data if isinstance(tv.owner, arith.ConstantOp) else tv  # static where it is
-    stash = top.alloc([top.emit(arith.MuliOp(slots, per_slot)), width], scratch.type.element_type)  # type: ignore[attr-defined]
+    stash = top.alloc([top.emit(arith.MuliOp(entries, top.idx(tile_rows))), width],
+                      scratch.type.element_type)  # type: ignore[attr-defined]
     stash.name_hint = "logits_stash"
     e.rewriter.insert(memref.DeallocOp.get(stash), InsertPoint.after(wave))
 
     body = tokens.body.block
-    t = token_loop.first_row
     token_rows, g_cols = mixed_sizes(logits_view)
 
     def stash_rows(at: IRBuilder, tile, cols):
-        """This token tile's rows of the stash slot of vocabulary tile `tile`: row
-        slot·per_slot + ahead·(t − rows_lo)."""
-        slot = at.emit(arith.RemUIOp(tile, slots))
-        local = at.emit(arith.MuliOp(ahead, at.emit(arith.SubiOp(t, t_lo))))
-        first = at.emit(arith.AddiOp(at.emit(arith.MuliOp(slot, per_slot)), local))
-        return at.subview(stash, [first, 0], [token_rows, cols])
+        """This token tile's rows of the stash: its entry for vocabulary tile `tile`."""
+        item = at.emit(arith.AddiOp(at.emit(arith.MuliOp(tile, n)), token_loop.local(at, tiles[0], t_lo)))
+        entry = at.emit(arith.RemUIOp(item, entries))
+        entry.name_hint = "stash_entry"
+        return at.subview(stash, [at.emit(arith.MuliOp(entry, at.idx(tile_rows))), 0], [token_rows, cols])
 
-    # GEMM 1 writes (and GEMM 2 reads) the stash slot of g_tile; given the softmax, G goes there.
+    # GEMM 1 writes (and GEMM 2 reads) the stash entry of g_tile; given the softmax, G goes there.
     logits_view.result.replace_all_uses_with(stash_rows(e.at(logits_view), g_tile, g_cols))
     e.erase(logits_view)
     e.erase_if_dead(scratch)
@@ -402,7 +413,7 @@ def _defer_weight_grad(e: IRBuilder, wave: scf.ForOp, token_loop: TokenLoop, g_t
             keep.add(op)
             pending += [o.owner for o in op.operands]
     _guard(e, [op for op in body.ops if op not in keep], g_ok, before=gemm3)
-    # GEMM 3 under w_ok: the stash slot of w_tile into w_tile's accumulator.
+    # GEMM 3 under w_ok: the stash entry of w_tile into w_tile's accumulator.
     _guard(e, [gemm3], w_ok, before=gemm3)
     inner = e.at(gemm3)
     _, w_cols = _tile_rows(inner, w_tile, tv, v)

@@ -74,8 +74,9 @@ func.func @small(%x: memref<8x10xf32>, %y: memref<8x10xf32>, %d: memref<1xf32>, 
 // block alone: block 0 waits for a count of 0), then takes tile u - bid - 1 with GEMM
 // 3 and, every block but block 0 one tile ahead (the lead: min(bid, 1)), tile u - bid - 1 +
 // lead with GEMMs 1 and 2, each under its own condition; the logits of each token tile go to the
-// stash, one token tile for block 0 (lead 0: the tile's rows), two slots of the block's rows for
-// the others, and GEMM 3 reads them from the slot of its tile. The block sets its flag to u + 1
+// stash, a ring of lead * n + 1 token tiles (n: the block's token tiles; one tile for block 0),
+// those of token tile i of vocabulary tile g to entry (g * n + i) mod (lead * n + 1), where GEMM 3
+// reads them. The block sets its flag to u + 1
 // at the end of the step; no barrier: a block waits only for the one before it. dW is float32,
 // so its tiles accumulate in place (no ring, nothing to round).
 // FLCE-LABEL: func.func @flce
@@ -105,10 +106,12 @@ func.func @small(%x: memref<8x10xf32>, %y: memref<8x10xf32>, %d: memref<1xf32>, 
 // FLCE-NEXT:    %flag_before = arith.muli %[[PREV]], %[[EIGHT]] : index
 // FLCE-NOT:     %last_flag
 // FLCE:         %lead = arith.minui %bid, %{{.*}} : index
-// FLCE:         %[[SLOTS:.*]] = arith.addi %lead, %{{.*}} : index
-// FLCE:         %[[NO_LEAD:.*]] = arith.cmpi eq, %lead, %{{.*}} : index
-// FLCE:         %[[PER_SLOT:.*]] = arith.select %[[NO_LEAD]], %[[TILE_ROWS:.*]], %[[ROWS]] : index
-// FLCE:         %[[STASH_ROWS:.*]] = arith.muli %[[SLOTS]], %[[PER_SLOT]] : index
+// FLCE-DAG:     %[[UNIT:.*]] = arith.constant 1 : index
+// FLCE-DAG:     %[[TILE_ROWS:.*]] = arith.constant 186 : index
+// FLCE:         %block_token_tiles = arith.subi %end_token_tile, %first_token_tile : index
+// FLCE-NEXT:    %[[LAGGING:.*]] = arith.muli %lead, %block_token_tiles : index
+// FLCE-NEXT:    %stash_entries = arith.addi %[[LAGGING]], %[[UNIT]] : index
+// FLCE-NEXT:    %[[STASH_ROWS:.*]] = arith.muli %stash_entries, %[[TILE_ROWS]] : index
 // FLCE:         %logits_stash = memref.alloc(%[[STASH_ROWS]]) {alignment = 64 : i64} : memref<?x176xf32>
 // FLCE:         scf.for %[[U:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
 // FLCE:           %[[ZEROES:.*]] = arith.andi %{{.*}}, %first_block : i1
@@ -132,19 +135,23 @@ func.func @small(%x: memref<8x10xf32>, %y: memref<8x10xf32>, %d: memref<1xf32>, 
 // FLCE:             scf.for %token_tile = %first_token_tile to %end_token_tile step %{{.*}} {
 // FLCE:               %t0 = arith.minsi %{{.*}} {train.role = #train.role<token_start>} : index
 // FLCE:               scf.if %[[G_OK]] {
-// FLCE-NEXT:            %[[G_SLOT:.*]] = arith.remui %[[G_TILE]], %[[SLOTS]] : index
-// FLCE:                 %[[G_LOCAL:.*]] = arith.subi %t0, %rows_lo : index
-// FLCE:                 %[[G_LOCAL_LEAD:.*]] = arith.muli %lead, %[[G_LOCAL]] : index
-// FLCE:                 %[[G_BASE:.*]] = arith.muli %[[G_SLOT]], %[[PER_SLOT]] : index
-// FLCE:                 %[[G_ROW:.*]] = arith.addi %[[G_BASE]], %[[G_LOCAL_LEAD]] : index
+// FLCE:                 %[[G_ITEMS:.*]] = arith.muli %[[G_TILE]], %block_token_tiles : index
+// FLCE-NEXT:            %[[G_LOCAL:.*]] = arith.subi %token_tile, %first_token_tile : index
+// FLCE-NEXT:            %[[G_ITEM:.*]] = arith.addi %[[G_ITEMS]], %[[G_LOCAL]] : index
+// FLCE-NEXT:            %stash_entry = arith.remui %[[G_ITEM]], %stash_entries : index
+// FLCE-NEXT:            %[[G_ROW:.*]] = arith.muli %stash_entry, %{{.*}} : index
 // FLCE:                 %[[LOGITS:.*]] = memref.subview %logits_stash[%[[G_ROW]], 0]
 // FLCE-NEXT:            linalg.fill ins(%{{.*}} : f32) outs(%[[LOGITS]] :
 // FLCE-NEXT:            linalg.generic {{.*}} doc = "GEMM 1{{.*}} outs(%[[LOGITS]] :
 // FLCE-NOT:             doc = "GEMM 3
 // FLCE:                 doc = "GEMM 2
 // FLCE:               scf.if %[[W_OK]] {
-// FLCE:                 %[[W_SLOT:.*]] = arith.remui %[[W_TILE]], %[[SLOTS]] : index
-// FLCE:                 %[[G:.*]] = memref.subview %logits_stash[
+// FLCE:                 %[[W_ITEMS:.*]] = arith.muli %[[W_TILE]], %block_token_tiles : index
+// FLCE-NEXT:            %[[W_LOCAL:.*]] = arith.subi %token_tile, %first_token_tile : index
+// FLCE-NEXT:            %[[W_ITEM:.*]] = arith.addi %[[W_ITEMS]], %[[W_LOCAL]] : index
+// FLCE-NEXT:            %[[W_ENTRY:.*]] = arith.remui %[[W_ITEM]], %stash_entries : index
+// FLCE-NEXT:            %[[W_ROW:.*]] = arith.muli %[[W_ENTRY]], %{{.*}} : index
+// FLCE-NEXT:            %[[G:.*]] = memref.subview %logits_stash[%[[W_ROW]], 0]
 // FLCE:                 linalg.generic {{.*}} doc = "GEMM 3{{.*}} ins(%[[G]], 
 // FLCE-NOT:       weight_grad_final
 // FLCE:           %[[DONE:.*]] = arith.addi %[[U]], %{{.*}} : index
