@@ -39,8 +39,8 @@ cores (distribute_elementwise).
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 from collections.abc import Callable, Sequence
+from functools import lru_cache
 
 from xdsl.dialects import arith, memref
 from xdsl.dialects.builtin import (
