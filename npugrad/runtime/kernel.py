@@ -1,7 +1,8 @@
 """Calling a JIT-compiled function with NumPy arrays.
 
 Each argument is checked against the memref type it binds to (dtype, rank, static sizes, and
-layout: an identity-layout memref needs a C-contiguous array, a strided one takes any strides).
+layout: an identity-layout memref needs a C-contiguous array, a strided one any strides that
+agree with its static ones, e.g. a last stride of one element for strided<[?, 1]>).
 Each memref is passed as its descriptor (MLIR's C interface: allocated and aligned pointers,
 offset, sizes, strides in elements), packed as 64-bit words into a bytes object per argument
 that ctypes passes as a pointer: the bindings' `runtime.get_ranked_memref_descriptor` builds a
