@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from xdsl.dialects import arith, func, scf
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import IndexType, IntegerAttr, ModuleOp
 from xdsl.ir import Block, Region, SSAValue
 
 from npugrad.diagnostics import PassFailure
@@ -60,10 +60,13 @@ def balanced_loop(bt: int, tile: int, balance: tuple[int, int]):
 
 
 def starts(bt: int, tile: int, blocks: int, multiple: int) -> list[int]:
-    """start(0), ..., start(count), as the emitted IR computes them."""
+    """start(0), ..., start(count), as the emitted IR computes them: the start of a tile index
+    emitted once, evaluated at every index."""
     e = _builder()
     count, start = balanced_starts(e, e.idx(bt), tile, blocks, multiple)
-    return [value_of(start(e, e.idx(i))) for i in range(value_of(count) + 1)]
+    index = e.emit(arith.ConstantOp(IntegerAttr(0, IndexType())))  # a value of its own, given at evaluation
+    first = start(e, index)
+    return [value_of(first, {index: i}) for i in range(value_of(count) + 1)]
 
 
 def block_rows(s: list[int], blocks: int) -> list[int]:
