@@ -126,8 +126,6 @@ def test_micro_kernel_with_b_transposed_or_hoisted_matches_numpy(rng, transposed
     np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-3)
 
 
-@pytest.mark.skipif(not dot_bf16(get_target("host")), reason="this CPU has no AVX512-BF16: the dot-product "
-                    "kernels are checked as IR and assembly (lit: passes/vectorize-contractions.mlir, asm/gemm_dot_bf16.mlir)")
 @pytest.mark.parametrize("lhs_transposed", [False, True])
 @pytest.mark.parametrize("rhs_transposed", [False, True])
 @pytest.mark.parametrize("k", [1, 37, 400, 401])
@@ -138,18 +136,25 @@ def test_bf16_dot_micro_kernel_matches_numpy(rng, lhs_transposed, rhs_transposed
     leaves 16-pair vectors and single pairs); M and N leave row and masked column tails. The
     memory right past each operand holds NaN, so a pair read past the end would show. The
     products of bfloat16 values are exact in float32: the result matches float64 to float32
-    rounding of sums of K terms."""
+    rounding of sums of K terms. Compiled for the host where it has AVX512-BF16, elsewhere for
+    tests/lit/Inputs/avx512bf16.toml with vdpbf16ps emulated (lowering/emulation.py)."""
+    from test_emulation import AVX512BF16
+
     from npugrad.compiler import make_context, parse
+    from npugrad.lowering.emulation import emulating
     from npugrad.runtime.executable import Executable, block_kernels, signatures
 
     widen = "%xf = arith.extf %x : bf16 to f32\n      %yf = arith.extf %y : bf16 to f32"
     text = GEMM_TEXT.format(t="bf16", b="d2, d1" if rhs_transposed else "d1, d2", widen=widen, touch="")
     if lhs_transposed:
         text = text.replace("affine_map<(d0, d1, d2) -> (d0, d1)>", "affine_map<(d0, d1, d2) -> (d1, d0)>")
-    assert "x86.avx512.dot" in str(Pipeline().lower(parse(text, "gemm.mlir", make_context()), "vectorized"))
+    cpu = "host" if dot_bf16(get_target("host")) else AVX512BF16
+    assert "x86.avx512.dot" in str(Pipeline(cpu=cpu).lower(parse(text, "gemm.mlir", make_context()), "vectorized"))
     ctx = make_context()
     module = parse(text, "gemm.mlir", ctx)
-    kernel = Executable(Pipeline().lower(module, "llvm-ir", ctx), signatures(module), block_kernels(module))["gemm"]
+    with emulating("avx512bf16"):
+        kernel = Executable(Pipeline(cpu=cpu).lower(module, "llvm-ir", ctx), signatures(module),
+                            block_kernels(module))["gemm"]
     m, n = 37, 83
 
     def operand(shape):  # followed in memory by NaNs

@@ -251,7 +251,8 @@ def parsed(llvm_ir: str, tm: llvm.TargetMachine | None = None) -> tuple[llvm.Mod
     if (feature := _missing_feature(llvm_ir, tm)) is not None:
         raise JitError(f"the module uses {feature} instructions, which this CPU ({llvm.get_host_cpu_name()}) lacks: "
                        f"compile it for `host` (or a target whose llvm_features leave out +{feature}) to run it here; "
-                       "the asm stage prints code for any target")
+                       f"the asm stage prints code for any target, and NPUGRAD_EMULATE={feature} runs it here in "
+                       "generic code, slowly (lowering/emulation.py)")
     try:
         module = llvm.parse_assembly(to_llvmlite_syntax(llvm_ir))
         module.verify()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import llvmlite.binding as llvm
 
+from npugrad.lowering import emulation
 from npugrad.lowering.machine_code import LOCK, JitError, new_target_machine, optimised, parsed
 from npugrad.runtime import object_cache, sync
 
@@ -15,6 +16,9 @@ class JitModule:
     """Machine code for one LLVM module, kept alive as long as this object is."""
 
     def __init__(self, llvm_ir: str):
+        # Instructions the host lacks that were asked to be emulated (NPUGRAD_EMULATE), before
+        # the cache key: emulated code is cached apart from the instruction's.
+        llvm_ir = emulation.for_host(llvm_ir, llvm.get_host_cpu_features())
         # The launch services the module calls (runtime/sync.py), bound before it is linked.
         self.services = sync.services(llvm_ir)
         with LOCK:
