@@ -12,6 +12,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from conftest import assert_close
+from test_flce import _operands
 from test_jit import DOT_BF16
 
 from npugrad import ops
@@ -138,24 +139,13 @@ def dot_kernels():
         yield
 
 
-def _flce_operands(rng, bt, h, v, mode):
-    shapes = {"grad": (bt,), "input": (bt, h), "weight": (v, h), "target_mask": (bt,), "masked_target": (bt,)}
-    if mode == "high-performance":
-        shapes["softmax"] = (bt, v)
-    else:
-        shapes["logits_max"] = shapes["sum_exp_logits"] = (bt,)
-    dts = dict.fromkeys(shapes, np.float32) | {"input": BF16, "weight": BF16, "target_mask": np.bool_,
-                                                 "masked_target": np.int64}
-    return harness.random_operands("fused_linear_cross_entropy_loss_grad", shapes, dts, {}, rng)
-
-
 @pytest.mark.parametrize("mode", ["memory-saving", "high-performance"])
 @pytest.mark.parametrize("bt, h, v", [(37, 45, 131), (7, 1, 129), (100, 33, 300), (13, 401, 140), (200, 130, 500)])
 def test_flce_gradient_on_dot_product_kernels(rng, dot_kernels, mode, bt, h, v):
     """The bfloat16 gradient's three GEMMs on vdpbf16ps (H odd and even, below and above a
     reduction chunk; rows and columns off the 6 x 4 block), against the reference, and bit for
     bit the same on 1, 2 and 3 threads."""
-    a = _flce_operands(rng, bt, h, v, mode)
+    a = _operands(rng, bt, h, v, dtype=BF16, mode=mode)
     want = harness.expected("fused_linear_cross_entropy_loss_grad", a, {})
     before = pool.threads()
     results = []

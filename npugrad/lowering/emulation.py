@@ -37,9 +37,7 @@ EMULATED_FEATURES = ("avx512bf16",)
 def emulating(*features: str) -> Iterator[None]:
     """Emulate `features` (LLVM names, e.g. "avx512bf16") in the code compiled inside the block,
     where the host lacks them."""
-    unknown = sorted(set(features) - set(EMULATED_FEATURES))
-    if unknown:
-        raise ValueError(f"emulating: no emulation of {', '.join(unknown)} (emulated: {', '.join(EMULATED_FEATURES)})")
+    _known(features, "emulating")
     token = _ASKED.set(_ASKED.get() | frozenset(features))
     try:
         yield
@@ -50,10 +48,14 @@ def emulating(*features: str) -> Iterator[None]:
 def requested() -> frozenset[str]:
     """The features asked for: by `emulating` and by NPUGRAD_EMULATE."""
     env = frozenset(f.strip() for f in os.environ.get(ENV, "").split(",") if f.strip())
-    unknown = sorted(env - set(EMULATED_FEATURES))
-    if unknown:
-        raise ValueError(f"{ENV}: no emulation of {', '.join(unknown)} (emulated: {', '.join(EMULATED_FEATURES)})")
+    _known(env, ENV)
     return _ASKED.get() | env
+
+
+def _known(features: Iterable[str], where: str) -> None:
+    unknown = sorted(set(features) - set(EMULATED_FEATURES))
+    if unknown:
+        raise ValueError(f"{where}: no emulation of {', '.join(unknown)} (emulated: {', '.join(EMULATED_FEATURES)})")
 
 
 def emulate(llvm_ir: str, features: Iterable[str]) -> str:
