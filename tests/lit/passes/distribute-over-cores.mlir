@@ -1,9 +1,10 @@
 // distribute-over-cores: with no --target the `tiled` stage spreads each op over the cores, one
-// contiguous range per block, computed in place (no local buffers, no copies).
-// RUN: npugrad-opt %s --stage tiled | FileCheck %s --check-prefixes=CHECK,FLCE
+// contiguous range per block, computed in place (no local buffers, no copies). The CPU is pinned
+// (--cpu, Inputs/zen3.toml): the FLCE's tiles are sized from its caches, not the host's.
+// RUN: npugrad-opt %s --stage tiled --cpu %S/../Inputs/zen3.toml | FileCheck %s --check-prefixes=CHECK,FLCE
 // RUN: npugrad-opt %s -p distribute-over-cores | FileCheck %s
 // --no-distribute keeps every op whole, on one core.
-// RUN: npugrad-opt %s --stage tiled --no-distribute | FileCheck %s --check-prefix=ONE
+// RUN: npugrad-opt %s --stage tiled --no-distribute --cpu %S/../Inputs/zen3.toml | FileCheck %s --check-prefix=ONE
 
 // BCE: elements of the flat arrays, whole cache lines (64 elements) per block, as many blocks
 // as have 65536 elements each; mean BCE divides by the whole N once, before the split.
