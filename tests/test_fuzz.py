@@ -158,8 +158,11 @@ def wrong_dtype(case: Case, data) -> bool:
     with np.errstate(all="ignore"):
         try:
             case.arrays[name] = a.astype(dtype)
-        except TypeError:  # e.g. bfloat16 to str: through float64
-            case.arrays[name] = a.astype(np.float64).astype(dtype)
+        except (TypeError, ValueError):  # bfloat16 to str, "0.6" to int: through float64
+            try:
+                case.arrays[name] = a.astype(np.float64).astype(dtype)
+            except ValueError:  # a string no number reads ("1e-" of "1e-05" in 3 characters)
+                case.arrays[name] = np.zeros(a.shape, dtype)
     return False
 
 
