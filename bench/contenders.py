@@ -234,6 +234,14 @@ def sgemm_numpy(n: int):
     return lambda: np.matmul(a, b, out=c)
 
 
+def instruction_peaks(threads: int) -> dict:
+    """The machine's float32 FMA and bf16 dot-product (vdpbf16ps) peaks on `threads` threads
+    (npugrad/tools/peak.py): {kind: [GFLOP/s or None, its text]}."""
+    from npugrad.tools import peak
+
+    return {kind: [(r := peak.measure(kind, threads)).gflops, r.text()] for kind in peak.KINDS}
+
+
 def bf16_gemm_torch(n: int):
     """bfloat16 n³ with torch.mm (oneDNN's bf16 dot-product kernels where the CPU has them)."""
     import torch

@@ -11,7 +11,8 @@ AdamW(fused=True) + _foreach_lerp_ EMA. With the optional `[bench]` extra, the F
 get the compilers a user would pick instead (bench/contenders.py: XLA via jax.jit, IREE, and
 torch.compile), each compiling the same unfused program, and every FLCE row shows its rate as a
 fraction of the machine's SGEMM ceiling (and, for bfloat16, of its bf16 GEMM peak), both measured
-in the same run.
+in the same run, and of the peak of the instruction its GEMMs run on at best (the float32 FMA;
+for bfloat16 vdpbf16ps where the CPU has it), measured by npugrad/tools/peak.py in the same run.
 """
 
 from __future__ import annotations
@@ -433,6 +434,13 @@ class Ceilings:
     bf16: float | None = None
     lines: tuple[str, ...] = ()
     torch_bf16_fallback: float | None = None  # torch.mm bf16's rate where it is PyTorch's fallback loop
+    fma: float | None = None  # the float32 FMA instruction peak (npugrad/tools/peak.py)
+    dot_bf16: float | None = None  # the vdpbf16ps instruction peak; None where the CPU lacks it
+
+    def instruction_peak(self, dtype: str | None) -> float | None:
+        """The peak of the instruction a GEMM in `dtype` runs on at best: vdpbf16ps for
+        bfloat16 where the CPU has it, else the float32 FMA (bf16 widened to float32)."""
+        return (self.dot_bf16 or self.fma) if dtype == "bfloat16" else self.fma
 
     def not_run(self, case: Case, contender: str, limit: float | None) -> Result | None:
         """The row of a PyTorch contender on a bfloat16 FLCE case whose GEMMs run in PyTorch's
@@ -485,7 +493,16 @@ def measure_ceilings(quick: bool, threads: int, log: Callable[[str], None], time
     bf16 = max((c for c in candidates if c), default=None)
     peak = f"{bf16:.1f} GFLOP/s" if bf16 else "not measured"
     lines.append(f"bf16 GEMM peak = {peak}, the better of: " + "; ".join(parts))
-    return Ceilings(sgemm, bf16, tuple(lines), fallback)
+    log("  ceiling: instruction peaks")
+    peaks = in_child("bench.contenders:instruction_peaks", {"threads": threads}, threads, timeout)
+    if isinstance(peaks, dict):
+        fma, dot = peaks["fma"][0], peaks["dot_bf16"][0]
+        lines.append("Instruction peaks (JIT loops of independent chains, npugrad/tools/peak.py): "
+                     + "; ".join(text for _, text in peaks.values()))
+    else:
+        fma = dot = None
+        lines.append(f"Instruction peaks: failed: {peaks or 'timed out'}")
+    return Ceilings(sgemm, bf16, tuple(lines), fallback, fma, dot)
 
 
 def _fraction(rate: float, ceiling: float | None) -> str:
@@ -510,8 +527,9 @@ def run_table(title: str, selected: Sequence[Case], alloc: bool, repeats: int, t
     ratio_cols = [c for c in contenders if c != "npugrad"] + [c for c in extra if any(s.op == "flce" for s in selected)]
     gemm_cols = ceilings is not None and any(s.unit == "GFLOP/s" for s in selected)
     widths = [max(10, len(c) + 4) for c in ratio_cols]
-    header = (f"{'case':<40} {'contender':<13} {'median ms':>10} {'rate':>14}"
-              + (f" {'of SGEMM':>8} {'of bf16 pk':>10}" if gemm_cols else "") + f" {'peak extra MiB':>15}"
+    header = (f"{'case':<40} {'contender':<13} {'median ms':>10} {'rate':>16}"
+              + (f" {'of SGEMM':>8} {'of bf16 pk':>10} {'of instr pk':>11}" if gemm_cols else "")
+              + f" {'peak extra MiB':>15}"
               + "".join(f" {'vs ' + c:>{w}}" for c, w in zip(ratio_cols, widths)))
     lines = [title, header, "-" * len(header)]
     shared = {} if shared is None else shared
@@ -548,11 +566,13 @@ def run_table(title: str, selected: Sequence[Case], alloc: bool, repeats: int, t
             mark = "*" if r.first_only else " "
             rate = case.work / r.median / 1e9
             rate_text = f"{rate:8.1f} {case.unit}"
-            cols = f"{name:<40} {c:<13} {r.median * 1e3:>9.2f}{mark} {rate_text:>14}"
+            cols = f"{name:<40} {c:<13} {r.median * 1e3:>9.2f}{mark} {rate_text:>16}"
             if gemm_cols:
                 sgemm = _fraction(rate, ceilings.sgemm) if case.unit == "GFLOP/s" else ""
                 bf16 = _fraction(rate, ceilings.bf16) if case.size.get("dtype") == "bfloat16" else ""
-                cols += f" {sgemm:>8} {bf16:>10}"
+                instr = (_fraction(rate, ceilings.instruction_peak(case.size.get("dtype")))
+                         if case.unit == "GFLOP/s" else "")
+                cols += f" {sgemm:>8} {bf16:>10} {instr:>11}"
             cols += f" {r.peak_mib:>15.1f}"
             if c == "npugrad":
                 cols += "".join(f" {_fmt_ratio(results.get(o), ours) if o in results else '':>{w}}"
@@ -685,7 +705,8 @@ def run(args: argparse.Namespace) -> None:
                 print(why)
         ceilings = measure_ceilings(args.quick, args.threads, log, timeout)
         print("Measured in this run, " + f"{args.threads} thread(s): " + "\n".join(ceilings.lines))
-        print("'of SGEMM' / 'of bf16 pk': the row's GFLOP/s as a fraction of these")
+        print("'of SGEMM' / 'of bf16 pk' / 'of instr pk': the row's GFLOP/s as a fraction of these (instr: "
+              "vdpbf16ps's peak for bfloat16 where the CPU has it, else the float32 FMA's)")
     print()
     shared: dict = {}
     limit = args.predicted_limit or None

@@ -283,3 +283,19 @@ def test_peak_counts_memory_the_setup_freed():
     the heap (release_free_memory gives that back before the baseline is read)."""
     got = common.child("tests.test_bench:heap_reuser", {"mib": 16}, repeats=0, warmup=0)
     assert got["exact_peak"] and 12.0 <= got["peak_mib"] <= 20.0, got  # 0 MiB without release_free_memory
+
+
+def test_gemm_rows_show_their_fraction_of_the_instruction_peak(monkeypatch):
+    """'of instr pk': float32 rows against the FMA peak; bfloat16 rows against vdpbf16ps's, or,
+    where the CPU lacks it, the FMA's (the bf16 GEMMs then run on float32 FMAs)."""
+    for dtype, dot, peak in (("float32", 400.0, 100.0), ("bfloat16", 400.0, 400.0), ("bfloat16", None, 100.0)):
+        case = next(c for c in bench_ops.cases(False) if c.op == "flce" and c.size["dtype"] == dtype)
+        took = case.work / 60e9  # 60 GFLOP/s
+        monkeypatch.setattr(bench_ops, "measure", lambda name, *a, t=took, **k: Result(name, t, t, 1.0, times=(t,)))
+        ceilings = bench_ops.Ceilings(50.0, 50.0, (), fma=100.0, dot_bf16=dot)
+        text = bench_ops.run_table("t", [case], False, 1, 2, ["npugrad"], lambda s: None, ceilings=ceilings)
+        assert "of instr pk" in text.splitlines()[1]
+        row = next(line for line in text.splitlines() if line.startswith(case.label))
+        fractions = [f for f in row.split() if f.endswith("%")]  # of SGEMM, (of bf16 pk), of instr pk
+        assert len(fractions) == (3 if dtype == "bfloat16" else 2)
+        assert fractions[-1] == f"{100 * 60 / peak:.0f}%"
