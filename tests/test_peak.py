@@ -64,3 +64,13 @@ def test_a_measured_peak_is_a_rate():
 def test_an_unknown_kind_is_rejected():
     with pytest.raises(ValueError, match="unknown kind 'fp8'"):
         peak.loop_ir("fp8", peak.Shape(4, 1))
+
+
+def test_the_command_prints_both_peaks_and_rejects_bad_options(capsys):
+    from npugrad.tools.main import main
+
+    main(["peak", "--threads", "1", "--seconds", "0.01"])
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("float32 FMA = ") and lines[1].startswith("bf16 dot product")
+    with pytest.raises(SystemExit, match="--seconds > 0"):
+        main(["peak", "--seconds", "0"])

@@ -1,6 +1,7 @@
 """The `npugrad` command: `npugrad demo` compiles every op, runs it and checks it against the reference;
 `npugrad bench` times every op against NumPy and PyTorch (bench/ops.py, from a source checkout);
 `npugrad calibrate` measures this machine for the cost model and writes a target file;
+`npugrad peak` measures its float32 FMA and bf16 dot-product instruction peaks;
 `npugrad cache` shows (or `--clear`s) the disk cache of compiled kernels."""
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     from npugrad.tools import calibrate as calibration
 
     calibration.add_arguments(calibrate)
+    peak = sub.add_parser("peak", help="measure this machine's float32 FMA and bf16 dot-product instruction peaks")
+    from npugrad.tools import peak as peaks
+
+    peaks.add_arguments(peak)
     cache = sub.add_parser("cache", help="the disk cache of compiled kernels: where, how many, how large")
     cache.add_argument("--clear", action="store_true", help="delete its entries")
     args = parser.parse_args(argv)
@@ -32,6 +37,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.command == "calibrate":
         calibration.run(args.output, args.seconds)
         print(f"wrote {args.output}: use it with --target {args.output}")
+    if args.command == "peak":
+        peaks.run(args)
     if args.command == "bench":
         if ops_bench is None:
             sys.exit("npugrad bench: needs a source checkout (bench/ops.py next to the npugrad package)")

@@ -1,7 +1,7 @@
 """The machine's arithmetic peak: what its vector FMA and bf16 dot-product instructions can do
 when nothing else is in the way, measured, for benchmarks to state GEMM rates against.
 
-    .venv/bin/python -m npugrad.tools.peak            # both, on every core of the host
+    npugrad peak                      # both, on every core of the host (or python -m npugrad.tools.peak)
 
 A JIT-compiled loop (runtime/jit.py: the host CPU, O3) keeps `chains` independent accumulators
 of one vector register each and applies the instruction to each of them once per iteration:
@@ -162,13 +162,22 @@ def measure(kind: str, threads: int = 0, seconds: float = 0.25, repeats: int = 3
     return Peak(kind, shape, threads, best)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m npugrad.tools.peak", description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=0, help="threads (default: the target's cores)")
-    parser.add_argument("--seconds", type=float, default=0.25, help="length of one run")
-    args = parser.parse_args(argv)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--threads", type=int, default=0, help="threads (default: the host's cores)")
+    parser.add_argument("--seconds", type=float, default=0.25, help="length of one timed run (default 0.25)")
+
+
+def run(args: argparse.Namespace) -> None:
+    if args.threads < 0 or not args.seconds > 0:
+        raise SystemExit("npugrad peak: --threads must be >= 0 and --seconds > 0")
     for kind in KINDS:
         print(measure(kind, args.threads, args.seconds).text())
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m npugrad.tools.peak", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":
