@@ -11,7 +11,7 @@ from test_flce import MODES, _check, _operands
 from npugrad import ops
 from npugrad.compiler import Pipeline
 from npugrad.dtypes import BFLOAT16
-from npugrad.passes.vectorize_contractions import VectorizeContractionsPass, dot_bf16
+from npugrad.passes.vectorize_contractions import VectorizeContractionsPass, dot_bf16, reduction_chunk
 from npugrad.runtime.launch import using
 from npugrad.targets import get as get_target
 
@@ -128,11 +128,12 @@ def test_micro_kernel_with_b_transposed_or_hoisted_matches_numpy(rng, transposed
 
 @pytest.mark.parametrize("lhs_transposed", [False, True])
 @pytest.mark.parametrize("rhs_transposed", [False, True])
-@pytest.mark.parametrize("k", [1, 37, 400, 401])
+@pytest.mark.parametrize("k", [1, 37, 400, 401, 1024, 1025])
 def test_bf16_dot_micro_kernel_matches_numpy(rng, lhs_transposed, rhs_transposed, k):
     """Two bfloat16 operands on a host with AVX512-BF16 (x86.avx512.dot): A read [i, k] or [k, i],
     B read [k, j] or [j, k], in a loop B does not change (hoisted pairs) with K odd and even,
-    below, at and above a reduction chunk (KC = 128 on a 32 KiB L1: a chunk's odd last pair; 37
+    below, at and above a reduction chunk (KC = 512 on a 1 MiB L2, 1024 two chunks, 1025 a
+    third chunk of one odd pair; KC = 128 on a 32 KiB L1 where the L2 is smaller: 400, 401; 37
     leaves 16-pair vectors and single pairs); M and N leave row and masked column tails. The
     memory right past each operand holds NaN, so a pair read past the end would show. The
     products of bfloat16 values are exact in float32: the result matches float64 to float32
@@ -234,3 +235,17 @@ def test_micro_kernel_with_b_rows_of_an_invariant_base_matches_numpy(rng, cpu, h
     want = c.astype(np.float64) + repeats * (a.astype(np.float64) @ x.astype(np.float64))
     kernel(a, x, c, np.array([repeats, 200], np.int64))
     np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-3)
+
+
+@pytest.mark.parametrize("toml, columns, element_bytes, kc", [
+    ("zen3.toml", 16, 4, 512),  # 256-bit, 2 vectors a row: half the 32 KiB L1 is 256 steps, 1/16 of the 512 KiB L2 512
+    ("avx512.toml", 64, 4, 256),  # 512-bit, 4 vectors: half the 48 KiB L1 is 96 steps, 1/16 of the 1 MiB L2 256
+    ("avx512bf16.toml", 64, 2, 512),  # bfloat16 pairs: twice the steps in the same bytes
+])
+def test_the_reduction_chunk_is_the_larger_of_the_l1_and_l2_rules(toml, columns, element_bytes, kc):
+    """KC from the target's caches: B's panel fills half the L1 or a sixteenth of the L2,
+    whichever is more, and KC is even (pairs never straddle two chunks)."""
+    target = get_target(f"tests/lit/Inputs/{toml}")
+    assert reduction_chunk(target, columns, element_bytes) == kc
+    l1 = min(lv.capacity for lv in target.local_levels())
+    assert kc * columns * element_bytes >= l1 // 2 and kc % 2 == 0

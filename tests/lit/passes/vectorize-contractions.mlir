@@ -4,27 +4,28 @@
 // of C, then the 24 stores. Every cache line of C the block may touch is prefetched (for writing)
 // when the block starts: a row of 64 float32 columns covers 4 lines of 64 bytes when C is
 // line-aligned and 5 when it is not, so columns j, j+16, j+32, j+48 and j+63. The reduction runs
-// in chunks of 96 steps: the panel of B a column block's row blocks share, 96 rows of 64 float32
-// columns, is packed contiguously first (on the stack, once per function) and fills half the
-// 48 KiB L1. Each row the pack reads prefetches the same row's line of the next panel (its last
-// column, j + 127, clamped to N - 1): B's rows a row stride apart are too many streams for the
-// hardware prefetchers.
+// in chunks of 256 steps: the panel of B a column block's row blocks share, 256 rows of 64 float32
+// columns (64 KiB), is packed contiguously first (on the stack, once per function): a sixteenth of
+// the 1 MiB L2, where every row block reads it again (half the 48 KiB L1 would give 96 steps, and
+// C's 24 loads and stores every 96 steps of 24 FMAs). Each row the pack reads prefetches the same
+// row's line of the next panel (its last column, j + 127, clamped to N - 1): B's rows a row
+// stride apart are too many streams for the hardware prefetchers.
 // RUN: npugrad-opt %s -p 'vectorize-contractions{target="%inputs/avx512.toml"}' | FileCheck %s
 // A CPU with AVX512-BF16 (Inputs/avx512bf16.toml) multiplies bfloat16 pairs instead, two
 // reduction steps per x86.avx512.dot (vdpbf16ps): the panels of B hold KC/2 rows of pairs, KC
-// twice as long for the same 24 KiB (192 steps).
+// twice as long for the same 64 KiB (512 steps).
 // RUN: npugrad-opt %s -p 'vectorize-contractions{target="%inputs/avx512bf16.toml"}' | FileCheck %s --check-prefix=DOT
 // A target without vector registers keeps its contractions as they are.
 // RUN: npugrad-opt %s -p 'vectorize-contractions{target=npu-a2}' | FileCheck %s --check-prefix=NPU
 // In the pipeline: the stage after `tiled`, every GEMM of the fused nest vectorised for the host.
 
 // CHECK-LABEL: func.func @gemm
-// CHECK-NEXT:    %b_panel = memref.alloca() {alignment = 64 : i64} : memref<96x64xf32>
+// CHECK-NEXT:    %b_panel = memref.alloca() {alignment = 64 : i64} : memref<256x64xf32>
 // CHECK-DAG:     %[[C0:.*]] = arith.constant 0 : index
 // CHECK-DAG:     %[[WIDE:.*]] = arith.constant 64 : index
 // CHECK-DAG:     %[[MR:.*]] = arith.constant 6 : index
 // CHECK-DAG:     %[[LANES:.*]] = arith.constant 16 : index
-// CHECK-DAG:     %[[KC:.*]] = arith.constant 96 : index
+// CHECK-DAG:     %[[KC:.*]] = arith.constant 256 : index
 // CHECK-DAG:     %[[C63:.*]] = arith.constant 63 : index
 // CHECK-DAG:     %[[C127:.*]] = arith.constant 127 : index
 // CHECK:         scf.for %[[K0:.*]] = %[[C0]] to %{{.*}} step %[[KC]] {
@@ -38,8 +39,8 @@
 // CHECK-NEXT:        scf.for %[[KP:.*]] = %[[K0]] to %[[K1]] step %{{.*}} {
 // CHECK-NEXT:          %[[ROW:.*]] = arith.subi %[[KP]], %[[K0]] : index
 // CHECK-NEXT:          %[[V:.*]] = vector.load %b[%[[KP]], %[[J]]] : memref<?x?xf32>, vector<16xf32>
-// CHECK-NEXT:          vector.store %[[V]], %b_panel[%[[ROW]], %[[C0]]] : memref<96x64xf32>, vector<16xf32>
-// CHECK-COUNT-3:       vector.store %{{.*}}, %b_panel[%[[ROW]], %{{.*}}] : memref<96x64xf32>, vector<16xf32>
+// CHECK-NEXT:          vector.store %[[V]], %b_panel[%[[ROW]], %[[C0]]] : memref<256x64xf32>, vector<16xf32>
+// CHECK-COUNT-3:       vector.store %{{.*}}, %b_panel[%[[ROW]], %{{.*}}] : memref<256x64xf32>, vector<16xf32>
 // CHECK-NEXT:          memref.prefetch %b[%[[KP]], %[[AHEAD]]], read, locality<3>, data : memref<?x?xf32>
 // CHECK-NEXT:        }
 // The rows left over (M mod 6) first, in one block of 6 rows from the first row left, %[[FULL]]:
@@ -74,7 +75,7 @@
 // CHECK-NOT:           vector.load %c
 // CHECK:               %sum_24, {{.*}}, %sum_47 = scf.for %[[K:.*]] = %[[K0]] to %[[K1]] step %{{.*}} iter_args(%acc_24 = %[[ZERO:.*]], %acc_25 = %[[ZERO]], {{.*}}, %acc_47 = %[[ZERO]]) -> (vector<16xf32>{{.*}}) {
 // CHECK-NEXT:          %[[R:.*]] = arith.subi %[[K]], %[[K0]] : index
-// CHECK-COUNT-4:       vector.load %b_panel[%[[R]], %{{.*}}] : memref<96x64xf32>, vector<16xf32>
+// CHECK-COUNT-4:       vector.load %b_panel[%[[R]], %{{.*}}] : memref<256x64xf32>, vector<16xf32>
 // CHECK-NEXT:          %[[A:.*]] = memref.load %a[%[[I]], %[[K]]] : memref<?x?xf32>
 // CHECK-NEXT:          %[[AV:.*]] = vector.broadcast %[[A]] : f32 to vector<16xf32>
 // CHECK-COUNT-4:       vector.fma %[[AV]], %{{.*}}, %{{.*}} : vector<16xf32>
@@ -116,45 +117,45 @@
 // With the dot product, A read [k, i] is packed as pairs [q, i]: rows k and k + 1 of A
 // interleaved, 16 columns at a time.
 // DOT-LABEL:  func.func @gemm_bf16_transposed_lhs
-// DOT:          %a_pairs = memref.alloc() {alignment = 64 : i64} : memref<96x50xi32>
+// DOT:          %a_pairs = memref.alloc() {alignment = 64 : i64} : memref<256x50xi32>
 // DOT:          %[[R0:.*]] = vector.load %a[%{{.*}}, %{{.*}}] : memref<64x50xbf16>, vector<16xbf16>
 // DOT-NEXT:     %[[R1:.*]] = vector.load %a[%{{.*}}, %{{.*}}] : memref<64x50xbf16>, vector<16xbf16>
 // DOT-NEXT:     %[[Z:.*]] = arith.select %{{.*}}, %[[R1]], %{{.*}} : vector<16xbf16>
 // DOT-NEXT:     %[[I:.*]] = vector.shuffle %[[R0]], %[[Z]] [0, 16, 1, 17, {{.*}}] : vector<16xbf16>, vector<16xbf16>
 // DOT-NEXT:     %[[W:.*]] = vector.bitcast %[[I]] : vector<32xbf16> to vector<16xi32>
-// DOT-NEXT:     vector.store %[[W]], %a_pairs[%{{.*}}, %{{.*}}] : memref<96x50xi32>, vector<16xi32>
-// DOT:          memref.load %a_pairs[%[[Q:.*]], %{{.*}}] : memref<96x50xi32>
+// DOT-NEXT:     vector.store %[[W]], %a_pairs[%{{.*}}, %{{.*}}] : memref<256x50xi32>, vector<16xi32>
+// DOT:          memref.load %a_pairs[%[[Q:.*]], %{{.*}}] : memref<256x50xi32>
 // DOT:          x86.avx512.dot
 
 // A narrower A read [i, k] is widened into a float32 buffer (M x KC) at the start of each
 // reduction chunk, a vector at a time along k (the last k % 16 one by one); the row blocks then
 // broadcast float32 from it, as from a float32 A.
 // CHECK-LABEL: func.func @gemm_f16
-// CHECK:         %a_wide = memref.alloc() {alignment = 64 : i64} : memref<50x96xf32>
+// CHECK:         %a_wide = memref.alloc() {alignment = 64 : i64} : memref<50x256xf32>
 // CHECK:         scf.for %[[K0:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
 // CHECK:           scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
 // CHECK-NEXT:        scf.for %[[K:.*]] = %[[K0]] to %{{.*}} step %{{.*}} {
 // CHECK-NEXT:          %[[AH:.*]] = vector.load %a[%[[I]], %[[K]]] : memref<50x64xf16>, vector<16xf16>
 // CHECK-NEXT:          %[[AF:.*]] = arith.extf %[[AH]] : vector<16xf16> to vector<16xf32>
 // CHECK-NEXT:          %[[COL:.*]] = arith.subi %[[K]], %[[K0]] : index
-// CHECK-NEXT:          vector.store %[[AF]], %a_wide[%[[I]], %[[COL]]] : memref<50x96xf32>, vector<16xf32>
+// CHECK-NEXT:          vector.store %[[AF]], %a_wide[%[[I]], %[[COL]]] : memref<50x256xf32>, vector<16xf32>
 // CHECK-NEXT:        }
 // CHECK-NEXT:        scf.for %[[KT:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
 // CHECK-NEXT:          %[[AT:.*]] = memref.load %a[%[[I]], %[[KT]]] : memref<50x64xf16>
 // CHECK-NEXT:          %[[ATF:.*]] = arith.extf %[[AT]] : f16 to f32
 // CHECK-NEXT:          %[[COLT:.*]] = arith.subi %[[KT]], %[[K0]] : index
-// CHECK-NEXT:          memref.store %[[ATF]], %a_wide[%[[I]], %[[COLT]]] : memref<50x96xf32>
+// CHECK-NEXT:          memref.store %[[ATF]], %a_wide[%[[I]], %[[COLT]]] : memref<50x256xf32>
 // CHECK:           iter_args(
-// CHECK:             %[[W:.*]] = memref.load %a_wide[%{{.*}}, %{{.*}}] : memref<50x96xf32>
+// CHECK:             %[[W:.*]] = memref.load %a_wide[%{{.*}}, %{{.*}}] : memref<50x256xf32>
 // CHECK-NEXT:        vector.broadcast %[[W]] : f32 to vector<16xf32>
 // CHECK-NOT:         memref.load %a[
-// CHECK:         memref.dealloc %a_wide : memref<50x96xf32>
+// CHECK:         memref.dealloc %a_wide : memref<50x256xf32>
 // CHECK-NEXT:    func.return
 
 // B's rows float32 and 512 bytes apart (a tile the nest packed itself) are packed too: read in
-// place, its 96 rows would fall into 8 of the L1's sets.
+// place, its 64 rows would fall into 8 of the L1's sets.
 // CHECK-LABEL: func.func @gemm_narrow_b
-// CHECK:         %b_panel = memref.alloca() {alignment = 64 : i64} : memref<96x64xf32>
+// CHECK:         %b_panel = memref.alloca() {alignment = 64 : i64} : memref<256x64xf32>
 // CHECK:         vector.load %b[%{{.*}}, %{{.*}}] : memref<64x128xf32>, vector<16xf32>
 // CHECK-NEXT:    vector.store %{{.*}}, %b_panel
 // CHECK:         func.return
@@ -273,26 +274,26 @@
 // is 24 dots a pair of steps, A's pair broadcast as an i32. The masked column tail stays on
 // float32 FMAs. Without the dot product (avx512.toml), the same GEMM widens to float32.
 // DOT-LABEL:  func.func @gemm_bf16_dot
-// DOT:          %b_panel = memref.alloca() {alignment = 64 : i64} : memref<96x128xbf16>
-// DOT:          %a_pairs = memref.alloc(%{{.*}}) {alignment = 64 : i64} : memref<?x96xi32>
+// DOT:          %b_panel = memref.alloca() {alignment = 64 : i64} : memref<256x128xbf16>
+// DOT:          %a_pairs = memref.alloc(%{{.*}}) {alignment = 64 : i64} : memref<?x256xi32>
 // DOT:          %[[V:.*]] = vector.load %a[%{{.*}}, %{{.*}}] : memref<?x?xbf16>, vector<32xbf16>
 // DOT-NEXT:     %[[W:.*]] = vector.bitcast %[[V]] : vector<32xbf16> to vector<16xi32>
-// DOT-NEXT:     vector.store %[[W]], %a_pairs[%{{.*}}, %{{.*}}] : memref<?x96xi32>, vector<16xi32>
+// DOT-NEXT:     vector.store %[[W]], %a_pairs[%{{.*}}, %{{.*}}] : memref<?x256xi32>, vector<16xi32>
 // DOT:          %[[ODD:.*]] = arith.cmpi slt, %{{.*}}, %{{.*}} : index
 // DOT:          %[[HI:.*]] = arith.extui %{{.*}} : i16 to i32
 // DOT-NEXT:     arith.select %[[ODD]], %[[HI]], %{{.*}} : i32
 // DOT:          arith.shli
 // DOT-NEXT:     %[[PAIR:.*]] = arith.ori
-// DOT-NEXT:     memref.store %[[PAIR]], %a_pairs[%{{.*}}, %{{.*}}] : memref<?x96xi32>
+// DOT-NEXT:     memref.store %[[PAIR]], %a_pairs[%{{.*}}, %{{.*}}] : memref<?x256xi32>
 // DOT:          %[[BODD:.*]] = arith.cmpi slt
 // DOT-NEXT:     %[[R0:.*]] = vector.load %b[%{{.*}}, %{{.*}}] : memref<?x?xbf16>, vector<16xbf16>
 // DOT-NEXT:     %[[R1:.*]] = vector.load %b[%{{.*}}, %{{.*}}] : memref<?x?xbf16>, vector<16xbf16>
 // DOT-NEXT:     %[[Z:.*]] = arith.select %[[BODD]], %[[R1]], %{{.*}} : vector<16xbf16>
 // DOT-NEXT:     %[[I:.*]] = vector.shuffle %[[R0]], %[[Z]] [0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31] : vector<16xbf16>, vector<16xbf16>
-// DOT-NEXT:     vector.store %[[I]], %b_panel[%{{.*}}, %{{.*}}] : memref<96x128xbf16>, vector<32xbf16>
+// DOT-NEXT:     vector.store %[[I]], %b_panel[%{{.*}}, %{{.*}}] : memref<256x128xbf16>, vector<32xbf16>
 // DOT:          scf.for %[[Q:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(
-// DOT-COUNT-4:    vector.load %b_panel[%[[Q]], %{{.*}}] : memref<96x128xbf16>, vector<32xbf16>
-// DOT-NEXT:       %[[AP:.*]] = memref.load %a_pairs[%{{.*}}, %[[Q]]] : memref<?x96xi32>
+// DOT-COUNT-4:    vector.load %b_panel[%[[Q]], %{{.*}}] : memref<256x128xbf16>, vector<32xbf16>
+// DOT-NEXT:       %[[AP:.*]] = memref.load %a_pairs[%{{.*}}, %[[Q]]] : memref<?x256xi32>
 // DOT-NEXT:       %[[AB:.*]] = vector.broadcast %[[AP]] : i32 to vector<16xi32>
 // DOT-NEXT:       %[[A:.*]] = vector.bitcast %[[AB]] : vector<16xi32> to vector<32xbf16>
 // DOT-NEXT:       x86.avx512.dot %acc, %[[A]], %{{.*}} : vector<32xbf16> -> vector<16xf32>
