@@ -753,7 +753,7 @@ class _Hoisted:
 @dataclass(frozen=True)
 class VectorizeContraction(RewritePattern):
     target: Target
-    panels: dict = field(default_factory=dict)  # (function, dot) -> its B panel (one per function and kind, on the stack)
+    panels: dict = field(default_factory=dict)  # (function, dot) -> its B panel (one per function and kind, on the heap)
     hoisted: dict = field(default_factory=dict)  # (loop, B, transposed) -> B's panels, packed before the loop
 
     def hoisted_panels(self, gen: GenericOp, shape: _Contraction, rewriter: PatternRewriter) -> _Hoisted | None:
@@ -853,17 +853,22 @@ class VectorizeContraction(RewritePattern):
 
     def panel(self, gen: GenericOp, rewriter: PatternRewriter, dot: bool) -> SSAValue:
         """The function's packed panel of B: KC rows of NR vectors of float32, or (`dot`) KC/2
-        rows of NR vectors of bfloat16 pairs."""
+        rows of NR vectors of bfloat16 pairs; allocated on the heap when the function starts and
+        freed before each of its returns. Not on the stack: sized from the L2 (reduction_chunk),
+        it is 64 KiB on a 1 MiB L2, and a thread's stack may be small (musl's default is 128 KiB;
+        without stack probes an alloca past the guard page writes over whatever lies below)."""
         f = enclosing_function(gen)
         if (f, dot) not in self.panels:
             wide = block_shape(self.target)[1] * (self.target.vector_bits // 32)  # NR vectors of float32
             if dot:
-                alloca = memref.AllocaOp.get(bf16, 64, [reduction_chunk(self.target, wide, 2) // 2, 2 * wide])
+                alloc = memref.AllocOp.get(bf16, 64, [reduction_chunk(self.target, wide, 2) // 2, 2 * wide])
             else:
-                alloca = memref.AllocaOp.get(f32, 64, [reduction_chunk(self.target, wide), wide])
-            alloca.memref.name_hint = "b_panel"
-            rewriter.insert_op(alloca, InsertPoint.at_start(f.body.blocks[0]))
-            self.panels[(f, dot)] = alloca.memref
+                alloc = memref.AllocOp.get(f32, 64, [reduction_chunk(self.target, wide), wide])
+            alloc.memref.name_hint = "b_panel"
+            rewriter.insert_op(alloc, InsertPoint.at_start(f.body.blocks[0]))
+            for ret in [op for op in f.walk() if isinstance(op, func.ReturnOp)]:
+                rewriter.insert_op(memref.DeallocOp.get(alloc.memref), InsertPoint.before(ret))
+            self.panels[(f, dot)] = alloc.memref
         return self.panels[(f, dot)]
 
     @op_type_rewrite_pattern

@@ -5,8 +5,8 @@
 // when the block starts: a row of 64 float32 columns covers 4 lines of 64 bytes when C is
 // line-aligned and 5 when it is not, so columns j, j+16, j+32, j+48 and j+63. The reduction runs
 // in chunks of 256 steps: the panel of B a column block's row blocks share, 256 rows of 64 float32
-// columns (64 KiB), is packed contiguously first (on the stack, once per function): a sixteenth of
-// the 1 MiB L2, where every row block reads it again (half the 48 KiB L1 would give 96 steps, and
+// columns (64 KiB), is packed contiguously first (on the heap, once per function, freed before
+// it returns): a sixteenth of the 1 MiB L2, where every row block reads it again (half the 48 KiB L1 would give 96 steps, and
 // C's 24 loads and stores every 96 steps of 24 FMAs). Each row the pack reads prefetches the same
 // row's line of the next panel (its last column, j + 127, clamped to N - 1): B's rows a row
 // stride apart are too many streams for the hardware prefetchers.
@@ -20,7 +20,7 @@
 // In the pipeline: the stage after `tiled`, every GEMM of the fused nest vectorised for the host.
 
 // CHECK-LABEL: func.func @gemm
-// CHECK-NEXT:    %b_panel = memref.alloca() {alignment = 64 : i64} : memref<256x64xf32>
+// CHECK-NEXT:    %b_panel = memref.alloc() {alignment = 64 : i64} : memref<256x64xf32>
 // CHECK-DAG:     %[[C0:.*]] = arith.constant 0 : index
 // CHECK-DAG:     %[[WIDE:.*]] = arith.constant 64 : index
 // CHECK-DAG:     %[[MR:.*]] = arith.constant 6 : index
@@ -150,12 +150,13 @@
 // CHECK-NEXT:        vector.broadcast %[[W]] : f32 to vector<16xf32>
 // CHECK-NOT:         memref.load %a[
 // CHECK:         memref.dealloc %a_wide : memref<50x256xf32>
+// CHECK-NEXT:    memref.dealloc %b_panel : memref<256x64xf32>
 // CHECK-NEXT:    func.return
 
 // B's rows float32 and 512 bytes apart (a tile the nest packed itself) are packed too: read in
 // place, its 64 rows would fall into 8 of the L1's sets.
 // CHECK-LABEL: func.func @gemm_narrow_b
-// CHECK:         %b_panel = memref.alloca() {alignment = 64 : i64} : memref<256x64xf32>
+// CHECK:         %b_panel = memref.alloc() {alignment = 64 : i64} : memref<256x64xf32>
 // CHECK:         vector.load %b[%{{.*}}, %{{.*}}] : memref<64x128xf32>, vector<16xf32>
 // CHECK-NEXT:    vector.store %{{.*}}, %b_panel
 // CHECK:         func.return
@@ -190,6 +191,7 @@
 // CHECK:             scf.for %[[KK:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(
 // CHECK-COUNT-4:       vector.load %b_panels[%[[PJ]], %[[KK]], %{{.*}}] : memref<?x?x64xf32>, vector<16xf32>
 // CHECK:         memref.dealloc %b_panels : memref<?x?x64xf32>
+// CHECK-NEXT:    memref.dealloc %b_panel : memref<256x64xf32>
 // CHECK-NEXT:    func.return
 
 // B written in the loop, or an argument the function writes, or a view made in the loop: its
@@ -274,7 +276,7 @@
 // is 24 dots a pair of steps, A's pair broadcast as an i32. The masked column tail stays on
 // float32 FMAs. Without the dot product (avx512.toml), the same GEMM widens to float32.
 // DOT-LABEL:  func.func @gemm_bf16_dot
-// DOT:          %b_panel = memref.alloca() {alignment = 64 : i64} : memref<256x128xbf16>
+// DOT:          %b_panel = memref.alloc() {alignment = 64 : i64} : memref<256x128xbf16>
 // DOT:          %a_pairs = memref.alloc(%{{.*}}) {alignment = 64 : i64} : memref<?x256xi32>
 // DOT:          %[[V:.*]] = vector.load %a[%{{.*}}, %{{.*}}] : memref<?x?xbf16>, vector<32xbf16>
 // DOT-NEXT:     %[[W:.*]] = vector.bitcast %[[V]] : vector<32xbf16> to vector<16xi32>
