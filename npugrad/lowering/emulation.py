@@ -23,7 +23,7 @@ import contextlib
 import contextvars
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 ENV = "NPUGRAD_EMULATE"
 _ASKED: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("npugrad_emulate", default=frozenset())
@@ -128,9 +128,11 @@ define internal {f} @npugrad_emulated_dpbf16ps_{w}({f} %acc, {pairs} %a, {pairs}
 """
 
 
-def for_host(llvm_ir: str, host_features: dict[str, bool]) -> str:
-    """`llvm_ir` with the requested features this host lacks emulated."""
+def for_host(llvm_ir: str, host_features: Callable[[], Mapping[str, bool]]) -> str:
+    """`llvm_ir` with the requested features this host lacks emulated; `host_features` (LLVM's
+    query of the host) is called only when some are requested."""
     asked = requested()
     if not asked:
         return llvm_ir
-    return emulate(llvm_ir, [f for f in asked if not host_features.get(f)])
+    features = host_features()
+    return emulate(llvm_ir, [f for f in asked if not features.get(f)])

@@ -18,7 +18,7 @@ class JitModule:
     def __init__(self, llvm_ir: str):
         # Instructions the host lacks that were asked to be emulated (NPUGRAD_EMULATE), before
         # the cache key: emulated code is cached apart from the instruction's.
-        llvm_ir = emulation.for_host(llvm_ir, llvm.get_host_cpu_features())
+        llvm_ir = emulation.for_host(llvm_ir, llvm.get_host_cpu_features)
         # The launch services the module calls (runtime/sync.py), bound before it is linked.
         self.services = sync.services(llvm_ir)
         with LOCK:

@@ -29,6 +29,7 @@ from npugrad.targets.target import Target
 KINDS = ("fma", "dot_bf16")
 FEATURE = {"fma": "fma", "dot_bf16": "avx512bf16"}
 FLOP_PER_LANE = {"fma": 2, "dot_bf16": 4}
+NAME = {"fma": "float32 FMA", "dot_bf16": "bf16 dot product (vdpbf16ps)"}
 
 
 @dataclass(frozen=True)
@@ -69,21 +70,17 @@ def loop_ir(kind: str, shape: Shape) -> str:
         vb = f"<{2 * lanes} x bfloat>"
         name = f"@llvm.x86.avx512bf16.dpbf16ps.{32 * lanes}"
         decl = f"declare {vf} {name}({vf}, {vb}, {vb})"
-        x = f"{vb} splat (bfloat 0xR3C00)"  # 2^-7
-        y = f"{vb} splat (bfloat 0xR3C00)"
+        x = f"{vb} splat (bfloat 0xR3C00)"  # 2^-7, both factors
 
         def step(acc: str) -> str:
-            return f"call {vf} {name}({vf} {acc}, {x}, {y})"
+            return f"call {vf} {name}({vf} {acc}, {x}, {x})"
 
     init = "splat (float 1.0)"
     phis = "\n".join(f"  %a{i} = phi {vf} [ {init}, %entry ], [ %b{i}, %loop ]" for i in range(chains))
     body = "\n".join(f"  %b{i} = {step(f'%a{i}')}" for i in range(chains))
-    sums = [f"%b{0}"]
-    adds = []
-    for i in range(1, chains):
-        adds.append(f"  %s{i} = fadd {vf} {sums[-1]}, %b{i}")
-        sums.append(f"%s{i}")
-    add_text = "\n".join(adds)
+    # %s_i = %s_(i-1) + %b_i, from %s_0 = %b_0
+    add_text = "\n".join(f"  %s{i} = fadd {vf} {'%b0' if i == 1 else f'%s{i - 1}'}, %b{i}" for i in range(1, chains))
+    total = f"%s{chains - 1}" if chains > 1 else "%b0"
     return f"""{decl}
 
 define float @peak(i64 %n) {{
@@ -98,7 +95,7 @@ loop:
   br i1 %more, label %loop, label %done
 done:
 {add_text}
-  %r = extractelement {vf} {sums[-1]}, i64 0
+  %r = extractelement {vf} {total}, i64 0
   ret float %r
 }}
 """
@@ -113,7 +110,7 @@ class Peak:
     note: str = ""
 
     def text(self) -> str:
-        what = {"fma": "float32 FMA", "dot_bf16": "bf16 dot product (vdpbf16ps)"}[self.kind]
+        what = NAME[self.kind]
         if self.gflops is None:
             return f"{what}: {self.note}"
         return (f"{what} = {self.gflops:.1f} GFLOP/s ({self.threads} thread(s), {self.shape.chains} independent "
