@@ -52,10 +52,12 @@ as the target's llvm_features say) take two reduction steps per instruction inst
 
 B's panel holds KC/2 rows of pairs (B[k, j], B[k + 1, j]) for 16 columns a vector (pack_pairs:
 rows k and k + 1 interleaved; for a B read [j, k], whose pair is one i32 of its row, 16 x 16 i32
-blocks transposed in registers), and A's pairs (A[i, k], A[i, k + 1]) are packed as i32 once per
-chunk (pack_a_pairs) and broadcast: the 6 x 4 block is 24 vdpbf16ps per pair of steps, from the
-operands as they are (nothing widened), with KC twice as long for the same panel bytes. An odd
-count's last pair has a zero second half in both operands, read in bounds. Each instruction adds
+blocks transposed in registers), and A's pairs (A[i, k], A[i, k + 1]) are broadcast as one i32:
+read in place where A is read [i, k] (a pair is 4 contiguous bytes of its row), packed once per
+chunk where it is read [k, i] (pack_a_pairs: two rows interleaved). The 6 x 4 block is 24
+vdpbf16ps per pair of steps, from the operands as they are (nothing widened), with KC twice as
+long for the same panel bytes. An odd count's last pair has a zero second half in both operands,
+read in bounds (A in place: that step comes alone, after the chunk's whole pairs). Each instruction adds
 the odd step's product, then the even one's, each exact and each sum rounded: the float32 FMAs'
 rounding, pairwise in the other order; vdpbf16ps reads bfloat16 subnormals as zero and flushes
 subnormal sums. The masked column tail stays on float32 FMAs. Elsewhere (no AVX512-BF16, or
@@ -448,13 +450,21 @@ class _Kernels:
     def pair_steps(self, rows: list[SSAValue], nr: int, accs: list[SSAValue], p: SSAValue | None) -> None:
         """The chunk's reduction steps into `accs` two at a time, one x86.avx512.dot per
         accumulator per pair: B's pairs from the packed panel (row k_lo/2 + q of the hoisted
-        ones), A's pair for each row broadcast from its packed pairs (pack_a_pairs)."""
+        ones), A's pair for each row broadcast as one i32. A read [i, k] holds its pairs as they
+        are, contiguous along its rows: they are read in place, and where the chunk's count is
+        odd its last step comes alone, after the whole pairs, its second half zero (no read past
+        the row). A read [k, i] interleaves two rows: its pairs come from a pack (pack_a_pairs).
+        (The pack was a copy of X's token tile per chunk for GEMM 1 of the linear cross-entropy
+        nests: a 19-instruction loop with 3 % of the bfloat16 gradient's samples, Zen 4.)"""
         e = self.e
-        a_pairs = self.a_pairs
-        assert a_pairs is not None
         words = VectorType(i32, [self.lanes])
         first = None if p is None else e.emit(arith.DivUIOp(self.k_lo, e.idx(2)))
-        with e.carried_loop(self.chunk_pairs(), accs) as (q, carried, updated):
+        in_place = not self.shape.lhs_transposed
+        whole = (e.emit(arith.DivUIOp(e.emit(arith.SubiOp(self.k_hi, self.k_lo)), e.idx(2))) if in_place
+                 else self.chunk_pairs())
+
+        def pair(q: SSAValue, carried: list[SSAValue], updated: list[SSAValue],
+                 a_bits: Callable[[SSAValue], SSAValue]) -> None:
             q.name_hint = "q"
             for arg in carried:
                 arg.name_hint = "acc"
@@ -464,10 +474,27 @@ class _Kernels:
             else:
                 bs = [e.emit(vector.LoadOp(self.panel, [q, e.idx(2 * c * self.lanes)], self.pairs)) for c in range(nr)]
             for r, i in enumerate(rows):
-                bits = e.load(a_pairs, [q, i] if self.shape.lhs_transposed else [i, q])
-                a = e.emit(vector.BitcastOp(e.emit(vector.BroadcastOp(bits, words)), self.pairs))
+                a = e.emit(vector.BitcastOp(e.emit(vector.BroadcastOp(a_bits(i), words)), self.pairs))
                 a.name_hint = "a"
                 updated += [e.emit(DotBF16Op(carried[r * nr + c], a, b)) for c, b in enumerate(bs)]
+
+        def a_step(q: SSAValue) -> SSAValue:
+            return e.emit(arith.AddiOp(self.k_lo, e.emit(arith.AddiOp(q, q))))
+
+        with e.carried_loop(whole, accs) as (q, carried, updated):
+            if in_place:
+                k = a_step(q)
+                pair(q, carried, updated, lambda i: e.emit(vector.ExtractOp(e.emit(vector.BitcastOp(
+                    e.emit(vector.LoadOp(self.a, [i, k], VectorType(bf16, [2]))), VectorType(i32, [1]))), [0], i32)))
+            else:
+                a_pairs = self.a_pairs
+                assert a_pairs is not None
+                pair(q, carried, updated, lambda i: e.load(a_pairs, [q, i]))
+        if in_place:  # the odd count's last step: 0 or 1 iterations
+            with e.carried_loop(self.chunk_pairs(), accs, lb=whole) as (q, carried, updated):
+                k = a_step(q)
+                pair(q, carried, updated,
+                     lambda i: e.emit(arith.ExtUIOp(e.emit(arith.BitcastOp(e.load(self.a, [i, k]), i16)), i32)))
 
     def chunk_pairs(self) -> SSAValue:
         """The chunk's pairs of reduction steps, the last one alone where the count is odd."""
@@ -475,28 +502,15 @@ class _Kernels:
         return e.emit(arith.DivUIOp(e.emit(arith.AddiOp(e.emit(arith.SubiOp(self.k_hi, self.k_lo)), e.idx(1))), e.idx(2)))
 
     def pack_a_pairs(self, buffer: SSAValue) -> None:
-        """buffer[i, q] (A read [k, i]: buffer[q, i]) = the pair (A[i, k], A[i, k + 1]) as i32
-        for k = k_lo + 2q, its second half zero past the chunk: a vector of pairs at a time (A
-        read [i, k] is a copy; read [k, i], two rows interleaved), the rest a pair at a time."""
+        """buffer[q, i] = the pair (A[k, i], A[k + 1, i]) of A read [k, i] as i32, for k = k_lo + 2q,
+        its second half zero past the chunk: rows k and k + 1 interleaved a vector at a time, the
+        columns left a pair at a time."""
         e = self.e
         lanes = self.lanes
         words = VectorType(i32, [lanes])
         half = VectorType(bf16, [lanes])
-        pairs = self.chunk_pairs()
-        if not self.shape.lhs_transposed:
-            full = e.emit(arith.MuliOp(e.emit(arith.DivUIOp(e.emit(arith.SubiOp(self.k_hi, self.k_lo)), e.idx(2 * lanes))), e.idx(lanes)))
-            with e.loop(self.m) as i:
-                with e.loop(full, step=e.idx(lanes)) as q:
-                    k = e.emit(arith.AddiOp(self.k_lo, e.emit(arith.AddiOp(q, q))))
-                    v = e.emit(vector.LoadOp(self.a, [i, k], self.pairs))
-                    e.emit(vector.StoreOp(e.emit(vector.BitcastOp(v, words)), buffer, [i, q]))
-                with e.loop(pairs, lb=full) as q:
-                    k = e.emit(arith.AddiOp(self.k_lo, e.emit(arith.AddiOp(q, q))))
-                    k1, odd = second(e, k, self.k_hi)
-                    e.store(pair_bits(e, e.load(self.a, [i, k]), e.load(self.a, [i, k1]), odd), buffer, [i, q])
-            return
         full = self._floor(self.m, lanes)
-        with e.loop(pairs) as q:
+        with e.loop(self.chunk_pairs()) as q:
             k = e.emit(arith.AddiOp(self.k_lo, e.emit(arith.AddiOp(q, q))))
             k1, odd = second(e, k, self.k_hi)
             with e.loop(full, step=e.idx(lanes)) as i:
@@ -598,9 +612,8 @@ class _Kernels:
         wide = self.nr * self.lanes
         blocks_end = self._floor(self.n, wide)
         buffer = None
-        if self.dot:
-            shape = [self.kc // 2, self.m] if self.shape.lhs_transposed else [self.m, self.kc // 2]
-            buffer = e.alloc(shape, i32)
+        if self.dot and self.shape.lhs_transposed:  # A read [i, k] is read in place (pair_steps)
+            buffer = e.alloc([self.kc // 2, self.m], i32)
             buffer.name_hint = "a_pairs"
         elif self.widens_a():
             buffer = e.alloc([self.m, self.kc], f32)

@@ -269,40 +269,42 @@
 // NPU-NOT:     vector.
 
 
-// Two bfloat16 operands on a CPU with the dot product: at the start of each chunk A's pairs
-// (A[i, k], A[i, k + 1]) are copied as i32, a vector of 16 pairs at a time, the last ones a pair
-// at a time with the second half zero past the chunk's end (an odd K); the pack of B interleaves
-// rows k and k + 1 (row k + 1 zero past the end, never read out of bounds); the 6 x 4 block
-// is 24 dots a pair of steps, A's pair broadcast as an i32. The masked column tail stays on
-// float32 FMAs. Without the dot product (avx512.toml), the same GEMM widens to float32.
+// Two bfloat16 operands on a CPU with the dot product: A read [i, k] holds its pairs
+// (A[i, k], A[i, k + 1]) as they are, so nothing packs it: each pair is one i32 read in place
+// and broadcast. The pack of B interleaves rows k and k + 1 (row k + 1 zero past the end, never
+// read out of bounds); the 6 x 4 block is 24 dots a pair of steps. Where the chunk's count is
+// odd, its last step comes alone after the whole pairs (a loop of 0 or 1 iterations from where
+// they end), A's scalar widened to an i32 with a zero second half: never a read past the row.
+// The masked column tail stays on float32 FMAs. Without the dot product (avx512.toml), the same
+// GEMM widens to float32.
 // DOT-LABEL:  func.func @gemm_bf16_dot
 // DOT:          %b_panel = memref.alloc() {alignment = 64 : i64} : memref<256x128xbf16>
-// DOT:          %a_pairs = memref.alloc(%{{.*}}) {alignment = 64 : i64} : memref<?x256xi32>
-// DOT:          %[[V:.*]] = vector.load %a[%{{.*}}, %{{.*}}] : memref<?x?xbf16>, vector<32xbf16>
-// DOT-NEXT:     %[[W:.*]] = vector.bitcast %[[V]] : vector<32xbf16> to vector<16xi32>
-// DOT-NEXT:     vector.store %[[W]], %a_pairs[%{{.*}}, %{{.*}}] : memref<?x256xi32>, vector<16xi32>
-// DOT:          %[[ODD:.*]] = arith.cmpi slt, %{{.*}}, %{{.*}} : index
-// DOT:          %[[HI:.*]] = arith.extui %{{.*}} : i16 to i32
-// DOT-NEXT:     arith.select %[[ODD]], %[[HI]], %{{.*}} : i32
-// DOT:          arith.shli
-// DOT-NEXT:     %[[PAIR:.*]] = arith.ori
-// DOT-NEXT:     memref.store %[[PAIR]], %a_pairs[%{{.*}}, %{{.*}}] : memref<?x256xi32>
+// DOT-NOT:      a_pairs
 // DOT:          %[[BODD:.*]] = arith.cmpi slt
 // DOT-NEXT:     %[[R0:.*]] = vector.load %b[%{{.*}}, %{{.*}}] : memref<?x?xbf16>, vector<16xbf16>
 // DOT-NEXT:     %[[R1:.*]] = vector.load %b[%{{.*}}, %{{.*}}] : memref<?x?xbf16>, vector<16xbf16>
 // DOT-NEXT:     %[[Z:.*]] = arith.select %[[BODD]], %[[R1]], %{{.*}} : vector<16xbf16>
 // DOT-NEXT:     %[[I:.*]] = vector.shuffle %[[R0]], %[[Z]] [0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31] : vector<16xbf16>, vector<16xbf16>
 // DOT-NEXT:     vector.store %[[I]], %b_panel[%{{.*}}, %{{.*}}] : memref<256x128xbf16>, vector<32xbf16>
-// DOT:          scf.for %[[Q:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(
+// DOT:          scf.for %[[Q:.*]] = %{{.*}} to %[[WHOLE:.*]] step %{{.*}} iter_args(
 // DOT-COUNT-4:    vector.load %b_panel[%[[Q]], %{{.*}}] : memref<256x128xbf16>, vector<32xbf16>
-// DOT-NEXT:       %[[AP:.*]] = memref.load %a_pairs[%{{.*}}, %[[Q]]] : memref<?x256xi32>
-// DOT-NEXT:       %[[AB:.*]] = vector.broadcast %[[AP]] : i32 to vector<16xi32>
+// DOT:            %[[AP:.*]] = vector.load %a[%{{.*}}, %{{.*}}] : memref<?x?xbf16>, vector<2xbf16>
+// DOT-NEXT:       %[[AW:.*]] = vector.bitcast %[[AP]] : vector<2xbf16> to vector<1xi32>
+// DOT-NEXT:       %[[AI:.*]] = vector.extract %[[AW]][0] : i32 from vector<1xi32>
+// DOT-NEXT:       %[[AB:.*]] = vector.broadcast %[[AI]] : i32 to vector<16xi32>
 // DOT-NEXT:       %[[A:.*]] = vector.bitcast %[[AB]] : vector<16xi32> to vector<32xbf16>
 // DOT-NEXT:       x86.avx512.dot %acc, %[[A]], %{{.*}} : vector<32xbf16> -> vector<16xf32>
 // DOT-COUNT-23:   x86.avx512.dot
 // DOT-NEXT:       scf.yield
+// DOT:          scf.for %[[QT:.*]] = %[[WHOLE]] to %{{.*}} step %{{.*}} iter_args(
+// DOT:            %[[AS:.*]] = memref.load %a[%{{.*}}, %{{.*}}] : memref<?x?xbf16>
+// DOT-NEXT:       %[[AH:.*]] = arith.bitcast %[[AS]] : bf16 to i16
+// DOT-NEXT:       %[[AT:.*]] = arith.extui %[[AH]] : i16 to i32
+// DOT-NEXT:       vector.broadcast %[[AT]] : i32 to vector<16xi32>
+// DOT:            x86.avx512.dot
+// DOT-COUNT-23:   x86.avx512.dot
+// DOT-NEXT:       scf.yield
 // DOT:          vector.fma
-// DOT:          memref.dealloc %a_pairs
 // DOT-NOT:      x86.avx512.dot
 // DOT:          func.return
 // CHECK-LABEL: func.func @gemm_bf16_dot
