@@ -7,9 +7,10 @@ collectives, the loss, the fused gradient; no BT×V buffer anywhere) against PyT
   2. the forward alone (one GEMM's worth of FLOPs, 2·BT·H·V) against the machine's SGEMM
      ceiling (NumPy 4096³) measured in the same run;
   3. the whole step with 50 % of the rows ignored (`ignore_index`), against none ignored;
-  4. (float32) the recompute schedule (`chunk_rows=0`: four GEMMs of work, nothing that grows
-     with V) beside the default (chunked within the memory target, three GEMMs of work), and
-     with `--chunk-rows N` the chunked schedule in chunks of N rows (more memory, faster).
+  4. the recompute schedule (`chunk_rows=0`: four GEMMs of work, nothing that grows with V)
+     beside the default (chunked, three GEMMs of work: within the memory target in float32, in
+     a token tile's rows at least in bfloat16), and with `--chunk-rows N` the chunked schedule
+     in chunks of N rows (more memory, faster).
 
 Every contender runs in its own process (bench/common.py): peak extra memory is its own, and
 includes the gradients it returns (both sides allocate them; the summary subtracts them from
@@ -64,8 +65,7 @@ def npugrad_step(bt: int, h: int, v: int, dtype: str, ignored: float = 0.0, chun
 
     tiny = _inputs(64, 32, 256, dtype, ignored)
     ops.linear_cross_entropy(*tiny, chunk_rows=0)
-    if dtype == "float32":
-        ops.linear_cross_entropy(*tiny, chunk_rows=32)
+    ops.linear_cross_entropy(*tiny, chunk_rows=32)
     x, w, y = _inputs(bt, h, v, dtype, ignored)
     return _warmed(lambda: ops.linear_cross_entropy(x, w, y, chunk_rows=chunk_rows))
 
@@ -171,14 +171,12 @@ def main() -> None:
         eager = (eager_not_run(args, kw, 3 * gemm) if dtype == "bfloat16" else None) or measure(
             "PyTorch eager (logits materialised)", "bench.loss:torch_step", case, **kw)
         rows = [(ours, "default schedule")]
-        others = []
-        if dtype == "float32":
-            others.append(("recompute", measure("npugrad recompute (chunk_rows=0)", "bench.loss:npugrad_step",
-                                                {**case, "chunk_rows": 0}, **kw)))
-            if args.chunk_rows:
-                others.append((f"chunked, {args.chunk_rows} rows", measure(
-                    f"npugrad chunked (chunk_rows={args.chunk_rows})", "bench.loss:npugrad_step",
-                    {**case, "chunk_rows": args.chunk_rows}, **kw)))
+        others = [("recompute", measure("npugrad recompute (chunk_rows=0)", "bench.loss:npugrad_step",
+                                        {**case, "chunk_rows": 0}, **kw))]
+        if args.chunk_rows:
+            others.append((f"chunked, {args.chunk_rows} rows", measure(
+                f"npugrad chunked (chunk_rows={args.chunk_rows})", "bench.loss:npugrad_step",
+                {**case, "chunk_rows": args.chunk_rows}, **kw)))
         rows += [(r, "") for _, r in others]
         print(table(f"LM-head loss forward + backward, {dtype}, BT={args.bt} H={args.h} V={args.v}",
                     [*rows, (eager, "")], (ours if eager.predicted else eager).name, 3 * gemm) + "\n")

@@ -5,6 +5,8 @@ threads, and the reject rules through the Python API."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from conftest import FLOAT_DTYPES, assert_close
@@ -12,7 +14,7 @@ from conftest import FLOAT_DTYPES, assert_close
 from npugrad import aclnn, ops
 from npugrad.collectives import InProcess
 from npugrad.compiler import Pipeline
-from npugrad.dialect.checks import SignatureError
+from npugrad.dialect.checks import SignatureError, SignatureTypeError
 from npugrad.dtypes import BFLOAT16
 from npugrad.ops import loss as loss_mod
 from npugrad.recipes import recipe_of
@@ -25,11 +27,10 @@ LOSS = recipe_of("fused_cross_entropy_loss_with_max_sum")
 FLCE = recipe_of("fused_linear_cross_entropy_loss_grad")
 
 
-
 def _check_all(got: dict, want: dict) -> None:
     assert set(got) == set(want)
-    for name in want:
-        assert_close(got[name], want[name])
+    for name, value in want.items():
+        assert_close(got[name], value)
 
 
 def _max_sum(rng, bt, h, v, dtype, start=0, target_dtype=np.int64, **props):
@@ -44,6 +45,8 @@ def _max_sum(rng, bt, h, v, dtype, start=0, target_dtype=np.int64, **props):
 
 
 # -- fused_linear_online_max_sum ------------------------------------------------------------------
+
+NARROW_DTYPES = [d for d in FLOAT_DTYPES if d != np.float32]
 
 SIZES = [(75, 40, 300), (1, 8, 1), (200, 33, 129), (64, 64, 256), (0, 16, 50), (9, 1, 7)]
 
@@ -82,6 +85,28 @@ def test_max_sum_statistics_are_the_logits(rng):
     np.testing.assert_allclose(got["logits_max_local_out"], z.max(axis=1), rtol=1e-6)
     np.testing.assert_allclose((np.exp(z - z.max(1)[:, None]) / got["sum_exp_logits_local_out"][:, None]).sum(1), 1,
                                rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", NARROW_DTYPES, ids=str)
+def test_max_sum_float32_logits_of_narrow_inputs_are_unrounded(rng, dtype):
+    """A float32 logits output for a bfloat16/float16 input (the extension) holds the logits the
+    statistics were made from, unrounded: rounded, they are the input-dtype output bit for bit,
+    and the statistics are the same either way."""
+    a, props = _max_sum(rng, 37, 40, 203, dtype, logits=True)
+    narrow = MAX_SUM.call_api(dict(a), props)
+    a["vocab_parallel_logits_out"] = np.zeros(a["vocab_parallel_logits_out"].shape, np.float32)
+    wide = MAX_SUM.call_api(dict(a), props)
+    z = wide["vocab_parallel_logits_out"]
+    assert z.dtype == np.float32
+    np.testing.assert_array_equal(z.astype(dtype).view(np.uint16), narrow["vocab_parallel_logits_out"].view(np.uint16))
+    for name in ("logits_max_local_out", "sum_exp_logits_local_out", "predicted_logits_local_out"):
+        np.testing.assert_array_equal(wide[name], narrow[name])
+    exact = a["input"].astype(np.float64) @ a["weight"].astype(np.float64).T
+    np.testing.assert_allclose(z, exact, rtol=1e-5, atol=1e-5)
+    assert np.abs(z - exact).max() < np.abs(narrow["vocab_parallel_logits_out"].astype(np.float64) - exact).max()
+    a["vocab_parallel_logits_out"] = np.zeros(z.shape, np.float16 if dtype != np.float16 else BFLOAT16)
+    with pytest.raises(SignatureTypeError, match="must have dtype (bfloat16|float16) or float32"):
+        MAX_SUM.call_api(dict(a), props)
 
 
 # -- fused_cross_entropy_loss_with_max_sum ---------------------------------------------------------
@@ -207,7 +232,7 @@ def _loss_case(rng, bt, h, k, dtype, ignored=0.2):
 def _uneven(w: np.ndarray, shards: int) -> list[np.ndarray]:
     cuts = np.linspace(0, w.shape[0], shards + 1).astype(int)
     cuts[1:-1] += 7
-    return [w[a:b] for a, b in zip(cuts, cuts[1:], strict=False)]
+    return [w[a:b] for a, b in itertools.pairwise(cuts)]
 
 
 def _torch_loss(x, w, y, reduction, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=0.0):
@@ -275,7 +300,32 @@ def test_chunked_schedule_matches_torch_autograd(rng, shards, options, chunk_row
         np.testing.assert_array_equal(got.loss, plain.loss)
 
 
-NARROW_DTYPES = [d for d in FLOAT_DTYPES if d != np.float32]
+@pytest.mark.parametrize("dtype", NARROW_DTYPES, ids=str)
+@pytest.mark.parametrize("shards", [1, 2])
+@pytest.mark.parametrize("options", CHUNKED_OPTIONS, ids=str)
+@pytest.mark.parametrize("chunk_rows", [25, 1000])
+def test_narrow_chunked_schedule_matches_torch_autograd(rng, dtype, shards, options, chunk_rows):
+    """bfloat16/float16 in the chunked schedule: each chunk's logits kept in float32 (unrounded),
+    so the loss is the recompute schedule's bit for bit (its forward, each shard cut into its
+    parts) and the gradients are within the dtype's tolerance of PyTorch autograd (dW rounded
+    once per chunk, the parts' dX once each before their sum)."""
+    x, w, y = _loss_case(rng, 61, 24, 600, dtype, ignored=0.2 if "ignore_index" in options else 0.0)
+    calls = []
+    real = loss_mod._chunked
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(loss_mod, "_chunked", lambda *a: calls.append(a[4]) or real(*a))
+        for reduction in ("mean", "none"):
+            got = ops.linear_cross_entropy(x, _uneven(w, shards), y, reduction=reduction, chunk_rows=chunk_rows,
+                                           **options)
+            want = _torch_loss(x, w, y, reduction, **options)
+            assert got.input_grad.dtype == dtype and got.weight_grad[0].dtype == dtype
+            assert_close(got.loss, want[0], np.float32)
+            assert_close(got.input_grad, want[1])
+            assert_close(np.concatenate(got.weight_grad), want[2])
+            parts = [_uneven(w, shards)[r][lo:hi] for r, lo, hi in loss_mod._parts(_uneven(w, shards), loss_mod._cores())]
+            plain = ops.linear_cross_entropy(x, parts, y, reduction=reduction, chunk_rows=0, **options)
+            np.testing.assert_array_equal(got.loss, plain.loss)
+    assert calls == [chunk_rows] * 2
 
 
 @pytest.mark.parametrize("dtype", NARROW_DTYPES, ids=str)
@@ -359,7 +409,8 @@ def test_chunked_schedule_is_the_same_on_any_thread_count(rng, monkeypatch, core
 def test_chunked_schedule_choice(rng, monkeypatch):
     """Default: chunked where it applies and a chunk of at least one token tile fits, with each
     lane's packed tile of W and rows of X, in 13/16 of 1/16 of the two BT x K float32 buffers PyTorch eager holds;
-    an explicit chunk_rows outside what it applies to is an error naming the parameter."""
+    bfloat16/float16 in the same budget in their dtype, at least a token tile; an explicit
+    chunk_rows outside what it applies to is an error naming the parameter."""
     monkeypatch.setattr(loss_mod, "_tiles", lambda: {"bt": 8, "v": 16})
     monkeypatch.setattr(loss_mod, "_cores", lambda: 2)
     calls = []
@@ -367,13 +418,18 @@ def test_chunked_schedule_choice(rng, monkeypatch):
     monkeypatch.setattr(loss_mod, "_chunked", lambda *a: calls.append(a[4]) or real(*a))
     # H = 8, K = 256: two parts, two lanes of 16 x 8 float32 packs of W, and a row's 256 + 8 + 2 x 8
     # floats: its logits, the other part's dX, and each lane's packed row of X.
+    # bfloat16/float16 (_narrow_chunk_rows): a lane's float32 16 x 8 dW tile and two packs of W in
+    # the dtype; a row's float32 logits, each lane's float32 dX row and packed row of X, the other
+    # part's dX row: at bt = 512 in bfloat16, (26624 - 2048) // 1136 = 21 rows; where fewer than a
+    # token tile fit (bt = 64), a token tile (8). z_loss takes the recompute schedule.
     for bt, dtype, options, rows in [(64, np.float32, {}, None), (255, np.float32, {}, 22), (512, np.float32, {}, 46),
-                                     (512, np.float32, {"z_loss": 1e-3}, None), (512, BFLOAT16, {}, None)]:
+                                     (512, np.float32, {"z_loss": 1e-3}, None), (512, BFLOAT16, {}, 21),
+                                     (64, np.float16, {}, 8), (512, BFLOAT16, {"z_loss": 1e-3}, None)]:
         calls.clear()
         x, w, y = _loss_case(rng, bt, 8, 256, dtype, ignored=0.0)
         ops.linear_cross_entropy(x, w, y, **options)
         assert calls == ([] if rows is None else [rows]), (bt, dtype, options)
-        if rows is not None:
+        if rows is not None and dtype == np.float32:
             held = rows * (256 + 8 + 16) * 4 + 2 * 16 * 8 * 4
             assert held <= 2 * bt * 256 * 4 / 16 * 13 / 16 < (rows + 1) * (256 + 8 + 16) * 4 + 2 * 16 * 8 * 4
     x, w, y = _loss_case(rng, 20, 8, 256, np.float32)
@@ -457,7 +513,7 @@ def test_max_sum_tiled_for_targets(rng, target):
 # -- rejections ----------------------------------------------------------------------------------
 
 def test_max_sum_rejections_name_op_and_parameter(rng):
-    a, props = _max_sum(rng, 10, 8, 20, np.float32, start=5)
+    a, _ = _max_sum(rng, 10, 8, 20, np.float32, start=5)
     f = ops.fused_linear_online_max_sum
     with pytest.raises(ValueError, match="fused_linear_online_max_sum:.*vocab_end_index.*V = weight.shape\\[0\\] = 20"):
         f(a["input"], a["weight"], a["target"], 5, 24)

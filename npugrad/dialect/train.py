@@ -457,7 +457,9 @@ class FusedLinearOnlineMaxSumOp(TrainOp):
         c.same_element("masked_target_out", "target")
         c.shape_is("masked_target_out", [bt], "(BT,)")
         if c.present("vocab_parallel_logits_out"):
-            c.same_element("vocab_parallel_logits_out", "input")
+            # The input's dtype (the vendor's), or float32 for narrower inputs (an extension: the
+            # logits unrounded, what a softmax made from them needs; ops/loss.py keeps them so).
+            c.element("vocab_parallel_logits_out", list(dict.fromkeys([c.dtype("input"), "float32"])))
             c.shape_is("vocab_parallel_logits_out", [bt, v], "(BT, V)")
         softcap = c.prop("softcap")
         c.prop_check("softcap", _finite(softcap) and softcap >= 0, "finite and >= 0 (0: off)")

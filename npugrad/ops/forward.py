@@ -42,7 +42,9 @@ def fused_linear_online_max_sum(input, weight, target, vocab_start_index, vocab_
     input (BT, H) and weight (V, H) float16, bfloat16 or float32; target (BT,) int32/int64 global
     ids; the shard is [vocab_start_index, vocab_end_index). `softcap` c > 0 caps the logits at
     c·tanh(Z/c); rows whose target is `ignore_index` are skipped (their statistics are 0);
-    `return_sum_logits`: Σ_v Z'_tv, which label smoothing needs."""
+    `return_sum_logits`: Σ_v Z'_tv, which label smoothing needs. The logits come in the input's
+    dtype; a float32 `logits_out` for a narrower input takes them unrounded (an extension: what a
+    softmax made from them needs, ops/loss.py's chunked schedule)."""
     start = integer(MAX_SUM, "vocab_start_index", vocab_start_index)
     end = integer(MAX_SUM, "vocab_end_index", vocab_end_index)
     cap = real(MAX_SUM, "softcap", softcap, float32=True)

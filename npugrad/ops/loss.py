@@ -18,8 +18,9 @@ Two schedules compute the same loss and gradients:
   logits (rows × V of each shard, float32), the chunk's softmax is made in place from the global
   statistics, and the backward reads it (`softmax`) instead of recomputing it, adding its dW into
   the shard's gradient (`accumulate`): three GEMMs' worth, and one chunk × K float32 buffer.
-  It applies where the kept logits are exact and high-performance mode computes the options:
-  float32 inputs, no z-loss, no softcap, every shard at least 128 rows.
+  It applies where high-performance mode computes the options: no z-loss, no softcap, every
+  shard at least 128 rows. The logits are kept in float32 whatever the input's dtype (the
+  forward's float32 logits output, unrounded), so the loss is the recompute schedule's.
 
 The chunked schedule splits the vocabulary over the cores, not the rows: each shard is cut into
 one part per core of the target (_parts), and a part is a task (pool.run_tasks) whose kernels
@@ -38,18 +39,27 @@ the same on any number of threads.
 `chunk_rows` picks: 0 recompute; n > 0 chunks of n rows; None (default) the largest chunk that
 fits, with each core's packed tile of W and rows of X, in 13/16 of 1/16 of the two BT × K float32
 buffers PyTorch eager holds (the logits and their gradient; issue 14's memory target), if it is
-at least one token tile (fewer rows pay for packing W for too few); recompute elsewhere. Where
+at least one token tile (fewer rows pay for packing W for too few); recompute elsewhere (for
+float32: bfloat16/float16 below). Where
 memory allows, a larger `chunk_rows` is faster.
 
-bfloat16/float16 take the recompute schedule, whose backward accumulates dX in float32 (BT × H ×
-4 bytes: 64 MiB at BT = H = 4096, more than the memory target allows). Its backward runs in
-chunks of rows instead (_backward_rows): by default the rows whose float32 dX fits, beside the
-wavefront's ring of float32 dW tiles, in the same budget in the input's dtype (921 rows at BT =
-H = 4096, K = 32000; at least a token tile per core), each chunk adding its dW into the
-gradient (`accumulate`), so dW is rounded to the dtype once per chunk; the loss and dX are
-bit-identical to one pass. `chunk_rows=0` keeps one pass (dW rounded once), n > 0 chunks of n.
-Zen 3, 2 threads, a steady-state step: 26.1 MiB beyond the gradients against one pass's 77.0
-(eager: 749 MiB), 34.2 s against 33.1.
+bfloat16/float16 take the chunked schedule too where it applies, in chunks of the rows that fit
+in the same budget in the input's dtype, and at least one token tile (_narrow_chunk_rows):
+each lane's float32 dW accumulator tile and packs of W, and per row the float32 logits, each
+lane's float32 dX row and packed row of X. At BT = H = 4096, K = 32000 not even a token tile
+fits, and a token tile it is: 46.5 MiB beyond the gradients against the recompute schedule's
+72.1, 9.14 s against 11.10 (PyTorch eager: 470.5 MiB, 8.93 s; Zen 4, 2 threads, bench/loss.py).
+dW is rounded to the dtype once per chunk, and each part's dX once before their sum.
+
+Elsewhere (z-loss, softcap) bfloat16/float16 take the recompute schedule, whose backward
+accumulates dX in float32 (BT × H × 4 bytes: 64 MiB at BT = H = 4096, more than the memory
+target allows). Its backward runs in chunks of rows instead (_backward_rows): by default the
+rows whose float32 dX fits, beside the wavefront's ring of float32 dW tiles, in the same budget
+in the input's dtype (921 rows at BT = H = 4096, K = 32000; at least a token tile per core),
+each chunk adding its dW into the gradient (`accumulate`), so dW is rounded to the dtype once
+per chunk; the loss and dX are bit-identical to one pass. `chunk_rows=0` keeps one pass (dW
+rounded once), n > 0 chunks of n. Zen 3, 2 threads, a steady-state step: 26.1 MiB beyond the
+gradients against one pass's 77.0 (eager: 749 MiB), 34.2 s against 33.1.
 """
 
 from __future__ import annotations
@@ -303,12 +313,12 @@ def _part_backward(z, m, s, part, gx, zero: bool, g, x_c, w, gw, o: _Options) ->
 def _chunk_rows(chunk: int | None, ws, dtype, n: int, bt: int, h: int, o: _Options) -> int:
     """The chunked schedule's rows per chunk (of the n rows that count, of bt), or 0 for the
     recompute schedule (module docstring)."""
-    applies = (dtype == F32 and not o.z_loss and not o.cap
+    applies = (not o.z_loss and not o.cap
                and min(w.shape[0] for w in ws) >= FusedLinearCrossEntropyLossGradOp.MIN_V_HIGH_PERFORMANCE)
     if chunk is not None:
         if chunk and not applies and dtype == F32:
             raise SignatureError(f"{OP}: parameter 'chunk_rows' = {chunk} needs the chunked schedule, which takes "
-                                 "float32 inputs, no z_loss, no softcap and shards of at least "
+                                 "no z_loss, no softcap and shards of at least "
                                  f"{FusedLinearCrossEntropyLossGradOp.MIN_V_HIGH_PERFORMANCE} rows")
         return chunk if n and applies else 0
     if not applies or not n:
@@ -316,6 +326,8 @@ def _chunk_rows(chunk: int | None, ws, dtype, n: int, bt: int, h: int, o: _Optio
     tiles, cores = _tiles(), _cores()
     parts = len(_parts(ws, cores))
     lanes = min(parts, cores)  # the target's, not the thread count: chunks change dW's sums
+    if dtype != F32:
+        return _narrow_chunk_rows(n, bt, h, o.k, np.dtype(dtype).itemsize, tiles, parts, lanes)
     # Within 13/16 of 1/16 of the two bt x K float32 buffers PyTorch eager holds (the logits and
     # their gradient, ignored rows included): each lane's packed tile of W, then per row the
     # kept logits, the other parts' dX and each lane's packed rows of X (GEMM 3 packs the
@@ -325,6 +337,20 @@ def _chunk_rows(chunk: int | None, ws, dtype, n: int, bt: int, h: int, o: _Optio
     budget = 2 * bt * o.k * 4 // 16 * 13 // 16 - lanes * tiles["v"] * h * 4
     rows = min(n, max(budget, 0) // ((o.k + (parts - 1 + lanes) * h) * 4))
     return rows if rows >= tiles["bt"] else 0
+
+
+def _narrow_chunk_rows(n: int, bt: int, h: int, k: int, size: int, tiles: dict[str, int], parts: int,
+                       lanes: int) -> int:
+    """bfloat16/float16: the chunked schedule's rows per chunk, at least one token tile. In the
+    same budget as the float32 rule's, in the dtype (13/16 of 1/16 of two bt x K buffers): each
+    lane's float32 dW accumulator tile and its two packed tiles of W (GEMMs 1 and 2), then per
+    row the float32 logits, each lane's float32 dX accumulator and packed row of X, and the
+    other parts' dX. Where not even a token tile fits, a token tile still: the recompute
+    schedule holds as much (its ring of float32 dW tiles and its float32 dX rows) for four
+    GEMMs' work instead of three."""
+    budget = 2 * bt * k * size // 16 * 13 // 16 - lanes * tiles["v"] * h * (4 + 2 * size)
+    per_row = k * 4 + lanes * h * (4 + size) + (parts - 1) * h * size
+    return min(n, max(max(budget, 0) // per_row, tiles["bt"]))
 
 
 def _backward_rows(chunk: int | None, dtype, n: int, bt: int, h: int, ws, o: _Options) -> int:
