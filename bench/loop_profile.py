@@ -9,9 +9,9 @@ to the innermost loop that holds it (a backward branch and its target bound a lo
     .venv/bin/python bench/loop_profile.py --op bench.loss:npugrad_forward --size bt=4096,h=4096,v=32000,dtype=float32
 
 It prints one row per loop: its share of the kernel's samples, its address range in the object,
-its instructions, FMAs (vfmadd*) and operands addressed off %rsp/%rbp (with a frame pointer:
-spills and reloads; one in a micro-kernel's reduction loop is worth a look). Compare two
-variants by their rows, not by their times: the shares are measured within one run, which a
+its instructions, multiply-adds (vfmadd*, vdpbf16ps) and operands addressed off %rsp, and off
+%rbp where it holds a frame (spills and reloads; one in a micro-kernel's reduction loop is worth
+a look). Compare two variants by their rows, not by their times: the shares are measured within one run, which a
 shared machine's slow spells scale alike. Needs `perf`, `nm` and `objdump` (binutils); the op
 runs `--calls` times after a warm-up call, on the thread count NPUGRAD_THREADS gives.
 """
@@ -36,19 +36,30 @@ _BRANCH = re.compile(r"^j\w+\s+([0-9a-f]+)\b")
 _LABEL_BRANCH = re.compile(r"^(j\w+\s+)(\.L\w+)$")
 
 
+_OFF_RSP = re.compile(r"\(%rsp[,)]")
+_OFF_RBP = re.compile(r"\(%rbp[,)]")
+_FRAME_SETUP = re.compile(r"^movq?\s+%rsp,\s*%rbp$")
+
+
 @dataclass(frozen=True)
 class Loop:
     start: int  # offsets in the object's code section
     end: int  # the backward branch
     instructions: tuple[str, ...]
+    frame_pointer: bool = True  # the code keeps its frame in %rbp (else %rbp is one more register)
 
     @property
     def fmas(self) -> int:
-        return sum(i.startswith("vfmadd") for i in self.instructions)
+        """Multiply-adds: FMAs (vfmadd*) and bfloat16 pair dot products (vdpbf16ps)."""
+        return sum(i.startswith(("vfmadd", "vdpbf16ps")) for i in self.instructions)
 
     @property
     def stack(self) -> int:
-        return sum("%rsp" in i or "%rbp" in i for i in self.instructions)
+        """Memory operands based on %rsp, or on %rbp where it holds the frame: spills and
+        reloads. (Code built without a frame pointer uses %rbp as a general register: an
+        operand such as (%rax,%rbp,4) is A's row, not the stack.)"""
+        return sum(bool(_OFF_RSP.search(i) or (self.frame_pointer and _OFF_RBP.search(i)))
+                   for i in self.instructions)
 
 
 def instructions(disassembly: str) -> list[tuple[int, str]]:
@@ -77,11 +88,12 @@ def assembly_instructions(asm: str) -> list[tuple[int, str]]:
 def loops(code: list[tuple[int, str]]) -> list[Loop]:
     """A loop per backward branch: from its target to the branch."""
     found = []
+    frame = any(_FRAME_SETUP.match(t) for _, t in code)
     for at, text in code:
         m = _BRANCH.match(text)
         if m and int(m.group(1), 16) <= at:
             start = int(m.group(1), 16)
-            found.append(Loop(start, at, tuple(t for a, t in code if start <= a <= at)))
+            found.append(Loop(start, at, tuple(t for a, t in code if start <= a <= at), frame))
     return found
 
 

@@ -1,14 +1,16 @@
 """The micro-kernels' reduction loops keep all they use in registers: no operand off the stack in
 any of the FLCE kernel's FMA loops, compiled for a Zen 3 (tests/lit/Inputs/zen3.toml: LLVM's
-znver3 tuning, 16 ymm registers, 2 cores) whatever machine runs the test.
+znver3 tuning, 16 ymm registers, 2 cores), nor in its bfloat16 dot-product loops compiled for
+an AVX512-BF16 CPU (Inputs/avx512bf16.toml), whatever machine runs the test.
 
 Register allocation runs over the whole kernel, one function, so what the rest of the nest keeps
 live decides whether a reduction loop's bound stays in a register. Emitting the row-tail block
 after the whole blocks instead of before left GEMM 2's loop comparing against a stack slot on
 every step, and that loop took 10 % more samples (perf, Zen 3; bench/loop_profile.py shows the
 stack operands per loop). The loops are found in the assembly as backward branches; a
-reduction loop is one with at least 12 FMAs and at most two instructions per FMA (the masked
-column tails, which load B lane by lane, have more and run only on the last columns)."""
+reduction loop is one with at least 12 multiply-adds (FMAs or vdpbf16ps) and at most two
+instructions per multiply-add (the masked column tails, which load B lane by lane, have more
+and run only on the last columns)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ sys.path.insert(0, ROOT)
 from bench import loop_profile
 
 ZEN3 = os.path.join(ROOT, "tests", "lit", "Inputs", "zen3.toml")
+AVX512BF16 = os.path.join(ROOT, "tests", "lit", "Inputs", "avx512bf16.toml")
 
 
 def reduction_loops(asm: str) -> list[tuple[int, int, int]]:
@@ -37,15 +40,17 @@ def reduction_loops(asm: str) -> list[tuple[int, int, int]]:
             if lp.fmas >= 12 and len(lp.instructions) <= 2 * lp.fmas]
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_flce_reduction_loops_take_no_operand_off_the_stack(dtype):
-    """The kernel the API compiles for arrays of any shape (dynamic, C-contiguous)."""
+@pytest.mark.parametrize(("cpu", "dtype"), [(ZEN3, "float32"), (ZEN3, "bfloat16"), (AVX512BF16, "bfloat16")],
+                         ids=["zen3-float32", "zen3-bfloat16", "avx512bf16-bfloat16"])
+def test_flce_reduction_loops_take_no_operand_off_the_stack(cpu, dtype):
+    """The kernel the API compiles for arrays of any shape (dynamic, C-contiguous). On a CPU with
+    AVX512-BF16 the bfloat16 loops are vdpbf16ps pair loops, A's pairs read in place."""
     vectors = {"grad": "float32", "target_mask": "bool", "masked_target": "int64", "logits_max": "float32",
                "sum_exp_logits": "float32"}
     classes = {name: OperandClass(vectors[name], (None,), False) if name in vectors
                else OperandClass(dtype, (None, None), False)
                for name in FusedLinearCrossEntropyLossGradOp.operand_names() if name != "softmax"}
-    asm = Pipeline(cpu=ZEN3).lower(build_module(FusedLinearCrossEntropyLossGradOp, classes, {}), "asm")
+    asm = Pipeline(cpu=cpu).lower(build_module(FusedLinearCrossEntropyLossGradOp, classes, {}), "asm")
     loops = reduction_loops(asm)
     assert len(loops) >= 6, loops  # GEMMs 1, 2 and 3: whole blocks and row tails, at least
     assert all(stack == 0 for _, _, stack in loops), loops
