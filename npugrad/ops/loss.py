@@ -48,7 +48,10 @@ in the same budget in the input's dtype, and at least one token tile (_narrow_ch
 each lane's float32 dW accumulator tile and packs of W, and per row the float32 logits, each
 lane's float32 dX row and packed row of X. At BT = H = 4096, K = 32000 not even a token tile
 fits, and a token tile it is: 46.5 MiB beyond the gradients against the recompute schedule's
-72.1, 9.14 s against 11.10 (PyTorch eager: 470.5 MiB, 8.93 s; Zen 4, 2 threads, bench/loss.py).
+72.1, 9.14 s against 11.10 (PyTorch eager: 470.5 MiB, 8.93 s; Zen 4, 2 threads, bench/loss.py;
+a second run: 45.0 MiB, 9.18 s, recompute 11.02 s, eager 8.49 s). Chunks of 504 and 1008 rows
+took 8.86 and 8.61 s where 252 took 9.13: the chunks' own costs (W packed and dW widened and
+rounded once per chunk) are a few per cent; the rest of the backward's rate is its GEMMs'.
 dW is rounded to the dtype once per chunk, and each part's dX once before their sum.
 
 Elsewhere (z-loss, softcap) bfloat16/float16 take the recompute schedule, whose backward
