@@ -89,24 +89,29 @@ def test_max_sum_statistics_are_the_logits(rng):
 
 @pytest.mark.parametrize("dtype", NARROW_DTYPES, ids=str)
 def test_max_sum_float32_logits_of_narrow_inputs_are_unrounded(rng, dtype):
-    """A float32 logits output for a bfloat16/float16 input (the extension) holds the logits the
-    statistics were made from, unrounded: rounded, they are the input-dtype output bit for bit,
-    and the statistics are the same either way."""
+    """`float32_logits` (the extension) for a bfloat16/float16 input: the logits the statistics
+    were made from, unrounded. Rounded, they are the vendor's input-dtype logits bit for bit,
+    and the statistics are the same either way. Without the flag a float32 logits output is
+    rejected (the vendor's rule: the input's dtype), and with it any other dtype."""
     a, props = _max_sum(rng, 37, 40, 203, dtype, logits=True)
-    narrow = MAX_SUM.call_api(dict(a), props)
-    a["vocab_parallel_logits_out"] = np.zeros(a["vocab_parallel_logits_out"].shape, np.float32)
-    wide = MAX_SUM.call_api(dict(a), props)
-    z = wide["vocab_parallel_logits_out"]
-    assert z.dtype == np.float32
-    np.testing.assert_array_equal(z.astype(dtype).view(np.uint16), narrow["vocab_parallel_logits_out"].view(np.uint16))
-    for name in ("logits_max_local_out", "sum_exp_logits_local_out", "predicted_logits_local_out"):
-        np.testing.assert_array_equal(wide[name], narrow[name])
+    f = ops.fused_linear_online_max_sum
+    args = (a["input"], a["weight"], a["target"], props["vocab_start_index"], props["vocab_end_index"])
+    narrow = f(*args, return_logits=True)
+    wide = f(*args, return_logits=True, float32_logits=True)
+    given = f(*args, logits_out=np.zeros(narrow.logits.shape, np.float32), float32_logits=True)
+    z = wide.logits
+    assert z.dtype == np.float32 and narrow.logits.dtype == dtype
+    np.testing.assert_array_equal(given.logits, z)
+    np.testing.assert_array_equal(z.astype(dtype).view(np.uint16), narrow.logits.view(np.uint16))
+    for name in ("logits_max", "sum_exp_logits", "predicted_logits"):
+        np.testing.assert_array_equal(getattr(wide, name), getattr(narrow, name))
     exact = a["input"].astype(np.float64) @ a["weight"].astype(np.float64).T
     np.testing.assert_allclose(z, exact, rtol=1e-5, atol=1e-5)
-    assert np.abs(z - exact).max() < np.abs(narrow["vocab_parallel_logits_out"].astype(np.float64) - exact).max()
-    a["vocab_parallel_logits_out"] = np.zeros(z.shape, np.float16 if dtype != np.float16 else BFLOAT16)
-    with pytest.raises(SignatureTypeError, match="must have dtype (bfloat16|float16) or float32"):
-        MAX_SUM.call_api(dict(a), props)
+    assert np.abs(z - exact).max() < np.abs(narrow.logits.astype(np.float64) - exact).max()
+    with pytest.raises(SignatureTypeError, match="must have the dtype of 'input'"):
+        f(*args, logits_out=np.zeros(z.shape, np.float32))
+    with pytest.raises(SignatureTypeError, match="must have dtype float32"):
+        f(*args, logits_out=np.zeros(z.shape, dtype), float32_logits=True)
 
 
 # -- fused_cross_entropy_loss_with_max_sum ---------------------------------------------------------

@@ -406,7 +406,9 @@ class FusedLinearOnlineMaxSumOp(TrainOp):
     minus m_t where the target is in [vocab_start_index, vocab_end_index), the bit-packed mask
     (1 = not in the shard) and the local target column. Optional: the logits themselves (what
     high-performance mode needs) and Σ_v Z'_tv (what label smoothing needs). With `ignore_index`,
-    rows whose target equals it are skipped: their statistics and logits are 0."""
+    rows whose target equals it are skipped: their statistics and logits are 0. With
+    `float32_logits` (an extension, default off: the vendor's logits are in the input's dtype)
+    the logits output is float32 whatever the input's dtype, the logits unrounded."""
 
     name = "train.fused_linear_online_max_sum"
     input = input_def()
@@ -423,6 +425,7 @@ class FusedLinearOnlineMaxSumOp(TrainOp):
     vocab_end_index = prop_def(IntegerAttr[I64])
     softcap = prop_def(FloatAttr[Float64Type], default_value=_f64(0.0))
     ignore_index = opt_prop_def(IntegerAttr[I64])
+    float32_logits = prop_def(BoolAttr, default_value=_bool(False))
     tile_sizes = opt_prop_def(TileSizesAttr)
 
     STATISTICS: ClassVar[tuple[str, ...]] = ("logits_max_local_out", "sum_exp_logits_local_out",
@@ -457,9 +460,10 @@ class FusedLinearOnlineMaxSumOp(TrainOp):
         c.same_element("masked_target_out", "target")
         c.shape_is("masked_target_out", [bt], "(BT,)")
         if c.present("vocab_parallel_logits_out"):
-            # The input's dtype (the vendor's), or float32 for narrower inputs (an extension: the
-            # logits unrounded, what a softmax made from them needs; ops/loss.py keeps them so).
-            c.element("vocab_parallel_logits_out", list(dict.fromkeys([c.dtype("input"), "float32"])))
+            if c.prop_or("float32_logits", False):  # unrounded: what a softmax made from them needs
+                c.element("vocab_parallel_logits_out", ["float32"])
+            else:  # the vendor's
+                c.same_element("vocab_parallel_logits_out", "input")
             c.shape_is("vocab_parallel_logits_out", [bt, v], "(BT, V)")
         softcap = c.prop("softcap")
         c.prop_check("softcap", _finite(softcap) and softcap >= 0, "finite and >= 0 (0: off)")

@@ -33,7 +33,7 @@ class OnlineMaxSum(NamedTuple):
 
 @two_phase
 def fused_linear_online_max_sum(input, weight, target, vocab_start_index, vocab_end_index, *, softcap=0.0,
-                                ignore_index=None, return_logits=False, return_sum_logits=False,
+                                ignore_index=None, return_logits=False, return_sum_logits=False, float32_logits=False,
                                 logits_max_out=None, sum_exp_logits_out=None, predicted_logits_out=None,
                                 target_mask_out=None, masked_target_out=None, logits_out=None, sum_logits_out=None):
     """One vocabulary shard's statistics of Z' = softcap(X·Wᵀ), in one pass over W with an online
@@ -43,12 +43,13 @@ def fused_linear_online_max_sum(input, weight, target, vocab_start_index, vocab_
     ids; the shard is [vocab_start_index, vocab_end_index). `softcap` c > 0 caps the logits at
     c·tanh(Z/c); rows whose target is `ignore_index` are skipped (their statistics are 0);
     `return_sum_logits`: Σ_v Z'_tv, which label smoothing needs. The logits come in the input's
-    dtype; a float32 `logits_out` for a narrower input takes them unrounded (an extension: what a
-    softmax made from them needs, ops/loss.py's chunked schedule)."""
+    dtype, or with `float32_logits` (an extension, default off) in float32 whatever the input's,
+    unrounded: what a softmax made from them needs (ops/loss.py's chunked schedule)."""
     start = integer(MAX_SUM, "vocab_start_index", vocab_start_index)
     end = integer(MAX_SUM, "vocab_end_index", vocab_end_index)
     cap = real(MAX_SUM, "softcap", softcap, float32=True)
     ignore = None if ignore_index is None else integer(MAX_SUM, "ignore_index", ignore_index)
+    wide = flag(MAX_SUM, "float32_logits", float32_logits)
     want_logits = flag(MAX_SUM, "return_logits", return_logits) or logits_out is not None
     want_sum = flag(MAX_SUM, "return_sum_logits", return_sum_logits) or sum_logits_out is not None
     x = as_input(MAX_SUM, "input", input)
@@ -64,7 +65,7 @@ def fused_linear_online_max_sum(input, weight, target, vocab_start_index, vocab_
         "predicted_logits_local_out": output(MAX_SUM, "predicted_logits_out", predicted_logits_out, (bt,), F32, sized),
         "target_mask_out": output(MAX_SUM, "target_mask_out", target_mask_out, (-(-bt // 8),), np.dtype(np.uint8), sized),
         "masked_target_out": output(MAX_SUM, "masked_target_out", masked_target_out, (bt,), t.dtype, sized),
-        "vocab_parallel_logits_out": output(MAX_SUM, "logits_out", logits_out, (bt, v), x.dtype, sized)
+        "vocab_parallel_logits_out": output(MAX_SUM, "logits_out", logits_out, (bt, v), F32 if wide else x.dtype, sized)
         if want_logits else None,
         "sum_logits_local_out": output(MAX_SUM, "sum_logits_out", sum_logits_out, (bt,), F32, sized)
         if want_sum else None,
@@ -75,6 +76,8 @@ def fused_linear_online_max_sum(input, weight, target, vocab_start_index, vocab_
     props = {"vocab_start_index": start, "vocab_end_index": end, "softcap": cap}
     if ignore is not None:
         props["ignore_index"] = ignore
+    if wide:
+        props["float32_logits"] = True
     props = check(FusedLinearOnlineMaxSumOp, arrays, props, display)
     outputs = [n for n in FusedLinearOnlineMaxSumOp.outputs() if arrays.get(n) is not None]
     reject_overlap(MAX_SUM, arrays, outputs, display)

@@ -20,7 +20,7 @@ Two schedules compute the same loss and gradients:
   the shard's gradient (`accumulate`): three GEMMs' worth, and one chunk × K float32 buffer.
   It applies where high-performance mode computes the options: no z-loss, no softcap, every
   shard at least 128 rows. The logits are kept in float32 whatever the input's dtype (the
-  forward's float32 logits output, unrounded), so the loss is the recompute schedule's.
+  forward's `float32_logits`, unrounded), so the loss is the recompute schedule's.
 
 The chunked schedule splits the vocabulary over the cores, not the rows: each shard is cut into
 one part per core of the target (_parts), and a part is a task (pool.run_tasks) whose kernels
@@ -199,7 +199,8 @@ def _statistics(xc, yc, pieces, o: _Options, logits=None, side_by_side: bool = F
     in; `side_by_side`: the forwards as tasks (pool.run_tasks), else one after the other."""
     n = xc.shape[0]
     forwards = [functools.partial(fused_linear_online_max_sum, xc, w, yc, start, start + w.shape[0], softcap=o.cap,
-                                  return_sum_logits=bool(o.alpha), logits_out=None if logits is None else logits[i])
+                                  return_sum_logits=bool(o.alpha), logits_out=None if logits is None else logits[i],
+                                  float32_logits=logits is not None and xc.dtype != F32)
                 for i, (w, start) in enumerate(pieces)]
     stats = pool.run_tasks(forwards) if side_by_side else [f() for f in forwards]
     group = o.group

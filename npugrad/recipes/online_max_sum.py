@@ -50,7 +50,7 @@ class FusedLinearOnlineMaxSum(OpRecipe):
         st = forward.fused_linear_online_max_sum(
             a["input"], a["weight"], a["target"], props["vocab_start_index"], props["vocab_end_index"],
             softcap=props.get("softcap", 0.0), ignore_index=props.get("ignore_index"),
-            return_logits="vocab_parallel_logits_out" in a)
+            return_logits="vocab_parallel_logits_out" in a, float32_logits=bool(props.get("float32_logits")))
         out = {"logits_max_local_out": st.logits_max, "sum_exp_logits_local_out": st.sum_exp_logits,
                "predicted_logits_local_out": st.predicted_logits, "target_mask_out": st.target_mask,
                "masked_target_out": st.masked_target}
@@ -85,6 +85,7 @@ class FusedLinearOnlineMaxSum(OpRecipe):
         a = arrays
         r = self.api()(a["input"], a["weight"], a["target"], props["vocab_start_index"], props["vocab_end_index"],
                        softcap=props.get("softcap", 0.0), ignore_index=props.get("ignore_index"),
+                       float32_logits=bool(props.get("float32_logits")),
                        logits_out=a.get("vocab_parallel_logits_out"), sum_logits_out=a.get("sum_logits_local_out"))
         out = {"logits_max_local_out": r.logits_max, "sum_exp_logits_local_out": r.sum_exp_logits,
                "predicted_logits_local_out": r.predicted_logits, "target_mask_out": r.target_mask,
@@ -97,12 +98,14 @@ class FusedLinearOnlineMaxSum(OpRecipe):
 
     def examples(self):
         options = [("plain", {}, False), ("softcap 20, logits and their sum", {"softcap": 20.0}, True),
-                   ("ignore -100", {"ignore_index": IGNORE}, False)]
+                   ("ignore -100", {"ignore_index": IGNORE}, False),
+                   ("float32 logits (extension)", {"float32_logits": True}, True)]
         for dtype, (label, extra, outputs) in itertools.product(FLOAT_DTYPES, options):
             bt, h, v, start = 75, 40, 300, 300
             shapes = {"input": (bt, h), "weight": (v, h), "target": (bt,)}
             if outputs:
                 shapes |= {"vocab_parallel_logits_out": (bt, v), "sum_logits_local_out": (bt,)}
             dtypes = {"input": dtype, "weight": dtype, "target": np.dtype(np.int64),
-                      "vocab_parallel_logits_out": dtype, "sum_logits_local_out": np.dtype(np.float32)}
+                      "vocab_parallel_logits_out": np.dtype(np.float32) if extra.get("float32_logits") else dtype,
+                      "sum_logits_local_out": np.dtype(np.float32)}
             yield Example(label, shapes, dtypes, {"vocab_start_index": start, "vocab_end_index": start + v, **extra})

@@ -38,10 +38,12 @@ class ShardStatistics:
 
 
 def fused_linear_online_max_sum(input, weight, target, vocab_start: int, vocab_end: int, *, softcap: float = 0.0,
-                                ignore_index: int | None = None, return_logits: bool = False) -> ShardStatistics:
+                                ignore_index: int | None = None, return_logits: bool = False,
+                                float32_logits: bool = False) -> ShardStatistics:
     """One shard's statistics. With `ignore_index`, rows whose target equals it are not computed:
     their statistics and logits are 0 (their loss is 0 by definition; see
-    fused_cross_entropy_loss_with_max_sum)."""
+    fused_cross_entropy_loss_with_max_sum). The logits come in the input's dtype, or unrounded
+    in float32 with `float32_logits` (the extension)."""
     x = np.asarray(input)
     w = np.asarray(weight)
     t = np.asarray(target)
@@ -69,7 +71,7 @@ def fused_linear_online_max_sum(input, weight, target, vocab_start: int, vocab_e
     mask = np.packbits(bits, bitorder="little")
     logits = None
     if return_logits:
-        logits = z.astype(x.dtype)
+        logits = z.astype(F32 if float32_logits else x.dtype)
         if ignore_index is not None:
             logits[skipped] = 0
     return ShardStatistics(m.astype(F32), s.astype(F32), p, mask, masked, logits, sum_z)

@@ -7,6 +7,8 @@
 // RUN: npugrad-opt %examples/flce_forward.mlir --stage run --target host | FileCheck %s
 // RUN: npugrad-opt %s --stage run --entry every_option | FileCheck %s --check-prefix=ALL
 // RUN: npugrad-opt %s --stage run --entry every_option --target npu-a2 | FileCheck %s --check-prefix=ALL
+// RUN: npugrad-opt %s --stage run --entry float32_logits | FileCheck %s --check-prefix=WIDE
+// RUN: npugrad-opt %s --stage run --entry float32_logits --target npu-a2 | FileCheck %s --check-prefix=WIDE
 
 // CHECK: @flce_forward: compiled in {{.*}} ms, ran in {{.*}} ms
 // CHECK: logits_max_local_out {{ *}}(100,) {{ *}}float32 {{.*}} ok
@@ -34,5 +36,22 @@ func.func @every_option(%x: memref<37x19xf16>, %w: memref<203x19xf16>, %t: memre
       target_mask_out(%mask : memref<5xui8>) masked_target_out(%mt : memref<37xi32>)
       vocab_parallel_logits_out(%z : memref<37x203xf16>) sum_logits_local_out(%sz : memref<37xf32>)
       {vocab_start_index = 400 : i64, vocab_end_index = 603 : i64, softcap = 2.0 : f64, ignore_index = -100 : i64}
+  func.return
+}
+
+// The extension float32_logits: a bfloat16 input's logits written in float32, unrounded (checked
+// against the reference's float32 logits at float32's tolerance).
+// WIDE: @float32_logits
+// WIDE: logits_max_local_out {{.*}} ok
+// WIDE: vocab_parallel_logits_out (37, 203) {{ *}}float32 {{.*}} 1.0e-05 {{ *}}ok
+func.func @float32_logits(%x: memref<37x40xbf16>, %w: memref<203x40xbf16>, %t: memref<37xi64>,
+                          %m: memref<37xf32>, %s: memref<37xf32>, %p: memref<37xf32>,
+                          %mask: memref<5xui8>, %mt: memref<37xi64>, %z: memref<37x203xf32>) {
+  train.fused_linear_online_max_sum input(%x : memref<37x40xbf16>) weight(%w : memref<203x40xbf16>)
+      target(%t : memref<37xi64>) -> logits_max_local_out(%m : memref<37xf32>)
+      sum_exp_logits_local_out(%s : memref<37xf32>) predicted_logits_local_out(%p : memref<37xf32>)
+      target_mask_out(%mask : memref<5xui8>) masked_target_out(%mt : memref<37xi64>)
+      vocab_parallel_logits_out(%z : memref<37x203xf32>)
+      {vocab_start_index = 100 : i64, vocab_end_index = 303 : i64, float32_logits = true}
   func.return
 }

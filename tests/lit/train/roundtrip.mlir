@@ -91,6 +91,21 @@ func.func @online_max_sum(%x: memref<100x48xbf16>, %w: memref<300x48xbf16>, %t: 
   func.return
 }
 
+// The extension float32_logits: bfloat16 input, float32 logits (the default, false, is not printed).
+// CHECK-LABEL: func.func @online_max_sum_float32_logits
+func.func @online_max_sum_float32_logits(%x: memref<100x48xbf16>, %w: memref<300x48xbf16>, %t: memref<100xi64>,
+                                         %m: memref<100xf32>, %s: memref<100xf32>, %p: memref<100xf32>,
+                                         %mask: memref<13xui8>, %mt: memref<100xi64>, %z: memref<100x300xf32>) {
+  // CHECK: vocab_parallel_logits_out(%{{.*}} : memref<100x300xf32>) {vocab_start_index = 1000 : i64, vocab_end_index = 1300 : i64, float32_logits = true}
+  train.fused_linear_online_max_sum input(%x : memref<100x48xbf16>) weight(%w : memref<300x48xbf16>)
+      target(%t : memref<100xi64>) -> logits_max_local_out(%m : memref<100xf32>)
+      sum_exp_logits_local_out(%s : memref<100xf32>) predicted_logits_local_out(%p : memref<100xf32>)
+      target_mask_out(%mask : memref<13xui8>) masked_target_out(%mt : memref<100xi64>)
+      vocab_parallel_logits_out(%z : memref<100x300xf32>)
+      {vocab_start_index = 1000 : i64, vocab_end_index = 1300 : i64, float32_logits = true}
+  func.return
+}
+
 // CHECK-LABEL: func.func @online_max_sum_every_option
 func.func @online_max_sum_every_option(%x: memref<?x?xf32>, %w: memref<?x?xf32>, %t: memref<?xi32>,
     %m: memref<?xf32>, %s: memref<?xf32>, %p: memref<?xf32>, %mask: memref<?xui8>, %mt: memref<?xi32>,

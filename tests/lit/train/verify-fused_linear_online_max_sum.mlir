@@ -238,14 +238,27 @@ func.func @case17(%x: memref<8x16xbf16>, %w: memref<256x16xbf16>, %t: memref<8xi
 
 // -----
 
-// the logits have input's dtype or float32 (unrounded), no other
-func.func @case18(%x: memref<8x16xbf16>, %w: memref<256x16xbf16>, %t: memref<8xi64>, %m: memref<8xf32>, %s: memref<8xf32>, %p: memref<8xf32>, %mask: memref<1xui8>, %mt: memref<8xi64>, %z: memref<8x256xf16>) {
-  // expected-error@+1 {{'train.fused_linear_online_max_sum' op operand 'vocab_parallel_logits_out' must have dtype bfloat16 or float32, got float16}}
+// the logits have input's dtype (the vendor's; float32 only with float32_logits, below)
+func.func @case18(%x: memref<8x16xbf16>, %w: memref<256x16xbf16>, %t: memref<8xi64>, %m: memref<8xf32>, %s: memref<8xf32>, %p: memref<8xf32>, %mask: memref<1xui8>, %mt: memref<8xi64>, %z: memref<8x256xf32>) {
+  // expected-error@+1 {{'train.fused_linear_online_max_sum' op operand 'vocab_parallel_logits_out' must have the dtype of 'input' (bfloat16), got float32}}
   train.fused_linear_online_max_sum input(%x : memref<8x16xbf16>) weight(%w : memref<256x16xbf16>)
       target(%t : memref<8xi64>) -> logits_max_local_out(%m : memref<8xf32>)
       sum_exp_logits_local_out(%s : memref<8xf32>) predicted_logits_local_out(%p : memref<8xf32>)
-      target_mask_out(%mask : memref<1xui8>) masked_target_out(%mt : memref<8xi64>) vocab_parallel_logits_out(%z : memref<8x256xf16>)
+      target_mask_out(%mask : memref<1xui8>) masked_target_out(%mt : memref<8xi64>) vocab_parallel_logits_out(%z : memref<8x256xf32>)
       {vocab_start_index = 0 : i64, vocab_end_index = 256 : i64}
+  func.return
+}
+
+// -----
+
+// with float32_logits (the extension) the logits are float32, whatever the input's dtype
+func.func @case18b(%x: memref<8x16xbf16>, %w: memref<256x16xbf16>, %t: memref<8xi64>, %m: memref<8xf32>, %s: memref<8xf32>, %p: memref<8xf32>, %mask: memref<1xui8>, %mt: memref<8xi64>, %z: memref<8x256xbf16>) {
+  // expected-error@+1 {{'train.fused_linear_online_max_sum' op operand 'vocab_parallel_logits_out' must have dtype float32, got bfloat16}}
+  train.fused_linear_online_max_sum input(%x : memref<8x16xbf16>) weight(%w : memref<256x16xbf16>)
+      target(%t : memref<8xi64>) -> logits_max_local_out(%m : memref<8xf32>)
+      sum_exp_logits_local_out(%s : memref<8xf32>) predicted_logits_local_out(%p : memref<8xf32>)
+      target_mask_out(%mask : memref<1xui8>) masked_target_out(%mt : memref<8xi64>) vocab_parallel_logits_out(%z : memref<8x256xbf16>)
+      {vocab_start_index = 0 : i64, vocab_end_index = 256 : i64, float32_logits = true}
   func.return
 }
 
