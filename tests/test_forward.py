@@ -414,8 +414,8 @@ def test_chunked_schedule_is_the_same_on_any_thread_count(rng, monkeypatch, core
 def test_chunked_schedule_choice(rng, monkeypatch):
     """Default: chunked where it applies and a chunk of at least one token tile fits, with each
     lane's packed tile of W and rows of X, in 13/16 of 1/16 of the two BT x K float32 buffers PyTorch eager holds;
-    bfloat16/float16 in the same budget in their dtype, at least a token tile; an explicit
-    chunk_rows outside what it applies to is an error naming the parameter."""
+    bfloat16/float16 in the same budget in their dtype, or a token tile whose logits take at most
+    twice it; an explicit chunk_rows outside what it applies to is an error naming the parameter."""
     monkeypatch.setattr(loss_mod, "_tiles", lambda: {"bt": 8, "v": 16})
     monkeypatch.setattr(loss_mod, "_cores", lambda: 2)
     calls = []
@@ -426,10 +426,12 @@ def test_chunked_schedule_choice(rng, monkeypatch):
     # bfloat16/float16 (_narrow_chunk_rows): a lane's float32 16 x 8 dW tile and two packs of W in
     # the dtype; a row's float32 logits, each lane's float32 dX row and packed row of X, the other
     # part's dX row: at bt = 512 in bfloat16, (26624 - 2048) // 1136 = 21 rows; where fewer than a
-    # token tile fit (bt = 64), a token tile (8). z_loss takes the recompute schedule.
+    # token tile fit, a token tile (8) if its logits (8 x 256 float32) take at most twice the
+    # budget (2 x 6656 at bt = 128), else recompute (2 x 3328 at bt = 64). z_loss: recompute.
     for bt, dtype, options, rows in [(64, np.float32, {}, None), (255, np.float32, {}, 22), (512, np.float32, {}, 46),
                                      (512, np.float32, {"z_loss": 1e-3}, None), (512, BFLOAT16, {}, 21),
-                                     (64, np.float16, {}, 8), (512, BFLOAT16, {"z_loss": 1e-3}, None)]:
+                                     (128, np.float16, {}, 8), (64, BFLOAT16, {}, None),
+                                     (512, BFLOAT16, {"z_loss": 1e-3}, None)]:
         calls.clear()
         x, w, y = _loss_case(rng, bt, 8, 256, dtype, ignored=0.0)
         ops.linear_cross_entropy(x, w, y, **options)

@@ -46,8 +46,9 @@ memory allows, a larger `chunk_rows` is faster.
 bfloat16/float16 take the chunked schedule too where it applies, in chunks of the rows that fit
 in the same budget in the input's dtype, and at least one token tile (_narrow_chunk_rows):
 each lane's float32 dW accumulator tile and packs of W, and per row the float32 logits, each
-lane's float32 dX row and packed row of X. At BT = H = 4096, K = 32000 not even a token tile
-fits, and a token tile it is: 46.5 MiB beyond the gradients against the recompute schedule's
+lane's float32 dX row and packed row of X; where not even a token tile fits, a token tile if
+its logits take at most twice that budget, else the recompute schedule. At BT = H = 4096,
+K = 32000 not even a token tile fits, and a token tile it is: 46.5 MiB beyond the gradients against the recompute schedule's
 72.1, 9.14 s against 11.10 (PyTorch eager: 470.5 MiB, 8.93 s; Zen 4, 2 threads, bench/loss.py;
 a second run: 45.0 MiB, 9.18 s, recompute 11.02 s, eager 8.49 s). Chunks of 504 and 1008 rows
 took 8.86 and 8.61 s where 252 took 9.13: the chunks' own costs (W packed and dW widened and
@@ -345,16 +346,21 @@ def _chunk_rows(chunk: int | None, ws, dtype, n: int, bt: int, h: int, o: _Optio
 
 def _narrow_chunk_rows(n: int, bt: int, h: int, k: int, size: int, tiles: dict[str, int], parts: int,
                        lanes: int) -> int:
-    """bfloat16/float16: the chunked schedule's rows per chunk, at least one token tile. In the
-    same budget as the float32 rule's, in the dtype (13/16 of 1/16 of two bt x K buffers): each
-    lane's float32 dW accumulator tile and its two packed tiles of W (GEMMs 1 and 2), then per
-    row the float32 logits, each lane's float32 dX accumulator and packed row of X, and the
-    other parts' dX. Where not even a token tile fits, a token tile still: the recompute
-    schedule holds as much (its ring of float32 dW tiles and its float32 dX rows) for four
-    GEMMs' work instead of three."""
-    budget = 2 * bt * k * size // 16 * 13 // 16 - lanes * tiles["v"] * h * (4 + 2 * size)
+    """bfloat16/float16: the chunked schedule's rows per chunk, or 0 for the recompute schedule.
+    In the same budget as the float32 rule's, in the dtype (13/16 of 1/16 of two bt x K
+    buffers): each lane's float32 dW accumulator tile and its two packed tiles of W (GEMMs 1
+    and 2), then per row the float32 logits, each lane's float32 dX accumulator and packed row
+    of X, and the other parts' dX. Where not even a token tile fits, a token tile still if its
+    logits take at most twice the budget: the recompute schedule holds about as much (its ring
+    of float32 dW tiles, its float32 dX rows, its packs; measured above) for four GEMMs' work
+    instead of three. Beyond that (few rows, a large vocabulary) the recompute schedule."""
+    whole = 2 * bt * k * size // 16 * 13 // 16
+    budget = whole - lanes * tiles["v"] * h * (4 + 2 * size)
     per_row = k * 4 + lanes * h * (4 + size) + (parts - 1) * h * size
-    return min(n, max(max(budget, 0) // per_row, tiles["bt"]))
+    rows = max(budget, 0) // per_row
+    if rows >= tiles["bt"] or rows >= n:
+        return min(n, rows)
+    return min(n, tiles["bt"]) if min(n, tiles["bt"]) * k * 4 <= 2 * whole else 0
 
 
 def _backward_rows(chunk: int | None, dtype, n: int, bt: int, h: int, ws, o: _Options) -> int:
