@@ -29,10 +29,10 @@ from xdsl.utils.lexer import Span
 
 from npugrad.diagnostics import PassFailure
 from npugrad.dialect import Npu, Train, verify_attributes
-from npugrad.dialect.upstream import llvm_dialect, memref_dialect, x86_dialect
+from npugrad.dialect.upstream import llvm_dialect, memref_dialect, x86vector_dialect
 from npugrad.lowering import machine_code
 from npugrad.lowering.npu_to_cpu import LowerNpuToCpuPass
-from npugrad.lowering.to_llvm import TO_LLVM_PIPELINE, to_llvm_dialect, to_llvm_ir
+from npugrad.lowering.to_llvm import TO_LLVM_PIPELINE_22, to_llvm_dialect, to_llvm_ir
 from npugrad.lowering.train_to_loops import ConvertTrainToLoopsPass
 from npugrad.lowering.vector_math import replace_exp
 from npugrad.passes.check_capacity import CheckCapacityPass
@@ -78,12 +78,12 @@ def make_context() -> Context:
     ctx = Context()
     ours = {Train.name: Train, Npu.name: Npu}
     for name, factory in get_all_dialects().items():
-        if name not in ours and name not in ("memref", "x86", "llvm"):
+        if name not in ours and name not in ("memref", "llvm"):
             ctx.register_dialect(name, factory)
     for name, dialect in ours.items():
         ctx.register_dialect(name, lambda d=dialect: d)
     ctx.register_dialect("memref", memref_dialect)  # with the upstream ops xDSL lacks
-    ctx.register_dialect("x86", x86_dialect)
+    ctx.register_dialect("x86vector", x86vector_dialect)
     ctx.register_dialect("llvm", llvm_dialect)
     return ctx
 
@@ -299,7 +299,7 @@ class Pipeline:
         (lowering/vector_math.py), which no upstream tool does: their `llvm.exp` calls libm."""
         commands = []
         if STAGES.index(stage) >= STAGES.index("llvm-dialect"):
-            commands.append(f"mlir-opt --pass-pipeline='{TO_LLVM_PIPELINE}'")
+            commands.append(f"mlir-opt --pass-pipeline='{TO_LLVM_PIPELINE_22}'")
         if STAGES.index(stage) >= STAGES.index("llvm-ir"):
             commands.append("mlir-translate --mlir-to-llvmir")
         if stage == "asm":

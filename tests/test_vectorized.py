@@ -130,7 +130,7 @@ def test_micro_kernel_with_b_transposed_or_hoisted_matches_numpy(rng, transposed
 @pytest.mark.parametrize("rhs_transposed", [False, True])
 @pytest.mark.parametrize("k", [1, 37, 400, 401, 1024, 1025])
 def test_bf16_dot_micro_kernel_matches_numpy(rng, lhs_transposed, rhs_transposed, k):
-    """Two bfloat16 operands on a host with AVX512-BF16 (x86.avx512.dot): A read [i, k] or [k, i],
+    """Two bfloat16 operands on a host with AVX512-BF16 (x86vector.avx512.dot): A read [i, k] or [k, i],
     B read [k, j] or [j, k], in a loop B does not change (hoisted pairs) with K odd and even,
     below, at and above a reduction chunk (KC = 512 on a 1 MiB L2, 1024 two chunks, 1025 a
     third chunk of one odd pair; KC = 128 on a 32 KiB L1 where the L2 is smaller: 400, 401; 37
@@ -150,7 +150,7 @@ def test_bf16_dot_micro_kernel_matches_numpy(rng, lhs_transposed, rhs_transposed
     if lhs_transposed:
         text = text.replace("affine_map<(d0, d1, d2) -> (d0, d1)>", "affine_map<(d0, d1, d2) -> (d1, d0)>")
     cpu = "host" if dot_bf16(get_target("host")) else AVX512BF16
-    assert "x86.avx512.dot" in str(Pipeline(cpu=cpu).lower(parse(text, "gemm.mlir", make_context()), "vectorized"))
+    assert "x86vector.avx512.dot" in str(Pipeline(cpu=cpu).lower(parse(text, "gemm.mlir", make_context()), "vectorized"))
     ctx = make_context()
     module = parse(text, "gemm.mlir", ctx)
     with emulating("avx512bf16"):

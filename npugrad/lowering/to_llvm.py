@@ -21,7 +21,8 @@ TO_LLVM_PASSES = (
     "expand-strided-metadata",
     "lower-affine",
     # The micro-kernels of vectorize-contractions: vector loads, stores, masks and FMAs, and
-    # x86.avx512.dot (AVX512-BF16's vdpbf16ps) as its LLVM intrinsic.
+    # x86.avx512.dot (AVX512-BF16's vdpbf16ps; x86vector.avx512.dot in the printed stages, LLVM
+    # 22's name: _NEWER) as its LLVM intrinsic.
     "convert-vector-to-llvm{enable-x86=true}",
     "finalize-memref-to-llvm",
     "convert-arith-to-llvm",
@@ -30,8 +31,12 @@ TO_LLVM_PASSES = (
     "convert-cf-to-llvm",
     "reconcile-unrealized-casts",
 )
-# The same as `mlir-opt --pass-pipeline=...` runs it (npugrad-opt --print-pipeline).
 TO_LLVM_PIPELINE = f"builtin.module({','.join(TO_LLVM_PASSES)})"
+# What the bindings' newer MLIR renamed, by LLVM 22's name: the printed stages and commands use
+# the latter (Debian's mlir-opt-22 reads them), the bindings parse and run the former.
+_NEWER = {"x86vector.avx512.dot": "x86.avx512.dot"}
+# The same as LLVM 22's `mlir-opt --pass-pipeline=...` runs it (npugrad-opt --print-pipeline).
+TO_LLVM_PIPELINE_22 = TO_LLVM_PIPELINE.replace("enable-x86=true", "enable-x86vector=true")
 
 
 class LoweringError(RuntimeError):
@@ -39,6 +44,8 @@ class LoweringError(RuntimeError):
 
 
 def _parse(ctx, text: str):
+    for old, new in _NEWER.items():
+        text = text.replace(old, new)
     try:
         return ir.Module.parse(text)
     except ir.MLIRError as e:  # type: ignore[attr-defined]

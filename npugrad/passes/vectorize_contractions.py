@@ -48,7 +48,7 @@ then packed once per call, not once per vocabulary tile.
 Two bfloat16 operands on a target whose vectors multiply bfloat16 pairs (`dot_bf16`: AVX512-BF16,
 as the target's llvm_features say) take two reduction steps per instruction instead:
 
-    %acc1 = x86.avx512.dot %acc, %a_pair, %b_pairs : vector<32xbf16> -> vector<16xf32>
+    %acc1 = x86vector.avx512.dot %acc, %a_pair, %b_pairs : vector<32xbf16> -> vector<16xf32>
 
 B's panel holds KC/2 rows of pairs (B[k, j], B[k + 1, j]) for 16 columns a vector (pack_pairs:
 rows k and k + 1 interleaved; for a B read [j, k], whose pair is one i32 of its row, 16 x 16 i32
@@ -132,7 +132,7 @@ def reduction_chunk(target: Target, columns: int, element_bytes: int = 4) -> int
 
 
 def dot_bf16(target: Target) -> bool:
-    """Whether `target`'s vectors multiply bfloat16 pairs into float32 lanes (x86.avx512.dot,
+    """Whether `target`'s vectors multiply bfloat16 pairs into float32 lanes (x86vector.avx512.dot,
     AVX512-BF16's vdpbf16ps: 512 bits, or 128/256 with AVX512-VL), as its `llvm_features` say
     (`host`: the machine's own). Contractions of two bfloat16 operands then run on it."""
     if not target.has_feature("avx512bf16"):
@@ -170,7 +170,7 @@ def pack_pairs(e: IRBuilder, b: SSAValue, transposed_b: bool, k_lo: SSAValue, k_
                lanes: int, nr: int, store: Callable[[SSAValue, int, SSAValue], None], ahead: SSAValue | None = None) -> None:
     """store(q, c, v) for each pair q of reduction steps k = k_lo + 2q, k + 1 (k + 1 zero past
     k_hi) and each of the panel's nr vectors c (columns j0 + c·lanes, lanes of them): v holds
-    the pairs (B[k, j], B[k + 1, j]) of those columns, what x86.avx512.dot reads. B read [k, j]:
+    the pairs (B[k, j], B[k + 1, j]) of those columns, what x86vector.avx512.dot reads. B read [k, j]:
     rows k and k + 1 interleaved (a shuffle), the row after next panel's line prefetched at
     column `ahead`. B read [j, k], where a column's pair is one i32 of B's row: lanes x lanes
     blocks of i32, each row a vector load and the block transposed in registers; the last
@@ -315,7 +315,7 @@ def _match(gen: GenericOp) -> _Contraction | None:
 
 
 def dots(gen: GenericOp, shape: _Contraction, target: Target) -> bool:
-    """Whether the contraction runs on bfloat16 pairs (x86.avx512.dot): the target has the dot
+    """Whether the contraction runs on bfloat16 pairs (x86vector.avx512.dot): the target has the dot
     product (dot_bf16) and A and B are both bfloat16, contiguous along their rows."""
     a, b = (v.type for v in gen.inputs)
     return (dot_bf16(target) and a.element_type == bf16 == b.element_type  # type: ignore[attr-defined]
@@ -337,7 +337,7 @@ class _Kernels:
         self.m, self.n = e.dim(self.c, 0), e.dim(self.c, 1)
         self.k = e.dim(self.b, 1 if shape.rhs_transposed else 0)
         self.rows_full = self._floor(self.m, self.mr)  # rows that fill whole MR-row blocks
-        self.dot = dots(gen, shape, target)  # bfloat16 pairs into x86.avx512.dot (dots)
+        self.dot = dots(gen, shape, target)  # bfloat16 pairs into x86vector.avx512.dot (dots)
         self.pairs = VectorType(bf16, [2 * self.lanes])
         self.kc = reduction_chunk(target, self.nr * self.lanes, 2 if self.dot else 4)
         self.k_lo = self.k_hi = self.k  # the current reduction chunk, set by emit()
@@ -448,7 +448,7 @@ class _Kernels:
                 updated += [e.emit(vector.FMAOp(a, b, carried[r * nr + c])) for c, b in enumerate(bs)]
 
     def pair_steps(self, rows: list[SSAValue], nr: int, accs: list[SSAValue], p: SSAValue | None) -> None:
-        """The chunk's reduction steps into `accs` two at a time, one x86.avx512.dot per
+        """The chunk's reduction steps into `accs` two at a time, one x86vector.avx512.dot per
         accumulator per pair: B's pairs from the packed panel (row k_lo/2 + q of the hoisted
         ones), A's pair for each row broadcast as one i32. A read [i, k] holds its pairs as they
         are, contiguous along its rows: they are read in place, and where the chunk's count is

@@ -12,7 +12,7 @@
 // stride apart are too many streams for the hardware prefetchers.
 // RUN: npugrad-opt %s -p 'vectorize-contractions{target="%inputs/avx512.toml"}' | FileCheck %s
 // A CPU with AVX512-BF16 (Inputs/avx512bf16.toml) multiplies bfloat16 pairs instead, two
-// reduction steps per x86.avx512.dot (vdpbf16ps): the panels of B hold KC/2 rows of pairs, KC
+// reduction steps per x86vector.avx512.dot (vdpbf16ps): the panels of B hold KC/2 rows of pairs, KC
 // twice as long for the same 64 KiB (512 steps).
 // RUN: npugrad-opt %s -p 'vectorize-contractions{target="%inputs/avx512bf16.toml"}' | FileCheck %s --check-prefix=DOT
 // A target without vector registers keeps its contractions as they are.
@@ -125,7 +125,7 @@
 // DOT-NEXT:     %[[W:.*]] = vector.bitcast %[[I]] : vector<32xbf16> to vector<16xi32>
 // DOT-NEXT:     vector.store %[[W]], %a_pairs[%{{.*}}, %{{.*}}] : memref<256x50xi32>, vector<16xi32>
 // DOT:          memref.load %a_pairs[%[[Q:.*]], %{{.*}}] : memref<256x50xi32>
-// DOT:          x86.avx512.dot
+// DOT:          x86vector.avx512.dot
 
 // A narrower A read [i, k] is widened into a float32 buffer (M x KC) at the start of each
 // reduction chunk, a vector at a time along k (the last k % 16 one by one); the row blocks then
@@ -293,22 +293,22 @@
 // DOT-NEXT:       %[[AI:.*]] = vector.extract %[[AW]][0] : i32 from vector<1xi32>
 // DOT-NEXT:       %[[AB:.*]] = vector.broadcast %[[AI]] : i32 to vector<16xi32>
 // DOT-NEXT:       %[[A:.*]] = vector.bitcast %[[AB]] : vector<16xi32> to vector<32xbf16>
-// DOT-NEXT:       x86.avx512.dot %acc, %[[A]], %{{.*}} : vector<32xbf16> -> vector<16xf32>
-// DOT-COUNT-23:   x86.avx512.dot
+// DOT-NEXT:       x86vector.avx512.dot %acc, %[[A]], %{{.*}} : vector<32xbf16> -> vector<16xf32>
+// DOT-COUNT-23:   x86vector.avx512.dot
 // DOT-NEXT:       scf.yield
 // DOT:          scf.for %[[QT:.*]] = %[[WHOLE]] to %{{.*}} step %{{.*}} iter_args(
 // DOT:            %[[AS:.*]] = memref.load %a[%{{.*}}, %{{.*}}] : memref<?x?xbf16>
 // DOT-NEXT:       %[[AH:.*]] = arith.bitcast %[[AS]] : bf16 to i16
 // DOT-NEXT:       %[[AT:.*]] = arith.extui %[[AH]] : i16 to i32
 // DOT-NEXT:       vector.broadcast %[[AT]] : i32 to vector<16xi32>
-// DOT:            x86.avx512.dot
-// DOT-COUNT-23:   x86.avx512.dot
+// DOT:            x86vector.avx512.dot
+// DOT-COUNT-23:   x86vector.avx512.dot
 // DOT-NEXT:       scf.yield
 // DOT:          vector.fma
-// DOT-NOT:      x86.avx512.dot
+// DOT-NOT:      x86vector.avx512.dot
 // DOT:          func.return
 // CHECK-LABEL: func.func @gemm_bf16_dot
-// CHECK-NOT:     x86.avx512.dot
+// CHECK-NOT:     x86vector.avx512.dot
 // CHECK:         vector.fma
 // CHECK:         func.return
 
@@ -329,7 +329,7 @@
 // DOT:          scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} {
 // DOT:            scf.for %[[Q:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(
 // DOT:              vector.load %b_panels[%{{.*}}, %{{.*}}, %{{.*}}] : memref<?x?x128xbf16>, vector<32xbf16>
-// DOT:              x86.avx512.dot
+// DOT:              x86vector.avx512.dot
 // DOT:          memref.dealloc %b_panels
 
 func.func @gemm(%a: memref<?x?xf32>, %b: memref<?x?xf32>, %c: memref<?x?xf32>) {
