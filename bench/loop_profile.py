@@ -124,7 +124,8 @@ def report(counts: collections.Counter, inside: int, top: int) -> str:
 
 def child(op: str, size: dict, calls: int) -> dict:
     """Run `op` (a bench.ops contender, or module:function of a bench script, called with the
-    sizes) `calls` times after a warm-up; the kernels' JIT addresses."""
+    sizes) `calls` times after a warm-up; [name, JIT address, disk cache key] of every kernel
+    (several specialisations of one op share a name: each has its own object)."""
     import importlib
 
     from bench import ops as bench_ops
@@ -138,7 +139,7 @@ def child(op: str, size: dict, calls: int) -> dict:
     fn()
     for _ in range(calls):
         fn()
-    return {k.name: k._jit.address(k.name) for k, _ in launch._SPECIALISED.values()}
+    return [[k.name, k._jit.address(k.name), k._jit.cache_key] for k, _ in launch._SPECIALISED.values()]
 
 
 def _size(text: str) -> dict:
@@ -185,13 +186,16 @@ def main(argv: list[str] | None = None) -> None:
             symbols = subprocess.run(["nm", obj], capture_output=True, text=True, check=True).stdout
             code = instructions(subprocess.run(["objdump", "-d", "--no-show-raw-insn", obj], capture_output=True,
                                                 text=True, check=True).stdout)
-            for name, address in addresses.items():
+            for name, address, key in addresses:
+                if f"{key}.o" != entry:  # another object's kernel (maybe of the same name)
+                    continue
                 m = re.search(rf"^([0-9a-f]+) T {re.escape(name)}$", symbols, re.MULTILINE)
                 if m is None or not code:
                     continue
                 base = address - int(m.group(1), 16)  # where the object's code section was loaded
                 counts, inside = charge([ip - base for ip in ips], loops(code), code[-1][0] + 16)
-                print(f"{name}: {inside} of {len(ips)} samples in its code ({args.op} {args.size}, {args.calls} call(s))")
+                print(f"{name} (object {key[:12]}): {inside} of {len(ips)} samples in its code "
+                      f"({args.op} {args.size}, {args.calls} call(s))")
                 print(report(counts, inside, args.top))
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ class JitModule:
             else:
                 self._engine.set_object_cache(getbuffer_func=lambda _module: code)
             self.from_cache = code is not None
+            self.cache_key = key  # its disk cache entry's name (bench/loop_profile.py reads the object)
             self._engine.finalize_object()
             self._engine.run_static_constructors()
 
