@@ -44,7 +44,7 @@ float32: bfloat16/float16 below). Where
 memory allows, a larger `chunk_rows` is faster.
 
 bfloat16/float16 take the chunked schedule too where it applies, in chunks of the rows that fit
-in the same budget in the input's dtype, and at least one token tile (_narrow_chunk_rows):
+in the same budget in the input's dtype (_narrow_chunk_rows):
 each lane's float32 dW accumulator tile and packs of W, and per row the float32 logits, each
 lane's float32 dX row and packed row of X; where not even a token tile fits, a token tile if
 its logits take at most twice that budget, else the recompute schedule. At BT = H = 4096,
@@ -201,7 +201,7 @@ def _statistics(xc, yc, pieces, o: _Options, logits=None, side_by_side: bool = F
     n = xc.shape[0]
     forwards = [functools.partial(fused_linear_online_max_sum, xc, w, yc, start, start + w.shape[0], softcap=o.cap,
                                   return_sum_logits=bool(o.alpha), logits_out=None if logits is None else logits[i],
-                                  float32_logits=logits is not None and xc.dtype != F32)
+                                  float32_logits=logits is not None)  # the kept logits: float32 buffers
                 for i, (w, start) in enumerate(pieces)]
     stats = pool.run_tasks(forwards) if side_by_side else [f() for f in forwards]
     group = o.group
@@ -339,7 +339,7 @@ def _chunk_rows(chunk: int | None, ws, dtype, n: int, bt: int, h: int, o: _Optio
     # chunk's X once: vectorize_contractions.invariant_rows). The 3/16 left are for what this
     # does not count: about 5 MiB at BT = H = 4096, K = 32000 (bench/loss.py measured 60.0 MiB
     # beyond the gradients with 7/8, where these terms came to 54.7).
-    budget = 2 * bt * o.k * 4 // 16 * 13 // 16 - lanes * tiles["v"] * h * 4
+    budget = _budget(bt, o.k, 4) - lanes * tiles["v"] * h * 4
     rows = min(n, max(budget, 0) // ((o.k + (parts - 1 + lanes) * h) * 4))
     return rows if rows >= tiles["bt"] else 0
 
@@ -354,13 +354,13 @@ def _narrow_chunk_rows(n: int, bt: int, h: int, k: int, size: int, tiles: dict[s
     logits take at most twice the budget: the recompute schedule holds about as much (its ring
     of float32 dW tiles, its float32 dX rows, its packs; measured above) for four GEMMs' work
     instead of three. Beyond that (few rows, a large vocabulary) the recompute schedule."""
-    whole = 2 * bt * k * size // 16 * 13 // 16
-    budget = whole - lanes * tiles["v"] * h * (4 + 2 * size)
+    whole = _budget(bt, k, size)
     per_row = k * 4 + lanes * h * (4 + size) + (parts - 1) * h * size
-    rows = max(budget, 0) // per_row
-    if rows >= tiles["bt"] or rows >= n:
+    rows = max(whole - lanes * tiles["v"] * h * (4 + 2 * size), 0) // per_row
+    tile = min(n, tiles["bt"])
+    if rows >= tile:
         return min(n, rows)
-    return min(n, tiles["bt"]) if min(n, tiles["bt"]) * k * 4 <= 2 * whole else 0
+    return tile if tile * k * 4 <= 2 * whole else 0
 
 
 def _backward_rows(chunk: int | None, dtype, n: int, bt: int, h: int, ws, o: _Options) -> int:
@@ -377,9 +377,16 @@ def _backward_rows(chunk: int | None, dtype, n: int, bt: int, h: int, ws, o: _Op
     # row the float32 dX accumulator and, for several shards, each shard's dX. The 3/16 left are
     # for the rest (bench/loss.py, BT = H = 4096: 26.7 MiB beyond the gradients where these terms
     # come to 25.4).
-    budget = 2 * bt * o.k * size // 16 * 13 // 16 - (cores + 2) * tiles["v"] * h * 4
+    budget = _budget(bt, o.k, size) - (cores + 2) * tiles["v"] * h * 4
     rows = max(budget, 0) // (h * 4 + (len(ws) > 1) * len(ws) * h * size)
     return 0 if rows >= n else max(rows, tiles["bt"] * cores)
+
+
+def _budget(bt: int, k: int, size: int) -> int:
+    """Bytes a schedule may hold: 13/16 of 1/16 of the two bt x K buffers of `size`-byte elements
+    PyTorch eager holds (the logits and their gradient: issue 14's memory target), the 3/16 left
+    for what the schedules' rules do not count."""
+    return 2 * bt * k * size // 16 * 13 // 16
 
 
 def _tiles() -> dict[str, int]:
