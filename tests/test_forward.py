@@ -536,6 +536,37 @@ def test_max_sum_rejections_name_op_and_parameter(rng):
         f(a["input"], a["weight"][:0], a["target"], 5, 5)
 
 
+@pytest.mark.parametrize("chunk_rows", [0, None], ids=["recompute", "chunked"])
+def test_linear_cross_entropy_rejects_targets_in_no_shard(rng, chunk_rows):
+    """A target that is neither a global id in [0, V) nor ignore_index is an error naming the
+    parameter, the value and the row, before any kernel runs where every shard is in this
+    process (a shard's forward counts an id outside it as another shard's: the loss would be
+    silently wrong). Across ranks (a group of another kind) a negative id is caught the same
+    way, and an id in no shard of any rank by the collectives after the forward."""
+    x, w, y = _loss_case(rng, 20, 8, 256, np.float32)
+
+    class Ranks:  # the one rank of a group that is not the in-process one
+        def all_reduce(self, values, op):
+            return InProcess().all_reduce(values, op)
+
+    for bad, row in [(256, 3), (1000, 0), (-1, 19), (-7, 5)]:
+        z = y.copy()
+        z[row] = bad
+        with pytest.raises(SignatureError, match=f"'target' has value {bad} at row {row}, outside \\[0, V=256\\)"):
+            ops.linear_cross_entropy(x, w, z, shards=2, chunk_rows=chunk_rows)
+        where = f"at row {row}, outside" if bad < 0 else "in no vocabulary shard"
+        with pytest.raises(SignatureError, match=f"'target' has value {bad} .*{where}"):
+            ops.linear_cross_entropy(x, w, z, group=Ranks(), chunk_rows=chunk_rows)
+    z = np.where(y == -100, 0, y)
+    z[2] = -3
+    ops.linear_cross_entropy(x, w, z, ignore_index=-3, chunk_rows=chunk_rows)  # ignored, not out of range
+    with pytest.raises(SignatureTypeError, match="'target' must have an integer dtype"):
+        ops.linear_cross_entropy(x, w, y.astype(np.float32))
+    want = ops.linear_cross_entropy(x, w, y, chunk_rows=chunk_rows)
+    got = ops.linear_cross_entropy(x, w, y, group=Ranks(), chunk_rows=chunk_rows)
+    assert want.loss == got.loss and np.array_equal(want.input_grad, got.input_grad)
+
+
 def test_loss_and_flce_extension_rejections():
     m = np.zeros(4, np.float32)
     f = ops.fused_cross_entropy_loss_with_max_sum

@@ -145,6 +145,9 @@ def linear_cross_entropy(input, weight, target, *, shards: int | None = None, ig
         raise SignatureError(f"{OP}: parameter 'target' must have shape (BT,) = ({x.shape[0]},), got {y.shape}")
     bt = x.shape[0]
     k = sum(w.shape[0] for w in ws)
+    if y.dtype.kind not in "iu":
+        raise SignatureTypeError(f"{OP}: parameter 'target' must have an integer dtype, got {y.dtype}")
+    _check_targets(y, ignore, k, isinstance(group, InProcess))
 
     # The rows that count, gathered once: every kernel sees only them.
     keep = y != ignore
@@ -185,6 +188,20 @@ def linear_cross_entropy(input, weight, target, *, shards: int | None = None, ig
     return LinearCrossEntropy(loss, dx, dw)
 
 
+def _check_targets(y: np.ndarray, ignore: int, k: int, every_shard: bool) -> None:
+    """Targets are global ids in [0, K) or `ignore_index`, checked before any kernel runs: the
+    forward of a shard counts an id outside it as another shard's, so an id in no shard would
+    make a wrong loss, not an error. With every shard in this process (`every_shard`: the
+    in-process group) K is the sum of their rows; across ranks only a negative id is known here
+    to be in no shard (_statistics checks the rest through the collectives)."""
+    bad = (y != ignore) & ((y < 0) | (y >= k)) if every_shard else (y != ignore) & (y < 0)
+    if bad.any():
+        row = int(np.argmax(bad))
+        bound = f"[0, V={k})" if every_shard else "[0, V)"
+        raise SignatureError(f"{OP}: parameter 'target' has value {y[row]} at row {row}, outside {bound} "
+                             f"and not ignore_index ({ignore})")
+
+
 class _Options(NamedTuple):
     cap: float  # softcap
     alpha: float  # label smoothing
@@ -205,6 +222,12 @@ def _statistics(xc, yc, pieces, o: _Options, logits=None, side_by_side: bool = F
                 for i, (w, start) in enumerate(pieces)]
     stats = pool.run_tasks(forwards) if side_by_side else [f() for f in forwards]
     group = o.group
+    if not isinstance(group, InProcess):  # ranks beyond this one: an id in no shard of any rank
+        found = group.all_reduce([~_outside(st.target_mask, n) for st in stats], "sum")
+        if not np.all(found):
+            row = int(np.argmin(found))
+            raise SignatureError(f"{OP}: parameter 'target' has value {yc[row]} (row {row} of the rows that count), "
+                                 "in no vocabulary shard of the group")
     big_m = group.all_reduce([st.logits_max for st in stats], "max")
     big_s = group.all_reduce([st.sum_exp_logits * np.exp(st.logits_max - big_m) for st in stats], "sum")
     big_p = group.all_reduce([np.where(_outside(st.target_mask, n), F32(0), st.predicted_logits + st.logits_max - big_m)
