@@ -173,6 +173,76 @@ def test_linear_cross_entropy_matches_pytorch_in_float32(reduction, dtype):
     assert torch.all(dx[[3, 9]] == 0)
 
 
+@pytest.mark.parametrize("shape", [(5,), (1, 9), (17, 1)], ids=str)
+def test_binary_cross_entropy_broadcasts_its_weight_as_pytorch_does(shape):
+    """F.binary_cross_entropy expands `weight` to the target's shape (one weight per class, per
+    row, a scalar-like one): so does npugrad's, values and gradient; a weight that does not
+    broadcast, or a target of another size, is an error as there."""
+    g = torch.Generator().manual_seed(5)
+    x = (torch.rand(17, 5 if shape != (1, 9) else 9, generator=g) * 0.98 + 0.01).requires_grad_()
+    y = torch.rand(x.shape, generator=g)
+    w = torch.rand(shape, generator=g) + 0.5
+    for reduction in ("none", "mean", "sum"):
+        ours = nt.binary_cross_entropy(x, y, w, reduction)
+        theirs = F.binary_cross_entropy(x, y, w, reduction=reduction)
+        torch.testing.assert_close(ours, theirs)
+        torch.testing.assert_close(_grads((ours * 1.5).sum(), x)[0], _grads((theirs * 1.5).sum(), x)[0])
+    with pytest.raises(RuntimeError):
+        nt.binary_cross_entropy(x, y, torch.rand(3))
+    with pytest.raises(ValueError, match="target"):
+        nt.binary_cross_entropy(x, y[:-1])
+
+
+@pytest.mark.parametrize("shape", [(4, 7, 3), (2, 5, 3, 2), (0, 4, 3)], ids=str)
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_nll_loss_of_positions_matches_pytorch(shape, reduction):
+    """F.nll_loss's (N, C, d1, ...) input with an (N, d1, ...) target (a loss per position, as
+    for images or sequences with the classes second): the classes moved last and the positions
+    made rows for the kernel, values and gradients as PyTorch's, ignored positions included."""
+    g = torch.Generator().manual_seed(6)
+    logp = torch.randn(shape, generator=g).log_softmax(1).requires_grad_()
+    target = torch.randint(0, shape[1], shape[:1] + shape[2:], generator=g)
+    if target.numel():
+        target.view(-1)[1] = -100
+    for w in (None, torch.rand(shape[1], generator=g)):
+        ours = nt.nll_loss(logp, target, w, reduction=reduction)
+        theirs = F.nll_loss(logp, target, w, reduction=reduction)
+        torch.testing.assert_close(ours, theirs, equal_nan=True)
+        upstream = torch.randn(ours.shape, generator=g)
+        torch.testing.assert_close(_grads((ours * upstream).sum(), logp)[0], _grads((theirs * upstream).sum(), logp)[0])
+    with pytest.raises(ValueError, match="target"):
+        nt.nll_loss(logp, target.reshape(-1))
+
+
+@pytest.mark.parametrize("rows", [0, 5], ids=lambda n: f"rows{n}")
+def test_linear_cross_entropy_with_no_token_counted_is_nan_with_zero_gradients_as_pytorch(rows):
+    """Reduction 'mean' over no token (an empty batch, or every target ignore_index) is 0/0:
+    NaN, as F.cross_entropy gives, and the gradients are zero, as PyTorch's."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(rows, 16, generator=g).requires_grad_()
+    w = torch.randn(40, 16, generator=g).requires_grad_()
+    target = torch.full((rows,), -100)
+    ours = nt.linear_cross_entropy(x, w, target)
+    theirs = F.cross_entropy(x @ w.T, target)
+    assert torch.isnan(ours) and torch.isnan(theirs)
+    dx, dw = _grads(ours, (x, w))
+    dxt, dwt = _grads(theirs, (x, w))
+    assert torch.equal(dx, dxt) and torch.equal(dw, dwt) and not dw.abs().sum()
+
+
+@pytest.mark.parametrize("bad", [40, 1000, -1, -101])
+def test_linear_cross_entropy_rejects_a_target_outside_the_vocabulary(bad):
+    """A target id outside [0, V) that is not ignore_index is PyTorch's IndexError, raised before
+    the kernels run (the forward kernel would count it as another shard's id: a wrong loss)."""
+    x = torch.randn(3, 16)
+    w = torch.randn(40, 16)
+    target = torch.tensor([0, bad, 1])
+    with pytest.raises(IndexError):
+        F.cross_entropy(x @ w.T, target)
+    with pytest.raises(IndexError, match=f"Target {bad} is out of bounds"):
+        nt.linear_cross_entropy(x, w, target)
+
+
 @pytest.mark.parametrize("op, args", [
     ("binary_cross_entropy", lambda: (torch.rand(6, 5).mul(.9).add(.05).requires_grad_(), torch.rand(6, 5), None, 1)),
     ("nll_loss", lambda: (torch.randn(7, 11).log_softmax(1).requires_grad_(), torch.randint(0, 11, (7,)), None, 1, -100)),

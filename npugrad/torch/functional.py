@@ -75,7 +75,14 @@ _binary_cross_entropy.register_autograd(_bce_backward, setup_context=_bce_setup)
 
 
 def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, reduction: str = "mean") -> Tensor:
-    """torch.nn.functional.binary_cross_entropy; its gradient is npugrad's binary_cross_entropy_grad."""
+    """torch.nn.functional.binary_cross_entropy; its gradient is npugrad's binary_cross_entropy_grad.
+    As there, `weight` broadcasts to the target's shape (one weight per class, say) and a target
+    of another size than the input is an error."""
+    if target.size() != input.size():
+        raise ValueError(f"binary_cross_entropy: parameter 'target' must have the input's size {tuple(input.size())}, "
+                         f"got {tuple(target.size())}")
+    if weight is not None:  # F.binary_cross_entropy expands it; the kernel reads one weight per element
+        weight = weight.expand(torch.broadcast_shapes(target.size(), weight.size()))
     return _binary_cross_entropy(input, target, weight, _reduction(reduction))
 
 
@@ -112,8 +119,18 @@ _nll_loss.register_autograd(_nll_backward, setup_context=_nll_setup)
 
 def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
              reduction: str = "mean") -> Tensor:
-    """torch.nn.functional.nll_loss (input (N, C) or (C,)); its gradient is npugrad's nll_loss_backward."""
-    return _nll_loss(input, target, weight, _reduction(reduction), ignore_index)[0]
+    """torch.nn.functional.nll_loss (input (N, C) or (C,), or (N, C, d1, ...) with target (N, d1, ...):
+    the classes moved last and the positions flattened into rows, as the kernel takes them); its
+    gradient is npugrad's nll_loss_backward."""
+    r = _reduction(reduction)
+    if input.dim() <= 2:
+        return _nll_loss(input, target, weight, r, ignore_index)[0]
+    if target.shape != input.shape[:1] + input.shape[2:]:
+        raise ValueError(f"nll_loss: parameter 'target' must have shape {tuple(input.shape[:1] + input.shape[2:])} "
+                         f"for input {tuple(input.shape)}, got {tuple(target.shape)}")
+    rows = input.movedim(1, -1).reshape(-1, input.shape[1])
+    loss = _nll_loss(rows, target.reshape(-1), weight, r, ignore_index)[0]
+    return loss.reshape(target.shape) if r == REDUCTION_NONE else loss
 
 
 # -- embedding ---------------------------------------------------------------------------------
@@ -198,11 +215,16 @@ def linear_cross_entropy(input: Tensor, weight: Tensor, target: Tensor, ignore_i
                          reduction: str = "mean") -> Tensor:
     """cross_entropy(input @ weight.T, target) for input (BT, H), weight (V, H), target (BT,), without
     a BT×V gradient: the backward is npugrad's fused_linear_cross_entropy_loss_grad. `mean` divides
-    by the tokens not ignored, as F.cross_entropy does."""
-    loss = _linear_cross_entropy(input, weight, target, ignore_index)[0]
+    by the tokens not ignored, as F.cross_entropy does (NaN where there are none: an empty batch,
+    every token ignored; the gradients are then zero, as PyTorch's)."""
     r = _reduction(reduction)
+    bad = (target != ignore_index) & ((target < 0) | (target >= weight.shape[0]))
+    if bool(bad.any()):  # the forward kernel would count it as another shard's id: a wrong loss
+        raise IndexError(f"linear_cross_entropy: Target {int(target[bad][0])} is out of bounds "
+                         f"(vocabulary of {weight.shape[0]}, ignore_index {ignore_index}).")
+    loss = _linear_cross_entropy(input, weight, target, ignore_index)[0]
     if r == REDUCTION_NONE:
         return loss
     if r == REDUCTION_SUM:
         return loss.sum()
-    return loss.sum() / (target != ignore_index).sum().clamp(min=1)
+    return loss.sum() / (target != ignore_index).sum()
