@@ -567,6 +567,49 @@ def test_linear_cross_entropy_rejects_targets_in_no_shard(rng, chunk_rows):
     assert want.loss == got.loss and np.array_equal(want.input_grad, got.input_grad)
 
 
+def test_linear_cross_entropy_names_itself_and_the_parameter_before_any_kernel(rng, monkeypatch):
+    """Bad shards (another H, another dtype, no row), an option out of its range, a grad_output of
+    the wrong size: rejected by linear_cross_entropy itself, naming the parameter (and the shard),
+    before any kernel runs (the loss kernel that checks label_smoothing and z_loss runs after the
+    forward ones)."""
+    import npugrad.ops.loss as loss_module
+
+    x, w, y = _loss_case(rng, 20, 8, 256, np.float32)
+    ran = []
+    monkeypatch.setattr(loss_module, "fused_linear_online_max_sum", lambda *a, **k: ran.append(1))
+    cases = [
+        (dict(weight=[w[:100], w[100:, :7]]), SignatureError, "'weight\\[1\\]' must have shape \\(V, H = 8\\)"),
+        (dict(weight=[w[:100], w[100:100], w[100:]]), SignatureError, "'weight\\[1\\]' must have shape .* V > 0"),
+        (dict(weight=[w[:100], w[100:].astype(np.float16)]), SignatureTypeError, "'weight\\[1\\]' must have the dtype"),
+        (dict(weight=w[:, :7]), SignatureError, "'weight' must have shape \\(V, H = 8\\)"),
+        (dict(label_smoothing=-0.1), SignatureError, "'label_smoothing' must be in \\[0, 1\\)"),
+        (dict(label_smoothing=1.0), SignatureError, "'label_smoothing' must be in \\[0, 1\\)"),
+        (dict(z_loss=-1e-3), SignatureError, "'z_loss' must be >= 0"),
+        (dict(softcap=-2.0), SignatureError, "'softcap' must be >= 0"),
+        (dict(reduction="none", grad_output=np.ones(19, np.float32)), SignatureError, "'grad_output' must have \\(BT,\\) = \\(20,\\)"),
+        (dict(grad_output=np.ones(2, np.float32)), SignatureError, "'grad_output' must have one element"),
+        (dict(reduction="none", grad_output=np.ones(20, np.int32)), SignatureTypeError, "'grad_output' must have a floating"),
+    ]
+    for kwargs, error, words in cases:
+        args = {"weight": w, **kwargs}
+        with pytest.raises(error, match=f"^linear_cross_entropy: parameter {words}"):
+            ops.linear_cross_entropy(x, args.pop("weight"), y, **args)
+    assert not ran
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_linear_cross_entropy_grad_output_scales_the_gradients(rng, reduction):
+    """grad_output: the upstream gradient, one element for a scalar loss (mean, sum), one per
+    row for 'none'. Scaling by 2 is exact in floating point: the gradients are exactly twice the
+    default's, the loss unchanged."""
+    x, w, y = _loss_case(rng, 40, 8, 256, np.float32)
+    one = ops.linear_cross_entropy(x, w, y, reduction=reduction)
+    two = ops.linear_cross_entropy(x, w, y, reduction=reduction,
+                                   grad_output=np.full(40 if reduction == "none" else 1, 2.0, np.float32))
+    assert np.array_equal(one.loss, two.loss)
+    assert np.array_equal(two.input_grad, 2 * one.input_grad) and np.array_equal(two.weight_grad, 2 * one.weight_grad)
+
+
 def test_loss_and_flce_extension_rejections():
     m = np.zeros(4, np.float32)
     f = ops.fused_cross_entropy_loss_with_max_sum

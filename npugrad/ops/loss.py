@@ -124,7 +124,8 @@ def linear_cross_entropy(input, weight, target, *, shards: int | None = None, ig
     input (BT, H); weight (V, H) split into `shards` equal-ish vocabulary shards, or a list of
     shards (uneven allowed) held by this process; target (BT,) int32/int64 global ids. All float
     arrays share one dtype (float32, float16 or bfloat16); gradients come in it. `grad_output`
-    weights each row's loss for reduction 'none' (default ones). `group`: the collectives across
+    weights each row's loss for reduction 'none' (default ones), and scales the scalar loss's
+    gradients for 'mean' and 'sum' (one element, default 1). `group`: the collectives across
     ranks (default: all shards in this process). `chunk_rows`: the schedule (module docstring)."""
     if reduction not in REDUCTIONS:
         raise (SignatureTypeError if not isinstance(reduction, str) else SignatureError)(
@@ -133,6 +134,12 @@ def linear_cross_entropy(input, weight, target, *, shards: int | None = None, ig
     alpha = real(OP, "label_smoothing", label_smoothing)
     zl = real(OP, "z_loss", z_loss, float32=True)
     cap = real(OP, "softcap", softcap, float32=True)
+    # The options' ranges here, not in the kernels that take them: the loss kernel, which checks
+    # label_smoothing and z_loss, runs after the forward ones.
+    for name, value in (("label_smoothing", alpha), ("z_loss", zl), ("softcap", cap)):
+        if value < 0 or (name == "label_smoothing" and value >= 1):
+            bound = "in [0, 1)" if name == "label_smoothing" else ">= 0 (0: off)"
+            raise SignatureError(f"{OP}: parameter '{name}' must be {bound}, got {value}")
     want_grad = flag(OP, "compute_grad", compute_grad)
     chunk = None if chunk_rows is None else integer(OP, "chunk_rows", chunk_rows, "a non-negative integer", 0)
     group = group if group is not None else InProcess()
@@ -143,6 +150,13 @@ def linear_cross_entropy(input, weight, target, *, shards: int | None = None, ig
         raise SignatureError(f"{OP}: parameter 'input' must have rank 2 (BT, H), got rank {x.ndim} {x.shape}")
     if y.ndim != 1 or y.shape[0] != x.shape[0]:
         raise SignatureError(f"{OP}: parameter 'target' must have shape (BT,) = ({x.shape[0]},), got {y.shape}")
+    for i, w in enumerate(ws):  # every shard: the input's dtype and H, at least one row
+        name = "weight" if joined else f"weight[{i}]"
+        if w.ndim != 2 or w.shape[1] != x.shape[1] or w.shape[0] == 0:
+            raise SignatureError(f"{OP}: parameter '{name}' must have shape (V, H = {x.shape[1]}) with V > 0, "
+                                 f"got {w.shape}" + (f" (shard {i} of {len(ws)})" if joined and len(ws) > 1 else ""))
+        if w.dtype != x.dtype:
+            raise SignatureTypeError(f"{OP}: parameter '{name}' must have the dtype of 'input' ({x.dtype}), got {w.dtype}")
     bt = x.shape[0]
     k = sum(w.shape[0] for w in ws)
     if y.dtype.kind not in "iu":
@@ -157,10 +171,11 @@ def linear_cross_entropy(input, weight, target, *, shards: int | None = None, ig
     yc = y if rows is None else y[rows]
 
     if reduction == "none":
-        per_row = np.ones(n, F32) if grad_output is None else np.asarray(
-            as_input(OP, "grad_output", grad_output), F32).reshape(bt)[keep]
+        per_row = np.ones(n, F32) if grad_output is None else _row_weights(grad_output, bt)[keep]
     else:
-        per_row = np.full(n, (1.0 / n if n else 0.0) if reduction == "mean" else 1.0, F32)
+        factor = F32((1.0 / n if n else 0.0) if reduction == "mean" else 1.0)
+        upstream = F32(1.0) if grad_output is None else _row_weights(grad_output, 1)[0]  # of the scalar loss
+        per_row = np.full(n, factor * upstream, F32)
     opts = _Options(cap, alpha, zl, k, group)
     rows_per_chunk = _chunk_rows(chunk, ws, x.dtype, n, bt, x.shape[1], opts) if want_grad else 0
     if rows_per_chunk:
@@ -176,7 +191,7 @@ def linear_cross_entropy(input, weight, target, *, shards: int | None = None, ig
         loss[keep] = loss_c
     else:
         total = loss_c.sum(dtype=np.float64)
-        loss = np.asarray(total * per_row[0] if n else (0.0 if reduction == "sum" else np.nan), F32)
+        loss = np.asarray(total * factor if n else (0.0 if reduction == "sum" else np.nan), F32)
     if not want_grad:
         return LinearCrossEntropy(loss, None, None)
     if rows is None:
@@ -186,6 +201,19 @@ def linear_cross_entropy(input, weight, target, *, shards: int | None = None, ig
         dx[rows] = dx_c
     dw = np.concatenate(dws) if joined and len(dws) > 1 else (dws[0] if joined else dws)
     return LinearCrossEntropy(loss, dx, dw)
+
+
+def _row_weights(grad_output, count: int) -> np.ndarray:
+    """grad_output as `count` float32 values: (BT,) for reduction 'none', one element (the scalar
+    loss's upstream gradient) for 'mean' and 'sum'; real numbers (a float array, or a Python
+    float or list)."""
+    g = as_input(OP, "grad_output", grad_output)
+    if g.dtype.kind != "f" and not (g.dtype.kind in "iu" and not isinstance(grad_output, np.ndarray)):
+        raise SignatureTypeError(f"{OP}: parameter 'grad_output' must have a floating dtype, got {g.dtype}")
+    if g.size != count:
+        want = f"(BT,) = ({count},)" if count > 1 else "one element (the loss is a scalar)"
+        raise SignatureError(f"{OP}: parameter 'grad_output' must have {want}, got shape {g.shape}")
+    return np.asarray(g, F32).reshape(count)
 
 
 def _check_targets(y: np.ndarray, ignore: int, k: int, every_shard: bool) -> None:
