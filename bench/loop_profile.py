@@ -186,7 +186,8 @@ def main(argv: list[str] | None = None) -> None:
             symbols = subprocess.run(["nm", obj], capture_output=True, text=True, check=True).stdout
             code = instructions(subprocess.run(["objdump", "-d", "--no-show-raw-insn", obj], capture_output=True,
                                                 text=True, check=True).stdout)
-            for name, address, key in addresses:
+            # One report per kernel: the child lists a kernel once per call of it it saw.
+            for name, address, key in dict.fromkeys(map(tuple, addresses)):
                 if f"{key}.o" != entry:  # another object's kernel (maybe of the same name)
                     continue
                 m = re.search(rf"^([0-9a-f]+) T {re.escape(name)}$", symbols, re.MULTILINE)
