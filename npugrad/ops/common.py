@@ -176,9 +176,55 @@ def human_bytes(n: int) -> str:
     return f"{n} bytes"
 
 
+def _huge_page_bytes() -> int:
+    """The transparent huge page's size (2 MiB on x86-64), where the system says."""
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 2 << 20
+
+
+HUGE_PAGE_BYTES = _huge_page_bytes()
+_MADV_POPULATE_WRITE = 23  # Linux 5.14
+_madvise = None
+
+
+def prefault(a: np.ndarray) -> np.ndarray:
+    """`a`'s pages mapped, writable, before a kernel touches them; `a` returned, its values
+    unchanged. A fresh large array (np.empty, np.zeros: an anonymous mapping) is otherwise
+    mapped a page at a time as the kernel's blocks first write it, or first read it (the zero
+    page, then a copy on the write). Measured (Zen 4, 2 threads, FLCE float32 2048 x 2048 x 32000
+    into a fresh 250 MiB dW): 4.22-4.39 s with the faults in the kernel, 3.96-4.23 s with the
+    pages populated first, which took 23-26 ms. madvise(MADV_POPULATE_WRITE) where the system has
+    it (Linux 5.14), else a write of each page's first byte, or-ed with 0 (values unchanged).
+    Arrays under a huge page are left as they are, and without the advice strided ones."""
+    global _madvise
+    if a.nbytes < HUGE_PAGE_BYTES or not a.flags.writeable:
+        return a
+    base = a.ctypes.data & ~4095
+    end = a.ctypes.data + a.nbytes
+    if _madvise is None:
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+            _madvise = libc.madvise
+        except (OSError, AttributeError):
+            _madvise = False
+    if _madvise and _madvise(base, end - base, _MADV_POPULATE_WRITE) == 0:
+        return a
+    if a.flags.c_contiguous:  # a byte per page, written with its own value (x | 0)
+        first = a.reshape(-1).view(np.uint8)[::4096]
+        np.bitwise_or(first, 0, out=first)
+    return a
+
+
 def allocate(op: str, arrays: dict, outputs: Iterable[str], display: Mapping[str, str] | None = None) -> None:
     """Replace each Planned output in `arrays` by a fresh array, after checking that together
-    they fit in this machine's memory (else a ValueError naming what sized the largest)."""
+    they fit in this machine's memory (else a ValueError naming what sized the largest); a large
+    one's pages mapped before the kernel writes it (prefault)."""
     total = 0
     for name in outputs:
         p = arrays[name]
@@ -189,7 +235,7 @@ def allocate(op: str, arrays: dict, outputs: Iterable[str], display: Mapping[str
     for name in outputs:
         p = arrays[name]
         if type(p) is Planned:
-            arrays[name] = np.empty(p.shape, p.dtype) if p.fill is None else np.full(p.shape, p.fill, p.dtype)
+            arrays[name] = prefault(np.empty(p.shape, p.dtype)) if p.fill is None else np.full(p.shape, p.fill, p.dtype)
 
 
 def _too_large(op: str, arrays: dict, outputs: Iterable[str], total: int, display: Mapping[str, str]) -> None:

@@ -77,7 +77,7 @@ import numpy as np
 from npugrad.collectives import Group, InProcess
 from npugrad.dialect import FusedLinearCrossEntropyLossGradOp
 from npugrad.dialect.checks import SignatureError, SignatureTypeError
-from npugrad.ops.common import as_input, flag, integer, real
+from npugrad.ops.common import as_input, flag, integer, prefault, real
 from npugrad.ops.flce import fused_linear_cross_entropy_loss_grad
 from npugrad.ops.forward import fused_cross_entropy_loss_with_max_sum, fused_linear_online_max_sum
 from npugrad.runtime import pool
@@ -306,10 +306,10 @@ def _recomputed(xc, ws, st: _Stats, per_row, o: _Options, rows: int = 0):
             dx_c.append(gx)
             dws.append(gw)
         return (o.group.all_reduce(dx_c, "sum") if len(dx_c) > 1 else dx_c[0]), dws
-    dx = np.zeros(xc.shape, xc.dtype)
-    dws = [np.zeros(w.shape, w.dtype) for w in ws]
+    dx = prefault(np.zeros(xc.shape, xc.dtype))
+    dws = [prefault(np.zeros(w.shape, w.dtype)) for w in ws]  # read (widened) before written: mapped first
     outside = [_outside(shard.target_mask, n) for shard in st.shards]
-    partial = [np.empty((rows, xc.shape[1]), xc.dtype) for _ in ws] if len(ws) > 1 else []
+    partial = [prefault(np.empty((rows, xc.shape[1]), xc.dtype)) for _ in ws] if len(ws) > 1 else []
     for a in range(0, n, rows):
         b = min(a + rows, n)
         outs = [p[: b - a] for p in partial] or [dx[a:b]]
@@ -332,14 +332,14 @@ def _chunked(xc, yc, ws, per_row, rows: int, o: _Options):
     backward side by side; dX is the sum of the parts' dX in part order."""
     n, h = xc.shape
     loss = np.empty(n, F32)
-    dx = np.zeros((n, h), xc.dtype)
-    dws = [np.zeros(w.shape, w.dtype) for w in ws]
+    dx = prefault(np.zeros((n, h), xc.dtype))
+    dws = [prefault(np.zeros(w.shape, w.dtype)) for w in ws]  # read (widened) before written: mapped first
     parts = _parts(ws, _cores())
     starts = [a for _, a in _whole(ws)]
     pieces = [(ws[r][lo:hi], starts[r] + lo) for r, lo, hi in parts]
     grads = [dws[r][lo:hi] for r, lo, hi in parts]  # contiguous rows of the shard's dW
-    buffers = [np.empty((min(rows, n), w.shape[0]), F32) for w, _ in pieces]
-    partial = [np.empty((min(rows, n), h), xc.dtype) for _ in parts[1:]]  # dX of parts 1.. (summed)
+    buffers = [prefault(np.empty((min(rows, n), w.shape[0]), F32)) for w, _ in pieces]
+    partial = [prefault(np.empty((min(rows, n), h), xc.dtype)) for _ in parts[1:]]  # dX of parts 1.. (summed)
     for a in range(0, n, rows):
         b = min(a + rows, n)
         x_c, logits = xc[a:b], [buf[: b - a] for buf in buffers]
