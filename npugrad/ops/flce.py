@@ -65,7 +65,7 @@ def fused_linear_cross_entropy_loss_grad(
     arrays["weight_grad_out"] = output(OP, "weight_grad_out", weight_grad_out, (v, h), x.dtype, "parameter 'weight'")
     props = check(FusedLinearCrossEntropyLossGradOp, arrays, extensions)
     reject_overlap(OP, arrays, OUTPUTS)
-    allocate(OP, arrays, OUTPUTS)
+    allocate(OP, arrays, OUTPUTS, mapped=True)  # the wavefront's blocks first touch dW out of order
     if softmax is not None:
         arrays["logits_max"] = arrays["sum_exp_logits"] = None  # ignored by the spec in this mode
     return _RowsThatCount(FusedLinearCrossEntropyLossGradOp, arrays, props,
