@@ -243,6 +243,84 @@ def test_linear_cross_entropy_rejects_a_target_outside_the_vocabulary(bad):
         nt.linear_cross_entropy(x, w, target)
 
 
+def _random_loss_cases(seed: int, count: int):
+    """(name, ours, theirs, inputs, differentiable input indices, tolerance) for `count` random
+    configurations of the four torch-facing functions: dtypes, empty batches, ignored rows,
+    weights of every accepted shape, every reduction, padding and frequency scaling."""
+    import random
+
+    pick = random.Random(seed)
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(count):
+        dtype = pick.choice([torch.float32, torch.bfloat16, torch.float16])
+        tol = 1e-4 if dtype == torch.float32 else 3e-2
+        reduction = pick.choice(["none", "mean", "sum"])
+        n, c = pick.choice([0, 1, 17]), pick.choice([1, 5, 40])
+        ignore = pick.choice([-100, 0])
+        target = torch.randint(0, c, (n,), generator=g)
+        if n and pick.random() < 0.5:
+            target[: max(1, n // 3)] = ignore
+        weight = pick.choice([None, torch.rand(c, generator=g).to(dtype)])
+        logp = torch.randn(n, c, generator=g).log_softmax(-1).to(dtype)
+        out.append((f"nll {n}x{c} {dtype} {reduction}", lambda i, t, w=weight, r=reduction, ig=ignore: nt.nll_loss(i, t, w, ig, r),
+                    lambda i, t, w=weight, r=reduction, ig=ignore: F.nll_loss(i, t, w, ignore_index=ig, reduction=r),
+                    [logp, target], [0], tol))
+        p = (torch.rand(n, c, generator=g) * 0.98 + 0.01).to(dtype)
+        bw = pick.choice([None, torch.rand(n, c, generator=g).to(dtype), torch.rand(c, generator=g).to(dtype)])
+        out.append((f"bce {n}x{c} {dtype} {reduction}", lambda i, t, w=bw, r=reduction: nt.binary_cross_entropy(i, t, w, r),
+                    lambda i, t, w=bw, r=reduction: F.binary_cross_entropy(i, t, w, reduction=r),
+                    [p, torch.rand(n, c, generator=g).to(dtype)], [0], tol))
+        rows, width = pick.choice([(5, 3), (50, 16)])
+        idx = torch.randint(0, rows, pick.choice([(n,), (2, n)]), generator=g)
+        pad, scale = pick.choice([None, 0, -1]), pick.choice([False, True])
+        out.append((f"embedding {tuple(idx.shape)} {dtype} pad={pad} scale={scale}",
+                    lambda i, w, pad=pad, scale=scale: nt.embedding(i, w, pad, scale),
+                    lambda i, w, pad=pad, scale=scale: F.embedding(i, w, pad, scale_grad_by_freq=scale),
+                    [idx, torch.randn(rows, width, generator=g).to(dtype)], [1], tol))
+        if dtype != torch.float16:
+            h = pick.choice([1, 33])
+            x = (torch.randn(n, h, generator=g) * 0.5).to(dtype)
+            w = (torch.randn(7 * c, h, generator=g) * 0.5).to(dtype)
+            t = torch.randint(0, 7 * c, (n,), generator=g)
+            if n and pick.random() < 0.5:
+                t[: pick.choice([1, n])] = -100
+            out.append((f"linear_cross_entropy {n}x{h}x{7 * c} {dtype} {reduction}",
+                        lambda a, b, t, r=reduction: nt.linear_cross_entropy(a, b, t, -100, r),
+                        lambda a, b, t, r=reduction: F.cross_entropy(a.float() @ b.float().T, t, reduction=r),
+                        [x, w, t], [0, 1], tol if dtype == torch.float32 else 5e-2))
+    return out
+
+
+@pytest.mark.parametrize("seed", [11, 12])
+def test_losses_match_pytorch_on_random_cases(seed):
+    """A differential check against torch.nn.functional on random configurations (_random_loss_cases),
+    forward and gradients, the same upstream gradient on both sides; where PyTorch raises, ours
+    raises too. (This found a per-class BCE weight rejected, an (N, C, d) NLL input rejected,
+    the linear cross entropy's mean over no token 0 instead of NaN, and an out-of-vocabulary
+    target taken for a loss.)"""
+    for name, ours, theirs, inputs, diff, tol in _random_loss_cases(seed, 8):
+        results = []
+        for f in (ours, theirs):
+            args = [a.detach().clone().requires_grad_(i in diff) if a.is_floating_point() else a
+                    for i, a in enumerate(inputs)]
+            try:
+                loss = f(*args)
+            except (RuntimeError, ValueError, IndexError) as e:
+                results.append(e)
+                continue
+            upstream = torch.randn(loss.shape, generator=torch.Generator().manual_seed(1)).to(loss.dtype)
+            loss.backward(upstream)
+            results.append((loss.detach().float(), [args[i].grad.float() for i in diff]))
+        a, b = results
+        assert isinstance(a, Exception) == isinstance(b, Exception), (name, a, b)
+        if isinstance(a, Exception):
+            continue
+        torch.testing.assert_close(a[0], b[0], rtol=tol, atol=tol, equal_nan=True, msg=name)
+        for mine, want in zip(a[1], b[1]):
+            torch.testing.assert_close(mine, want, rtol=tol, atol=tol, msg=name)
+
+
 @pytest.mark.parametrize("op, args", [
     ("binary_cross_entropy", lambda: (torch.rand(6, 5).mul(.9).add(.05).requires_grad_(), torch.rand(6, 5), None, 1)),
     ("nll_loss", lambda: (torch.randn(7, 11).log_softmax(1).requires_grad_(), torch.randint(0, 11, (7,)), None, 1, -100)),
