@@ -30,6 +30,7 @@ __all__ = [
     "all_in_range",
     "allocate",
     "as_input",
+    "first_bad_id",
     "flag",
     "integer",
     "output",
@@ -124,6 +125,18 @@ def all_in_range(values: np.ndarray, n: int) -> bool:
     u = values.view(unsigned)
     # argmax is a plain loop over the data; max() a ufunc reduction, microseconds more to set up.
     return u.item(u.argmax()) < (n if negative is None else min(n, negative))
+
+
+def first_bad_id(values: np.ndarray, ignore: int, n: int | None) -> int | None:
+    """The flat position of the first id in `values` that is not `ignore` and lies outside
+    [0, n) (n None: that is negative), or None: the check of class and vocabulary ids that no
+    metadata check can see. All in range (all_in_range) costs one pass."""
+    if n is not None and all_in_range(values, n):
+        return None
+    flat = values.reshape(-1).astype(np.int64, copy=False)
+    outside = flat < 0 if n is None else (flat < 0) | (flat >= n)
+    bad = np.flatnonzero(outside & (flat != ignore))
+    return int(bad[0]) if bad.size else None
 
 
 # dtype -> (the unsigned dtype to view it as, for a signed one 2**(bits - 1): what its negative values read as at least)

@@ -77,7 +77,7 @@ import numpy as np
 from npugrad.collectives import Group, InProcess
 from npugrad.dialect import FusedLinearCrossEntropyLossGradOp
 from npugrad.dialect.checks import SignatureError, SignatureTypeError
-from npugrad.ops.common import as_input, flag, integer, prefault, real
+from npugrad.ops.common import as_input, first_bad_id, flag, integer, prefault, real
 from npugrad.ops.flce import fused_linear_cross_entropy_loss_grad
 from npugrad.ops.forward import fused_cross_entropy_loss_with_max_sum, fused_linear_online_max_sum
 from npugrad.runtime import pool
@@ -208,7 +208,8 @@ def _row_weights(grad_output, count: int) -> np.ndarray:
     loss's upstream gradient) for 'mean' and 'sum'; real numbers (a float array, or a Python
     float or list)."""
     g = as_input(OP, "grad_output", grad_output)
-    if g.dtype.kind != "f" and not (g.dtype.kind in "iu" and not isinstance(grad_output, np.ndarray)):
+    python_numbers = not isinstance(grad_output, np.ndarray) and g.dtype.kind in "iu"  # 2, [1, 2]
+    if g.dtype.kind != "f" and not python_numbers:
         raise SignatureTypeError(f"{OP}: parameter 'grad_output' must have a floating dtype, got {g.dtype}")
     if g.size != count:
         want = f"(BT,) = ({count},)" if count > 1 else "one element (the loss is a scalar)"
@@ -222,9 +223,8 @@ def _check_targets(y: np.ndarray, ignore: int, k: int, every_shard: bool) -> Non
     make a wrong loss, not an error. With every shard in this process (`every_shard`: the
     in-process group) K is the sum of their rows; across ranks only a negative id is known here
     to be in no shard (_statistics checks the rest through the collectives)."""
-    bad = (y != ignore) & ((y < 0) | (y >= k)) if every_shard else (y != ignore) & (y < 0)
-    if bad.any():
-        row = int(np.argmax(bad))
+    row = first_bad_id(y, ignore, k if every_shard else None)
+    if row is not None:
         bound = f"[0, V={k})" if every_shard else "[0, V)"
         raise SignatureError(f"{OP}: parameter 'target' has value {y[row]} at row {row}, outside {bound} "
                              f"and not ignore_index ({ignore})")
@@ -250,16 +250,17 @@ def _statistics(xc, yc, pieces, o: _Options, logits=None, side_by_side: bool = F
                 for i, (w, start) in enumerate(pieces)]
     stats = pool.run_tasks(forwards) if side_by_side else [f() for f in forwards]
     group = o.group
+    outside = [_outside(st.target_mask, n) for st in stats]
     if not isinstance(group, InProcess):  # ranks beyond this one: an id in no shard of any rank
-        found = group.all_reduce([~_outside(st.target_mask, n) for st in stats], "sum")
+        found = group.all_reduce([~away for away in outside], "sum")
         if not np.all(found):
             row = int(np.argmin(found))
             raise SignatureError(f"{OP}: parameter 'target' has value {yc[row]} (row {row} of the rows that count), "
                                  "in no vocabulary shard of the group")
     big_m = group.all_reduce([st.logits_max for st in stats], "max")
     big_s = group.all_reduce([st.sum_exp_logits * np.exp(st.logits_max - big_m) for st in stats], "sum")
-    big_p = group.all_reduce([np.where(_outside(st.target_mask, n), F32(0), st.predicted_logits + st.logits_max - big_m)
-                              for st in stats], "sum")
+    big_p = group.all_reduce([np.where(away, F32(0), st.predicted_logits + st.logits_max - big_m)
+                              for st, away in zip(stats, outside)], "sum")
     sum_z = group.all_reduce([st.sum_logits for st in stats], "sum") if o.alpha else None
     loss_c, _ = fused_cross_entropy_loss_with_max_sum(big_m, big_s, big_p, o.alpha, sum_logits=sum_z,
                                                       vocab_size=o.k if o.alpha else 0, z_loss=o.z_loss)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from npugrad.dialect import NLLLossBackwardOp
-from npugrad.ops.common import REDUCTION, Planned, all_in_range, allocate, as_input, integer, output, reject_overlap
+from npugrad.ops.common import REDUCTION, Planned, allocate, as_input, first_bad_id, integer, output, reject_overlap
 from npugrad.runtime.launch import Call, check, two_phase
 
 OP = "nll_loss_backward"
@@ -13,14 +13,11 @@ OP = "nll_loss_backward"
 
 def _check_targets(target: np.ndarray, ignore_index: int, c: int) -> None:
     """The value precondition no metadata check can see: non-ignored targets index a class."""
-    if all_in_range(target, c):  # the common case: no target ignored or out of range
-        return
-    flat = target.reshape(-1).astype(np.int64)
-    bad = np.flatnonzero((flat != ignore_index) & ((flat < 0) | (flat >= c)))
-    if bad.size:
-        at = f" at position {bad[0]}" if target.ndim else ""
+    bad = first_bad_id(target, ignore_index, c)
+    if bad is not None:
+        at = f" at position {bad}" if target.ndim else ""
         raise ValueError(
-            f"{OP}: parameter 'target' has value {flat[bad[0]]}{at}, outside [0, C={c}) "
+            f"{OP}: parameter 'target' has value {target.reshape(-1)[bad]}{at}, outside [0, C={c}) "
             f"and not ignore_index ({ignore_index})"
         )
 
