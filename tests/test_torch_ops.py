@@ -270,7 +270,7 @@ def _random_loss_cases(seed: int, count: int):
         bw = pick.choice([None, torch.rand(n, c, generator=g).to(dtype), torch.rand(c, generator=g).to(dtype)])
         out.append((f"bce {n}x{c} {dtype} {reduction}", lambda i, t, w=bw, r=reduction: nt.binary_cross_entropy(i, t, w, r),
                     lambda i, t, w=bw, r=reduction: F.binary_cross_entropy(i, t, w, reduction=r),
-                    [p, torch.rand(n, c, generator=g).to(dtype)], [0], tol))
+                    [p, torch.rand(n, c, generator=g).to(dtype)], [0, 1], tol))  # the target's gradient too
         rows, width = pick.choice([(5, 3), (50, 16)])
         idx = torch.randint(0, rows, pick.choice([(n,), (2, n)]), generator=g)
         pad, scale = pick.choice([None, 0, -1]), pick.choice([False, True])
@@ -319,6 +319,59 @@ def test_losses_match_pytorch_on_random_cases(seed):
         torch.testing.assert_close(a[0], b[0], rtol=tol, atol=tol, equal_nan=True, msg=name)
         for mine, want in zip(a[1], b[1]):
             torch.testing.assert_close(mine, want, rtol=tol, atol=tol, msg=name)
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_binary_cross_entropy_gives_the_target_its_gradient_as_pytorch(reduction, dtype):
+    """F.binary_cross_entropy is differentiable in a floating target (−weight·logit(input)); ours
+    gave it none, silently (a None gradient where PyTorch has one)."""
+    g = torch.Generator().manual_seed(5)
+    x = (torch.rand(6, 4, generator=g) * 0.98 + 0.01).to(dtype)
+    y = torch.rand(6, 4, generator=g).to(dtype)
+    upstream = torch.randn((6, 4) if reduction == "none" else (), generator=g).to(dtype)
+    for weight in (None, torch.rand(4, generator=g).to(dtype)):
+        grads = []
+        for f in (nt.binary_cross_entropy, lambda a, b, w, r: F.binary_cross_entropy(a, b, w, reduction=r)):
+            a, b = x.clone().requires_grad_(), y.clone().requires_grad_()
+            loss = f(a, b, weight, reduction)
+            grads.append(torch.autograd.grad(loss, [a, b], upstream))
+        assert grads[0][1] is not None
+        assert grads[0][1].abs().sum() > 0
+        for mine, want in zip(*grads):
+            torch.testing.assert_close(mine, want)
+        b = y.clone().requires_grad_()  # the target alone
+        (dy,) = torch.autograd.grad(nt.binary_cross_entropy(x, b, weight, reduction).sum(), [b])
+        (want,) = torch.autograd.grad(F.binary_cross_entropy(x, b, weight, reduction=reduction).sum(), [b])
+        torch.testing.assert_close(dy, want)
+
+
+def test_loss_arguments_without_a_derivative_or_a_kernel_dtype_are_errors_when_the_forward_runs():
+    """As ATen: a BCE or NLL weight requiring grad is an error (no derivative; ours dropped it
+    silently). A float64 tensor requiring grad is an error when the forward runs, naming the op
+    and the parameter (the kernels take float32/float16/bfloat16; it failed in the backward);
+    without grad, float64 runs as PyTorch's forward does."""
+    p = torch.rand(5, 3) * 0.9 + 0.05
+    y = torch.rand(5, 3)
+    logp = torch.randn(5, 3).log_softmax(1)
+    t = torch.tensor([0, 2, 1, 1, 0])
+    w3 = torch.rand(3, requires_grad=True)
+    for ours, theirs in ((lambda: nt.binary_cross_entropy(p.clone().requires_grad_(), y, w3)),
+                         (lambda: F.binary_cross_entropy(p.clone().requires_grad_(), y, w3))), \
+                        ((lambda: nt.nll_loss(logp.clone().requires_grad_(), t, w3)),
+                         (lambda: F.nll_loss(logp.clone().requires_grad_(), t, w3))):
+        with pytest.raises(RuntimeError, match="not differentiable with respect to argument 'weight'"):
+            theirs()
+        with pytest.raises(RuntimeError, match="not differentiable with respect to argument 'weight'"):
+            ours()
+    with torch.no_grad():  # no gradient asked: the weight may require one
+        torch.testing.assert_close(nt.nll_loss(logp, t, w3), F.nll_loss(logp, t, w3))
+    for call, name in ((lambda d: nt.binary_cross_entropy(p.to(d).requires_grad_(), y.to(d)), "binary_cross_entropy"),
+                       (lambda d: nt.nll_loss(logp.to(d).requires_grad_(), t), "nll_loss"),
+                       (lambda d: nt.embedding(t, torch.randn(4, 2, dtype=d, requires_grad=True)), "embedding")):
+        with pytest.raises(TypeError, match=f"{name}: parameter '.*' requires grad.*float32, float16 or bfloat16, got torch.float64"):
+            call(torch.float64)
+    torch.testing.assert_close(nt.nll_loss(logp.double(), t), F.nll_loss(logp.double(), t))
 
 
 @pytest.mark.parametrize("op, args", [

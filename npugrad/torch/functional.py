@@ -13,9 +13,13 @@ with its autograd formula registered.
 | embedding(input, weight, padding_idx, scale_grad_by_freq) | aten.embedding | embedding_dense_backward |
 | linear_cross_entropy(input, weight, target, ignore_index, reduction) | fused_linear_online_max_sum, fused_cross_entropy_loss_with_max_sum | fused_linear_cross_entropy_loss_grad (memory-saving mode) |
 
-Gradients flow to what the kernels compute: BCE and NLL to `input` (not to target or weight, as
-the kernels' ops define them), the embedding to `weight`, the linear cross entropy to `input` and
-`weight`. Second derivatives are not supported (the kernels have no backward of their own).
+Gradients flow where PyTorch's do: BCE to `input` (the kernel) and to a floating `target`
+(ATen's formula, −weight·logit(input), an elementwise product in PyTorch), NLL to `input`, the
+embedding to `weight`, the linear cross entropy to `input` and `weight`. As in ATen, a `weight`
+of BCE or NLL that requires grad is an error (neither is differentiable in it), and so, when the
+forward runs, is a tensor requiring grad in a dtype the kernels do not take (float64: they take
+float32, float16 and bfloat16). Second derivatives are not supported (the kernels have no
+backward of their own).
 
 `linear_cross_entropy` is the whole vocabulary on one rank (target_mask = ignored tokens,
 masked_target = target); input and weight in float16 or bfloat16, as the kernel takes them; the
@@ -46,6 +50,30 @@ def _reduction(reduction: str) -> int:
     return REDUCTIONS[reduction]
 
 
+KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _differentiable(op: str, **tensors: Tensor) -> None:
+    """The tensors a gradient will flow to are in a dtype the kernels take, checked when the
+    forward runs (not when the backward does): float32, float16 or bfloat16."""
+    if not torch.is_grad_enabled():
+        return
+    for name, t in tensors.items():
+        if t.requires_grad and t.dtype not in KERNEL_DTYPES:
+            raise TypeError(f"{op}: parameter '{name}' requires grad, and npugrad's gradient kernels take float32, "
+                            f"float16 or bfloat16, got {t.dtype}")
+
+
+def _not_differentiable(op: str, **tensors: Tensor | None) -> None:
+    """As ATen: these arguments have no derivative, and a gradient asked of them is an error."""
+    if not torch.is_grad_enabled():
+        return
+    for name, t in tensors.items():
+        if t is not None and t.requires_grad:
+            raise RuntimeError(f"{op}: the function is not differentiable with respect to argument '{name}'. "
+                               "This input cannot have requires_grad True.")
+
+
 # -- binary cross entropy ----------------------------------------------------------------------
 
 
@@ -68,7 +96,15 @@ def _bce_setup(ctx, inputs, output) -> None:
 def _bce_backward(ctx, grad: Tensor):
     input, target, weight = ctx.saved_tensors
     dloss = grad if ctx.reduction == REDUCTION_NONE else grad.reshape(1)
-    return K.binary_cross_entropy_grad(input, target, dloss, weight, ctx.reduction), None, None, None
+    dx = K.binary_cross_entropy_grad(input, target, dloss, weight, ctx.reduction) if ctx.needs_input_grad[0] else None
+    dy = None
+    if ctx.needs_input_grad[1]:  # ∂/∂y of −w·(y·log x + (1 − y)·log(1 − x)) = −w·logit(x): ATen's own formula
+        dy = torch.logit(input).neg_().mul_(grad)
+        if weight is not None:
+            dy.mul_(weight)
+        if ctx.reduction == REDUCTION_MEAN:
+            dy.div_(target.numel())
+    return dx, dy, None, None
 
 
 _binary_cross_entropy.register_autograd(_bce_backward, setup_context=_bce_setup)
@@ -81,6 +117,8 @@ def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = 
     if target.size() != input.size():
         raise ValueError(f"binary_cross_entropy: parameter 'target' must have the input's size {tuple(input.size())}, "
                          f"got {tuple(target.size())}")
+    _differentiable("binary_cross_entropy", input=input, target=target)
+    _not_differentiable("binary_cross_entropy", weight=weight)
     if weight is not None:  # F.binary_cross_entropy expands it; the kernel reads one weight per element
         weight = weight.expand(torch.broadcast_shapes(target.size(), weight.size()))
     return _binary_cross_entropy(input, target, weight, _reduction(reduction))
@@ -123,6 +161,8 @@ def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore
     the classes moved last and the positions flattened into rows, as the kernel takes them); its
     gradient is npugrad's nll_loss_backward."""
     r = _reduction(reduction)
+    _differentiable("nll_loss", input=input)
+    _not_differentiable("nll_loss", weight=weight)
     if input.dim() <= 2:
         return _nll_loss(input, target, weight, r, ignore_index)[0]
     if target.shape != input.shape[:1] + input.shape[2:]:
@@ -163,6 +203,7 @@ _embedding.register_autograd(_embedding_backward, setup_context=_embedding_setup
 
 def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, scale_grad_by_freq: bool = False) -> Tensor:
     """torch.nn.functional.embedding; the weight's gradient is npugrad's embedding_dense_backward."""
+    _differentiable("embedding", weight=weight)
     if padding_idx is None:
         padding_idx = -1
     elif padding_idx < 0:  # as F.embedding counts it
