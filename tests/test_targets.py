@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -134,6 +135,23 @@ def test_host_costs():
     lanes = t.vector_bits // 32
     assert t.unit_for("matrix").rate("matrix", "f32") == 4 * lanes  # two FMA pipes
     assert all(t.has_path(a.name, b.name) for a in t.levels for b in t.levels)
+
+
+def test_stream_prefetch_distance_comes_from_the_global_level():
+    """Little's law: what one core consumes while a load is in flight (latency x its share of the
+    global bandwidth), in whole lines; nothing without a latency. host's dram latency is its
+    estimate at the host's clock, and its distance follows from its figures, not a constant."""
+    base = USER.replace('kind = "global"', 'kind = "global"\nbandwidth = 16\nlatency = 300')
+    t = from_dict(tomllib.loads(base))
+    assert t.global_level.latency == 300
+    assert t.stream_prefetch_bytes == 1216  # 300 x 16 / 4 cores = 1200 -> 38 lines of 32 (the 'vec' alignment)
+    assert from_dict(tomllib.loads(USER)).stream_prefetch_bytes == 0
+    assert get("npu-a2").stream_prefetch_bytes == 0
+    h = host()
+    g = h.global_level
+    assert g.latency == pytest.approx(100 * h.clock_ghz)
+    assert h.stream_prefetch_bytes % 64 == 0
+    assert 0 < h.stream_prefetch_bytes - g.latency * g.bandwidth / h.cores <= 64
 
 
 def test_host_shape():
@@ -314,6 +332,14 @@ MALFORMED = [
         "'bandwidth'",
         "global level only",
     ),
+    (
+        "latency on a local level",
+        lambda s: s.replace("alignment = 32", "alignment = 32\nlatency = 40"),
+        "'latency'",
+        "global level only",
+    ),
+    ("negative latency", lambda s: s.replace('kind = "global"', 'kind = "global"\nlatency = -3'), "'latency'",
+     "positive number"),
 ]
 
 
@@ -403,6 +429,7 @@ def test_calibrated_file_is_a_target(tmp_path):
     assert t.name == "host-measured" and t.levels[1:] == host().levels[1:] and t.roles == host().roles
     assert t.unit_for("matrix").rate("matrix", "f32") == 64
     assert t.global_level.bandwidth == 12
+    assert t.global_level.latency == pytest.approx(host().global_level.latency, rel=1e-3)  # kept: not measured
     assert t.path("dram", "l2").bandwidth == 8
 
 

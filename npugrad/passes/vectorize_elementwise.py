@@ -41,6 +41,20 @@ becomes
     %s0 = arith.addf %init, (vector.extract %p[0]) ... %s15 = arith.addf %s14, (vector.extract %p[15])
     %s = scf.for %i = %main to %ub step %c1 iter_args(%a = %s15) -> (f32) { ... }
 
+On a target whose global memory gives a latency, each vector load from global memory (an
+argument of the function, or a view of one; not a buffer the function allocates) is preceded by
+a prefetch of the element Target.stream_prefetch_bytes ahead in its row, clamped to the loop's
+last element (which the loop reads itself), so each stream is asked for what a core consumes
+while a load is in flight:
+
+      %a = arith.addi %i, %ahead : index                         // 272 float32 on this Zen 4 host
+      %at = arith.minsi %a, %last : index                        // %last = %ub - 1, hoisted
+      memref.prefetch %x[%r, %at], read, locality<3>, data : memref<?x?xf32>
+      %x_v = vector.load %x[%r, %i] : ...
+
+EMA-Adam's step on 16M float32 parameters (Zen 4, 2 threads, fresh processes taking turns, eight
+each): 11.97 ms median against 12.80 without; BCE's gradient 7.6 against 8.0.
+
 A loop is left as it is when anything
 else is in it: other ops or nested regions, the induction variable in arithmetic or in another
 index position, a store not indexed by it, an index or i1 memref (i1 vectors are bit-packed in
@@ -56,7 +70,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects import arith, memref, scf, vector
+from xdsl.dialects import arith, func, memref, scf, vector
 from xdsl.dialects.builtin import (
     DenseIntOrFPElementsAttr,
     IndexType,
@@ -71,14 +85,14 @@ from xdsl.dialects.builtin import (
     f32,
     f64,
 )
-from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, RewritePattern, op_type_rewrite_pattern
 from xdsl.rewriter import InsertPoint
 from xdsl.utils.exceptions import VerifyException
 
 from npugrad.dialect.attributes import VECTORIZED
-from npugrad.dialect.upstream import LOOP_ANNOTATION
+from npugrad.dialect.upstream import LOOP_ANNOTATION, PrefetchOp
 from npugrad.ir import unit_innermost_stride
 from npugrad.targets import get
 
@@ -218,12 +232,38 @@ class _Inserter:
         return self.rewriter.insert(op, self.point)
 
 
+# Views of a memref: a load through one reads the memory of its source.
+_VIEWS = (memref.SubviewOp, memref.ReinterpretCastOp, memref.CastOp, memref.CollapseShapeOp, memref.ExpandShapeOp)
+
+
+def _in_global_memory(ref: SSAValue) -> bool:
+    """Whether `ref` is (a view of) an argument of the function: global memory, which a loop
+    streams from, as opposed to a buffer the function allocates (a tile meant to stay in a cache
+    level or in local memory, where a prefetch would only take a load slot)."""
+    while isinstance(ref.owner, _VIEWS):
+        ref = ref.owner.operands[0]  # the source, whatever each view names it
+    if not isinstance(ref, BlockArgument):
+        return False
+    parent = ref.owner.parent_op()
+    return isinstance(parent, func.FuncOp)
+
+
+def _element_bytes(t: Attribute) -> int | None:
+    width = getattr(t, "bitwidth", None)
+    return width // 8 if isinstance(width, int) and width >= 8 else None
+
+
 class _Vectorizer:
-    def __init__(self, loop: scf.ForOp, varying: set[SSAValue], lanes: int, rewriter: PatternRewriter):
+    def __init__(self, loop: scf.ForOp, varying: set[SSAValue], lanes: int, rewriter: PatternRewriter,
+                 prefetch: int = 0):
         self.loop = loop
         self.varying = varying
         self.lanes = lanes
         self.rewriter = rewriter
+        self.prefetch = prefetch  # bytes ahead of each load from global memory (0: none)
+        self.last: SSAValue | None = None  # the loop's last index, hoisted (the prefetches' bound)
+        self.distance: dict[int, SSAValue] = {}  # elements ahead -> its constant, hoisted
+        self.ahead: dict[tuple[SSAValue, int], SSAValue] = {}  # (index, elements ahead) -> the clamped index
         self.outside = _Inserter(rewriter, InsertPoint.before(loop))  # hoisted: bounds, broadcasts
         self.mapping: dict[SSAValue, SSAValue] = {}
         self.broadcasts: dict[SSAValue, SSAValue] = {}
@@ -256,8 +296,30 @@ class _Vectorizer:
         trips = self._hoist(arith.MaxSIOp(self._hoist(arith.SubiOp(ub, lb)), zero))
         return self._hoist(arith.SubiOp(ub, self._hoist(arith.RemUIOp(trips, self.step))))
 
+    def _prefetch(self, op: memref.LoadOp, inside: _Inserter) -> None:
+        """Ask for the line `prefetch` bytes ahead of what `op` reads, in the same row, no further
+        than the loop's last element (what the loop itself reads: always in bounds)."""
+        element = _element_bytes(op.res.type)
+        if not self.prefetch or element is None:
+            return
+        if self.last is None:
+            one = self._hoist(arith.ConstantOp(IntegerAttr(1, index)))
+            self.last = self._hoist(arith.SubiOp(self.loop.ub, one))
+        ahead = -(-self.prefetch // element)
+        if ahead not in self.distance:
+            self.distance[ahead] = self._hoist(arith.ConstantOp(IntegerAttr(ahead, index)))
+        *outer, i = self._indices(op)
+        if (i, ahead) not in self.ahead:  # one index per distance: loads of the same element size share it
+            at = inside.insert(arith.AddiOp(i, self.distance[ahead])).results[0]
+            self.ahead[i, ahead] = inside.insert(arith.MinSIOp(at, self.last)).results[0]
+            at.owner.location = self.ahead[i, ahead].owner.location = op.location
+        fetch = inside.insert(PrefetchOp(op.memref, [*outer, self.ahead[i, ahead]], write=False, locality=3))
+        fetch.location = op.location
+
     def _emit_op(self, op: Operation, inside: _Inserter) -> None:
         if isinstance(op, memref.LoadOp) and op.res in self.varying:
+            if _in_global_memory(op.memref):
+                self._prefetch(op, inside)
             new = vector.LoadOp(op.memref, self._indices(op), self._vector_type(op.res.type))
         elif isinstance(op, memref.StoreOp):
             new = vector.StoreOp(self._vector(op.value, inside), op.memref, self._indices(op))
@@ -317,13 +379,14 @@ class _Vectorizer:
 @dataclass(frozen=True)
 class VectorizeLoop(RewritePattern):
     lanes: int
+    prefetch: int = 0
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, loop: scf.ForOp, rewriter: PatternRewriter) -> None:
         if VECTORIZED.on(loop):
             return
         if (varying := _varying_values(loop, self.lanes)) is not None:
-            _Vectorizer(loop, varying, self.lanes, rewriter).emit()
+            _Vectorizer(loop, varying, self.lanes, rewriter, self.prefetch).emit()
 
 
 @dataclass(frozen=True)
@@ -333,7 +396,8 @@ class VectorizeElementwiseLoopsPass(ModulePass):
     target: str = "host"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        lanes = get(self.target).vector_bits // 32
+        target = get(self.target)
+        lanes = target.vector_bits // 32
         if lanes < 2:
             return
-        PatternRewriteWalker(VectorizeLoop(lanes), apply_recursively=False).rewrite_module(op)
+        PatternRewriteWalker(VectorizeLoop(lanes, target.stream_prefetch_bytes), apply_recursively=False).rewrite_module(op)

@@ -31,8 +31,9 @@ and, for the cost model (npugrad/analysis/cost.py; every figure optional, nomina
     bandwidth = 56
     latency = 24
 
-The global level may give `bandwidth` (bytes per cycle shared by all cores) and a shared cache in
-front of it (`cache`, `cache_bandwidth`). Shipped: `npu-a2` (this folder, figures cited there) and
+The global level may give `bandwidth` (bytes per cycle shared by all cores), a shared cache in
+front of it (`cache`, `cache_bandwidth`) and `latency` (cycles from a load to its data: with the
+bandwidth, how far ahead loops streaming from it prefetch, Target.stream_prefetch_bytes). Shipped: `npu-a2` (this folder, figures cited there) and
 `host`, read off the machine it runs on (`npugrad calibrate` measures it instead).
 """
 
@@ -76,10 +77,12 @@ class MemoryLevel:
     unit: str = "cpu"
     parent: str | None = None
     # Global memory only: bytes per cycle shared by all cores, and a shared cache in front of it
-    # (bytes, bytes per cycle) that serves what is read more than once when the arguments fit it.
+    # (bytes, bytes per cycle) that serves what is read more than once when the arguments fit it;
+    # `latency`: cycles from a load's request to its data (what a stream must be asked for ahead).
     bandwidth: float | None = None
     cache: int | None = None
     cache_bandwidth: float | None = None
+    latency: float | None = None
 
     @property
     def is_global(self) -> bool:
@@ -188,6 +191,19 @@ class Target:
     def vector_bytes(self) -> int:
         return self.vector_bits // 8
 
+    @cached_property
+    def stream_prefetch_bytes(self) -> int:
+        """How far ahead a loop streaming from global memory asks for each stream's lines: what
+        one core consumes while a load is in flight (Little's law: the global level's latency
+        times one core's share of its bandwidth), in whole lines of the smallest local level's
+        alignment. 0 where the target gives neither (no prefetch)."""
+        g = self.global_level
+        if not g.latency or not g.bandwidth:
+            return 0
+        line = min((lv.alignment for lv in self.local_levels()), default=64)
+        line = line if line >= 16 else 64
+        return -(-int(g.latency * g.bandwidth / self.cores) // line) * line
+
     def key(self) -> tuple:
         """What compiled code depends on (for compile caches)."""
         return (self.name, self.cores, self.vector_bits, self.vector_registers, self.double_buffer, self.levels,
@@ -239,7 +255,7 @@ def from_dict(data: dict, source: str = "<dict>") -> Target:
         if not isinstance(lv, dict):
             raise TargetError(f"{where} must be a table ([[level]])")
         if unknown := set(lv) - {"name", "kind", "capacity", "alignment", "unit", "parent", "bandwidth", "cache",
-                                 "cache_bandwidth"}:
+                                 "cache_bandwidth", "latency"}:
             raise TargetError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
         lname = _field(where, lv, "name", str)
         where = f"{source}: level '{lname}'"
@@ -253,10 +269,11 @@ def from_dict(data: dict, source: str = "<dict>") -> Target:
             cache = lv.get("cache")
             levels.append(MemoryLevel(
                 lname, None, 1, "mte", None, _rate(where, lv, "bandwidth"),
-                None if cache is None else _size(f"{where}: field 'cache'", cache), _rate(where, lv, "cache_bandwidth")))
+                None if cache is None else _size(f"{where}: field 'cache'", cache), _rate(where, lv, "cache_bandwidth"),
+                _rate(where, lv, "latency")))
             continue
-        if extra := {"bandwidth", "cache", "cache_bandwidth"} & set(lv):
-            raise TargetError(f"{where}: field '{sorted(extra)[0]}' is for the global level only")
+        if extra := {"bandwidth", "cache", "cache_bandwidth", "latency"} & set(lv):
+            raise TargetError(f"{where}: field '{min(extra)}' is for the global level only")
         capacity = _size(f"{where}: field 'capacity'", _field(where, lv, "capacity", (int, str)))
         alignment = _field(where, lv, "alignment", int, 1, required=False)
         if alignment < 1 or alignment & (alignment - 1):
@@ -421,12 +438,16 @@ def _clock_ghz() -> float | None:
 # figures for the scalar loops copies become (estimates; `npugrad calibrate` measures them).
 _HOST_COPY = {"l1": 32.0, "l2": 16.0, "l3": 8.0, "dram": 4.0}
 HOST_LOOP = 16.0  # cycles to enter a loop nest (an instruction's overhead)
+# A load's latency from DRAM behind a server CPU's caches: typically 80-120 ns (estimated, not
+# measured here); in cycles at the host's clock it is the dram level's `latency`.
+HOST_DRAM_LATENCY_NS = 100.0
 HOST_COPY_SETUP = 32.0  # cycles to start a copy loop nest
 HOST_DEFAULTS = (
     "defaults read off this machine: the clock from /sys (or /proc/cpuinfo), the contraction rate "
     "as two FMA pipes of the vector width (2 x lanes x 2 FLOP per cycle), elementwise work as two vector "
     "ALUs, copy bandwidths estimated (l1 32, l2 16, l3 8, dram 4 bytes per cycle per core, dram shared by "
-    "all cores at 2 x that), 16 cycles per loop nest and 32 per copy on top (estimated); run `npugrad calibrate` to measure them"
+    "all cores at 2 x that, 100 ns from a load to its data), 16 cycles per loop nest and 32 per copy on top "
+    "(estimated); run `npugrad calibrate` to measure them"
 )
 
 
@@ -453,7 +474,8 @@ def host() -> Target:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     names = ["dram", "l3", "l2", "l1"]
     units, paths, shared = host_costs(names, vector_bits // 32)
-    levels = [MemoryLevel("dram", None, 1, "mte", None, shared)]
+    clock = _clock_ghz() or 2.0
+    levels = [MemoryLevel("dram", None, 1, "mte", None, shared, latency=HOST_DRAM_LATENCY_NS * clock)]
     parent = "dram"
     for lvl, fallback in ((3, 8 << 20), (2, 1 << 20), (1, 32 << 10)):
         size = _cache_bytes(lvl) or fallback
@@ -462,7 +484,7 @@ def host() -> Target:
     # On a CPU "local buffers" are tiles sized to stay in a cache level of one core.
     roles = {"vector": "l2", "stage": "l3", "matrix_a": "l2", "matrix_b": "l2", "accumulator": "l2"}
     return Target("host", cores, vector_bits, tuple(levels), registers, False, tuple(sorted(roles.items())), "host",
-                  llvm.get_host_cpu_name(), features.flatten(), _clock_ghz() or 2.0, units, paths, HOST_DEFAULTS)
+                  llvm.get_host_cpu_name(), features.flatten(), clock, units, paths, HOST_DEFAULTS)
 
 
 def get(name_or_path: str | os.PathLike) -> Target:

@@ -106,6 +106,8 @@ def target_file(figures: dict, shared: float) -> str:
         lines += ["", "[[level]]", f'name = "{lv.name}"']
         if lv.is_global:
             lines += ['kind = "global"', f"bandwidth = {shared / hz:.4g}"]
+            if lv.latency:  # not measured: host's estimate, kept so that streaming loops still prefetch
+                lines += [f"latency = {lv.latency:.4g}"]
         else:
             lines += [f"capacity = {lv.capacity}", f"alignment = {lv.alignment}", f'unit = "{lv.unit}"',
                       f'parent = "{lv.parent}"']
