@@ -166,6 +166,41 @@ def test_inputs_unchanged_and_statistics_ignored_with_softmax(rng, fuse):
 
 
 @PIPELINES
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_kept_logits_give_memory_saving_modes_bits(rng, fuse, dtype):
+    """softmax_is_logits: P made in the kernel from kept float32 logits and the statistics is
+    what memory-saving mode makes from the logits it recomputes: the same bits (the unfused
+    reference loops and the fused nest alike); logits kept in the input's dtype (rounded) match
+    the reference, P made in NumPy from the same rounded logits, at the dtype's tolerance."""
+    a = _operands(rng, dtype=dtype, mask=np.uint8)
+    # Eighths: every product and sum exact, so the logits are the same bits in any order (the
+    # kernel's GEMM 1, its reference loops, NumPy's): only how P is made from them is compared.
+    for k in ("input", "weight"):
+        a[k] = (rng.integers(-4, 5, a[k].shape) / 8).astype(dtype)
+    z = np.asarray(a["input"], np.float32) @ np.asarray(a["weight"], np.float32).T
+    # Statistics as a forward over all shards gives them: at least this shard's max, more mass.
+    a["logits_max"] = (z.max(1) + 0.25).astype(np.float32)
+    a["sum_exp_logits"] = (np.exp(z - a["logits_max"][:, None]).sum(1) + 0.5).astype(np.float32)
+    recomputed = _run(a, fuse)
+    kept = _run(a | {"softmax": z, "softmax_is_logits": True}, fuse)
+    assert [x.tobytes() for x in kept] == [x.tobytes() for x in recomputed]
+    if dtype != np.float32:
+        narrow = z.astype(dtype)
+        got = _run(a | {"softmax": narrow, "softmax_is_logits": True}, fuse)
+        p = np.exp(np.asarray(narrow, np.float32) - a["logits_max"][:, None]) / a["sum_exp_logits"][:, None]
+        _check(a | {"softmax": p.astype(np.float32), "logits_max": None, "sum_exp_logits": None}, got)
+
+
+@pytest.mark.parametrize("missing", ["logits_max", "sum_exp_logits", "softmax"])
+def test_kept_logits_need_the_logits_and_both_statistics(rng, missing):
+    a = _operands(rng, mask=np.uint8)
+    a |= {"softmax": np.zeros((BT, V), np.float32), "logits_max": np.zeros(BT, np.float32),
+          "sum_exp_logits": np.ones(BT, np.float32), missing: None}
+    with pytest.raises(ValueError, match=f"{OP}: property 'softmax_is_logits' .* missing '{missing}'"):
+        ops.fused_linear_cross_entropy_loss_grad(**a, softmax_is_logits=True)
+
+
+@PIPELINES
 def test_small_vocabulary_allowed_in_memory_saving_mode(rng, fuse):
     a = _operands(rng, v=5, mode="memory-saving")
     _check(a, _run(a, fuse))

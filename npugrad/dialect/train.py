@@ -319,7 +319,11 @@ class FusedLinearCrossEntropyLossGradOp(TrainOp):
     G = grad·(P − onehot(masked_target) on unmasked rows); input_grad_out = G·W,
     weight_grad_out = Gᵀ·X (with `accumulate`: input_grad_out += G·W, weight_grad_out += Gᵀ·X).
     P is `softmax` when given (high-performance mode), else it is recomputed as
-    exp(X·Wᵀ − logits_max)/sum_exp_logits (memory-saving mode).
+    exp(X·Wᵀ − logits_max)/sum_exp_logits (memory-saving mode). With `softmax_is_logits`
+    (beyond the vendor) `softmax` holds the logits Z the forward kept (float32, or rounded to
+    the input's dtype) and P = exp(Z − logits_max)/sum_exp_logits is made in the nest, as
+    memory-saving mode makes it from the logits it recomputes: no softmax pass over a kept BT×V
+    buffer, and, narrow, half its bytes.
     """
 
     name = "train.fused_linear_cross_entropy_loss_grad"
@@ -342,6 +346,8 @@ class FusedLinearCrossEntropyLossGradOp(TrainOp):
     # Beyond the vendor too: the gradients are added to what the outputs hold (out += grad, as
     # PyTorch accumulates .grad), for a caller that sums them over micro-batches or token chunks.
     accumulate = prop_def(BoolAttr, default_value=_bool(False))
+    # Beyond the vendor: `softmax` holds the kept logits, made into P in the nest (the docstring).
+    softmax_is_logits = prop_def(BoolAttr, default_value=_bool(False))
     # {bt = .., v = ..}: the token and vocabulary tile sizes of the fused loop nest. Chosen by
     # a pass (or written by hand); the fusion pass reads only this.
     tile_sizes = opt_prop_def(TileSizesAttr)
@@ -354,16 +360,26 @@ class FusedLinearCrossEntropyLossGradOp(TrainOp):
     def high_performance(self) -> bool:
         return self.softmax is not None
 
+    @property
+    def logits_kept(self) -> bool:
+        """Whether `softmax` holds the logits (softmax_is_logits): P is made from them."""
+        return self.high_performance and self.prop_bool("softmax_is_logits")
+
     @classmethod
     def check(cls, c: Checker) -> None:
         hp = c.present("softmax")
+        kept = bool(c.prop_or("softmax_is_logits", False))
         given = [n for n in ("logits_max", "sum_exp_logits") if c.present(n)]
         if not hp and len(given) < 2:
             c.fail(
                 f"needs {c.word} 'softmax' (high-performance mode) or both 'logits_max' and "
                 f"'sum_exp_logits' (memory-saving mode), got {f'only {given[0]!r}' if given else 'none of them'}"
             )
-        stats = ("logits_max", "sum_exp_logits") if not hp else ()
+        if kept and not (hp and len(given) == 2):
+            missing = [n for n in ("softmax", "logits_max", "sum_exp_logits") if not c.present(n)]
+            c.fail(f"property 'softmax_is_logits' makes P from the logits in 'softmax' and the statistics: "
+                   f"needs {c.word}s 'softmax', 'logits_max' and 'sum_exp_logits', missing {', '.join(map(repr, missing))}")
+        stats = ("logits_max", "sum_exp_logits") if not hp or kept else ()
         for name in ("grad", "target_mask", "masked_target", *stats):
             c.rank(name, [1])
         for name in ("input", "weight", "input_grad_out", "weight_grad_out", *(("softmax",) if hp else ())):
@@ -374,8 +390,10 @@ class FusedLinearCrossEntropyLossGradOp(TrainOp):
             c.same_element(name, "input")
         mask_t = c.element("target_mask", ["bool", "uint8"])
         c.element("masked_target", ["int32", "int64"])
-        for name in (*stats, *(("softmax",) if hp else ())):
+        for name in stats:
             c.element(name, ["float32"])
+        if hp:  # kept logits may be rounded to the input's dtype; a softmax is float32
+            c.element("softmax", list(dict.fromkeys(["float32", c.dtype("input")])) if kept else ["float32"])
 
         bt, h, v = c.dims("grad")[0], c.dims("input")[1], c.dims("weight")[0]
         c.dim_is("input", 0, bt, "BT (grad.shape[0])")

@@ -21,7 +21,7 @@ _count_nonzero = getattr(np.count_nonzero, "_implementation", np.count_nonzero)
 def fused_linear_cross_entropy_loss_grad(
     grad, input, weight, target_mask, masked_target, label_smoothing=0.0,
     logits_max=None, sum_exp_logits=None, softmax=None, *, vocab_size=0, z_loss=0.0, softcap=0.0,
-    accumulate=False, input_grad_out=None, weight_grad_out=None,
+    accumulate=False, softmax_is_logits=False, input_grad_out=None, weight_grad_out=None,
 ):
     """Backward of a vocabulary-parallel LM head + cross entropy on one tensor-parallel rank;
     returns (input_grad (BT, H), weight_grad (V, H)), in input's dtype unless outputs are given.
@@ -37,11 +37,16 @@ def fused_linear_cross_entropy_loss_grad(
 
     `accumulate` (beyond the vendor): the gradients are added to what `input_grad_out` and
     `weight_grad_out` hold, both required (PyTorch's .grad accumulation; a caller summing over
-    token chunks or micro-batches needs no second weight-sized buffer)."""
+    token chunks or micro-batches needs no second weight-sized buffer).
+
+    `softmax_is_logits` (beyond the vendor): `softmax` holds the logits the forward kept
+    (float32, or in the input's dtype), and P = exp(softmax − logits_max)/sum_exp_logits is made
+    in the kernel, as memory-saving mode makes it: both statistics are then required."""
     label_smoothing = real(OP, "label_smoothing", label_smoothing)
     extensions = {"label_smoothing": label_smoothing, "vocab_size": integer(OP, "vocab_size", vocab_size),
                   "z_loss": real(OP, "z_loss", z_loss, float32=True), "softcap": real(OP, "softcap", softcap, float32=True),
-                  "accumulate": flag(OP, "accumulate", accumulate)}
+                  "accumulate": flag(OP, "accumulate", accumulate),
+                  "softmax_is_logits": flag(OP, "softmax_is_logits", softmax_is_logits)}
     if extensions["accumulate"]:
         missing = [n for n, a in zip(OUTPUTS, (input_grad_out, weight_grad_out)) if a is None]
         if missing:
@@ -66,7 +71,7 @@ def fused_linear_cross_entropy_loss_grad(
     props = check(FusedLinearCrossEntropyLossGradOp, arrays, extensions)
     reject_overlap(OP, arrays, OUTPUTS)
     allocate(OP, arrays, OUTPUTS, mapped=True)  # the wavefront's blocks first touch dW out of order
-    if softmax is not None:
+    if softmax is not None and not extensions["softmax_is_logits"]:
         arrays["logits_max"] = arrays["sum_exp_logits"] = None  # ignored by the spec in this mode
     return _RowsThatCount(FusedLinearCrossEntropyLossGradOp, arrays, props,
                           (arrays["input_grad_out"], arrays["weight_grad_out"]),

@@ -123,10 +123,14 @@ def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int], e: IRBuil
                     with e.if_(hit):
                         e.store(e.load(z_t, [i, local]), saved, [i])
             g_t = z_t if g_buf is z_buf else e.subview(g_buf, [0, 0], [tb, tv])
+            # The tile's softmax (or kept logits), indexed by the loops' own variables: the row
+            # loop's elementwise body then vectorises (its last index is the loop's).
+            p_t = e.subview(op.softmax, [t0, v0], [tb, tv]) if hp else None
 
-            def probability(row, t: SSAValue, j: SSAValue, logit: SSAValue | None) -> SSAValue:
+            def probability(row, i: SSAValue, j: SSAValue, logit: SSAValue | None) -> SSAValue:
                 if hp:
-                    return e.load(op.softmax, [t, e.emit(arith.AddiOp(v0, j))])
+                    kept = e.load_f32(p_t, [i, j])
+                    return grad.probability(row, kept) if op.logits_kept else kept  # softmax_is_logits: a logit
                 return grad.probability(row, logit)
 
             def store_g(value: SSAValue, at: list[SSAValue]) -> None:
@@ -138,14 +142,14 @@ def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int], e: IRBuil
                 row = grad.row(t)
                 with e.loop(tv) as j:
                     logit = None if hp else e.load(z_t, [i, j])
-                    store_g(grad.element(row, probability(row, t, j, logit), logit, False), [i, j])
+                    store_g(grad.element(row, probability(row, i, j, logit), logit, False), [i, j])
             with e.loop(tb) as i:  # the one-hot term: only the target column of unmasked rows
                 t = e.emit(arith.AddiOp(t0, i))
                 hit, local = target_in_tile(e, op, t, v0, tv)
                 with e.if_(hit):
                     row = grad.row(t)
                     logit = None if hp else e.load(saved, [i])
-                    store_g(grad.element(row, probability(row, t, local, logit), logit, True), [i, local])
+                    store_g(grad.element(row, probability(row, i, local, logit), logit, True), [i, local])
             gx_t = e.subview(gx_acc, [t0, 0], [tb, h])
             # GEMMs 2 and 3 reduce over the middle dimension, so the innermost loop runs along
             # H, contiguous in every operand: a broadcast-multiply-add that vectorises.

@@ -59,9 +59,13 @@ class FusedLinearCrossEntropyLossGrad(OpRecipe):
     def reference(self, arrays, props):
         a = arrays
         dt = np.dtype(a["input"].dtype)
+        softmax = a.get("softmax")
+        if props.get("softmax_is_logits"):  # the kept logits: P from them and the statistics
+            z = np.asarray(softmax, np.float32)
+            softmax = (np.exp(z - a["logits_max"][:, None]) / a["sum_exp_logits"][:, None]).astype(np.float32)
         gi, gw = forward.fused_linear_cross_entropy_loss_grad(
             a["grad"], a["input"], a["weight"], a["target_mask"], a["masked_target"], a.get("logits_max"),
-            a.get("sum_exp_logits"), a.get("softmax"), **_extensions(props),
+            a.get("sum_exp_logits"), softmax, **_extensions(props),
             round_grad_logits_to=None if dt == np.float32 else dt,
         )
         return {"input_grad_out": gi, "weight_grad_out": gw}
@@ -91,7 +95,8 @@ class FusedLinearCrossEntropyLossGrad(OpRecipe):
             "masked_target": target.astype(dtypes["masked_target"]),
         }
         if "softmax" in shapes:
-            out["softmax"] = (np.exp(z - m[:, None]) / s[:, None]).astype(np.float32)
+            kept = props.get("softmax_is_logits")  # the logits themselves, in the dtype asked for
+            out["softmax"] = cast(z, dtypes["softmax"]) if kept else (np.exp(z - m[:, None]) / s[:, None]).astype(np.float32)
         if "logits_max" in shapes:
             out["logits_max"] = m
             out["sum_exp_logits"] = s
@@ -107,7 +112,7 @@ class FusedLinearCrossEntropyLossGrad(OpRecipe):
         ext = _extensions(props)
         gi, gw = self.api()(a["grad"], a["input"], a["weight"], a["target_mask"], a["masked_target"],
                             ext.pop("label_smoothing"), a.get("logits_max"), a.get("sum_exp_logits"), a.get("softmax"),
-                            **ext)
+                            softmax_is_logits=bool(props.get("softmax_is_logits", False)), **ext)
         return {"input_grad_out": gi, "weight_grad_out": gw}
 
     def examples(self):
@@ -123,6 +128,18 @@ class FusedLinearCrossEntropyLossGrad(OpRecipe):
                 "input": dtype, "weight": dtype, "target_mask": np.dtype(np.uint8 if packed else np.bool_),
                 "masked_target": np.dtype(np.int32)}
             yield Example(f"{mode}, {'uint8 bit-packed' if packed else 'bool'} mask", shapes, dtypes)
+        for dtype, narrow in itertools.product(FLOAT_DTYPES, (False, True)):
+            if narrow and dtype == np.float32:
+                continue
+            bt, h, v = 75, 40, 300  # the logits kept by a forward (softmax_is_logits), float32 or in the dtype
+            shapes = {"grad": (bt,), "input": (bt, h), "weight": (v, h), "target_mask": ((bt + 7) // 8,),
+                      "masked_target": (bt,), "logits_max": (bt,), "sum_exp_logits": (bt,), "softmax": (bt, v)}
+            dtypes = dict.fromkeys(shapes, np.dtype(np.float32)) | {
+                "input": dtype, "weight": dtype, "target_mask": np.dtype(np.uint8), "masked_target": np.dtype(np.int64)}
+            if narrow:
+                dtypes["softmax"] = dtype
+            yield Example(f"high-performance, kept {'narrow' if narrow else 'float32'} logits", shapes, dtypes,
+                          {"softmax_is_logits": True, "label_smoothing": 0.1, "vocab_size": 1000})
         for dtype, (label, props) in itertools.product(FLOAT_DTYPES, EXTENSIONS):
             bt, h, v = 75, 40, 300
             shapes = {"grad": (bt,), "input": (bt, h), "weight": (v, h), "target_mask": ((bt + 7) // 8,),

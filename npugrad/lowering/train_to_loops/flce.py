@@ -8,7 +8,8 @@ becomes
     %ax = memref.alloc(...) : memref<?x?xf32>   (%aw likewise; both zeroed, or, with
                                                  `accumulate`, the outputs widened)
     scf.for %t { scf.for %v {
-      %p = exp(x[t]·w[v] − max[t]) / sum[t]      (softmax[t, v] in high-performance mode)
+      %p = exp(x[t]·w[v] − max[t]) / sum[t]      (softmax[t, v] in high-performance mode; with
+                                                 softmax_is_logits exp(softmax[t, v] − max[t]) / sum[t])
       %G = g[t]·(%p − select(m[t] = 0 ∧ v = target[t], 1, 0)), rounded through bf16
       scf.for %h { ax[t, h] += %G·w[v, h]; aw[v, h] += %G·x[t, h] } } }
     dx = truncf(ax); dw = truncf(aw); memref.dealloc %ax, %aw
@@ -53,6 +54,8 @@ def lower_fused_linear_cross_entropy_loss_grad(op: FusedLinearCrossEntropyLossGr
             logit = None
             if op.high_performance:
                 p = e.load_f32(op.softmax, [t, j])
+                if op.logits_kept:  # the logit itself: P made from it (softmax_is_logits)
+                    p = gradient.probability(row, p)
             else:
                 logit = softcap(e, Float(e, dot(e, op.input, op.weight, t, j, h)), gradient.cap).value
                 p = gradient.probability(row, logit)
@@ -86,7 +89,7 @@ class Gradient:
         """What every element of row t shares: g, and M, S (and 2λ·lse) in memory-saving mode."""
         e, op = self.e, self.op
         row: dict[str, Float | SSAValue] = {"g": e.load(op.grad, [t])}
-        if not op.high_performance:
+        if not op.high_performance or op.logits_kept:
             row["m"] = e.load(op.logits_max, [t])
             row["s"] = e.load(op.sum_exp_logits, [t])
             if self.z_loss:

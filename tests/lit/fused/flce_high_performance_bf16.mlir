@@ -20,7 +20,12 @@
 // CHECK-NOT:     GEMM 1
 // CHECK:         scf.for
 // CHECK:           scf.for
-// CHECK:             %[[P:.*]] = memref.load %{{.*}}[%{{.*}}, %{{.*}}] : memref<40x384xf32>
+// The token tile's rows of the softmax, a view indexed by the row loops' own variables: the
+// inner loop's body is elementwise, and vectorises.
+// CHECK:             %[[PT:.*]] = memref.subview %p[%{{.*}}, %{{.*}}] [%{{.*}}, %{{.*}}] [1, 1] : memref<40x384xf32> to memref<?x?xf32, strided<[384, 1], offset: ?>>
+// CHECK:             scf.for %[[I:.*]] =
+// CHECK:               scf.for %[[J:.*]] =
+// CHECK-NEXT:            %[[P:.*]] = memref.load %[[PT]][%[[I]], %[[J]]] : memref<?x?xf32, strided<[384, 1], offset: ?>>
 // CHECK:             %[[G:.*]] = arith.mulf %{{.*}}, %[[P]] : f32
 // CHECK:             %[[R:.*]] = arith.truncf %[[G]] : f32 to bf16
 // WIDE-NEXT:         %[[RW:.*]] = arith.extf %[[R]] : bf16 to f32

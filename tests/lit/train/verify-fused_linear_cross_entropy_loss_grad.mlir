@@ -789,3 +789,75 @@ func.func @all_extensions(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<2
       weight_grad_out(%gw : memref<256x16xbf16>) {label_smoothing = 0.1 : f64, vocab_size = 1000 : i64, z_loss = 1.0e-04 : f64, softcap = 30.0 : f64}
   func.return
 }
+
+// -----
+
+// softmax_is_logits (the kept logits made into P in the nest) needs both statistics.
+func.func @kept_logits_without_statistics(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
+    %mask: memref<1xui8>, %t: memref<8xi64>, %z: memref<8x256xf32>, %lm: memref<8xf32>,
+    %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op property 'softmax_is_logits' makes P from the logits in 'softmax' and the statistics: needs operands 'softmax', 'logits_max' and 'sum_exp_logits', missing 'sum_exp_logits'}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+      weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
+      masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>) softmax(%z : memref<8x256xf32>)
+      -> input_grad_out(%gx : memref<8x16xbf16>) weight_grad_out(%gw : memref<256x16xbf16>) {softmax_is_logits = true}
+  func.return
+}
+
+// -----
+
+// ... and the logits: with the statistics alone it is memory-saving mode, which has no logits to take.
+func.func @kept_logits_without_logits(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
+    %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>,
+    %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op property 'softmax_is_logits' makes P from the logits in 'softmax' and the statistics: needs operands 'softmax', 'logits_max' and 'sum_exp_logits', missing 'softmax'}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+      weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
+      masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>) sum_exp_logits(%se : memref<8xf32>)
+      -> input_grad_out(%gx : memref<8x16xbf16>) weight_grad_out(%gw : memref<256x16xbf16>) {softmax_is_logits = true}
+  func.return
+}
+
+// -----
+
+// A softmax is float32; kept logits may be in the input's dtype (rounded), no other.
+func.func @narrow_softmax(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
+    %mask: memref<1xui8>, %t: memref<8xi64>, %p: memref<8x256xbf16>,
+    %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'softmax' must have dtype float32, got bfloat16}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+      weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
+      masked_target(%t : memref<8xi64>) softmax(%p : memref<8x256xbf16>)
+      -> input_grad_out(%gx : memref<8x16xbf16>) weight_grad_out(%gw : memref<256x16xbf16>)
+  func.return
+}
+
+// -----
+
+func.func @kept_logits_in_another_dtype(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
+    %mask: memref<1xui8>, %t: memref<8xi64>, %z: memref<8x256xf16>, %lm: memref<8xf32>, %se: memref<8xf32>,
+    %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'softmax' must have dtype float32 or bfloat16, got float16}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+      weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
+      masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>) sum_exp_logits(%se : memref<8xf32>)
+      softmax(%z : memref<8x256xf16>) -> input_grad_out(%gx : memref<8x16xbf16>) weight_grad_out(%gw : memref<256x16xbf16>)
+      {softmax_is_logits = true}
+  func.return
+}
+
+// -----
+
+// Valid: bfloat16 logits kept, with both statistics; printed back with the property.
+// CHECK-LABEL: func.func @kept_narrow_logits
+// CHECK: softmax(%{{.*}} : memref<8x256xbf16>) -> input_grad_out{{.*}}softmax_is_logits = true
+func.func @kept_narrow_logits(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
+    %mask: memref<1xui8>, %t: memref<8xi64>, %z: memref<8x256xbf16>, %lm: memref<8xf32>, %se: memref<8xf32>,
+    %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+      weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
+      masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>) sum_exp_logits(%se : memref<8xf32>)
+      softmax(%z : memref<8x256xbf16>) -> input_grad_out(%gx : memref<8x16xbf16>) weight_grad_out(%gw : memref<256x16xbf16>)
+      {softmax_is_logits = true}
+  func.return
+}
