@@ -4,10 +4,12 @@
 // is no GEMM 1, and the row's statistics are loaded once per row. At the vectorized stage the
 // row loop runs 16 lanes (the tile's view indexed by the loops' own variables), its exp on
 // vectors; on a target whose global memory gives a latency each lane group's load of Z is
-// preceded by a prefetch. The run compares with the reference (P made in NumPy from the same Z).
+// preceded by a prefetch. The runs (host; npu-a2's phased nest, emulated) compare with the
+// reference (P made in NumPy from the same Z).
 // RUN: npugrad-opt %s -p fuse-linear-cross-entropy-grad | FileCheck %s
 // RUN: npugrad-opt %s --stage vectorized --cpu %inputs/avx512.toml | FileCheck %s --check-prefix=VEC
 // RUN: npugrad-opt %s --stage run | FileCheck %s --check-prefix=EXEC
+// RUN: npugrad-opt %s --target npu-a2 --stage run | FileCheck %s --check-prefix=EXEC
 
 // CHECK-LABEL: func.func @flce_kept_logits
 // CHECK-NOT:     GEMM 1
