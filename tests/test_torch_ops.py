@@ -374,6 +374,36 @@ def test_loss_arguments_without_a_derivative_or_a_kernel_dtype_are_errors_when_t
     torch.testing.assert_close(nt.nll_loss(logp.double(), t), F.nll_loss(logp.double(), t))
 
 
+def test_the_keywords_of_torch_nn_functional_are_taken_as_there():
+    """F.embedding's max_norm (rows renormalised in place first) and norm_type, the deprecated
+    size_average/reduce of F.nll_loss and F.binary_cross_entropy: the same results and weights
+    as PyTorch's; sparse=True (a sparse gradient the dense kernel does not give) is an error."""
+    g = torch.Generator().manual_seed(9)
+    idx = torch.tensor([[0, 3, 3], [5, 1, 0]])
+    base = torch.randn(7, 4, generator=g) * 3
+    for norm_type in (2.0, 1.0):
+        ours, theirs = base.clone().requires_grad_(), base.clone().requires_grad_()
+        a = nt.embedding(idx, ours, max_norm=1.5, norm_type=norm_type)
+        b = F.embedding(idx, theirs, max_norm=1.5, norm_type=norm_type)
+        torch.testing.assert_close(a, b)
+        torch.testing.assert_close(ours.detach(), theirs.detach())  # renormalised alike, in place
+        assert not torch.equal(ours.detach(), base)
+        up = torch.randn(a.shape, generator=g)
+        torch.testing.assert_close(*(torch.autograd.grad(t, [w], up)[0] for t, w in ((a, ours), (b, theirs))))
+    with pytest.raises(ValueError, match="embedding: parameter 'sparse'"):
+        nt.embedding(idx, base.clone().requires_grad_(), sparse=True)
+    logp = torch.randn(6, 5, generator=g).log_softmax(1)
+    t = torch.randint(0, 5, (6,), generator=g)
+    p = torch.rand(6, 5, generator=g) * 0.9 + 0.05
+    y = torch.rand(6, 5, generator=g)
+    with pytest.warns(UserWarning):
+        for size_average, reduce in ((None, False), (False, None), (True, True)):
+            torch.testing.assert_close(nt.nll_loss(logp, t, size_average=size_average, reduce=reduce),
+                                       F.nll_loss(logp, t, size_average=size_average, reduce=reduce))
+            torch.testing.assert_close(nt.binary_cross_entropy(p, y, size_average=size_average, reduce=reduce),
+                                       F.binary_cross_entropy(p, y, size_average=size_average, reduce=reduce))
+
+
 @pytest.mark.parametrize("op, args", [
     ("binary_cross_entropy", lambda: (torch.rand(6, 5).mul(.9).add(.05).requires_grad_(), torch.rand(6, 5), None, 1)),
     ("nll_loss", lambda: (torch.randn(7, 11).log_softmax(1).requires_grad_(), torch.randint(0, 11, (7,)), None, 1, -100)),

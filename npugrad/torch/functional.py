@@ -110,10 +110,22 @@ def _bce_backward(ctx, grad: Tensor):
 _binary_cross_entropy.register_autograd(_bce_backward, setup_context=_bce_setup)
 
 
-def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, reduction: str = "mean") -> Tensor:
+def _legacy(reduction: str, size_average, reduce) -> str:
+    """F.*'s deprecated `size_average`/`reduce`, as PyTorch reads them (with its warning)."""
+    if size_average is None and reduce is None:
+        return reduction
+    from torch.nn import _reduction
+
+    return _reduction.legacy_get_string(size_average, reduce)
+
+
+def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, reduction: str = "mean", *,
+                         size_average: bool | None = None, reduce: bool | None = None) -> Tensor:
     """torch.nn.functional.binary_cross_entropy; its gradient is npugrad's binary_cross_entropy_grad.
     As there, `weight` broadcasts to the target's shape (one weight per class, say) and a target
-    of another size than the input is an error."""
+    of another size than the input is an error; the deprecated `size_average`/`reduce` are read
+    as PyTorch reads them (keywords here)."""
+    reduction = _legacy(reduction, size_average, reduce)
     if target.size() != input.size():
         raise ValueError(f"binary_cross_entropy: parameter 'target' must have the input's size {tuple(input.size())}, "
                          f"got {tuple(target.size())}")
@@ -156,11 +168,12 @@ _nll_loss.register_autograd(_nll_backward, setup_context=_nll_setup)
 
 
 def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
-             reduction: str = "mean") -> Tensor:
+             reduction: str = "mean", *, size_average: bool | None = None, reduce: bool | None = None) -> Tensor:
     """torch.nn.functional.nll_loss (input (N, C) or (C,), or (N, C, d1, ...) with target (N, d1, ...):
     the classes moved last and the positions flattened into rows, as the kernel takes them); its
-    gradient is npugrad's nll_loss_backward."""
-    r = _reduction(reduction)
+    gradient is npugrad's nll_loss_backward. The deprecated `size_average`/`reduce` are read as
+    PyTorch reads them (keywords here)."""
+    r = _reduction(_legacy(reduction, size_average, reduce))
     _differentiable("nll_loss", input=input)
     _not_differentiable("nll_loss", weight=weight)
     if input.dim() <= 2:
@@ -201,9 +214,20 @@ def _embedding_backward(ctx, grad: Tensor):
 _embedding.register_autograd(_embedding_backward, setup_context=_embedding_setup)
 
 
-def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, scale_grad_by_freq: bool = False) -> Tensor:
-    """torch.nn.functional.embedding; the weight's gradient is npugrad's embedding_dense_backward."""
+def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, scale_grad_by_freq: bool = False, *,
+              max_norm: float | None = None, norm_type: float = 2.0, sparse: bool = False) -> Tensor:
+    """torch.nn.functional.embedding; the weight's gradient is npugrad's embedding_dense_backward.
+    F.embedding's other options as keywords: `max_norm` renormalises the rows looked up in place
+    first, as PyTorch does (torch.embedding_renorm_, without autograd); `sparse=True` asks for a
+    sparse gradient, which the kernel (a dense one) does not give: an error."""
+    if sparse:
+        raise ValueError("embedding: parameter 'sparse' = True asks for a sparse gradient; npugrad's "
+                         "embedding_dense_backward gives a dense one (sparse=False)")
     _differentiable("embedding", weight=weight)
+    if max_norm is not None:  # as F.embedding: the rows looked up renormalised in place, first
+        input = input.contiguous()
+        with torch.no_grad():
+            torch.embedding_renorm_(weight.detach(), input, max_norm, norm_type)
     if padding_idx is None:
         padding_idx = -1
     elif padding_idx < 0:  # as F.embedding counts it
