@@ -78,9 +78,9 @@ class Case:
         """The bytes of every array, to check that a rejected call wrote nothing."""
         return {k: a.tobytes() for k, a in self.arrays.items() if isinstance(a, np.ndarray)}
 
-    def rejected(self, match: str) -> str:
-        """Call, expecting a ValueError whose message matches `match` (a regex) and no array
-        written; returns the message."""
+    def rejected(self, match: str | None) -> str:
+        """Call, expecting a ValueError whose message matches `match` (a regex; None: any message,
+        for a caller that checks it itself) and no array written; returns the message."""
         before = self.snapshot()
         with pytest.raises(ValueError, match=match) as info:
             self.call()

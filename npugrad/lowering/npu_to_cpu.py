@@ -158,7 +158,7 @@ class LowerLaunchServices(RewritePattern):
                 _declare(module, BARRIER, [], [])
                 call = func.CallOp(BARRIER, [], [])
                 call.location = o.location
-                rewriter.replace_op(o, call)
+                rewriter.replace(o, call)
                 continue
             if isinstance(o, SetFlagOp | WaitFlagOp):
                 name = SET_FLAG if isinstance(o, SetFlagOp) else WAIT_FLAG
@@ -167,7 +167,7 @@ class LowerLaunchServices(RewritePattern):
                 address = e.emit(arith.AddiOp(base, e.emit(arith.MuliOp(o.index, e.idx(element_bytes(i64))))))
                 call = func.CallOp(name, [address, o.value], [])
                 call.location = o.location
-                rewriter.replace_op(o, call)
+                rewriter.replace(o, call)
                 continue
             t = o.result.type
             assert isinstance(t, MemRefType)
@@ -181,7 +181,7 @@ class LowerLaunchServices(RewritePattern):
             if buf.type != t:
                 buf = e.emit(memref.CastOp.get(buf, t))
             buf.name_hint = o.result.name_hint
-            rewriter.replace_op(o, [], [buf])
+            rewriter.replace(o, [], [buf])
             slot += 1
         SYNCHRONIZED.set(f)
         rewriter.notify_op_modified(f)

@@ -878,9 +878,9 @@ class VectorizeContraction(RewritePattern):
             else:
                 alloc = memref.AllocOp.get(f32, 64, [reduction_chunk(self.target, wide), wide])
             alloc.memref.name_hint = "b_panel"
-            rewriter.insert_op(alloc, InsertPoint.at_start(f.body.blocks[0]))
+            rewriter.insert(alloc, InsertPoint.at_start(f.body.blocks[0]))
             for ret in [op for op in f.walk() if isinstance(op, func.ReturnOp)]:
-                rewriter.insert_op(memref.DeallocOp.get(alloc.memref), InsertPoint.before(ret))
+                rewriter.insert(memref.DeallocOp.get(alloc.memref), InsertPoint.before(ret))
             self.panels[(f, dot)] = alloc.memref
         return self.panels[(f, dot)]
 

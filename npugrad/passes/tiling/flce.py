@@ -514,7 +514,7 @@ def read_weight_in_place(nest: scf.ForOp, e: IRBuilder) -> None:
                             ArrayAttr([AffineMapAttr(m) for m in (a, flipped, c)]), gen.iterator_types, doc=gen.doc)
             new.attributes.update(gen.attributes)
             new.location = gen.location
-            e.rewriter.replace_op(gen, new)
+            e.rewriter.replace(gen, new)
         e.erase(pack)
         view = packed.owner
         if isinstance(view, memref.SubviewOp) and not view.result.uses:
