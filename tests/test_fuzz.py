@@ -316,9 +316,8 @@ def alias_output(case: Case, data) -> bool:
     if other is None:
         return False
     a, b = case.arrays[other], case.arrays[output]
-    if a.size == 0 or b.size == 0:
-        return False
-    if a.dtype.hasobject or b.dtype.hasobject:  # references cannot share raw memory (wrong_dtype's 'O')
+    # Nothing to overlap in an empty array, and references (wrong_dtype's 'O') share no raw memory.
+    if a.size == 0 or b.size == 0 or a.dtype.hasobject or b.dtype.hasobject:
         return False
     how = data.draw(st.sampled_from(["same-buffer", "shifted", "is"]), label="alias")
     if how == "is" and a.shape == b.shape and a.dtype == b.dtype:
