@@ -53,9 +53,16 @@ def flce(r: random.Random) -> tuple[Operands, dict[str, str]]:
     }
     if mode != "high-performance":
         ops |= {"logits_max": ((bt,), "f32"), "sum_exp_logits": ((bt,), "f32")}
+    props = {}
     if mode.startswith("high"):
         ops["softmax"] = ((bt, v), "f32")
-    props = {}
+    if mode == "high-performance with statistics" and r.random() < 0.5:  # kept logits, perhaps compact
+        props["softmax_is_logits"] = "true"
+        block = r.choice([0, r.randint(1, 320)])
+        if block:
+            ops["softmax"] = ((bt, v), "f16")
+            ops["softmax_block_max"] = ((bt, -(-v // block)), "f32")
+            props["logits_block"] = f"{block} : i64"
     if r.random() < 0.3:
         props["tile_sizes"] = f"#train.tiles<bt = {r.randint(1, 64)}, v = {r.randint(1, 512)}>"
     if r.random() < 0.3:  # label smoothing over a global vocabulary of at least V
@@ -75,11 +82,15 @@ def online_max_sum(r: random.Random) -> tuple[Operands, dict[str, str]]:
            "logits_max_local_out": ((bt,), "f32"), "sum_exp_logits_local_out": ((bt,), "f32"),
            "predicted_logits_local_out": ((bt,), "f32"), "target_mask_out": ((-(-bt // 8),), "ui8"),
            "masked_target_out": ((bt,), target)}
-    if r.random() < 0.5:
-        ops["vocab_parallel_logits_out"] = ((bt, v), dt)
+    props = {"vocab_start_index": f"{start} : i64", "vocab_end_index": f"{start + v} : i64"}
+    block = r.choice([0, r.randint(1, 320)])  # compact logits (extension): E in float16, C per block
+    if block or r.random() < 0.5:
+        ops["vocab_parallel_logits_out"] = ((bt, v), "f16" if block else dt)
     if r.random() < 0.5:
         ops["sum_logits_local_out"] = ((bt,), "f32")
-    props = {"vocab_start_index": f"{start} : i64", "vocab_end_index": f"{start + v} : i64"}
+    if block:
+        ops["logits_block_max_out"] = ((bt, -(-v // block)), "f32")
+        props["logits_block"] = f"{block} : i64"
     if r.random() < 0.4:
         props["softcap"] = _f64(r.uniform(0, 50))
     if r.random() < 0.4:

@@ -191,6 +191,62 @@ def test_kept_logits_give_memory_saving_modes_bits(rng, fuse, dtype):
         _check(a | {"softmax": p.astype(np.float32), "logits_max": None, "sum_exp_logits": None}, got)
 
 
+@PIPELINES
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("block", [16, 48, 200], ids=lambda b: f"block{b}")
+def test_compact_kept_logits_match_reference_and_memory_saving_mode(rng, fuse, dtype, block):
+    """logits_block B: `softmax` holds the compact logits a forward keeps (float16 E = exp(Z − C),
+    C each block's row maximum), P = (E·exp(C − M))/S made in the kernel, per block of columns
+    whether blocks meet tiles or straddle them (V = 131: the last block short; B = 200: one
+    block). Against the reference (P made in NumPy from the same E and C) at the dtype's
+    tolerance, and against memory-saving mode (P from the recomputed logits) within E's rounding
+    (2⁻¹¹ relative) on top of it."""
+    from npugrad.reference.forward import compact_logits
+
+    a = _operands(rng, dtype=dtype, mask=np.uint8)
+    z = np.asarray(a["input"], np.float32) @ np.asarray(a["weight"], np.float32).T
+    a["logits_max"] = (z.max(1) + 0.25).astype(np.float32)
+    a["sum_exp_logits"] = (np.exp(z - a["logits_max"][:, None]).sum(1) + 0.5).astype(np.float32)
+    e, c = compact_logits(z, block)
+    assert e.dtype == np.float16 and c.shape == (BT, -(-V // block))
+    compact = a | {"softmax": e, "softmax_block_max": c, "softmax_is_logits": True, "logits_block": block}
+    got = _run(compact, fuse)
+    want = harness.expected(OP, {k: v for k, v in compact.items() if k not in ("softmax_is_logits", "logits_block")},
+                            {"softmax_is_logits": True, "logits_block": block})
+    for g, name in zip(got, ("input_grad_out", "weight_grad_out")):
+        assert g.dtype == dtype
+        assert_close(g, want[name])
+    recomputed = _run(a, fuse)
+    for g, r in zip(got, recomputed):
+        g, r = np.asarray(g, np.float32), np.asarray(r, np.float32)
+        scale = np.abs(r).max()
+        assert np.abs(g - r).max() <= scale * (2e-3 if dtype == np.float32 else 1.6e-2), (np.abs(g - r).max(), scale)
+
+
+def test_compact_kept_logits_rejects(rng):
+    """The compact form's rules, each naming its operand or property."""
+    a = _operands(rng, mask=np.uint8)
+    e = np.ones((BT, V), np.float16)
+    c = np.zeros((BT, -(-V // 32)), np.float32)
+    a |= {"logits_max": np.zeros(BT, np.float32), "sum_exp_logits": np.ones(BT, np.float32), "softmax": e,
+          "softmax_is_logits": True}
+    f = ops.fused_linear_cross_entropy_loss_grad
+    with pytest.raises(ValueError, match=f"{OP}: parameter 'logits_block' must be a non-negative integer"):
+        f(**a, logits_block=-1, softmax_block_max=c)
+    with pytest.raises(ValueError, match=f"{OP}: parameter 'softmax_block_max' holds the compact logits' block maxima"):
+        f(**a | {"softmax": e.astype(np.float32)}, softmax_block_max=c)
+    with pytest.raises(ValueError, match=f"{OP}: property 'logits_block' = 32 .* needs parameter 'softmax_block_max'"):
+        f(**a, logits_block=32)
+    with pytest.raises(ValueError, match=r"parameter 'softmax_block_max' must have shape \(BT, ceil\(V/32\)\) = \(37, 5\)"):
+        f(**a, logits_block=32, softmax_block_max=np.zeros((BT, 4), np.float32))
+    with pytest.raises(TypeError, match="parameter 'softmax' must have dtype float16, got float32"):
+        f(**a | {"softmax": e.astype(np.float32)}, logits_block=32, softmax_block_max=c)
+    with pytest.raises(TypeError, match="parameter 'softmax_block_max' must have dtype float32"):
+        f(**a, logits_block=32, softmax_block_max=c.astype(np.float16))
+    with pytest.raises(ValueError, match="property 'logits_block' = 32 reads compact kept logits: needs property 'softmax_is_logits'"):
+        f(**a | {"softmax_is_logits": False}, logits_block=32, softmax_block_max=c)
+
+
 @pytest.mark.parametrize("missing", ["logits_max", "sum_exp_logits", "softmax"])
 def test_kept_logits_need_the_logits_and_both_statistics(rng, missing):
     a = _operands(rng, mask=np.uint8)

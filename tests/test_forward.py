@@ -5,6 +5,7 @@ threads, and the reject rules through the Python API."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import numpy as np
@@ -112,6 +113,68 @@ def test_max_sum_float32_logits_of_narrow_inputs_are_unrounded(rng, dtype):
         f(*args, logits_out=np.zeros(z.shape, np.float32))
     with pytest.raises(SignatureTypeError, match="must have dtype float32"):
         f(*args, logits_out=np.zeros(z.shape, dtype), float32_logits=True)
+
+
+@pytest.mark.parametrize("fuse", [True, False], ids=["fused", "unfused"])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("block", [1, 24, 176, 500], ids=lambda b: f"block{b}")
+def test_max_sum_compact_logits(rng, fuse, dtype, block):
+    """`logits_block` B (the extension): C, each block of B columns' row maximum, and E =
+    exp(Z' − C) in float16 — in (0, 1], each within E's rounding of exp of the float32 logits
+    the statistics were made from, 1 where the block's maximum is; ignored rows 0; E·exp(C − m)/s
+    a row's softmax (sums to 1). The statistics are the same bits as without it where the fused
+    nest's vocabulary tile is already whole blocks (it is rounded down to them: another tile
+    may change a logit's last bit; the unfused loops take no tile). B = 1: every E is 1;
+    B = 500 > V: one block, C = m."""
+    a, props = _max_sum(rng, 75, 40, 203, dtype, ignore_index=-100)
+    f = ops.fused_linear_online_max_sum
+    args = (a["input"], a["weight"], a["target"], props["vocab_start_index"], props["vocab_end_index"])
+    with using(Pipeline(fuse=fuse)):
+        got = f(*args, ignore_index=-100, logits_block=block)
+        wide = f(*args, ignore_index=-100, return_logits=True, float32_logits=True)
+    blocks = -(-203 // block)
+    assert got.logits.dtype == np.float16 and got.logits_block_max.shape == (75, blocks)
+    same_tile = not fuse or loss_mod._tiles()["v"] % block == 0
+    same = np.testing.assert_array_equal if same_tile else functools.partial(np.testing.assert_allclose, rtol=1e-6)
+    for name in ("logits_max", "sum_exp_logits", "predicted_logits"):
+        same(getattr(got, name), getattr(wide, name))
+    skipped = a["target"] == -100
+    assert skipped.any() and not np.any(got.logits[skipped]) and not np.any(got.logits_block_max[skipped])
+    z = wide.logits[~skipped]
+    padded = np.full((z.shape[0], blocks * block), -np.inf, np.float32)
+    padded[:, :203] = z
+    c = padded.reshape(z.shape[0], blocks, block).max(2)
+    same(got.logits_block_max[~skipped], c)
+    e = got.logits[~skipped].astype(np.float32)
+    exact = np.exp(z.astype(np.float64) - np.repeat(c, block, 1)[:, :203])
+    assert e.max() == 1 and e.min() >= 0
+    np.testing.assert_allclose(e, exact, rtol=2**-11 + 1e-6, atol=2**-25)
+    m, s = got.logits_max[~skipped], got.sum_exp_logits[~skipped]
+    p = e * np.repeat(np.exp(c - m[:, None]), block, 1)[:, :203] / s[:, None]
+    np.testing.assert_allclose(p.sum(1), 1, rtol=1e-3)
+    if block == 500:
+        np.testing.assert_array_equal(got.logits_block_max[~skipped, 0], m)
+
+
+def test_max_sum_compact_logits_rejects(rng):
+    """The compact form's rules, each naming its parameter or property, before any output is written."""
+    a, props = _max_sum(rng, 9, 8, 40, BFLOAT16)
+    f = ops.fused_linear_online_max_sum
+    args = (a["input"], a["weight"], a["target"], 0, 40)
+    with pytest.raises(SignatureError, match=f"{MAX_SUM.op.short_name()}: parameter 'logits_block' must be a non-negative"):
+        f(*args, logits_block=-2)
+    with pytest.raises(SignatureError, match=r"property 'logits_block' must be in \[0, 65536\] \(0: off\), got 65537"):
+        f(*args, logits_block=65537)  # a block is whole in one tile of the nest: bounded
+    with pytest.raises(SignatureTypeError, match="parameter 'logits_block' must be a non-negative integer, got 2.5"):
+        f(*args, logits_block=2.5)
+    with pytest.raises(SignatureError, match="'logits_block' and 'float32_logits' exclude each other"):
+        f(*args, logits_block=8, float32_logits=True)
+    with pytest.raises(SignatureTypeError, match="parameter 'logits_out' must have dtype float16, got bfloat16"):
+        f(*args, logits_block=8, logits_out=np.zeros((9, 40), BFLOAT16))
+    with pytest.raises(SignatureError, match=r"parameter 'logits_block_max_out' must have shape \(BT, ceil\(V/16\)\) = \(9, 3\)"):
+        f(*args, logits_block=16, logits_block_max_out=np.zeros((9, 2), np.float32))
+    with pytest.raises(SignatureError, match="parameter 'logits_block_max_out' holds the compact logits' block maxima"):
+        f(*args, return_logits=True, logits_block_max_out=np.zeros((9, 3), np.float32))
 
 
 # -- fused_cross_entropy_loss_with_max_sum ---------------------------------------------------------
@@ -310,10 +373,11 @@ def test_chunked_schedule_matches_torch_autograd(rng, shards, options, chunk_row
 @pytest.mark.parametrize("options", CHUNKED_OPTIONS, ids=str)
 @pytest.mark.parametrize("chunk_rows", [25, 1000])
 def test_narrow_chunked_schedule_matches_torch_autograd(rng, dtype, shards, options, chunk_rows):
-    """bfloat16/float16 in the chunked schedule: each chunk's logits kept in float32 (unrounded),
-    so the loss is the recompute schedule's bit for bit (its forward, each shard cut into its
-    parts) and the gradients are within the dtype's tolerance of PyTorch autograd (dW rounded
-    once per chunk, the parts' dX once each before their sum)."""
+    """bfloat16/float16 in the chunked schedule: each chunk's logits kept compact (float16
+    exp(Z − C), C per block of the target's vocabulary tile), its statistics as the recompute
+    schedule's forward makes them, so the loss is that schedule's bit for bit (its forward, each
+    shard cut into its parts) and the gradients are within the dtype's tolerance of PyTorch
+    autograd (dW rounded once per chunk, the parts' dX once each before their sum)."""
     x, w, y = _loss_case(rng, 61, 24, 600, dtype, ignored=0.2 if "ignore_index" in options else 0.0)
     calls = []
     real = loss_mod._chunked
@@ -331,6 +395,32 @@ def test_narrow_chunked_schedule_matches_torch_autograd(rng, dtype, shards, opti
             plain = ops.linear_cross_entropy(x, parts, y, reduction=reduction, chunk_rows=0, **options)
             np.testing.assert_array_equal(got.loss, plain.loss)
     assert calls == [chunk_rows] * 2
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_chunked_schedule_keeps_compact_logits_narrow_and_float32_logits_wide(rng, dtype, monkeypatch):
+    """What the chunked schedule keeps between a chunk's forward and backward: bfloat16 and
+    float16 the compact logits (float16 E, float32 C per block of the target's vocabulary tile),
+    half the bytes of float32 logits; float32 its logits unrounded (E's 2⁻¹¹ would be above the
+    float32 gradients' tolerance)."""
+    forwards, backwards = [], []
+    real_forward, real_backward = loss_mod.fused_linear_online_max_sum, loss_mod.fused_linear_cross_entropy_loss_grad
+    monkeypatch.setattr(loss_mod, "fused_linear_online_max_sum", lambda *a, **k: forwards.append(k) or real_forward(*a, **k))
+    monkeypatch.setattr(loss_mod, "fused_linear_cross_entropy_loss_grad",
+                        lambda *a, **k: backwards.append(k) or real_backward(*a, **k))
+    x, w, y = _loss_case(rng, 61, 24, 600, dtype, ignored=0.0)
+    ops.linear_cross_entropy(x, w, y, chunk_rows=25)
+    block = loss_mod._tiles()["v"]
+    assert forwards and backwards
+    for k in forwards:
+        if dtype == np.float32:
+            assert k["logits_out"].dtype == np.float32 and k["float32_logits"] and not k["logits_block"]
+        else:
+            assert k["logits_out"].dtype == np.float16 and k["logits_block"] == block and not k["float32_logits"]
+            assert k["logits_block_max_out"].shape == (k["logits_out"].shape[0], -(-k["logits_out"].shape[1] // block))
+    for k in backwards:
+        assert k["softmax_is_logits"] and k["logits_block"] == (0 if dtype == np.float32 else block)
+        assert (k["softmax_block_max"] is None) == (dtype == np.float32)
 
 
 @pytest.mark.parametrize("dtype", NARROW_DTYPES, ids=str)
@@ -424,13 +514,14 @@ def test_chunked_schedule_choice(rng, monkeypatch):
     # H = 8, K = 256: two parts, two lanes of 16 x 8 float32 packs of W, and a row's 256 + 8 + 2 x 8
     # floats: its logits, the other part's dX, and each lane's packed row of X.
     # bfloat16/float16 (_narrow_chunk_rows): a lane's float32 16 x 8 dW tile and two packs of W in
-    # the dtype; a row's float32 logits, each lane's float32 dX row and packed row of X, the other
-    # part's dX row: at bt = 512 in bfloat16, (26624 - 2048) // 1136 = 21 rows; where fewer than a
-    # token tile fit, a token tile (8) if its logits (8 x 256 float32) take at most twice the
-    # budget (2 x 6656 at bt = 128), else recompute (2 x 3328 at bt = 64). z_loss: recompute.
+    # the dtype; a row's compact logits (256 float16, and at most 256 / 16 + 2 float32 maxima of
+    # the parts' blocks), each lane's float32 dX row and packed row of X, the other part's dX row:
+    # at bt = 512 in bfloat16, (26624 - 2048) // (584 + 96 + 16) = 35 rows; where fewer than a
+    # token tile fit, a token tile (8) if its logits (8 x 584 bytes) take at most twice the budget
+    # (2 x 3328 at bt = 64), else recompute (2 x 1664 at bt = 32). z_loss: recompute.
     for bt, dtype, options, rows in [(64, np.float32, {}, None), (255, np.float32, {}, 22), (512, np.float32, {}, 46),
-                                     (512, np.float32, {"z_loss": 1e-3}, None), (512, BFLOAT16, {}, 21),
-                                     (128, np.float16, {}, 8), (64, BFLOAT16, {}, None),
+                                     (512, np.float32, {"z_loss": 1e-3}, None), (512, BFLOAT16, {}, 35),
+                                     (128, np.float16, {}, 8), (64, BFLOAT16, {}, 8), (32, BFLOAT16, {}, None),
                                      (512, BFLOAT16, {"z_loss": 1e-3}, None)]:
         calls.clear()
         x, w, y = _loss_case(rng, bt, 8, 256, dtype, ignored=0.0)

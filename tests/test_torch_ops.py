@@ -41,8 +41,8 @@ def test_the_forward_operators_take_the_api_keywords_and_return_optional_outputs
     max_sum = next(r for r in RECIPES if r.op.short_name() == "fused_linear_online_max_sum")
     assert kernels.schema(max_sum).endswith(
         "int vocab_end_index, *, float softcap=0.0, int? ignore_index=None, bool return_logits=False, "
-        "bool return_sum_logits=False, bool float32_logits=False) -> "
-        "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor?, Tensor?)")
+        "bool return_sum_logits=False, bool float32_logits=False, int logits_block=0) -> "
+        "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor?, Tensor?, Tensor?)")
     g = torch.Generator().manual_seed(7)
     x, w = torch.randn(10, 8, generator=g).bfloat16(), torch.randn(30, 8, generator=g).bfloat16()
     t = torch.randint(0, 30, (10,), generator=g)
@@ -54,6 +54,12 @@ def test_the_forward_operators_take_the_api_keywords_and_return_optional_outputs
     assert wide[5].dtype == torch.float32
     torch.testing.assert_close(wide[5], x.float() @ w.float().T)
     assert torch.equal(wide[5].bfloat16(), stats[5])
+    compact = torch.ops.npugrad.fused_linear_online_max_sum(x, w, t, 0, 30, logits_block=16)
+    assert compact[5].dtype == torch.float16 and compact[7].shape == (10, 2) and compact[7].dtype == torch.float32
+    blocks = (x.float() @ w.float().T).split(16, dim=1)
+    torch.testing.assert_close(compact[7], torch.stack([b.amax(dim=1) for b in blocks], dim=1))
+    torch.testing.assert_close(compact[5].float(), torch.cat([(b - b.amax(dim=1, keepdim=True)).exp() for b in blocks], 1),
+                               rtol=2**-11, atol=2**-24)
     loss, softmax = torch.ops.npugrad.fused_cross_entropy_loss_with_max_sum(*stats[:3])
     assert softmax is None
     torch.testing.assert_close(loss, F.cross_entropy(x.float() @ w.float().T, t, reduction="none"))

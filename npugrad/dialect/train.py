@@ -306,6 +306,29 @@ def check_extensions(c: Checker, v: Dim, logits: bool, mode: str) -> None:
             c.fail(f"property '{name}' needs the logits: it is not available in {mode}")
 
 
+# A block of compact logits is whole in one vocabulary tile of the forward's nest: bounded, so
+# that the tile (token rows x B float32) is.
+MAX_LOGITS_BLOCK = 1 << 16
+
+
+def check_logits_block(c: Checker, name: str, bt, v) -> int:
+    """The compact logits' block B (property 'logits_block', >= 0) and their block maxima `name`:
+    present exactly where B > 0, float32 (BT, ceil(V/B)). Returns B."""
+    block = c.prop_or("logits_block", 0)
+    c.prop_check("logits_block", 0 <= block <= MAX_LOGITS_BLOCK, f"in [0, {MAX_LOGITS_BLOCK}] (0: off)")
+    if not block:
+        if c.present(name):
+            c.operand_fail(name, "holds the compact logits' block maxima: needs property 'logits_block' > 0")
+        return 0
+    if not c.present(name):
+        c.fail(f"property 'logits_block' = {block} keeps the logits compact: needs {c.word} {c.display.get(name, name)!r} "
+               "(each block's row maximum)")
+    c.rank(name, [2])
+    c.element(name, ["float32"])
+    c.shape_is(name, [bt, None if v is None else -(-v // block)], f"(BT, ceil(V/{block}))")
+    return block
+
+
 def _check_reduction(c: Checker) -> int:
     reduction = c.prop("reduction")
     c.prop_check("reduction", reduction in REDUCTIONS, "0 (none), 1 (mean) or 2 (sum)")
@@ -323,7 +346,10 @@ class FusedLinearCrossEntropyLossGradOp(TrainOp):
     (beyond the vendor) `softmax` holds the logits Z the forward kept (float32, or rounded to
     the input's dtype) and P = exp(Z − logits_max)/sum_exp_logits is made in the nest, as
     memory-saving mode makes it from the logits it recomputes: no softmax pass over a kept BT×V
-    buffer, and, narrow, half its bytes.
+    buffer, and, narrow, half its bytes. With `logits_block` B > 0 too, `softmax` holds the
+    compact logits the forward kept in float16, E = exp(Z − C) with C = `softmax_block_max`
+    (BT, ceil(V/B)) each block of B columns' row maximum (FusedLinearOnlineMaxSumOp), and
+    P = (E·exp(C[t, v // B] − logits_max))/sum_exp_logits.
     """
 
     name = "train.fused_linear_cross_entropy_loss_grad"
@@ -335,6 +361,7 @@ class FusedLinearCrossEntropyLossGradOp(TrainOp):
     logits_max = opt_input_def()
     sum_exp_logits = opt_input_def()
     softmax = opt_input_def()
+    softmax_block_max = opt_input_def()
     input_grad_out = output_def()
     weight_grad_out = output_def()
     # FORWARD.md §4's extensions, off by default (the vendor's semantics): label smoothing over
@@ -348,6 +375,8 @@ class FusedLinearCrossEntropyLossGradOp(TrainOp):
     accumulate = prop_def(BoolAttr, default_value=_bool(False))
     # Beyond the vendor: `softmax` holds the kept logits, made into P in the nest (the docstring).
     softmax_is_logits = prop_def(BoolAttr, default_value=_bool(False))
+    # Beyond the vendor: with it, the kept logits are compact (E and C; the docstring).
+    logits_block = prop_def(IntegerAttr[I64], default_value=_i64(0))
     # {bt = .., v = ..}: the token and vocabulary tile sizes of the fused loop nest. Chosen by
     # a pass (or written by hand); the fusion pass reads only this.
     tile_sizes = opt_prop_def(TileSizesAttr)
@@ -364,6 +393,11 @@ class FusedLinearCrossEntropyLossGradOp(TrainOp):
     def logits_kept(self) -> bool:
         """Whether `softmax` holds the logits (softmax_is_logits): P is made from them."""
         return self.high_performance and self.prop_bool("softmax_is_logits")
+
+    @property
+    def compact_block(self) -> int:
+        """B > 0 where `softmax` holds compact logits exp(Z − C), C per block of B columns; else 0."""
+        return self.prop_int("logits_block") if self.logits_kept else 0
 
     @classmethod
     def check(cls, c: Checker) -> None:
@@ -392,7 +426,12 @@ class FusedLinearCrossEntropyLossGradOp(TrainOp):
         c.element("masked_target", ["int32", "int64"])
         for name in stats:
             c.element(name, ["float32"])
-        if hp:  # kept logits may be rounded to the input's dtype; a softmax is float32
+        block = c.prop_or("logits_block", 0)
+        if block and not kept:
+            c.fail(f"property 'logits_block' = {block} reads compact kept logits: needs property 'softmax_is_logits'")
+        if block:  # compact: exp(Z − C) in float16
+            c.element("softmax", ["float16"])
+        elif hp:  # kept logits may be rounded to the input's dtype; a softmax is float32
             c.element("softmax", list(dict.fromkeys(["float32", c.dtype("input")])) if kept else ["float32"])
 
         bt, h, v = c.dims("grad")[0], c.dims("input")[1], c.dims("weight")[0]
@@ -408,6 +447,7 @@ class FusedLinearCrossEntropyLossGradOp(TrainOp):
             c.operand_fail("target_mask", f"(bit-packed uint8) needs at least ceil(BT/8) = {-(-bt // 8)} bytes, got {mask_len}")
         for name in stats:
             c.shape_is(name, [bt], "(BT,)")
+        check_logits_block(c, "softmax_block_max", bt, v)
         if hp:
             c.shape_is("softmax", [bt, v], "(BT, V)")
             if v is not None and v < cls.MIN_V_HIGH_PERFORMANCE:
@@ -426,7 +466,16 @@ class FusedLinearOnlineMaxSumOp(TrainOp):
     high-performance mode needs) and Σ_v Z'_tv (what label smoothing needs). With `ignore_index`,
     rows whose target equals it are skipped: their statistics and logits are 0. With
     `float32_logits` (an extension, default off: the vendor's logits are in the input's dtype)
-    the logits output is float32 whatever the input's dtype, the logits unrounded."""
+    the logits output is float32 whatever the input's dtype, the logits unrounded.
+
+    With `logits_block` B > 0 (an extension, default 0: off) the logits are kept compact, in
+    exponential form: `logits_block_max_out` (BT, ceil(V/B)) float32 holds each row's maximum
+    over each block of B columns, C[t, b] = max Z'[t, bB : (b+1)B], and the logits output, in
+    float16, E[t, v] = exp(Z'[t, v] − C[t, v // B]), in (0, 1]: half the bytes of float32
+    logits, and a relative error of 2⁻¹¹ in each, whatever the logits' magnitude (logits
+    rounded to float16 or bfloat16 lose their absolute precision as they grow). The backward
+    makes P = E·exp(C − M)/S from them (FusedLinearCrossEntropyLossGradOp). Skipped rows: E and
+    C are 0."""
 
     name = "train.fused_linear_online_max_sum"
     input = input_def()
@@ -439,11 +488,13 @@ class FusedLinearOnlineMaxSumOp(TrainOp):
     masked_target_out = output_def()
     vocab_parallel_logits_out = opt_output_def()
     sum_logits_local_out = opt_output_def()
+    logits_block_max_out = opt_output_def()
     vocab_start_index = prop_def(IntegerAttr[I64])
     vocab_end_index = prop_def(IntegerAttr[I64])
     softcap = prop_def(FloatAttr[Float64Type], default_value=_f64(0.0))
     ignore_index = opt_prop_def(IntegerAttr[I64])
     float32_logits = prop_def(BoolAttr, default_value=_bool(False))
+    logits_block = prop_def(IntegerAttr[I64], default_value=_i64(0))
     tile_sizes = opt_prop_def(TileSizesAttr)
 
     STATISTICS: ClassVar[tuple[str, ...]] = ("logits_max_local_out", "sum_exp_logits_local_out",
@@ -477,8 +528,15 @@ class FusedLinearOnlineMaxSumOp(TrainOp):
         c.shape_is("target_mask_out", [None if bt is None else -(-bt // 8)], "(ceil(BT/8),)")
         c.same_element("masked_target_out", "target")
         c.shape_is("masked_target_out", [bt], "(BT,)")
+        block = check_logits_block(c, "logits_block_max_out", bt, v)
+        if block and not c.present("vocab_parallel_logits_out"):
+            c.fail(f"property 'logits_block' = {block} keeps the logits compact: needs {c.word} 'vocab_parallel_logits_out'")
+        if block and c.prop_or("float32_logits", False):
+            c.fail("properties 'logits_block' and 'float32_logits' exclude each other (compact or float32 logits)")
         if c.present("vocab_parallel_logits_out"):
-            if c.prop_or("float32_logits", False):  # unrounded: what a softmax made from them needs
+            if block:  # exp(Z' − C), in (0, 1]
+                c.element("vocab_parallel_logits_out", ["float16"])
+            elif c.prop_or("float32_logits", False):  # unrounded: what a softmax made from them needs
                 c.element("vocab_parallel_logits_out", ["float32"])
             else:  # the vendor's
                 c.same_element("vocab_parallel_logits_out", "input")

@@ -21,7 +21,8 @@ _count_nonzero = getattr(np.count_nonzero, "_implementation", np.count_nonzero)
 def fused_linear_cross_entropy_loss_grad(
     grad, input, weight, target_mask, masked_target, label_smoothing=0.0,
     logits_max=None, sum_exp_logits=None, softmax=None, *, vocab_size=0, z_loss=0.0, softcap=0.0,
-    accumulate=False, softmax_is_logits=False, input_grad_out=None, weight_grad_out=None,
+    accumulate=False, softmax_is_logits=False, logits_block=0, softmax_block_max=None, input_grad_out=None,
+    weight_grad_out=None,
 ):
     """Backward of a vocabulary-parallel LM head + cross entropy on one tensor-parallel rank;
     returns (input_grad (BT, H), weight_grad (V, H)), in input's dtype unless outputs are given.
@@ -41,12 +42,16 @@ def fused_linear_cross_entropy_loss_grad(
 
     `softmax_is_logits` (beyond the vendor): `softmax` holds the logits the forward kept
     (float32, or in the input's dtype), and P = exp(softmax − logits_max)/sum_exp_logits is made
-    in the kernel, as memory-saving mode makes it: both statistics are then required."""
+    in the kernel, as memory-saving mode makes it: both statistics are then required. With
+    `logits_block` B > 0 too, they are the compact logits the forward keeps with the same B
+    (fused_linear_online_max_sum): `softmax` E = exp(Z − C) in float16 and `softmax_block_max`
+    C (BT, ceil(V/B)) float32, and P = (E·exp(C − logits_max))/sum_exp_logits."""
     label_smoothing = real(OP, "label_smoothing", label_smoothing)
     extensions = {"label_smoothing": label_smoothing, "vocab_size": integer(OP, "vocab_size", vocab_size),
                   "z_loss": real(OP, "z_loss", z_loss, float32=True), "softcap": real(OP, "softcap", softcap, float32=True),
                   "accumulate": flag(OP, "accumulate", accumulate),
-                  "softmax_is_logits": flag(OP, "softmax_is_logits", softmax_is_logits)}
+                  "softmax_is_logits": flag(OP, "softmax_is_logits", softmax_is_logits),
+                  "logits_block": integer(OP, "logits_block", logits_block, "a non-negative integer", 0)}
     if extensions["accumulate"]:
         missing = [n for n, a in zip(OUTPUTS, (input_grad_out, weight_grad_out)) if a is None]
         if missing:
@@ -61,6 +66,7 @@ def fused_linear_cross_entropy_loss_grad(
         "logits_max": None if logits_max is None else as_input(OP, "logits_max", logits_max),
         "sum_exp_logits": None if sum_exp_logits is None else as_input(OP, "sum_exp_logits", sum_exp_logits),
         "softmax": None if softmax is None else as_input(OP, "softmax", softmax),
+        "softmax_block_max": None if softmax_block_max is None else as_input(OP, "softmax_block_max", softmax_block_max),
     }
     w = arrays["weight"]
     bt = x.shape[0] if x.ndim == 2 else 0
@@ -78,7 +84,7 @@ def fused_linear_cross_entropy_loss_grad(
                           lambda: _check_targets(arrays["target_mask"], arrays["masked_target"], bt, v))
 
 
-_ROW_OPERANDS = ("grad", "input", "masked_target", "logits_max", "sum_exp_logits", "softmax")
+_ROW_OPERANDS = ("grad", "input", "masked_target", "logits_max", "sum_exp_logits", "softmax", "softmax_block_max")
 
 
 class _RowsThatCount(Call):

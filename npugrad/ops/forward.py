@@ -10,6 +10,7 @@ from typing import NamedTuple
 import numpy as np
 
 from npugrad.dialect import FusedCrossEntropyLossWithMaxSumOp, FusedLinearOnlineMaxSumOp
+from npugrad.dialect.train import MAX_LOGITS_BLOCK
 from npugrad.ops.common import allocate, as_input, flag, integer, output, real, reject_overlap
 from npugrad.runtime.launch import Call, check, two_phase
 
@@ -29,13 +30,15 @@ class OnlineMaxSum(NamedTuple):
     masked_target: np.ndarray
     logits: np.ndarray | None
     sum_logits: np.ndarray | None
+    logits_block_max: np.ndarray | None = None  # with logits_block: (BT, ceil(V/B)) float32
 
 
 @two_phase
 def fused_linear_online_max_sum(input, weight, target, vocab_start_index, vocab_end_index, *, softcap=0.0,
                                 ignore_index=None, return_logits=False, return_sum_logits=False, float32_logits=False,
-                                logits_max_out=None, sum_exp_logits_out=None, predicted_logits_out=None,
-                                target_mask_out=None, masked_target_out=None, logits_out=None, sum_logits_out=None):
+                                logits_block=0, logits_max_out=None, sum_exp_logits_out=None,
+                                predicted_logits_out=None, target_mask_out=None, masked_target_out=None,
+                                logits_out=None, sum_logits_out=None, logits_block_max_out=None):
     """One vocabulary shard's statistics of Z' = softcap(X·Wᵀ), in one pass over W with an online
     row maximum (no BT×V buffer unless `return_logits`): an OnlineMaxSum.
 
@@ -44,13 +47,17 @@ def fused_linear_online_max_sum(input, weight, target, vocab_start_index, vocab_
     c·tanh(Z/c); rows whose target is `ignore_index` are skipped (their statistics are 0);
     `return_sum_logits`: Σ_v Z'_tv, which label smoothing needs. The logits come in the input's
     dtype, or with `float32_logits` (an extension, default off) in float32 whatever the input's,
-    unrounded: what a softmax made from them needs (ops/loss.py's chunked schedule)."""
+    unrounded: what a softmax made from them needs; or with `logits_block` B > 0 (an extension,
+    default 0) compact, in float16, E = exp(Z' − C) with C (BT, ceil(V/B)) float32 each block of
+    B columns' row maximum (`logits_block_max` of the result): what ops/loss.py's chunked
+    schedule keeps for bfloat16 and float16 (train.FusedLinearOnlineMaxSumOp)."""
     start = integer(MAX_SUM, "vocab_start_index", vocab_start_index)
     end = integer(MAX_SUM, "vocab_end_index", vocab_end_index)
     cap = real(MAX_SUM, "softcap", softcap, float32=True)
     ignore = None if ignore_index is None else integer(MAX_SUM, "ignore_index", ignore_index)
     wide = flag(MAX_SUM, "float32_logits", float32_logits)
-    want_logits = flag(MAX_SUM, "return_logits", return_logits) or logits_out is not None
+    block = integer(MAX_SUM, "logits_block", logits_block, "a non-negative integer", 0)
+    want_logits = flag(MAX_SUM, "return_logits", return_logits) or logits_out is not None or block > 0
     want_sum = flag(MAX_SUM, "return_sum_logits", return_sum_logits) or sum_logits_out is not None
     x = as_input(MAX_SUM, "input", input)
     w = as_input(MAX_SUM, "weight", weight)
@@ -65,8 +72,12 @@ def fused_linear_online_max_sum(input, weight, target, vocab_start_index, vocab_
         "predicted_logits_local_out": output(MAX_SUM, "predicted_logits_out", predicted_logits_out, (bt,), F32, sized),
         "target_mask_out": output(MAX_SUM, "target_mask_out", target_mask_out, (-(-bt // 8),), np.dtype(np.uint8), sized),
         "masked_target_out": output(MAX_SUM, "masked_target_out", masked_target_out, (bt,), t.dtype, sized),
-        "vocab_parallel_logits_out": output(MAX_SUM, "logits_out", logits_out, (bt, v), F32 if wide else x.dtype, sized)
+        "vocab_parallel_logits_out": output(MAX_SUM, "logits_out", logits_out, (bt, v),
+                                            np.dtype(np.float16) if block else F32 if wide else x.dtype, sized)
         if want_logits else None,
+        "logits_block_max_out": output(MAX_SUM, "logits_block_max_out", logits_block_max_out,
+                                       (bt, -(-v // block) if block else 0), F32, sized)
+        if block or logits_block_max_out is not None else None,
         "sum_logits_local_out": output(MAX_SUM, "sum_logits_out", sum_logits_out, (bt,), F32, sized)
         if want_sum else None,
     }
@@ -78,13 +89,16 @@ def fused_linear_online_max_sum(input, weight, target, vocab_start_index, vocab_
         props["ignore_index"] = ignore
     if wide:
         props["float32_logits"] = True
+    if block:  # past V, one block of V columns: the same outputs, and the nest's tile no wider than V
+        props["logits_block"] = block if block > MAX_LOGITS_BLOCK else min(block, max(v, 1))
     props = check(FusedLinearOnlineMaxSumOp, arrays, props, display)
     outputs = [n for n in FusedLinearOnlineMaxSumOp.outputs() if arrays.get(n) is not None]
     reject_overlap(MAX_SUM, arrays, outputs, display)
     allocate(MAX_SUM, arrays, outputs, display)
     result = OnlineMaxSum(arrays["logits_max_local_out"], arrays["sum_exp_logits_local_out"],
                           arrays["predicted_logits_local_out"], arrays["target_mask_out"], arrays["masked_target_out"],
-                          arrays["vocab_parallel_logits_out"], arrays["sum_logits_local_out"])
+                          arrays["vocab_parallel_logits_out"], arrays["sum_logits_local_out"],
+                          arrays["logits_block_max_out"])
     return Call(FusedLinearOnlineMaxSumOp, arrays, props, result)
 
 

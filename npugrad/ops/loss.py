@@ -19,11 +19,16 @@ Two schedules compute the same loss and gradients:
   `softmax_is_logits`: it makes P = exp(Z − M)/S itself, with the global statistics) instead of
   recomputing them, adding its dW into the shard's gradient (`accumulate`): three GEMMs' worth,
   and one chunk × K float32 buffer. It applies where high-performance mode computes the
-  options: no z-loss, no softcap, every shard at least 128 rows. The logits are kept in float32
-  whatever the input's dtype (the forward's `float32_logits`, unrounded), so the loss is the
-  recompute schedule's, and so is each shard's G, to the bit. (Kept in bfloat16 they would take
-  half the bytes: 13.4 MiB less at BT = H = 4096, K = 32000, but P made from rounded logits
-  and unrounded statistics no longer sums to 1: twice PyTorch eager's bfloat16 gradient error
+  options: no z-loss, no softcap, every shard at least 128 rows. For float32 inputs the logits
+  are kept in float32 (the forward's `float32_logits`, unrounded), so the loss is the recompute
+  schedule's, and so is each shard's G, to the bit. For bfloat16 and float16 they are kept
+  compact (the forward's `logits_block`): E = exp(Z − C) in float16, C each block's row
+  maximum in float32, a block the target's vocabulary tile (so the forward's tiles are as
+  chosen, and its statistics and the loss are the recompute schedule's to the bit); the
+  backward makes P = E·exp(C − M)/S. Half the bytes of float32 logits, and each E within 2⁻¹¹
+  of the float32 value whatever the logits' magnitude. (Logits rounded to bfloat16 would take
+  the same bytes, but lose their absolute precision as they grow: P made from them and
+  unrounded statistics no longer sums to 1, twice PyTorch eager's bfloat16 gradient error
   where the logits reach 20, 1.05e-2 against 5.2e-3, relative to float64; not taken.)
 
 The chunked schedule splits the vocabulary over the cores, not the rows: each shard is cut into
@@ -49,15 +54,19 @@ memory allows, a larger `chunk_rows` is faster.
 
 bfloat16/float16 take the chunked schedule too where it applies, in chunks of the rows that fit
 in the same budget in the input's dtype (_narrow_chunk_rows):
-each lane's float32 dW accumulator tile and packs of W, and per row the float32 logits, each
+each lane's float32 dW accumulator tile and packs of W, and per row the compact logits, each
 lane's float32 dX row and packed row of X; where not even a token tile fits, a token tile if
 its logits take at most twice that budget, else the recompute schedule. At BT = H = 4096,
-K = 32000 not even a token tile fits, and a token tile it is: 46.5 MiB beyond the gradients against the recompute schedule's
-72.1, 9.14 s against 11.10 (PyTorch eager: 470.5 MiB, 8.93 s; Zen 4, 2 threads, bench/loss.py;
-a second run: 45.0 MiB, 9.18 s, recompute 11.02 s, eager 8.49 s). Chunks of 504 and 1008 rows
-took 8.86 and 8.61 s where 252 took 9.13: the chunks' own costs (W packed and dW widened and
-rounded once per chunk) are a few per cent; the rest of the backward's rate is its GEMMs'.
-dW is rounded to the dtype once per chunk, and each part's dX once before their sum.
+K = 32000 not even a token tile fits, and a token tile it is. With the logits kept in float32
+that was 46.5 MiB beyond the gradients against the recompute schedule's 72.1, 9.14 s against
+11.10 (PyTorch eager: 470.5 MiB, 8.93 s; Zen 4, 2 threads, bench/loss.py; a second run:
+45.0 MiB, 9.18 s, recompute 11.02 s, eager 8.49 s); kept compact, on a Zen 3 (tiles of
+186 x 176), 30.4 MiB where float32 logits held 40.9, and 26.2 and 27.4 s where they took 26.8
+and 28.9 (a chunk of 124 rows instead, float32 logits: 29.4 MiB, but 32.7 and 33.2 s). Chunks
+of 504 and 1008 rows took 8.86 and 8.61 s where 252 took 9.13 (Zen 4): the chunks' own costs
+(W packed and dW widened and rounded once per chunk) are a few per cent; the rest of the
+backward's rate is its GEMMs'. dW is rounded to the dtype once per chunk, and each part's dX
+once before their sum.
 
 Elsewhere (z-loss, softcap) bfloat16/float16 take the recompute schedule, whose backward
 accumulates dX in float32 (BT × H × 4 bytes: 64 MiB at BT = H = 4096, more than the memory
@@ -242,15 +251,19 @@ class _Options(NamedTuple):
     group: Group
 
 
-def _statistics(xc, yc, pieces, o: _Options, logits=None, side_by_side: bool = False):
+def _statistics(xc, yc, pieces, o: _Options, logits=None, side_by_side: bool = False, block: int = 0, maxima=None):
     """The forward of every piece of the vocabulary ((weight rows, first global id): the shards,
     _whole, or their parts, _parts), the collectives and the loss per row: (the pieces'
-    statistics, loss (n,)). `logits`: a (rows, V_r) float32 buffer per piece to keep the logits
-    in; `side_by_side`: the forwards as tasks (pool.run_tasks), else one after the other."""
+    statistics, loss (n,)). `logits`: a (rows, V_r) buffer per piece to keep the logits in,
+    float32, or with `block` B > 0 compact (float16 E, and C in `maxima`, a (rows, ceil(V_r/B))
+    float32 buffer per piece); `side_by_side`: the forwards as tasks (pool.run_tasks), else one
+    after the other."""
     n = xc.shape[0]
+    kept = logits is not None
     forwards = [functools.partial(fused_linear_online_max_sum, xc, w, yc, start, start + w.shape[0], softcap=o.cap,
-                                  return_sum_logits=bool(o.alpha), logits_out=None if logits is None else logits[i],
-                                  float32_logits=logits is not None)  # the kept logits: float32 buffers
+                                  return_sum_logits=bool(o.alpha), logits_out=logits[i] if kept else None,
+                                  float32_logits=kept and not block, logits_block=block,
+                                  logits_block_max_out=maxima[i] if block else None)
                 for i, (w, start) in enumerate(pieces)]
     stats = pool.run_tasks(forwards) if side_by_side else [f() for f in forwards]
     group = o.group
@@ -343,30 +356,40 @@ def _chunked(xc, yc, ws, per_row, rows: int, o: _Options):
     starts = [a for _, a in _whole(ws)]
     pieces = [(ws[r][lo:hi], starts[r] + lo) for r, lo, hi in parts]
     grads = [dws[r][lo:hi] for r, lo, hi in parts]  # contiguous rows of the shard's dW
-    buffers = [prefault(np.empty((min(rows, n), w.shape[0]), F32)) for w, _ in pieces]
+    block = _compact_block(xc.dtype)
+    buffers = [prefault(np.empty((min(rows, n), w.shape[0]), np.float16 if block else F32)) for w, _ in pieces]
+    blocks = [prefault(np.empty((min(rows, n), -(-w.shape[0] // block)), F32)) for w, _ in pieces] if block else []
     partial = [prefault(np.empty((min(rows, n), h), xc.dtype)) for _ in parts[1:]]  # dX of parts 1.. (summed)
     for a in range(0, n, rows):
         b = min(a + rows, n)
-        x_c, logits = xc[a:b], [buf[: b - a] for buf in buffers]
-        st, loss[a:b] = _statistics(x_c, yc[a:b], pieces, o, logits, side_by_side=True)
+        x_c, logits, maxima = xc[a:b], [buf[: b - a] for buf in buffers], [c[: b - a] for c in blocks]
+        st, loss[a:b] = _statistics(x_c, yc[a:b], pieces, o, logits, side_by_side=True, block=block, maxima=maxima)
         m, s = st.logits_max, st.sum_exp_logits
         outs = [dx[a:b]] + [p[: b - a] for p in partial]
-        pool.run_tasks([functools.partial(_part_backward, logits[i], m, s, st.shards[i], outs[i], i > 0, per_row[a:b],
-                                          x_c, pieces[i][0], grads[i], o) for i in range(len(parts))])
+        pool.run_tasks([functools.partial(_part_backward, logits[i], maxima[i] if block else None, block, m, s,
+                                          st.shards[i], outs[i], i > 0, per_row[a:b], x_c, pieces[i][0], grads[i], o)
+                        for i in range(len(parts))])
         if partial:
             dx[a:b] = o.group.all_reduce(outs, "sum")
     return loss, dx, dws
 
 
-def _part_backward(z, m, s, part, gx, zero: bool, g, x_c, w, gw, o: _Options) -> None:
+def _part_backward(z, c, block: int, m, s, part, gx, zero: bool, g, x_c, w, gw, o: _Options) -> None:
     """One part's backward from its kept logits and the global statistics (the kernel makes
-    P = exp(Z − M) / S, softmax_is_logits): dX into gx (zeroed first where `zero`), dW added
-    into gw."""
+    P = exp(Z − M) / S, softmax_is_logits; compact with `block` B > 0: P = E·exp(C − M)/S):
+    dX into gx (zeroed first where `zero`), dW added into gw."""
     if zero:
         gx.fill(0)
     fused_linear_cross_entropy_loss_grad(g, x_c, w, part.target_mask, part.masked_target, o.alpha, m, s, softmax=z,
                                          vocab_size=o.k if o.alpha else 0, accumulate=True, softmax_is_logits=True,
-                                         input_grad_out=gx, weight_grad_out=gw)
+                                         logits_block=block, softmax_block_max=c, input_grad_out=gx, weight_grad_out=gw)
+
+
+def _compact_block(dtype) -> int:
+    """The kept logits' form in the chunked schedule: 0 (float32 logits) for float32 inputs; for
+    bfloat16 and float16, compact (module docstring) in blocks of the target's vocabulary tile,
+    so that the forward's tiles are whole blocks as chosen (fuse-linear-online-max-sum)."""
+    return 0 if dtype == F32 else _tiles()["v"]
 
 
 def _chunk_rows(chunk: int | None, ws, dtype, n: int, bt: int, h: int, o: _Options) -> int:
@@ -403,18 +426,19 @@ def _narrow_chunk_rows(n: int, bt: int, h: int, k: int, size: int, tiles: dict[s
     """bfloat16/float16: the chunked schedule's rows per chunk, or 0 for the recompute schedule.
     In the same budget as the float32 rule's, in the dtype (13/16 of 1/16 of two bt x K
     buffers): each lane's float32 dW accumulator tile and its two packed tiles of W (GEMMs 1
-    and 2), then per row the float32 logits, each lane's float32 dX accumulator and packed row
-    of X, and the other parts' dX. Where not even a token tile fits, a token tile still if its
+    and 2), then per row the compact logits (float16, and the float32 maxima of each part's
+    blocks), each lane's float32 dX accumulator and packed row of X, and the other parts' dX. Where not even a token tile fits, a token tile still if its
     logits take at most twice the budget: the recompute schedule holds about as much (its ring
     of float32 dW tiles, its float32 dX rows, its packs; measured above) for four GEMMs' work
     instead of three. Beyond that (few rows, a large vocabulary) the recompute schedule."""
     whole = _budget(bt, k, size)
-    per_row = k * 4 + lanes * h * (4 + size) + (parts - 1) * h * size
+    kept = k * 2 + (k // tiles["v"] + parts) * 4  # per row: compact logits (float16) and their blocks' maxima
+    per_row = kept + lanes * h * (4 + size) + (parts - 1) * h * size
     rows = max(whole - lanes * tiles["v"] * h * (4 + 2 * size), 0) // per_row
     tile = min(n, tiles["bt"])
     if rows >= tile:
         return min(n, rows)
-    return tile if tile * k * 4 <= 2 * whole else 0
+    return tile if tile * kept <= 2 * whole else 0
 
 
 def _backward_rows(chunk: int | None, dtype, n: int, bt: int, h: int, ws, o: _Options) -> int:

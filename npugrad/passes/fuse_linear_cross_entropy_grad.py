@@ -133,23 +133,33 @@ def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int], e: IRBuil
                     return grad.probability(row, kept) if op.logits_kept else kept  # softmax_is_logits: a logit
                 return grad.probability(row, logit)
 
-            def store_g(value: SSAValue, at: list[SSAValue]) -> None:
+            def store_g(value: SSAValue, at: list[SSAValue], into: SSAValue = g_t) -> None:
                 """G rounded to the input type, stored in g_t's (float32 where wide)."""
-                e.store_f32(e.to_f32(e.from_f32(value, in_t)) if g_type != in_t else value, g_t, at)
+                e.store_f32(e.to_f32(e.from_f32(value, in_t)) if g_type != in_t else value, into, at)
 
+            block = op.compact_block
             with e.loop(tb) as i:
                 t = e.emit(arith.AddiOp(t0, i))
                 row = grad.row(t)
-                with e.loop(tv) as j:
-                    logit = None if hp else e.load(z_t, [i, j])
-                    store_g(grad.element(row, probability(row, i, j, logit), logit, False), [i, j])
+                if block:  # compact kept logits: the tile's blocks, each with its scale exp(C − M)
+                    compact_blocks(e, op, grad, row, t, i, v0, tv, p_t, g_t, store_g)
+                else:
+                    with e.loop(tv) as j:
+                        logit = None if hp else e.load(z_t, [i, j])
+                        store_g(grad.element(row, probability(row, i, j, logit), logit, False), [i, j])
             with e.loop(tb) as i:  # the one-hot term: only the target column of unmasked rows
                 t = e.emit(arith.AddiOp(t0, i))
                 hit, local = target_in_tile(e, op, t, v0, tv)
                 with e.if_(hit):
                     row = grad.row(t)
                     logit = None if hp else e.load(saved, [i])
-                    store_g(grad.element(row, probability(row, i, local, logit), logit, True), [i, local])
+                    if block:
+                        column = e.emit(arith.AddiOp(v0, local))
+                        c = e.load(op.softmax_block_max, [t, e.emit(arith.DivUIOp(column, e.idx(block)))])
+                        p = grad.from_compact(row, e.load_f32(p_t, [i, local]), grad.block_scale(row, c))
+                    else:
+                        p = probability(row, i, local, logit)
+                    store_g(grad.element(row, p, logit, True), [i, local])
             gx_t = e.subview(gx_acc, [t0, 0], [tb, h])
             # GEMMs 2 and 3 reduce over the middle dimension, so the innermost loop runs along
             # H, contiguous in every operand: a broadcast-multiply-add that vectorises.
@@ -163,6 +173,26 @@ def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int], e: IRBuil
         round_into(e, gx_acc, gx, NestRole.INPUT_GRAD_FINAL)
     for buf in {id(b): b for b in (z_buf, g_buf, saved, w_packed, gw_acc, None if gx_acc is gx else gx_acc) if b is not None}.values():
         e.dealloc(buf)
+
+
+def compact_blocks(e: IRBuilder, op: FusedLinearCrossEntropyLossGradOp, grad: Gradient, row, t: SSAValue,
+                   i: SSAValue, v0: SSAValue, tv: SSAValue, p_t: SSAValue, g_t: SSAValue, store_g) -> None:
+    """Row i of a tile's G from compact kept logits (logits_block B): for each block b that
+    columns [v0, v0 + tv) meet, its scale exp(C[t, b] − M) once, then P = (E·scale)/S along the
+    block's columns of the tile (the tile need not be whole blocks)."""
+    block = e.idx(op.compact_block)
+    end = e.emit(arith.AddiOp(v0, tv))
+    with e.loop(e.emit(arith.CeilDivUIOp(end, block)), lb=e.emit(arith.DivUIOp(v0, block))) as b:
+        start = e.emit(arith.MuliOp(b, block))
+        lo = e.emit(arith.SubiOp(e.emit(arith.MaxSIOp(start, v0)), v0))
+        hi = e.emit(arith.SubiOp(e.emit(arith.MinSIOp(e.emit(arith.AddiOp(start, block)), end)), v0))
+        width = e.emit(arith.SubiOp(hi, lo))
+        scale = grad.block_scale(row, e.load(op.softmax_block_max, [t, b]))
+        p_b = e.subview(p_t, [0, lo], [e.dim(p_t, 0), width])
+        g_b = e.subview(g_t, [0, lo], [e.dim(g_t, 0), width])
+        with e.loop(width) as j:
+            p = grad.from_compact(row, e.load_f32(p_b, [i, j]), scale)
+            store_g(grad.element(row, p, None, False), [i, j], g_b)
 
 
 @dataclass(frozen=True)

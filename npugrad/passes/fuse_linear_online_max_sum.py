@@ -12,6 +12,7 @@ becomes
         scf.for %i {                                                  // per row of the tile
           m' = max(m[t], max_j Z[i, j]);  s[t] = s[t]·exp(m[t] − m') + Σ_j exp(Z[i, j] − m');  m[t] = m'
           p[t] = Z[i, target − v0] where the target is in this tile
+          (logits_block B: per block of B columns, C[t, b] = max Z[i, ..]; E = f16(exp(Z − C)))
         }
       }
     } {train.fused = #train.fused<"train.fused_linear_online_max_sum", #train.tiles<bt = 64, v = 128>>}
@@ -77,13 +78,41 @@ def _row_update(e: IRBuilder, op: FusedLinearOnlineMaxSumOp, z_t: SSAValue, i: S
         e.store(e.load(z_t, [i, column]), p_out, [t])
 
 
+def _compact_row(e: IRBuilder, op: FusedLinearOnlineMaxSumOp, z_t: SSAValue, i: SSAValue, t: SSAValue,
+                 out_t: SSAValue, v0: SSAValue, tv: SSAValue, block: int) -> None:
+    """Row t's compact logits from tile z_t (logits_block B, tiles of whole blocks): for each block
+    of the tile, C = the max of its logits, then E = exp(Z' − C) in float16 (out_t: the tile's
+    window of the logits output)."""
+    big_b = e.idx(block)
+    first = e.emit(arith.DivUIOp(v0, big_b))  # v0 is a multiple of the tile, so of B
+    with e.loop(e.emit(arith.CeilDivUIOp(tv, big_b))) as b:
+        lo = e.emit(arith.MuliOp(b, big_b))
+        width = e.emit(arith.MinSIOp(big_b, e.emit(arith.SubiOp(tv, lo))))
+        z_b = e.subview(z_t, [0, lo], [e.dim(z_t, 0), width])
+        out_b = e.subview(out_t, [0, lo], [e.dim(out_t, 0), width])
+        best = [e.f32(float("-inf"))]
+        with e.carried_loop(width, best) as (j, (running,), updated):
+            updated.append(Float(e, e.load(z_b, [i, j])).maximum(running).value)
+        e.store(best[0], op.logits_block_max_out, [t, e.emit(arith.AddiOp(first, b))])
+        with e.loop(width) as j:
+            e.store_f32((Float(e, e.load(z_b, [i, j])) - best[0]).exp().value, out_b, [i, j])
+
+
 def _statistics(op: FusedLinearOnlineMaxSumOp) -> list[SSAValue]:
     return [op.logits_max_local_out, op.sum_exp_logits_local_out, op.predicted_logits_local_out,
             *((op.sum_logits_local_out,) if op.sum_logits_local_out is not None else ())]
 
 
 def fuse(op: FusedLinearOnlineMaxSumOp, tiles: dict[str, int], e: IRBuilder, balance: tuple[int, int] = (0, 1)) -> None:
-    """The nest; `balance` (blocks, row multiple): the token tiles' step (linear_nests.token_step)."""
+    """The nest; `balance` (blocks, row multiple): the token tiles' step (linear_nests.token_step).
+    With compact logits (logits_block B) the vocabulary tile is whole blocks: a multiple of B,
+    rounded down, at least B (B at most V where V is static: one block then holds the row)."""
+    block = op.prop_int("logits_block")
+    v_static = op.weight.type.get_shape()[0]  # type: ignore[attr-defined]
+    if block and v_static > 0:  # a block past V is one block of V columns: the same E and C
+        block = min(block, v_static)
+    if block:
+        tiles = {**tiles, "v": block * max(1, tiles["v"] // block)}
     x, w = op.input, op.weight
     in_t = x.type.element_type  # type: ignore[attr-defined]
     bt, h, v = e.dim(x, 0), e.dim(x, 1), e.dim(w, 0)
@@ -109,12 +138,17 @@ def fuse(op: FusedLinearOnlineMaxSumOp, tiles: dict[str, int], e: IRBuilder, bal
             tb = e.emit(arith.MinSIOp(tb_max, e.emit(arith.SubiOp(bt, t0))))
             z_t = e.subview(z_buf, [0, 0], [tb, tv])
             logits_tile(e, e.subview(x, [t0, 0], [tb, h]), packed, z_t, op.prop_float("softcap"))
+            out_t = None
             if op.vocab_parallel_logits_out is not None:
                 out_t = e.subview(op.vocab_parallel_logits_out, [t0, v0], [tb, tv])
+            if out_t is not None and not block:
                 with e.loop(tb) as i, e.loop(tv) as j:
                     e.store_f32(e.load(z_t, [i, j]), out_t, [i, j])
             with e.loop(tb) as i:
-                _row_update(e, op, z_t, i, e.emit(arith.AddiOp(t0, i)), v0, tv)
+                t = e.emit(arith.AddiOp(t0, i))
+                _row_update(e, op, z_t, i, t, v0, tv)
+                if block:
+                    _compact_row(e, op, z_t, i, t, out_t, v0, tv, block)
 
     with e.loop(bt) as t:
         inside, _ = target_local(e, op, t)
@@ -128,6 +162,9 @@ def fuse(op: FusedLinearOnlineMaxSumOp, tiles: dict[str, int], e: IRBuilder, bal
                 if op.vocab_parallel_logits_out is not None:
                     with e.loop(v) as j:
                         e.store_f32(e.f32(0.0), op.vocab_parallel_logits_out, [t, j])
+                if block:
+                    with e.loop(e.dim(op.logits_block_max_out, 1)) as b:
+                        e.store(e.f32(0.0), op.logits_block_max_out, [t, b])
     mark(loop_of(t), NestRole.STATISTICS_FINAL)
     e.dealloc(z_buf)
     e.dealloc(w_packed)

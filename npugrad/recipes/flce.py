@@ -60,7 +60,10 @@ class FusedLinearCrossEntropyLossGrad(OpRecipe):
         a = arrays
         dt = np.dtype(a["input"].dtype)
         softmax = a.get("softmax")
-        if props.get("softmax_is_logits"):  # the kept logits: P from them and the statistics
+        if props.get("logits_block"):  # compact kept logits E and their blocks' maxima C
+            softmax = forward.probability_from_compact(softmax, a["softmax_block_max"], props["logits_block"],
+                                                       a["logits_max"], a["sum_exp_logits"])
+        elif props.get("softmax_is_logits"):  # the kept logits: P from them and the statistics
             z = np.asarray(softmax, np.float32)
             softmax = (np.exp(z - a["logits_max"][:, None]) / a["sum_exp_logits"][:, None]).astype(np.float32)
         gi, gw = forward.fused_linear_cross_entropy_loss_grad(
@@ -94,7 +97,9 @@ class FusedLinearCrossEntropyLossGrad(OpRecipe):
             "target_mask": np.asarray(mask, dtypes["target_mask"]),
             "masked_target": target.astype(dtypes["masked_target"]),
         }
-        if "softmax" in shapes:
+        if "softmax" in shapes and props.get("logits_block"):  # compact: E = exp(Z − C), C
+            out["softmax"], out["softmax_block_max"] = forward.compact_logits(z, props["logits_block"])
+        elif "softmax" in shapes:
             kept = props.get("softmax_is_logits")  # the logits themselves, in the dtype asked for
             out["softmax"] = cast(z, dtypes["softmax"]) if kept else (np.exp(z - m[:, None]) / s[:, None]).astype(np.float32)
         if "logits_max" in shapes:
@@ -112,7 +117,9 @@ class FusedLinearCrossEntropyLossGrad(OpRecipe):
         ext = _extensions(props)
         gi, gw = self.api()(a["grad"], a["input"], a["weight"], a["target_mask"], a["masked_target"],
                             ext.pop("label_smoothing"), a.get("logits_max"), a.get("sum_exp_logits"), a.get("softmax"),
-                            softmax_is_logits=bool(props.get("softmax_is_logits", False)), **ext)
+                            softmax_is_logits=bool(props.get("softmax_is_logits", False)),
+                            logits_block=props.get("logits_block", 0), softmax_block_max=a.get("softmax_block_max"),
+                            **ext)
         return {"input_grad_out": gi, "weight_grad_out": gw}
 
     def examples(self):
@@ -140,6 +147,17 @@ class FusedLinearCrossEntropyLossGrad(OpRecipe):
                 dtypes["softmax"] = dtype
             yield Example(f"high-performance, kept {'narrow' if narrow else 'float32'} logits", shapes, dtypes,
                           {"softmax_is_logits": True, "label_smoothing": 0.1, "vocab_size": 1000})
+        for dtype, block in itertools.product(FLOAT_DTYPES, (64, 100)):
+            bt, h, v = 75, 40, 300  # compact kept logits: E in float16, C per block (the last one short)
+            shapes = {"grad": (bt,), "input": (bt, h), "weight": (v, h), "target_mask": ((bt + 7) // 8,),
+                      "masked_target": (bt,), "logits_max": (bt,), "sum_exp_logits": (bt,), "softmax": (bt, v),
+                      "softmax_block_max": (bt, -(-v // block))}
+            dtypes = dict.fromkeys(shapes, np.dtype(np.float32)) | {
+                "input": dtype, "weight": dtype, "target_mask": np.dtype(np.uint8), "masked_target": np.dtype(np.int64),
+                "softmax": np.dtype(np.float16)}
+            yield Example(f"high-performance, compact kept logits in blocks of {block}", shapes, dtypes,
+                          {"softmax_is_logits": True, "logits_block": block,
+                           **({"label_smoothing": 0.1, "vocab_size": 1000} if block == 100 else {})})
         for dtype, (label, props) in itertools.product(FLOAT_DTYPES, EXTENSIONS):
             bt, h, v = 75, 40, 300
             shapes = {"grad": (bt,), "input": (bt, h), "weight": (v, h), "target_mask": ((bt + 7) // 8,),

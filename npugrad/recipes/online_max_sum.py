@@ -15,7 +15,7 @@ from npugrad.recipes.base import FLOAT_DTYPES, Example, FusedNest, OpRecipe, cas
 from npugrad.reference import forward
 
 IGNORE = -100
-OPTIONAL = ("vocab_parallel_logits_out", "sum_logits_local_out")
+OPTIONAL = ("vocab_parallel_logits_out", "sum_logits_local_out", "logits_block_max_out")
 
 
 class OnlineMaxSumNest(FusedNest):
@@ -50,7 +50,8 @@ class FusedLinearOnlineMaxSum(OpRecipe):
         st = forward.fused_linear_online_max_sum(
             a["input"], a["weight"], a["target"], props["vocab_start_index"], props["vocab_end_index"],
             softcap=props.get("softcap", 0.0), ignore_index=props.get("ignore_index"),
-            return_logits="vocab_parallel_logits_out" in a, float32_logits=bool(props.get("float32_logits")))
+            return_logits="vocab_parallel_logits_out" in a, float32_logits=bool(props.get("float32_logits")),
+            logits_block=props.get("logits_block", 0))
         out = {"logits_max_local_out": st.logits_max, "sum_exp_logits_local_out": st.sum_exp_logits,
                "predicted_logits_local_out": st.predicted_logits, "target_mask_out": st.target_mask,
                "masked_target_out": st.masked_target}
@@ -58,6 +59,8 @@ class FusedLinearOnlineMaxSum(OpRecipe):
             out["vocab_parallel_logits_out"] = st.logits
         if "sum_logits_local_out" in a:
             out["sum_logits_local_out"] = st.sum_logits
+        if "logits_block_max_out" in a:
+            out["logits_block_max_out"] = st.logits_block_max
         return out
 
     def random_inputs(self, shapes, dtypes, props, rng):
@@ -85,8 +88,9 @@ class FusedLinearOnlineMaxSum(OpRecipe):
         a = arrays
         r = self.api()(a["input"], a["weight"], a["target"], props["vocab_start_index"], props["vocab_end_index"],
                        softcap=props.get("softcap", 0.0), ignore_index=props.get("ignore_index"),
-                       float32_logits=bool(props.get("float32_logits")),
-                       logits_out=a.get("vocab_parallel_logits_out"), sum_logits_out=a.get("sum_logits_local_out"))
+                       float32_logits=bool(props.get("float32_logits")), logits_block=props.get("logits_block", 0),
+                       logits_out=a.get("vocab_parallel_logits_out"), sum_logits_out=a.get("sum_logits_local_out"),
+                       logits_block_max_out=a.get("logits_block_max_out"))
         out = {"logits_max_local_out": r.logits_max, "sum_exp_logits_local_out": r.sum_exp_logits,
                "predicted_logits_local_out": r.predicted_logits, "target_mask_out": r.target_mask,
                "masked_target_out": r.masked_target}
@@ -94,18 +98,26 @@ class FusedLinearOnlineMaxSum(OpRecipe):
             out["vocab_parallel_logits_out"] = r.logits
         if r.sum_logits is not None:
             out["sum_logits_local_out"] = r.sum_logits
+        if r.logits_block_max is not None:
+            out["logits_block_max_out"] = r.logits_block_max
         return out
 
     def examples(self):
         options = [("plain", {}, False), ("softcap 20, logits and their sum", {"softcap": 20.0}, True),
                    ("ignore -100", {"ignore_index": IGNORE}, False),
-                   ("float32 logits (extension)", {"float32_logits": True}, True)]
+                   ("float32 logits (extension)", {"float32_logits": True}, True),
+                   ("compact logits in blocks of 64 (extension), ignore -100",
+                    {"logits_block": 64, "ignore_index": IGNORE}, True),
+                   ("compact logits in blocks of 128 (extension), softcap 20", {"logits_block": 128, "softcap": 20.0}, True)]
         for dtype, (label, extra, outputs) in itertools.product(FLOAT_DTYPES, options):
             bt, h, v, start = 75, 40, 300, 300
             shapes = {"input": (bt, h), "weight": (v, h), "target": (bt,)}
+            block = extra.get("logits_block", 0)
             if outputs:
                 shapes |= {"vocab_parallel_logits_out": (bt, v), "sum_logits_local_out": (bt,)}
-            dtypes = {"input": dtype, "weight": dtype, "target": np.dtype(np.int64),
-                      "vocab_parallel_logits_out": np.dtype(np.float32) if extra.get("float32_logits") else dtype,
-                      "sum_logits_local_out": np.dtype(np.float32)}
+            if block:
+                shapes["logits_block_max_out"] = (bt, -(-v // block))
+            logits_t = np.dtype(np.float16) if block else np.dtype(np.float32) if extra.get("float32_logits") else dtype
+            dtypes = {"input": dtype, "weight": dtype, "target": np.dtype(np.int64), "vocab_parallel_logits_out": logits_t,
+                      "sum_logits_local_out": np.dtype(np.float32), "logits_block_max_out": np.dtype(np.float32)}
             yield Example(label, shapes, dtypes, {"vocab_start_index": start, "vocab_end_index": start + v, **extra})

@@ -35,15 +35,17 @@ class ShardStatistics:
     masked_target: np.ndarray  # (BT,) target − start in the shard, else 0
     logits: np.ndarray | None  # (BT, V) Z' in the input dtype, when asked for
     sum_logits: np.ndarray  # (BT,) Σ_v Z'_tv (label smoothing's statistic)
+    logits_block_max: np.ndarray | None = None  # (BT, ceil(V/B)) with logits_block B: each block's row max
 
 
 def fused_linear_online_max_sum(input, weight, target, vocab_start: int, vocab_end: int, *, softcap: float = 0.0,
                                 ignore_index: int | None = None, return_logits: bool = False,
-                                float32_logits: bool = False) -> ShardStatistics:
+                                float32_logits: bool = False, logits_block: int = 0) -> ShardStatistics:
     """One shard's statistics. With `ignore_index`, rows whose target equals it are not computed:
     their statistics and logits are 0 (their loss is 0 by definition; see
     fused_cross_entropy_loss_with_max_sum). The logits come in the input's dtype, or unrounded
-    in float32 with `float32_logits` (the extension)."""
+    in float32 with `float32_logits` (the extension), or compact with `logits_block` B > 0 (the
+    extension): C = each block of B columns' row maximum (float32), E = exp(Z' − C) in float16."""
     x = np.asarray(input)
     w = np.asarray(weight)
     t = np.asarray(target)
@@ -69,12 +71,35 @@ def fused_linear_online_max_sum(input, weight, target, vocab_start: int, vocab_e
     bits = np.ones(-(-bt // 8) * 8, np.uint8)
     bits[:bt] = outside
     mask = np.packbits(bits, bitorder="little")
-    logits = None
-    if return_logits:
+    logits = block_max = None
+    if return_logits and logits_block:
+        logits, block_max = compact_logits(z, logits_block)
+    elif return_logits:
         logits = z.astype(F32 if float32_logits else x.dtype)
-        if ignore_index is not None:
-            logits[skipped] = 0
-    return ShardStatistics(m.astype(F32), s.astype(F32), p, mask, masked, logits, sum_z)
+    if ignore_index is not None:
+        for a in (logits, block_max):
+            if a is not None:
+                a[skipped] = 0
+    return ShardStatistics(m.astype(F32), s.astype(F32), p, mask, masked, logits, sum_z, block_max)
+
+
+def compact_logits(z: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
+    """(E, C): C[t, b] = max of z[t] over columns [bB, (b+1)B), E = exp(z − C[t, v // B]) in float16."""
+    bt, v = z.shape
+    blocks = -(-v // block)
+    padded = np.full((bt, blocks * block), -np.inf, F32)
+    padded[:, :v] = z
+    c = padded.reshape(bt, blocks, block).max(axis=2) if bt and v else np.zeros((bt, blocks), F32)
+    e = np.exp(z - np.repeat(c, block, axis=1)[:, :v]).astype(np.float16)
+    return e, c.astype(F32)
+
+
+def probability_from_compact(e: np.ndarray, c: np.ndarray, block: int, logits_max, sum_exp_logits) -> np.ndarray:
+    """P = (E·exp(C[t, v // B] − M_t))/S_t in float32, in that order (the backward's)."""
+    v = e.shape[1]
+    scale = np.exp(np.asarray(c, F32) - np.asarray(logits_max, F32)[:, None]).astype(F32)
+    p = np.asarray(e, F32) * np.repeat(scale, block, axis=1)[:, :v]
+    return (p / np.asarray(sum_exp_logits, F32)[:, None]).astype(F32)
 
 
 @dataclass

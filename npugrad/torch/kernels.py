@@ -47,8 +47,12 @@ FAKE: dict[str, Callable[[Mapping[str, object]], list[tuple[tuple[int, ...], tor
         *[((a["input"].shape[0],), torch.float32)] * 3,
         ((-(-a["input"].shape[0] // 8),), torch.uint8),
         (a["target"].shape, a["target"].dtype),
-        ((a["input"].shape[0], a["weight"].shape[0]), a["input"].dtype) if a["return_logits"] else None,
-        ((a["input"].shape[0],), torch.float32) if a["return_sum_logits"] else None],
+        ((a["input"].shape[0], a["weight"].shape[0]),
+         torch.float16 if a["logits_block"] else torch.float32 if a["float32_logits"] else a["input"].dtype)
+        if a["return_logits"] or a["logits_block"] else None,
+        ((a["input"].shape[0],), torch.float32) if a["return_sum_logits"] else None,
+        ((a["input"].shape[0], -(-a["weight"].shape[0] // a["logits_block"])), torch.float32)
+        if a["logits_block"] else None],
     "fused_cross_entropy_loss_with_max_sum": lambda a: [
         (a["logits_max"].shape, torch.float32),
         None if a["vocab_parallel_logits"] is None else (a["vocab_parallel_logits"].shape, torch.float32)],

@@ -9,7 +9,8 @@ becomes
                                                  `accumulate`, the outputs widened)
     scf.for %t { scf.for %v {
       %p = exp(x[t]·w[v] − max[t]) / sum[t]      (softmax[t, v] in high-performance mode; with
-                                                 softmax_is_logits exp(softmax[t, v] − max[t]) / sum[t])
+                                                 softmax_is_logits exp(softmax[t, v] − max[t]) / sum[t],
+                                                 and logits_block B (softmax[t, v]·exp(C[t, v/B] − max[t])) / sum[t])
       %G = g[t]·(%p − select(m[t] = 0 ∧ v = target[t], 1, 0)), rounded through bf16
       scf.for %h { ax[t, h] += %G·w[v, h]; aw[v, h] += %G·x[t, h] } } }
     dx = truncf(ax); dw = truncf(aw); memref.dealloc %ax, %aw
@@ -54,7 +55,10 @@ def lower_fused_linear_cross_entropy_loss_grad(op: FusedLinearCrossEntropyLossGr
             logit = None
             if op.high_performance:
                 p = e.load_f32(op.softmax, [t, j])
-                if op.logits_kept:  # the logit itself: P made from it (softmax_is_logits)
+                if op.compact_block:  # compact: exp(Z − C) and C of the column's block
+                    c = e.load(op.softmax_block_max, [t, e.emit(arith.DivUIOp(j, e.idx(op.compact_block)))])
+                    p = gradient.from_compact(row, p, gradient.block_scale(row, c))
+                elif op.logits_kept:  # the logit itself: P made from it (softmax_is_logits)
                     p = gradient.probability(row, p)
             else:
                 logit = softcap(e, Float(e, dot(e, op.input, op.weight, t, j, h)), gradient.cap).value
@@ -115,6 +119,14 @@ class Gradient:
 
     def probability(self, row, logit: SSAValue) -> SSAValue:
         return ((Float(self.e, logit) - row["m"]).exp() / row["s"]).value
+
+    def block_scale(self, row, block_max: SSAValue) -> SSAValue:
+        """exp(C − M): what a block's compact logits E = exp(Z − C) are scaled by (logits_block)."""
+        return (Float(self.e, block_max) - row["m"]).exp().value
+
+    def from_compact(self, row, compact: SSAValue, scale: SSAValue) -> SSAValue:
+        """P = (E·exp(C − M))/S from a compact logit E (float32) and its block's scale."""
+        return ((Float(self.e, compact) * scale) / row["s"]).value
 
 
 def _accumulator(e: IRBuilder, out: SSAValue) -> SSAValue:

@@ -86,6 +86,7 @@ def lower_fused_linear_online_max_sum(op: FusedLinearOnlineMaxSumOp, e: IRBuilde
     bt, h = e.dim(op.input, 0), e.dim(op.input, 1)
     v = e.dim(op.weight, 0)
     cap = op.prop_float("softcap")
+    block = op.prop_int("logits_block")
     write_masks(e, op)
     outputs = [op.logits_max_local_out, op.sum_exp_logits_local_out, op.predicted_logits_local_out]
     with e.loop(bt) as t:
@@ -97,7 +98,7 @@ def lower_fused_linear_online_max_sum(op: FusedLinearOnlineMaxSumOp, e: IRBuilde
             state = [e.f32(float("-inf")), e.f32(0.0), e.f32(0.0), e.f32(0.0)]  # m, s, Σz, z_target
             with e.carried_loop(v, state) as (j, (m, s, sum_z, z_target), updated):
                 z = softcap(e, Float(e, dot(e, op.input, op.weight, t, j, h)), cap)
-                if op.vocab_parallel_logits_out is not None:
+                if op.vocab_parallel_logits_out is not None and not block:
                     e.store_f32(z.value, op.vocab_parallel_logits_out, [t, j])
                 m_new = z.maximum(m)
                 s_new = Float(e, s) * (Float(e, m) - m_new).exp() + (z - m_new).exp()
@@ -110,6 +111,8 @@ def lower_fused_linear_online_max_sum(op: FusedLinearOnlineMaxSumOp, e: IRBuilde
                 e.store(value, out, [t])
             if op.sum_logits_local_out is not None:
                 e.store(sum_z, op.sum_logits_local_out, [t])
+            if block:
+                compact_row(e, op, t, block, lambda j: softcap(e, Float(e, dot(e, op.input, op.weight, t, j, h)), cap))
 
         def zeros() -> None:
             for out in (*outputs, *((op.sum_logits_local_out,) if op.sum_logits_local_out is not None else ())):
@@ -117,11 +120,32 @@ def lower_fused_linear_online_max_sum(op: FusedLinearOnlineMaxSumOp, e: IRBuilde
             if op.vocab_parallel_logits_out is not None:
                 with e.loop(v) as j:
                     e.store_f32(e.f32(0.0), op.vocab_parallel_logits_out, [t, j])
+            if block:
+                with e.loop(e.dim(op.logits_block_max_out, 1)) as b:
+                    e.store(e.f32(0.0), op.logits_block_max_out, [t, b])
 
         if skip is None:
             statistics()
         else:
             e.if_else(skip, zeros, statistics)
+
+
+def compact_row(e: IRBuilder, op: FusedLinearOnlineMaxSumOp, t: SSAValue, block: int, logit) -> None:
+    """Row t's compact logits (logits_block B): for each block b of B columns, C[t, b] = the max
+    of its logits, then E[t, v] = exp(Z'[t, v] − C[t, b]) in float16. `logit(v)`: Z'[t, v] as a
+    Float, computed again for each use (the reference loops keep no row of logits)."""
+    v = e.dim(op.weight, 0)
+    big_b = e.idx(block)
+    with e.loop(e.dim(op.logits_block_max_out, 1)) as b:
+        lo = e.emit(arith.MuliOp(b, big_b))
+        width = e.emit(arith.MinSIOp(big_b, e.emit(arith.SubiOp(v, lo))))
+        best = [e.f32(float("-inf"))]
+        with e.carried_loop(width, best) as (j, (running,), updated):
+            updated.append(logit(e.emit(arith.AddiOp(lo, j))).maximum(running).value)
+        e.store(best[0], op.logits_block_max_out, [t, b])
+        with e.loop(width) as j:
+            col = e.emit(arith.AddiOp(lo, j))
+            e.store_f32((logit(col) - best[0]).exp().value, op.vocab_parallel_logits_out, [t, col])
 
 
 def loss_rows(e: IRBuilder, op: FusedCrossEntropyLossWithMaxSumOp, m: Float, s: SSAValue, p: SSAValue,
