@@ -311,11 +311,17 @@ def check_extensions(c: Checker, v: Dim, logits: bool, mode: str) -> None:
 MAX_LOGITS_BLOCK = 1 << 16
 
 
+def logits_block(c: Checker) -> int:
+    """Property 'logits_block' (0 where absent), checked to be in range."""
+    block = c.prop_or("logits_block", 0)
+    c.prop_check("logits_block", 0 <= block <= MAX_LOGITS_BLOCK, f"in [0, {MAX_LOGITS_BLOCK}] (0: off)")
+    return block
+
+
 def check_logits_block(c: Checker, name: str, bt, v) -> int:
     """The compact logits' block B (property 'logits_block', >= 0) and their block maxima `name`:
     present exactly where B > 0, float32 (BT, ceil(V/B)). Returns B."""
-    block = c.prop_or("logits_block", 0)
-    c.prop_check("logits_block", 0 <= block <= MAX_LOGITS_BLOCK, f"in [0, {MAX_LOGITS_BLOCK}] (0: off)")
+    block = logits_block(c)
     if not block:
         if c.present(name):
             c.operand_fail(name, "holds the compact logits' block maxima: needs property 'logits_block' > 0")
@@ -426,7 +432,7 @@ class FusedLinearCrossEntropyLossGradOp(TrainOp):
         c.element("masked_target", ["int32", "int64"])
         for name in stats:
             c.element(name, ["float32"])
-        block = c.prop_or("logits_block", 0)
+        block = logits_block(c)
         if block and not kept:
             c.fail(f"property 'logits_block' = {block} reads compact kept logits: needs property 'softmax_is_logits'")
         if block:  # compact: exp(Z − C) in float16

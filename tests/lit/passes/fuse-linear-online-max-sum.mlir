@@ -90,3 +90,70 @@ func.func @with_logits(%x: memref<100x48xf32>, %w: memref<300x48xf32>, %t: memre
       {vocab_start_index = 0 : i64, vocab_end_index = 300 : i64}
   func.return
 }
+
+// Compact logits (logits_block B = 32): the vocabulary tile is whole blocks, the op's v = 100
+// rounded down to a multiple of B, 96 (the last tile, [288, 300), holds the partial block of 12).
+// Per row, after the statistics, each of the tile's blocks: its maximum (an scf.for carrying it),
+// stored into the block maxima at block v0/B + b, then exp(z − max) rounded to float16 into the
+// logits output.
+// CHECK-LABEL: func.func @compact_logits(
+// CHECK-DAG:     %[[V:.*]] = arith.constant 300 : index
+// CHECK-DAG:     %[[TILE:.*]] = arith.constant 96 : index
+// CHECK-DAG:     %[[B:.*]] = arith.constant 32 : index
+// CHECK-DAG:     %[[NEG_INF:.*]] = arith.constant 0xff800000 : f32
+// CHECK:         %logits = memref.alloc() {{.*}} : memref<16x96xf32>
+// CHECK:         scf.for %[[V0:.*]] = %{{.*}} to %[[V]] step %[[TILE]] {
+// CHECK-NEXT:      arith.subi %[[V]], %[[V0]] : index
+// CHECK-NEXT:      %[[TV:.*]] = arith.minsi %[[TILE]], %{{.*}} : index
+// CHECK:             %[[LT:.*]] = memref.subview %logits[0, 0] [%{{.*}}, %[[TV]]] [1, 1] : memref<16x96xf32> to memref<?x?xf32, strided<[96, 1]>>
+// CHECK:             linalg.generic {{.*}}#train.contraction<logits
+// CHECK:             %[[Z:.*]] = memref.subview %z[%{{.*}}, %[[V0]]] [%{{.*}}, %[[TV]]] [1, 1] : memref<100x300xf16> to memref<?x?xf16, strided<[300, 1], offset: ?>>
+// CHECK-NEXT:        scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK-NEXT:          %[[T:.*]] = arith.addi %{{.*}}, %[[I]] : index
+// The statistics first.
+// CHECK:               memref.store %{{.*}}, %s[%[[T]]] : memref<100xf32>
+// CHECK-NEXT:          memref.store %{{.*}}, %m[%[[T]]] : memref<100xf32>
+// CHECK:               %[[FIRST:.*]] = arith.divui %[[V0]], %[[B]] : index
+// CHECK-NEXT:          %[[NB:.*]] = arith.ceildivui %[[TV]], %[[B]] : index
+// CHECK-NEXT:          scf.for %[[BI:.*]] = %{{.*}} to %[[NB]] step %{{.*}} {
+// CHECK-NEXT:            %[[B0:.*]] = arith.muli %[[BI]], %[[B]] : index
+// CHECK-NEXT:            arith.subi %[[TV]], %[[B0]] : index
+// CHECK-NEXT:            %[[W:.*]] = arith.minsi %[[B]], %{{.*}} : index
+// CHECK-NEXT:            memref.dim
+// CHECK-NEXT:            %[[ZB:.*]] = memref.subview %[[LT]][0, %[[B0]]] [%{{.*}}, %[[W]]] [1, 1]
+// CHECK-NEXT:            memref.dim
+// CHECK-NEXT:            %[[EB:.*]] = memref.subview %[[Z]][0, %[[B0]]] [%{{.*}}, %[[W]]] [1, 1]
+// The block's maximum...
+// CHECK-NEXT:            %[[MAX:.*]] = scf.for %{{.*}} = %{{.*}} to %[[W]] step %{{.*}} iter_args(%[[ACC:.*]] = %[[NEG_INF]]) -> (f32) {
+// CHECK-NEXT:              %[[ZV:.*]] = memref.load %[[ZB]][%[[I]], %{{.*}}]
+// CHECK-NEXT:              %[[NM:.*]] = arith.maximumf %[[ZV]], %[[ACC]] : f32
+// CHECK-NEXT:              scf.yield %[[NM]] : f32
+// CHECK-NEXT:            }
+// ... stored as C[t, v0/B + b]...
+// CHECK-NEXT:            %[[BLK:.*]] = arith.addi %[[FIRST]], %[[BI]] : index
+// CHECK-NEXT:            memref.store %[[MAX]], %c[%[[T]], %[[BLK]]] : memref<100x10xf32>
+// ... and E = f16(exp(z − C)).
+// CHECK-NEXT:            scf.for %[[J:.*]] = %{{.*}} to %[[W]] step %{{.*}} {
+// CHECK-NEXT:              %[[ZJ:.*]] = memref.load %[[ZB]][%[[I]], %[[J]]]
+// CHECK-NEXT:              %[[D:.*]] = arith.subf %[[ZJ]], %[[MAX]] : f32
+// CHECK-NEXT:              %[[E:.*]] = math.exp %[[D]] : f32
+// CHECK-NEXT:              %[[EH:.*]] = arith.truncf %[[E]] : f32 to f16
+// CHECK-NEXT:              memref.store %[[EH]], %[[EB]][%[[I]], %[[J]]] : memref<?x?xf16, strided<[300, 1], offset: ?>>
+// CHECK-NEXT:            }
+// CHECK-NEXT:          }
+// CHECK-NEXT:        }
+// CHECK-NEXT:      } {train.role = #train.role<token_loop>}
+// CHECK-NEXT:    } {train.fused = #train.fused<"train.fused_linear_online_max_sum", #train.tiles<bt = 16, v = 96>>}
+func.func @compact_logits(%x: memref<100x48xbf16>, %w: memref<300x48xbf16>, %t: memref<100xi64>,
+                          %m: memref<100xf32>, %s: memref<100xf32>, %p: memref<100xf32>,
+                          %mask: memref<13xui8>, %mt: memref<100xi64>, %z: memref<100x300xf16>,
+                          %c: memref<100x10xf32>) {
+  train.fused_linear_online_max_sum input(%x : memref<100x48xbf16>) weight(%w : memref<300x48xbf16>)
+      target(%t : memref<100xi64>) -> logits_max_local_out(%m : memref<100xf32>)
+      sum_exp_logits_local_out(%s : memref<100xf32>) predicted_logits_local_out(%p : memref<100xf32>)
+      target_mask_out(%mask : memref<13xui8>) masked_target_out(%mt : memref<100xi64>)
+      vocab_parallel_logits_out(%z : memref<100x300xf16>) logits_block_max_out(%c : memref<100x10xf32>)
+      {vocab_start_index = 0 : i64, vocab_end_index = 300 : i64, logits_block = 32 : i64,
+       tile_sizes = #train.tiles<bt = 16, v = 100>}
+  func.return
+}

@@ -9,6 +9,9 @@
 // RUN: npugrad-opt %s --stage run --entry every_option --target npu-a2 | FileCheck %s --check-prefix=ALL
 // RUN: npugrad-opt %s --stage run --entry float32_logits | FileCheck %s --check-prefix=WIDE
 // RUN: npugrad-opt %s --stage run --entry float32_logits --target npu-a2 | FileCheck %s --check-prefix=WIDE
+// RUN: npugrad-opt %s --stage run --entry compact_logits | FileCheck %s --check-prefix=COMPACT
+// RUN: npugrad-opt %s --stage run --entry compact_logits --no-fuse | FileCheck %s --check-prefix=COMPACT
+// RUN: npugrad-opt %s --stage run --entry compact_logits --target npu-a2 | FileCheck %s --check-prefix=COMPACT
 
 // CHECK: @flce_forward: compiled in {{.*}} ms, ran in {{.*}} ms
 // CHECK: logits_max_local_out {{ *}}(100,) {{ *}}float32 {{.*}} ok
@@ -53,5 +56,31 @@ func.func @float32_logits(%x: memref<37x40xbf16>, %w: memref<203x40xbf16>, %t: m
       target_mask_out(%mask : memref<5xui8>) masked_target_out(%mt : memref<37xi64>)
       vocab_parallel_logits_out(%z : memref<37x203xf32>)
       {vocab_start_index = 100 : i64, vocab_end_index = 303 : i64, float32_logits = true}
+  func.return
+}
+
+// The extension logits_block: compact logits in blocks of B = 32 columns, V = 203 so that the
+// last block is partial (11 columns): E = exp(Z' − C) in float16 and C (BT, ceil(203/32)) =
+// (37, 7) the blocks' row maxima, with the softcap and ignored rows (their E and C are 0);
+// fused, unfused and tiled for npu-a2, checked against the reference's compact logits.
+// COMPACT: @compact_logits
+// COMPACT: logits_max_local_out {{.*}} ok
+// COMPACT: sum_exp_logits_local_out {{.*}} ok
+// COMPACT: predicted_logits_local_out {{.*}} ok
+// COMPACT: target_mask_out {{.*}} ok
+// COMPACT: masked_target_out {{.*}} ok
+// COMPACT: vocab_parallel_logits_out (37, 203) {{ *}}float16 {{.*}} ok
+// COMPACT: logits_block_max_out {{ *}}(37, 7) {{ *}}float32 {{.*}} ok
+func.func @compact_logits(%x: memref<37x40xbf16>, %w: memref<203x40xbf16>, %t: memref<37xi64>,
+                          %m: memref<37xf32>, %s: memref<37xf32>, %p: memref<37xf32>,
+                          %mask: memref<5xui8>, %mt: memref<37xi64>, %z: memref<37x203xf16>,
+                          %c: memref<37x7xf32>) {
+  train.fused_linear_online_max_sum input(%x : memref<37x40xbf16>) weight(%w : memref<203x40xbf16>)
+      target(%t : memref<37xi64>) -> logits_max_local_out(%m : memref<37xf32>)
+      sum_exp_logits_local_out(%s : memref<37xf32>) predicted_logits_local_out(%p : memref<37xf32>)
+      target_mask_out(%mask : memref<5xui8>) masked_target_out(%mt : memref<37xi64>)
+      vocab_parallel_logits_out(%z : memref<37x203xf16>) logits_block_max_out(%c : memref<37x7xf32>)
+      {vocab_start_index = 100 : i64, vocab_end_index = 303 : i64, logits_block = 32 : i64, softcap = 2.0 : f64,
+       ignore_index = -100 : i64}
   func.return
 }

@@ -155,3 +155,36 @@ func.func @flce_extensions(%g: memref<8xf32>, %x: memref<8x16xf32>, %w: memref<2
       {label_smoothing = 0.1 : f64, vocab_size = 1000 : i64, z_loss = 1.0e-04 : f64, softcap = 30.0 : f64}
   func.return
 }
+
+// The extension logits_block (compact kept logits): the forward writes E = exp(Z' − C) in float16
+// and C, each block of 48 columns' row maximum, (BT, ceil(300/48)) = (100, 7); the default, 0,
+// is not printed.
+// CHECK-LABEL: func.func @online_max_sum_compact_logits
+func.func @online_max_sum_compact_logits(%x: memref<100x48xbf16>, %w: memref<300x48xbf16>, %t: memref<100xi64>,
+                                         %m: memref<100xf32>, %s: memref<100xf32>, %p: memref<100xf32>,
+                                         %mask: memref<13xui8>, %mt: memref<100xi64>, %z: memref<100x300xf16>,
+                                         %c: memref<100x7xf32>) {
+  // CHECK: vocab_parallel_logits_out(%{{.*}} : memref<100x300xf16>) logits_block_max_out(%{{.*}} : memref<100x7xf32>) {vocab_start_index = 1000 : i64, vocab_end_index = 1300 : i64, logits_block = 48 : i64}
+  train.fused_linear_online_max_sum input(%x : memref<100x48xbf16>) weight(%w : memref<300x48xbf16>)
+      target(%t : memref<100xi64>) -> logits_max_local_out(%m : memref<100xf32>)
+      sum_exp_logits_local_out(%s : memref<100xf32>) predicted_logits_local_out(%p : memref<100xf32>)
+      target_mask_out(%mask : memref<13xui8>) masked_target_out(%mt : memref<100xi64>)
+      vocab_parallel_logits_out(%z : memref<100x300xf16>) logits_block_max_out(%c : memref<100x7xf32>)
+      {vocab_start_index = 1000 : i64, vocab_end_index = 1300 : i64, logits_block = 48 : i64}
+  func.return
+}
+
+// ... and the gradient reads them: softmax (float16 E) then softmax_block_max (C).
+// CHECK-LABEL: func.func @flce_compact_logits
+func.func @flce_compact_logits(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
+    %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>,
+    %z: memref<8x256xf16>, %c: memref<8x6xf32>, %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
+  // CHECK: logits_max(%{{.*}} : memref<8xf32>) sum_exp_logits(%{{.*}} : memref<8xf32>) softmax(%{{.*}} : memref<8x256xf16>) softmax_block_max(%{{.*}} : memref<8x6xf32>) -> input_grad_out(%{{.*}} : memref<8x16xbf16>) weight_grad_out(%{{.*}} : memref<256x16xbf16>) {softmax_is_logits = true, logits_block = 48 : i64}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+      weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>) masked_target(%t : memref<8xi64>)
+      logits_max(%lm : memref<8xf32>) sum_exp_logits(%se : memref<8xf32>)
+      softmax(%z : memref<8x256xf16>) softmax_block_max(%c : memref<8x6xf32>)
+      -> input_grad_out(%gx : memref<8x16xbf16>) weight_grad_out(%gw : memref<256x16xbf16>)
+      {softmax_is_logits = true, logits_block = 48 : i64}
+  func.return
+}

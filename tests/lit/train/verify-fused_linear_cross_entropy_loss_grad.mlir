@@ -665,7 +665,7 @@ func.func @missing_grad(%x: memref<8x16xbf16>, %w: memref<256x16xbf16>, %mask: m
     %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>, %gx: memref<8x16xbf16>,
     %gw: memref<256x16xbf16>) {
   // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op expected 1 value for grad, but got 0}}
-  "train.fused_linear_cross_entropy_loss_grad"(%x, %w, %mask, %t, %lm, %se, %gx, %gw) <{operandSegmentSizes = array<i32: 0, 1, 1, 1, 1, 1, 1, 0, 1, 1>}>
+  "train.fused_linear_cross_entropy_loss_grad"(%x, %w, %mask, %t, %lm, %se, %gx, %gw) <{operandSegmentSizes = array<i32: 0, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1>}>
       : (memref<8x16xbf16>, memref<256x16xbf16>, memref<1xui8>, memref<8xi64>, memref<8xf32>, memref<8xf32>,
          memref<8x16xbf16>, memref<256x16xbf16>) -> ()
   func.return
@@ -859,5 +859,158 @@ func.func @kept_narrow_logits(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memr
       masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>) sum_exp_logits(%se : memref<8xf32>)
       softmax(%z : memref<8x256xbf16>) -> input_grad_out(%gx : memref<8x16xbf16>) weight_grad_out(%gw : memref<256x16xbf16>)
       {softmax_is_logits = true}
+  func.return
+}
+
+// -----
+
+// logits_block (compact kept logits, E = exp(Z − C) in float16 with C per block of B
+// columns) must be in [0, 65536]; 0 is off.
+func.func @compact_negative_block(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
+    %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>, %z: memref<8x256xf16>, %c: memref<8x6xf32>,
+    %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op property 'logits_block' must be in [0, 65536] (0: off), got -1}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+      weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
+      masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>) sum_exp_logits(%se : memref<8xf32>)
+      softmax(%z : memref<8x256xf16>) softmax_block_max(%c : memref<8x6xf32>) -> input_grad_out(%gx : memref<8x16xbf16>) weight_grad_out(%gw : memref<256x16xbf16>)
+      {softmax_is_logits = true, logits_block = -1 : i64}
+  func.return
+}
+
+// -----
+
+// ... and at most 2^16.
+func.func @compact_huge_block(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
+    %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>, %z: memref<8x256xf16>, %c: memref<8x1xf32>,
+    %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op property 'logits_block' must be in [0, 65536] (0: off), got 65537}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+      weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
+      masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>) sum_exp_logits(%se : memref<8xf32>)
+      softmax(%z : memref<8x256xf16>) softmax_block_max(%c : memref<8x1xf32>) -> input_grad_out(%gx : memref<8x16xbf16>) weight_grad_out(%gw : memref<256x16xbf16>)
+      {softmax_is_logits = true, logits_block = 65537 : i64}
+  func.return
+}
+
+// -----
+
+// Compact logits are kept logits: logits_block needs softmax_is_logits (a softmax is no logits).
+func.func @compact_without_kept_logits(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
+    %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>, %z: memref<8x256xf32>, %c: memref<8x6xf32>,
+    %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op property 'logits_block' = 48 reads compact kept logits: needs property 'softmax_is_logits'}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+      weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
+      masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>) sum_exp_logits(%se : memref<8xf32>)
+      softmax(%z : memref<8x256xf32>) softmax_block_max(%c : memref<8x6xf32>) -> input_grad_out(%gx : memref<8x16xbf16>) weight_grad_out(%gw : memref<256x16xbf16>)
+      {logits_block = 48 : i64}
+  func.return
+}
+
+// -----
+
+// Compact logits are float16, whatever the input's dtype.
+func.func @compact_bf16_logits(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
+    %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>, %z: memref<8x256xbf16>, %c: memref<8x6xf32>,
+    %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'softmax' must have dtype float16, got bfloat16}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+      weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
+      masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>) sum_exp_logits(%se : memref<8xf32>)
+      softmax(%z : memref<8x256xbf16>) softmax_block_max(%c : memref<8x6xf32>) -> input_grad_out(%gx : memref<8x16xbf16>) weight_grad_out(%gw : memref<256x16xbf16>)
+      {softmax_is_logits = true, logits_block = 48 : i64}
+  func.return
+}
+
+// -----
+
+// Compact logits need their block maxima C.
+func.func @compact_without_block_max(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
+    %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>, %z: memref<8x256xf16>,
+    %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op property 'logits_block' = 48 keeps the logits compact: needs operand 'softmax_block_max' (each block's row maximum)}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+      weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
+      masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>) sum_exp_logits(%se : memref<8xf32>)
+      softmax(%z : memref<8x256xf16>) -> input_grad_out(%gx : memref<8x16xbf16>) weight_grad_out(%gw : memref<256x16xbf16>)
+      {softmax_is_logits = true, logits_block = 48 : i64}
+  func.return
+}
+
+// -----
+
+// Block maxima without logits_block (plain kept logits).
+func.func @block_max_without_compact(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
+    %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>, %z: memref<8x256xbf16>, %c: memref<8x6xf32>,
+    %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'softmax_block_max' holds the compact logits' block maxima: needs property 'logits_block' > 0}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+      weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
+      masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>) sum_exp_logits(%se : memref<8xf32>)
+      softmax(%z : memref<8x256xbf16>) softmax_block_max(%c : memref<8x6xf32>) -> input_grad_out(%gx : memref<8x16xbf16>) weight_grad_out(%gw : memref<256x16xbf16>)
+      {softmax_is_logits = true}
+  func.return
+}
+
+// -----
+
+// The block maxima are float32...
+func.func @block_max_f16(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
+    %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>, %z: memref<8x256xf16>, %c: memref<8x6xf16>,
+    %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'softmax_block_max' must have dtype float32, got float16}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+      weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
+      masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>) sum_exp_logits(%se : memref<8xf32>)
+      softmax(%z : memref<8x256xf16>) softmax_block_max(%c : memref<8x6xf16>) -> input_grad_out(%gx : memref<8x16xbf16>) weight_grad_out(%gw : memref<256x16xbf16>)
+      {softmax_is_logits = true, logits_block = 48 : i64}
+  func.return
+}
+
+// -----
+
+// ... of rank 2...
+func.func @block_max_rank1(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
+    %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>, %z: memref<8x256xf16>, %c: memref<48xf32>,
+    %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'softmax_block_max' must have rank 2, got rank 1 (48,)}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+      weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
+      masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>) sum_exp_logits(%se : memref<8xf32>)
+      softmax(%z : memref<8x256xf16>) softmax_block_max(%c : memref<48xf32>) -> input_grad_out(%gx : memref<8x16xbf16>) weight_grad_out(%gw : memref<256x16xbf16>)
+      {softmax_is_logits = true, logits_block = 48 : i64}
+  func.return
+}
+
+// -----
+
+// ... and shape (BT, ceil(V/B)): ceil(256/48) = 6, the last block partial.
+func.func @block_max_shape(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
+    %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>, %z: memref<8x256xf16>, %c: memref<8x5xf32>,
+    %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op operand 'softmax_block_max' must have shape (BT, ceil(V/48)) = (8, 6), got (8, 5)}}
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+      weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
+      masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>) sum_exp_logits(%se : memref<8xf32>)
+      softmax(%z : memref<8x256xf16>) softmax_block_max(%c : memref<8x5xf32>) -> input_grad_out(%gx : memref<8x16xbf16>) weight_grad_out(%gw : memref<256x16xbf16>)
+      {softmax_is_logits = true, logits_block = 48 : i64}
+  func.return
+}
+
+// -----
+
+// Valid: compact kept logits (float16 E, float32 C) with both statistics; printed back with the
+// properties.
+// CHECK-LABEL: func.func @kept_compact_logits
+// CHECK: softmax(%{{.*}} : memref<8x256xf16>) softmax_block_max(%{{.*}} : memref<8x6xf32>) -> input_grad_out{{.*}}{softmax_is_logits = true, logits_block = 48 : i64}
+func.func @kept_compact_logits(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
+    %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>, %z: memref<8x256xf16>, %c: memref<8x6xf32>,
+    %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
+      weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
+      masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>) sum_exp_logits(%se : memref<8xf32>)
+      softmax(%z : memref<8x256xf16>) softmax_block_max(%c : memref<8x6xf32>) -> input_grad_out(%gx : memref<8x16xbf16>) weight_grad_out(%gw : memref<256x16xbf16>)
+      {softmax_is_logits = true, logits_block = 48 : i64}
   func.return
 }

@@ -368,3 +368,147 @@ func.func @case26(%x: memref<8x16xbf16>, %w: memref<256x16xbf16>, %t: memref<8xi
       {vocab_start_index = 0 : i64, vocab_end_index = 256 : i64, softcap = 30.0 : f64, ignore_index = -100 : i64}
   func.return
 }
+
+// -----
+
+// logits_block in [0, 65536] (compact kept logits, the extension: 0 is off)
+func.func @case27(%x: memref<8x16xbf16>, %w: memref<256x16xbf16>, %t: memref<8xi64>, %m: memref<8xf32>, %s: memref<8xf32>, %p: memref<8xf32>, %mask: memref<1xui8>, %mt: memref<8xi64>) {
+  // expected-error@+1 {{'train.fused_linear_online_max_sum' op property 'logits_block' must be in [0, 65536] (0: off), got -1}}
+  train.fused_linear_online_max_sum input(%x : memref<8x16xbf16>) weight(%w : memref<256x16xbf16>)
+      target(%t : memref<8xi64>) -> logits_max_local_out(%m : memref<8xf32>)
+      sum_exp_logits_local_out(%s : memref<8xf32>) predicted_logits_local_out(%p : memref<8xf32>)
+      target_mask_out(%mask : memref<1xui8>) masked_target_out(%mt : memref<8xi64>)
+      {vocab_start_index = 0 : i64, vocab_end_index = 256 : i64, logits_block = -1 : i64}
+  func.return
+}
+
+// -----
+
+// logits_block <= 65536 (2^16)
+func.func @case27b(%x: memref<8x16xbf16>, %w: memref<256x16xbf16>, %t: memref<8xi64>, %m: memref<8xf32>, %s: memref<8xf32>, %p: memref<8xf32>, %mask: memref<1xui8>, %mt: memref<8xi64>, %z: memref<8x256xf16>, %c: memref<8x1xf32>) {
+  // expected-error@+1 {{'train.fused_linear_online_max_sum' op property 'logits_block' must be in [0, 65536] (0: off), got 65537}}
+  train.fused_linear_online_max_sum input(%x : memref<8x16xbf16>) weight(%w : memref<256x16xbf16>)
+      target(%t : memref<8xi64>) -> logits_max_local_out(%m : memref<8xf32>)
+      sum_exp_logits_local_out(%s : memref<8xf32>) predicted_logits_local_out(%p : memref<8xf32>)
+      target_mask_out(%mask : memref<1xui8>) masked_target_out(%mt : memref<8xi64>) vocab_parallel_logits_out(%z : memref<8x256xf16>) logits_block_max_out(%c : memref<8x1xf32>)
+      {vocab_start_index = 0 : i64, vocab_end_index = 256 : i64, logits_block = 65537 : i64}
+  func.return
+}
+
+// -----
+
+// compact logits need their block maxima
+func.func @case28(%x: memref<8x16xbf16>, %w: memref<256x16xbf16>, %t: memref<8xi64>, %m: memref<8xf32>, %s: memref<8xf32>, %p: memref<8xf32>, %mask: memref<1xui8>, %mt: memref<8xi64>, %z: memref<8x256xf16>) {
+  // expected-error@+1 {{'train.fused_linear_online_max_sum' op property 'logits_block' = 48 keeps the logits compact: needs operand 'logits_block_max_out' (each block's row maximum)}}
+  train.fused_linear_online_max_sum input(%x : memref<8x16xbf16>) weight(%w : memref<256x16xbf16>)
+      target(%t : memref<8xi64>) -> logits_max_local_out(%m : memref<8xf32>)
+      sum_exp_logits_local_out(%s : memref<8xf32>) predicted_logits_local_out(%p : memref<8xf32>)
+      target_mask_out(%mask : memref<1xui8>) masked_target_out(%mt : memref<8xi64>) vocab_parallel_logits_out(%z : memref<8x256xf16>)
+      {vocab_start_index = 0 : i64, vocab_end_index = 256 : i64, logits_block = 48 : i64}
+  func.return
+}
+
+// -----
+
+// compact logits need the logits output
+func.func @case29(%x: memref<8x16xbf16>, %w: memref<256x16xbf16>, %t: memref<8xi64>, %m: memref<8xf32>, %s: memref<8xf32>, %p: memref<8xf32>, %mask: memref<1xui8>, %mt: memref<8xi64>, %c: memref<8x6xf32>) {
+  // expected-error@+1 {{'train.fused_linear_online_max_sum' op property 'logits_block' = 48 keeps the logits compact: needs operand 'vocab_parallel_logits_out'}}
+  train.fused_linear_online_max_sum input(%x : memref<8x16xbf16>) weight(%w : memref<256x16xbf16>)
+      target(%t : memref<8xi64>) -> logits_max_local_out(%m : memref<8xf32>)
+      sum_exp_logits_local_out(%s : memref<8xf32>) predicted_logits_local_out(%p : memref<8xf32>)
+      target_mask_out(%mask : memref<1xui8>) masked_target_out(%mt : memref<8xi64>) logits_block_max_out(%c : memref<8x6xf32>)
+      {vocab_start_index = 0 : i64, vocab_end_index = 256 : i64, logits_block = 48 : i64}
+  func.return
+}
+
+// -----
+
+// block maxima without logits_block
+func.func @case30(%x: memref<8x16xbf16>, %w: memref<256x16xbf16>, %t: memref<8xi64>, %m: memref<8xf32>, %s: memref<8xf32>, %p: memref<8xf32>, %mask: memref<1xui8>, %mt: memref<8xi64>, %z: memref<8x256xbf16>, %c: memref<8x6xf32>) {
+  // expected-error@+1 {{'train.fused_linear_online_max_sum' op operand 'logits_block_max_out' holds the compact logits' block maxima: needs property 'logits_block' > 0}}
+  train.fused_linear_online_max_sum input(%x : memref<8x16xbf16>) weight(%w : memref<256x16xbf16>)
+      target(%t : memref<8xi64>) -> logits_max_local_out(%m : memref<8xf32>)
+      sum_exp_logits_local_out(%s : memref<8xf32>) predicted_logits_local_out(%p : memref<8xf32>)
+      target_mask_out(%mask : memref<1xui8>) masked_target_out(%mt : memref<8xi64>) vocab_parallel_logits_out(%z : memref<8x256xbf16>) logits_block_max_out(%c : memref<8x6xf32>)
+      {vocab_start_index = 0 : i64, vocab_end_index = 256 : i64}
+  func.return
+}
+
+// -----
+
+// logits_block and float32_logits exclude each other
+func.func @case31(%x: memref<8x16xbf16>, %w: memref<256x16xbf16>, %t: memref<8xi64>, %m: memref<8xf32>, %s: memref<8xf32>, %p: memref<8xf32>, %mask: memref<1xui8>, %mt: memref<8xi64>, %z: memref<8x256xf16>, %c: memref<8x6xf32>) {
+  // expected-error@+1 {{'train.fused_linear_online_max_sum' op properties 'logits_block' and 'float32_logits' exclude each other (compact or float32 logits)}}
+  train.fused_linear_online_max_sum input(%x : memref<8x16xbf16>) weight(%w : memref<256x16xbf16>)
+      target(%t : memref<8xi64>) -> logits_max_local_out(%m : memref<8xf32>)
+      sum_exp_logits_local_out(%s : memref<8xf32>) predicted_logits_local_out(%p : memref<8xf32>)
+      target_mask_out(%mask : memref<1xui8>) masked_target_out(%mt : memref<8xi64>) vocab_parallel_logits_out(%z : memref<8x256xf16>) logits_block_max_out(%c : memref<8x6xf32>)
+      {vocab_start_index = 0 : i64, vocab_end_index = 256 : i64, float32_logits = true, logits_block = 48 : i64}
+  func.return
+}
+
+// -----
+
+// compact logits are float16 (not the input's dtype)
+func.func @case32(%x: memref<8x16xbf16>, %w: memref<256x16xbf16>, %t: memref<8xi64>, %m: memref<8xf32>, %s: memref<8xf32>, %p: memref<8xf32>, %mask: memref<1xui8>, %mt: memref<8xi64>, %z: memref<8x256xbf16>, %c: memref<8x6xf32>) {
+  // expected-error@+1 {{'train.fused_linear_online_max_sum' op operand 'vocab_parallel_logits_out' must have dtype float16, got bfloat16}}
+  train.fused_linear_online_max_sum input(%x : memref<8x16xbf16>) weight(%w : memref<256x16xbf16>)
+      target(%t : memref<8xi64>) -> logits_max_local_out(%m : memref<8xf32>)
+      sum_exp_logits_local_out(%s : memref<8xf32>) predicted_logits_local_out(%p : memref<8xf32>)
+      target_mask_out(%mask : memref<1xui8>) masked_target_out(%mt : memref<8xi64>) vocab_parallel_logits_out(%z : memref<8x256xbf16>) logits_block_max_out(%c : memref<8x6xf32>)
+      {vocab_start_index = 0 : i64, vocab_end_index = 256 : i64, logits_block = 48 : i64}
+  func.return
+}
+
+// -----
+
+// the block maxima have rank 2
+func.func @case33(%x: memref<8x16xbf16>, %w: memref<256x16xbf16>, %t: memref<8xi64>, %m: memref<8xf32>, %s: memref<8xf32>, %p: memref<8xf32>, %mask: memref<1xui8>, %mt: memref<8xi64>, %z: memref<8x256xf16>, %c: memref<48xf32>) {
+  // expected-error@+1 {{'train.fused_linear_online_max_sum' op operand 'logits_block_max_out' must have rank 2, got rank 1 (48,)}}
+  train.fused_linear_online_max_sum input(%x : memref<8x16xbf16>) weight(%w : memref<256x16xbf16>)
+      target(%t : memref<8xi64>) -> logits_max_local_out(%m : memref<8xf32>)
+      sum_exp_logits_local_out(%s : memref<8xf32>) predicted_logits_local_out(%p : memref<8xf32>)
+      target_mask_out(%mask : memref<1xui8>) masked_target_out(%mt : memref<8xi64>) vocab_parallel_logits_out(%z : memref<8x256xf16>) logits_block_max_out(%c : memref<48xf32>)
+      {vocab_start_index = 0 : i64, vocab_end_index = 256 : i64, logits_block = 48 : i64}
+  func.return
+}
+
+// -----
+
+// the block maxima are float32
+func.func @case34(%x: memref<8x16xbf16>, %w: memref<256x16xbf16>, %t: memref<8xi64>, %m: memref<8xf32>, %s: memref<8xf32>, %p: memref<8xf32>, %mask: memref<1xui8>, %mt: memref<8xi64>, %z: memref<8x256xf16>, %c: memref<8x6xf16>) {
+  // expected-error@+1 {{'train.fused_linear_online_max_sum' op operand 'logits_block_max_out' must have dtype float32, got float16}}
+  train.fused_linear_online_max_sum input(%x : memref<8x16xbf16>) weight(%w : memref<256x16xbf16>)
+      target(%t : memref<8xi64>) -> logits_max_local_out(%m : memref<8xf32>)
+      sum_exp_logits_local_out(%s : memref<8xf32>) predicted_logits_local_out(%p : memref<8xf32>)
+      target_mask_out(%mask : memref<1xui8>) masked_target_out(%mt : memref<8xi64>) vocab_parallel_logits_out(%z : memref<8x256xf16>) logits_block_max_out(%c : memref<8x6xf16>)
+      {vocab_start_index = 0 : i64, vocab_end_index = 256 : i64, logits_block = 48 : i64}
+  func.return
+}
+
+// -----
+
+// the block maxima are (BT, ceil(V/B)): ceil(256/48) = 6 blocks, the last partial
+func.func @case35(%x: memref<8x16xbf16>, %w: memref<256x16xbf16>, %t: memref<8xi64>, %m: memref<8xf32>, %s: memref<8xf32>, %p: memref<8xf32>, %mask: memref<1xui8>, %mt: memref<8xi64>, %z: memref<8x256xf16>, %c: memref<8x5xf32>) {
+  // expected-error@+1 {{'train.fused_linear_online_max_sum' op operand 'logits_block_max_out' must have shape (BT, ceil(V/48)) = (8, 6), got (8, 5)}}
+  train.fused_linear_online_max_sum input(%x : memref<8x16xbf16>) weight(%w : memref<256x16xbf16>)
+      target(%t : memref<8xi64>) -> logits_max_local_out(%m : memref<8xf32>)
+      sum_exp_logits_local_out(%s : memref<8xf32>) predicted_logits_local_out(%p : memref<8xf32>)
+      target_mask_out(%mask : memref<1xui8>) masked_target_out(%mt : memref<8xi64>) vocab_parallel_logits_out(%z : memref<8x256xf16>) logits_block_max_out(%c : memref<8x5xf32>)
+      {vocab_start_index = 0 : i64, vocab_end_index = 256 : i64, logits_block = 48 : i64}
+  func.return
+}
+
+// -----
+
+// compact logits, a partial last block (valid; printed back with the property)
+// CHECK-LABEL: func.func @case36
+// CHECK: vocab_parallel_logits_out(%{{.*}} : memref<8x256xf16>) logits_block_max_out(%{{.*}} : memref<8x6xf32>) {vocab_start_index = 0 : i64, vocab_end_index = 256 : i64, logits_block = 48 : i64}
+func.func @case36(%x: memref<8x16xbf16>, %w: memref<256x16xbf16>, %t: memref<8xi64>, %m: memref<8xf32>, %s: memref<8xf32>, %p: memref<8xf32>, %mask: memref<1xui8>, %mt: memref<8xi64>, %z: memref<8x256xf16>, %c: memref<8x6xf32>) {
+  train.fused_linear_online_max_sum input(%x : memref<8x16xbf16>) weight(%w : memref<256x16xbf16>)
+      target(%t : memref<8xi64>) -> logits_max_local_out(%m : memref<8xf32>)
+      sum_exp_logits_local_out(%s : memref<8xf32>) predicted_logits_local_out(%p : memref<8xf32>)
+      target_mask_out(%mask : memref<1xui8>) masked_target_out(%mt : memref<8xi64>) vocab_parallel_logits_out(%z : memref<8x256xf16>) logits_block_max_out(%c : memref<8x6xf32>)
+      {vocab_start_index = 0 : i64, vocab_end_index = 256 : i64, logits_block = 48 : i64}
+  func.return
+}
