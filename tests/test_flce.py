@@ -247,6 +247,30 @@ def test_compact_kept_logits_rejects(rng):
         f(**a | {"softmax_is_logits": False}, logits_block=32, softmax_block_max=c)
 
 
+@PIPELINES
+@pytest.mark.parametrize("dtype", [BFLOAT16, np.float16], ids=str)
+def test_float32_input_grad_is_the_unrounded_accumulator(rng, fuse, dtype):
+    """`float32_input_grad` (the extension): dX in float32 for a narrow input, the sum the
+    default output rounds once (its rounding is that output, bit for bit), within float32's
+    tolerance of the reference; it accumulates like the default one. Without the flag a float32
+    dX is rejected (the vendor's rule: the input's dtype), and with it any other dtype."""
+    a = _operands(rng, dtype=dtype, mask=np.uint8)
+    narrow = _run(a, fuse)
+    wide = _run(a | {"float32_input_grad": True}, fuse)
+    assert wide[0].dtype == np.float32 and wide[1].dtype == dtype
+    np.testing.assert_array_equal(wide[0].astype(dtype).view(np.uint16), narrow[0].view(np.uint16))
+    np.testing.assert_array_equal(wide[1].view(np.uint16), narrow[1].view(np.uint16))
+    assert_close(wide[0], harness.expected(OP, a, {})["input_grad_out"].astype(np.float32))
+    start = rng.standard_normal((BT, H)).astype(np.float32)
+    gx, gw = start.copy(), np.zeros((V, H), dtype)
+    _run(a | {"float32_input_grad": True, "accumulate": True}, fuse, input_grad_out=gx, weight_grad_out=gw)
+    assert_close(gx, start + wide[0])
+    with pytest.raises(TypeError, match="parameter 'input_grad_out' must have the dtype of 'input'"):
+        ops.fused_linear_cross_entropy_loss_grad(**a, input_grad_out=np.zeros((BT, H), np.float32))
+    with pytest.raises(TypeError, match="parameter 'input_grad_out' must have dtype float32"):
+        ops.fused_linear_cross_entropy_loss_grad(**a, float32_input_grad=True, input_grad_out=np.zeros((BT, H), dtype))
+
+
 @pytest.mark.parametrize("missing", ["logits_max", "sum_exp_logits", "softmax"])
 def test_kept_logits_need_the_logits_and_both_statistics(rng, missing):
     a = _operands(rng, mask=np.uint8)

@@ -418,9 +418,13 @@ def test_chunked_schedule_keeps_compact_logits_narrow_and_float32_logits_wide(rn
         else:
             assert k["logits_out"].dtype == np.float16 and k["logits_block"] == block and not k["float32_logits"]
             assert k["logits_block_max_out"].shape == (k["logits_out"].shape[0], -(-k["logits_out"].shape[1] // block))
+    several = len(loss_mod._parts([w], loss_mod._cores())) > 1
     for k in backwards:
         assert k["softmax_is_logits"] and k["logits_block"] == (0 if dtype == np.float32 else block)
         assert (k["softmax_block_max"] is None) == (dtype == np.float32)
+        # Narrow, several parts: each part's dX in float32, summed and rounded once.
+        assert k["float32_input_grad"] == (dtype != np.float32 and several)
+        assert k["input_grad_out"].dtype == (np.float32 if k["float32_input_grad"] else dtype)
 
 
 @pytest.mark.parametrize("dtype", NARROW_DTYPES, ids=str)
@@ -515,12 +519,12 @@ def test_chunked_schedule_choice(rng, monkeypatch):
     # floats: its logits, the other part's dX, and each lane's packed row of X.
     # bfloat16/float16 (_narrow_chunk_rows): a lane's float32 16 x 8 dW tile and two packs of W in
     # the dtype; a row's compact logits (256 float16, and at most 256 / 16 + 2 float32 maxima of
-    # the parts' blocks), each lane's float32 dX row and packed row of X, the other part's dX row:
-    # at bt = 512 in bfloat16, (26624 - 2048) // (584 + 96 + 16) = 35 rows; where fewer than a
+    # the parts' blocks), each part's float32 dX row and each lane's packed row of X: at bt = 512
+    # in bfloat16, (26624 - 2048) // (584 + 64 + 32) = 36 rows; where fewer than a
     # token tile fit, a token tile (8) if its logits (8 x 584 bytes) take at most twice the budget
     # (2 x 3328 at bt = 64), else recompute (2 x 1664 at bt = 32). z_loss: recompute.
     for bt, dtype, options, rows in [(64, np.float32, {}, None), (255, np.float32, {}, 22), (512, np.float32, {}, 46),
-                                     (512, np.float32, {"z_loss": 1e-3}, None), (512, BFLOAT16, {}, 35),
+                                     (512, np.float32, {"z_loss": 1e-3}, None), (512, BFLOAT16, {}, 36),
                                      (128, np.float16, {}, 8), (64, BFLOAT16, {}, 8), (32, BFLOAT16, {}, None),
                                      (512, BFLOAT16, {"z_loss": 1e-3}, None)]:
         calls.clear()

@@ -383,6 +383,10 @@ class FusedLinearCrossEntropyLossGradOp(TrainOp):
     softmax_is_logits = prop_def(BoolAttr, default_value=_bool(False))
     # Beyond the vendor: with it, the kept logits are compact (E and C; the docstring).
     logits_block = prop_def(IntegerAttr[I64], default_value=_i64(0))
+    # Beyond the vendor: input_grad_out is float32 whatever the input's dtype, unrounded (the
+    # float32 accumulator itself): for a caller that sums several shards' or parts' dX and
+    # rounds once, with no second, rounded copy of each.
+    float32_input_grad = prop_def(BoolAttr, default_value=_bool(False))
     # {bt = .., v = ..}: the token and vocabulary tile sizes of the fused loop nest. Chosen by
     # a pass (or written by hand); the fusion pass reads only this.
     tile_sizes = opt_prop_def(TileSizesAttr)
@@ -426,8 +430,12 @@ class FusedLinearCrossEntropyLossGradOp(TrainOp):
             c.rank(name, [2])
         c.element("grad", ["float32"])
         c.element("input", FLOATS)
-        for name in ("weight", "input_grad_out", "weight_grad_out"):
-            c.same_element(name, "input")
+        c.same_element("weight", "input")
+        if c.prop_or("float32_input_grad", False):  # the extension: a float32 dX, whatever the input's
+            c.element("input_grad_out", ["float32"])
+        else:  # the vendor's
+            c.same_element("input_grad_out", "input")
+        c.same_element("weight_grad_out", "input")
         mask_t = c.element("target_mask", ["bool", "uint8"])
         c.element("masked_target", ["int32", "int64"])
         for name in stats:

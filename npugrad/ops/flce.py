@@ -21,8 +21,8 @@ _count_nonzero = getattr(np.count_nonzero, "_implementation", np.count_nonzero)
 def fused_linear_cross_entropy_loss_grad(
     grad, input, weight, target_mask, masked_target, label_smoothing=0.0,
     logits_max=None, sum_exp_logits=None, softmax=None, *, vocab_size=0, z_loss=0.0, softcap=0.0,
-    accumulate=False, softmax_is_logits=False, logits_block=0, softmax_block_max=None, input_grad_out=None,
-    weight_grad_out=None,
+    accumulate=False, softmax_is_logits=False, logits_block=0, softmax_block_max=None, float32_input_grad=False,
+    input_grad_out=None, weight_grad_out=None,
 ):
     """Backward of a vocabulary-parallel LM head + cross entropy on one tensor-parallel rank;
     returns (input_grad (BT, H), weight_grad (V, H)), in input's dtype unless outputs are given.
@@ -45,13 +45,17 @@ def fused_linear_cross_entropy_loss_grad(
     in the kernel, as memory-saving mode makes it: both statistics are then required. With
     `logits_block` B > 0 too, they are the compact logits the forward keeps with the same B
     (fused_linear_online_max_sum): `softmax` E = exp(Z − C) in float16 and `softmax_block_max`
-    C (BT, ceil(V/B)) float32, and P = (E·exp(C − logits_max))/sum_exp_logits."""
+    C (BT, ceil(V/B)) float32, and P = (E·exp(C − logits_max))/sum_exp_logits.
+
+    `float32_input_grad` (beyond the vendor): input_grad comes in float32 whatever the input's
+    dtype, unrounded: for a caller that sums several shards' dX and rounds once."""
     label_smoothing = real(OP, "label_smoothing", label_smoothing)
     extensions = {"label_smoothing": label_smoothing, "vocab_size": integer(OP, "vocab_size", vocab_size),
                   "z_loss": real(OP, "z_loss", z_loss, float32=True), "softcap": real(OP, "softcap", softcap, float32=True),
                   "accumulate": flag(OP, "accumulate", accumulate),
                   "softmax_is_logits": flag(OP, "softmax_is_logits", softmax_is_logits),
-                  "logits_block": integer(OP, "logits_block", logits_block, "a non-negative integer", 0)}
+                  "logits_block": integer(OP, "logits_block", logits_block, "a non-negative integer", 0),
+                  "float32_input_grad": flag(OP, "float32_input_grad", float32_input_grad)}
     if extensions["accumulate"]:
         missing = [n for n, a in zip(OUTPUTS, (input_grad_out, weight_grad_out)) if a is None]
         if missing:
@@ -72,7 +76,9 @@ def fused_linear_cross_entropy_loss_grad(
     bt = x.shape[0] if x.ndim == 2 else 0
     h = x.shape[1] if x.ndim == 2 else 0
     v = w.shape[0] if w.ndim == 2 else 0
-    arrays["input_grad_out"] = output(OP, "input_grad_out", input_grad_out, (bt, h), x.dtype, "parameter 'input'")
+    arrays["input_grad_out"] = output(OP, "input_grad_out", input_grad_out, (bt, h),
+                                      np.dtype(np.float32) if extensions["float32_input_grad"] else x.dtype,
+                                      "parameter 'input'")
     arrays["weight_grad_out"] = output(OP, "weight_grad_out", weight_grad_out, (v, h), x.dtype, "parameter 'weight'")
     props = check(FusedLinearCrossEntropyLossGradOp, arrays, extensions)
     reject_overlap(OP, arrays, OUTPUTS)

@@ -359,16 +359,20 @@ def _chunked(xc, yc, ws, per_row, rows: int, o: _Options):
     block = _compact_block(xc.dtype)
     buffers = [prefault(np.empty((min(rows, n), w.shape[0]), np.float16 if block else F32)) for w, _ in pieces]
     blocks = [prefault(np.empty((min(rows, n), -(-w.shape[0] // block)), F32)) for w, _ in pieces] if block else []
-    partial = [prefault(np.empty((min(rows, n), h), xc.dtype)) for _ in parts[1:]]  # dX of parts 1.. (summed)
+    # dX of parts 1.. (part 0's is written in dx, the others' summed into it); narrow, every part's
+    # in float32 (the kernels' accumulators themselves, float32_input_grad), summed, rounded once.
+    wide = xc.dtype != F32 and len(parts) > 1
+    count = len(parts) if wide else len(parts) - 1
+    partial = [prefault(np.empty((min(rows, n), h), F32 if wide else xc.dtype)) for _ in range(count)]
     for a in range(0, n, rows):
         b = min(a + rows, n)
         x_c, logits, maxima = xc[a:b], [buf[: b - a] for buf in buffers], [c[: b - a] for c in blocks]
         st, loss[a:b] = _statistics(x_c, yc[a:b], pieces, o, logits, side_by_side=True, block=block, maxima=maxima)
         m, s = st.logits_max, st.sum_exp_logits
-        outs = [dx[a:b]] + [p[: b - a] for p in partial]
+        outs = ([] if wide else [dx[a:b]]) + [p[: b - a] for p in partial]
         pool.run_tasks([functools.partial(_part_backward, logits[i], maxima[i] if block else None, block, m, s,
-                                          st.shards[i], outs[i], i > 0, per_row[a:b], x_c, pieces[i][0], grads[i], o)
-                        for i in range(len(parts))])
+                                          st.shards[i], outs[i], i > 0 or wide, per_row[a:b], x_c, pieces[i][0],
+                                          grads[i], o) for i in range(len(parts))])
         if partial:
             dx[a:b] = o.group.all_reduce(outs, "sum")
     return loss, dx, dws
@@ -382,7 +386,8 @@ def _part_backward(z, c, block: int, m, s, part, gx, zero: bool, g, x_c, w, gw, 
         gx.fill(0)
     fused_linear_cross_entropy_loss_grad(g, x_c, w, part.target_mask, part.masked_target, o.alpha, m, s, softmax=z,
                                          vocab_size=o.k if o.alpha else 0, accumulate=True, softmax_is_logits=True,
-                                         logits_block=block, softmax_block_max=c, input_grad_out=gx, weight_grad_out=gw)
+                                         logits_block=block, softmax_block_max=c,
+                                         float32_input_grad=gx.dtype != w.dtype, input_grad_out=gx, weight_grad_out=gw)
 
 
 def _compact_block(dtype) -> int:
@@ -427,13 +432,14 @@ def _narrow_chunk_rows(n: int, bt: int, h: int, k: int, size: int, tiles: dict[s
     In the same budget as the float32 rule's, in the dtype (13/16 of 1/16 of two bt x K
     buffers): each lane's float32 dW accumulator tile and its two packed tiles of W (GEMMs 1
     and 2), then per row the compact logits (float16, and the float32 maxima of each part's
-    blocks), each lane's float32 dX accumulator and packed row of X, and the other parts' dX. Where not even a token tile fits, a token tile still if its
+    blocks), each part's float32 dX (the kernel's accumulator: float32_input_grad where there
+    are several, summed and rounded once) and each lane's packed row of X. Where not even a token tile fits, a token tile still if its
     logits take at most twice the budget: the recompute schedule holds about as much (its ring
     of float32 dW tiles, its float32 dX rows, its packs; measured above) for four GEMMs' work
     instead of three. Beyond that (few rows, a large vocabulary) the recompute schedule."""
     whole = _budget(bt, k, size)
     kept = k * 2 + (k // tiles["v"] + parts) * 4  # per row: compact logits (float16) and their blocks' maxima
-    per_row = kept + lanes * h * (4 + size) + (parts - 1) * h * size
+    per_row = kept + lanes * h * size + parts * h * 4  # each part's float32 dX (the kernels' accumulators)
     rows = max(whole - lanes * tiles["v"] * h * (4 + 2 * size), 0) // per_row
     tile = min(n, tiles["bt"])
     if rows >= tile:

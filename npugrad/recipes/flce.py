@@ -71,6 +71,9 @@ class FusedLinearCrossEntropyLossGrad(OpRecipe):
             a.get("sum_exp_logits"), softmax, **_extensions(props),
             round_grad_logits_to=None if dt == np.float32 else dt,
         )
+        if props.get("accumulate"):  # out += grad: what the outputs held, plus the gradients
+            gi = gi + np.asarray(a["input_grad_out"], np.float32)
+            gw = gw + np.asarray(a["weight_grad_out"], np.float32)
         return {"input_grad_out": gi, "weight_grad_out": gw}
 
     def random_inputs(self, shapes, dtypes, props, rng):
@@ -105,6 +108,10 @@ class FusedLinearCrossEntropyLossGrad(OpRecipe):
         if "logits_max" in shapes:
             out["logits_max"] = m
             out["sum_exp_logits"] = s
+        if props.get("accumulate"):  # what the outputs hold before: the gradients are added to it
+            for name in ("input_grad_out", "weight_grad_out"):
+                if name in shapes:
+                    out[name] = cast(rng.standard_normal(shapes[name]), dtypes[name])
         return out
 
     def api(self):
@@ -119,7 +126,7 @@ class FusedLinearCrossEntropyLossGrad(OpRecipe):
                             ext.pop("label_smoothing"), a.get("logits_max"), a.get("sum_exp_logits"), a.get("softmax"),
                             softmax_is_logits=bool(props.get("softmax_is_logits", False)),
                             logits_block=props.get("logits_block", 0), softmax_block_max=a.get("softmax_block_max"),
-                            **ext)
+                            float32_input_grad=bool(props.get("float32_input_grad", False)), **ext)
         return {"input_grad_out": gi, "weight_grad_out": gw}
 
     def examples(self):
@@ -155,9 +162,12 @@ class FusedLinearCrossEntropyLossGrad(OpRecipe):
             dtypes = dict.fromkeys(shapes, np.dtype(np.float32)) | {
                 "input": dtype, "weight": dtype, "target_mask": np.dtype(np.uint8), "masked_target": np.dtype(np.int64),
                 "softmax": np.dtype(np.float16)}
-            yield Example(f"high-performance, compact kept logits in blocks of {block}", shapes, dtypes,
+            wide = block == 100 and dtype != np.float32  # and a float32 dX (float32_input_grad)
+            yield Example(f"high-performance, compact kept logits in blocks of {block}"
+                          + (", float32 input grad" if wide else ""), shapes, dtypes,
                           {"softmax_is_logits": True, "logits_block": block,
-                           **({"label_smoothing": 0.1, "vocab_size": 1000} if block == 100 else {})})
+                           **({"label_smoothing": 0.1, "vocab_size": 1000} if block == 100 else {}),
+                           **({"float32_input_grad": True} if wide else {})})
         for dtype, (label, props) in itertools.product(FLOAT_DTYPES, EXTENSIONS):
             bt, h, v = 75, 40, 300
             shapes = {"grad": (bt,), "input": (bt, h), "weight": (v, h), "target_mask": ((bt + 7) // 8,),

@@ -38,8 +38,9 @@ NAMESPACE = "npugrad"
 # from the arguments by name.
 FAKE: dict[str, Callable[[Mapping[str, object]], list[tuple[tuple[int, ...], torch.dtype]]]] = {
     "binary_cross_entropy_grad": lambda a: [(a["input_x"].shape, a["input_x"].dtype)],
-    "fused_linear_cross_entropy_loss_grad": lambda a: [(a["input"].shape, a["input"].dtype),
-                                                       (a["weight"].shape, a["input"].dtype)],
+    "fused_linear_cross_entropy_loss_grad": lambda a: [
+        (a["input"].shape, torch.float32 if a["float32_input_grad"] else a["input"].dtype),
+        (a["weight"].shape, a["input"].dtype)],
     "embedding_dense_backward": lambda a: [((a["num_weights"], a["grad"].shape[-1]), a["grad"].dtype)],
     "nll_loss_backward": lambda a: [(a["self"].shape, a["self"].dtype)],
     "apply_fused_ema_adam": lambda a: [],
