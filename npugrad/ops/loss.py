@@ -90,7 +90,7 @@ import numpy as np
 from npugrad.collectives import Group, InProcess
 from npugrad.dialect import FusedLinearCrossEntropyLossGradOp
 from npugrad.dialect.checks import SignatureError, SignatureTypeError
-from npugrad.ops.common import as_input, first_bad_id, flag, integer, prefault, real
+from npugrad.ops.common import aligned_empty, as_input, first_bad_id, flag, integer, prefault, real
 from npugrad.ops.flce import fused_linear_cross_entropy_loss_grad
 from npugrad.ops.forward import fused_cross_entropy_loss_with_max_sum, fused_linear_online_max_sum
 from npugrad.runtime import pool
@@ -363,7 +363,7 @@ def _chunked(xc, yc, ws, per_row, rows: int, o: _Options):
     # in float32 (the kernels' accumulators themselves, float32_input_grad), summed, rounded once.
     wide = xc.dtype != F32 and len(parts) > 1
     count = len(parts) if wide else len(parts) - 1
-    partial = [prefault(np.empty((min(rows, n), h), F32 if wide else xc.dtype)) for _ in range(count)]
+    partial = [prefault(aligned_empty((min(rows, n), h), F32 if wide else xc.dtype)) for _ in range(count)]
     for a in range(0, n, rows):
         b = min(a + rows, n)
         x_c, logits, maxima = xc[a:b], [buf[: b - a] for buf in buffers], [c[: b - a] for c in blocks]
