@@ -377,7 +377,7 @@ def test_narrow_chunked_schedule_matches_torch_autograd(rng, dtype, shards, opti
     exp(Z − C), C per block of the target's vocabulary tile), its statistics as the recompute
     schedule's forward makes them, so the loss is that schedule's bit for bit (its forward, each
     shard cut into its parts) and the gradients are within the dtype's tolerance of PyTorch
-    autograd (dW rounded once per chunk, the parts' dX once each before their sum)."""
+    autograd (dW rounded once per chunk, the sum of the parts' float32 dX once)."""
     x, w, y = _loss_case(rng, 61, 24, 600, dtype, ignored=0.2 if "ignore_index" in options else 0.0)
     calls = []
     real = loss_mod._chunked

@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from npugrad.ops.common import HUGE_PAGE_BYTES, prefault
+from npugrad.ops.common import HUGE_PAGE_BYTES, aligned_empty, prefault
 
 
 def _rss_kib() -> int:
@@ -69,3 +69,17 @@ def test_api_allocated_outputs_are_correct(rng):
     p *= g[:, None]
     np.testing.assert_allclose(dx, p @ w, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(dw, p.T @ x, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(186, 4096), (3, 5), (7,), (0, 4)], ids=str)
+@pytest.mark.parametrize("dtype", [np.float32, np.uint16, np.float64], ids=str)
+def test_aligned_empty_starts_on_the_boundary(shape, dtype):
+    """aligned_empty: C-contiguous, writable, the shape and dtype asked for, its first element on
+    a 64-byte boundary (NumPy's large arrays start 16 bytes into a page), or another power of two."""
+    for alignment in (64, 4096):
+        a = aligned_empty(shape, dtype, alignment)
+        assert a.shape == shape and a.dtype == dtype and a.flags.c_contiguous and a.flags.writeable
+        if a.size:
+            assert a.ctypes.data % alignment == 0
+            a[...] = 1
+            assert a.sum() == a.size

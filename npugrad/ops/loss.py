@@ -65,8 +65,11 @@ that was 46.5 MiB beyond the gradients against the recompute schedule's 72.1, 9.
 and 28.9 (a chunk of 124 rows instead, float32 logits: 29.4 MiB, but 32.7 and 33.2 s). Chunks
 of 504 and 1008 rows took 8.86 and 8.61 s where 252 took 9.13 (Zen 4): the chunks' own costs
 (W packed and dW widened and rounded once per chunk) are a few per cent; the rest of the
-backward's rate is its GEMMs'. dW is rounded to the dtype once per chunk, and each part's dX
-once before their sum.
+backward's rate is its GEMMs'. dW is rounded to the dtype once per chunk; each part's dX comes
+in float32 (`float32_input_grad`, the kernel's accumulator itself, in a 64-byte-aligned buffer),
+and their sum is rounded once: parts 1.. held a rounded copy beside their accumulators before
+(28.6-28.7 MiB where that held 30.7; fresh processes taking turns, the step's time the same
+within this VM's noise: 30.6/31.6 and 29.8/35.8 s against 32.4/30.9 and 32.3/30.9).
 
 Elsewhere (z-loss, softcap) bfloat16/float16 take the recompute schedule, whose backward
 accumulates dX in float32 (BT × H × 4 bytes: 64 MiB at BT = H = 4096, more than the memory
@@ -433,10 +436,11 @@ def _narrow_chunk_rows(n: int, bt: int, h: int, k: int, size: int, tiles: dict[s
     buffers): each lane's float32 dW accumulator tile and its two packed tiles of W (GEMMs 1
     and 2), then per row the compact logits (float16, and the float32 maxima of each part's
     blocks), each part's float32 dX (the kernel's accumulator: float32_input_grad where there
-    are several, summed and rounded once) and each lane's packed row of X. Where not even a token tile fits, a token tile still if its
-    logits take at most twice the budget: the recompute schedule holds about as much (its ring
-    of float32 dW tiles, its float32 dX rows, its packs; measured above) for four GEMMs' work
-    instead of three. Beyond that (few rows, a large vocabulary) the recompute schedule."""
+    are several, summed and rounded once) and each lane's packed row of X. Where not even a
+    token tile fits, a token tile still if its logits take at most twice the budget: the
+    recompute schedule holds about as much (its ring of float32 dW tiles, its float32 dX rows,
+    its packs; measured above) for four GEMMs' work instead of three. Beyond that (few rows, a
+    large vocabulary) the recompute schedule."""
     whole = _budget(bt, k, size)
     kept = k * 2 + (k // tiles["v"] + parts) * 4  # per row: compact logits (float16) and their blocks' maxima
     per_row = kept + lanes * h * size + parts * h * 4  # each part's float32 dX (the kernels' accumulators)
