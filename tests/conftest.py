@@ -23,6 +23,15 @@ settings.load_profile("ci")  # --hypothesis-profile=... loads another one after 
 FLOAT_DTYPES = [np.dtype(np.float32), np.dtype(np.float16), BFLOAT16]
 
 
+def compact_logits_cases(blocks, unfused):
+    """Parametrizes (fuse, dtype, block) for the compact kept logits, where each block size is a
+    kernel of its own: every dtype fused with each of `blocks`, and the unfused loops only on the
+    (dtype, block) pairs of `unfused`."""
+    cases = [(True, d, b) for d in FLOAT_DTYPES for b in blocks] + [(False, np.dtype(d), b) for d, b in unfused]
+    return pytest.mark.parametrize(("fuse", "dtype", "block"), cases,
+                                   ids=[f"{'fused' if f else 'unfused'}-{d}-block{b}" for f, d, b in cases])
+
+
 @pytest.fixture
 def rng(request) -> np.random.Generator:
     seed = int(os.environ.get("NPUGRAD_SEED", np.random.SeedSequence().entropy % (2**32)))

@@ -7,7 +7,7 @@ import itertools
 
 import numpy as np
 import pytest
-from conftest import FLOAT_DTYPES, assert_close
+from conftest import FLOAT_DTYPES, assert_close, compact_logits_cases
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -191,14 +191,7 @@ def test_kept_logits_give_memory_saving_modes_bits(rng, fuse, dtype):
         _check(a | {"softmax": p.astype(np.float32), "logits_max": None, "sum_exp_logits": None}, got)
 
 
-# Each block size is a kernel of its own: every dtype fused, the unfused loops on two.
-COMPACT_CASES = ([(True, d, b) for d in FLOAT_DTYPES for b in (16, 48, 200)]
-                 + [(False, BFLOAT16, 48), (False, np.dtype(np.float32), 200)])
-
-
-@pytest.mark.parametrize(("fuse", "dtype", "block"), COMPACT_CASES,
-                         ids=lambda c: ("fused" if c else "unfused") if isinstance(c, bool)
-                         else f"block{c}" if isinstance(c, int) else str(c))
+@compact_logits_cases((16, 48, 200), [(BFLOAT16, 48), (np.float32, 200)])
 def test_compact_kept_logits_match_reference_and_memory_saving_mode(rng, fuse, dtype, block):
     """logits_block B: `softmax` holds the compact logits a forward keeps (float16 E = exp(Z − C),
     C each block's row maximum), P = (E·exp(C − M))/S made in the kernel, per block of columns

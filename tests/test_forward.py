@@ -10,7 +10,7 @@ import itertools
 
 import numpy as np
 import pytest
-from conftest import FLOAT_DTYPES, assert_close
+from conftest import FLOAT_DTYPES, assert_close, compact_logits_cases
 
 from npugrad import aclnn, ops
 from npugrad.collectives import InProcess
@@ -115,14 +115,7 @@ def test_max_sum_float32_logits_of_narrow_inputs_are_unrounded(rng, dtype):
         f(*args, logits_out=np.zeros(z.shape, dtype), float32_logits=True)
 
 
-# Each block size is a kernel of its own: every dtype fused, the unfused loops on two.
-COMPACT_CASES = ([(True, d, b) for d in FLOAT_DTYPES for b in (1, 24, 500)]
-                 + [(False, BFLOAT16, 24), (False, np.dtype(np.float32), 500)])
-
-
-@pytest.mark.parametrize(("fuse", "dtype", "block"), COMPACT_CASES,
-                         ids=lambda c: ("fused" if c else "unfused") if isinstance(c, bool)
-                         else f"block{c}" if isinstance(c, int) else str(c))
+@compact_logits_cases((1, 24, 500), [(BFLOAT16, 24), (np.float32, 500)])
 def test_max_sum_compact_logits(rng, fuse, dtype, block):
     """`logits_block` B (the extension): C, each block of B columns' row maximum, and E =
     exp(Z' − C) in float16 — in (0, 1], each within E's rounding of exp of the float32 logits
