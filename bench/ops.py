@@ -616,8 +616,8 @@ def compile_table(ops: Sequence[str], threads: int, calls: int, log: Callable[[s
     header = (f"{'op':<10} {'cold compile ms':>16} {'from disk ms':>13} {'cached call us':>15} {'kernel us':>10} "
               f"{'overhead us':>12} {'in np.add calls':>16} {'call, batches us':>17}")
     title = ("Compile time (fresh process, tiny inputs): cold = first call minus a cached call, with an empty "
-             "disk cache; from disk = the same in the next fresh process, the machine code loaded from the disk "
-             "cache (NPUGRAD_CACHE_DIR) and the npugrad passes run again; cached call, kernel (the bound machine "
+             "disk cache; from disk = the same in the next fresh process, the passes' LLVM IR and the machine code "
+             "loaded from the disk cache (NPUGRAD_CACHE_DIR: runtime/ir_cache.py, object_cache.py); cached call, kernel (the bound machine "
              f"code alone) and overhead (call minus kernel): {CALL_BATCHES} batches of {calls // CALL_BATCHES} calls "
              "of each taking turns in one process, the median over batches of each batch's median "
              "(bench.common.paired_costs); 'in np.add calls': the overhead over the time of np.add(a, b, out=a) on 16 "

@@ -1,14 +1,16 @@
 """Machine code kept on disk across processes, keyed by everything that decides it: the LLVM IR
 the pipeline produced, llvmlite's and LLVM's versions, and this CPU (name and features). A
 process that compiles a kernel another process compiled before (a test worker, a lit RUN line,
-a benchmark's fresh interpreter) skips LLVM's O3 pipeline and code generation; the npugrad
-passes still run, so a changed pass changes the IR and misses the cache.
+a benchmark's fresh interpreter) skips LLVM's O3 pipeline and code generation. The npugrad
+passes' own result, the LLVM IR, is cached beside it by runtime/ir_cache.py, keyed by the op and
+npugrad's source: a changed pass misses both.
 
     NPUGRAD_CACHE_DIR=<dir>   where (default: $XDG_CACHE_HOME/npugrad, else ~/.cache/npugrad)
     NPUGRAD_CACHE_DIR=off     no disk cache (every process compiles from its IR)
     npugrad cache [--clear]   where it is, its entries and their size (--clear: delete them)
 
-An entry is `<key>.o`: a header (magic, SHA-256 of the code) then the object code. It is written
+An entry is `<key>.o`: a header (magic, SHA-256 of the code) then the object code (the passes'
+LLVM IR, runtime/ir_cache.py, is kept beside it as `<key>.ll`, the same way). It is written
 to a temporary file and renamed into place, so readers see a whole entry or none; one whose
 digest does not match (a truncated disk, a hand edit) is ignored and rewritten. Any OSError
 (a read-only home, a full disk) falls back to compiling, silently: the cache only saves time.
@@ -55,14 +57,20 @@ def key(llvm_ir: str) -> str:
     return h.hexdigest()
 
 
-def _path(k: str) -> str | None:
+# An entry's name is its key (64 hex digits) and one of these: machine code (here), or the LLVM
+# IR the npugrad passes lowered an op to (runtime/ir_cache.py).
+SUFFIXES = (".o", ".ll")
+
+
+def _path(k: str, suffix: str) -> str | None:
     d = directory()
-    return None if d is None else os.path.join(d, f"{k}.o")
+    return None if d is None else os.path.join(d, f"{k}{suffix}")
 
 
-def load(k: str) -> bytes | None:
-    """The object code stored under `k`, or None (absent, unreadable, damaged)."""
-    path = _path(k)
+def load(k: str, suffix: str = ".o") -> bytes | None:
+    """The object code (or other entry of `suffix`) stored under `k`, or None (absent,
+    unreadable, damaged)."""
+    path = _path(k, suffix)
     if path is None:
         return None
     try:
@@ -79,14 +87,14 @@ def load(k: str) -> bytes | None:
     return code
 
 
-def store(k: str, code: bytes) -> None:
+def store(k: str, code: bytes, suffix: str = ".o") -> None:
     """Keep `code` under `k` (atomically; errors ignored)."""
-    path = _path(k)
+    path = _path(k, suffix)
     if path is None or not code:
         return
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=".o")
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=suffix)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(FORMAT + hashlib.sha256(code).digest() + code)
@@ -106,7 +114,7 @@ def entries() -> list[str]:
     except OSError:
         return []
     return [os.path.join(d, n) for n in sorted(names)
-            if n.endswith(".o") and (n.startswith(".tmp-") or len(n) == 66)]
+            if any(n.endswith(x) and (n.startswith(".tmp-") or len(n) == 64 + len(x)) for x in SUFFIXES)]
 
 
 def clear() -> tuple[int, int]:

@@ -29,7 +29,7 @@ from xdsl.ir import Attribute, Block, Region
 from npugrad import dtypes, progress
 from npugrad.compiler import Pipeline
 from npugrad.dialect import TrainOp
-from npugrad.runtime import pool
+from npugrad.runtime import ir_cache, object_cache, pool
 from npugrad.runtime.executable import Executable, block_kernels, signatures
 from npugrad.runtime.kernel import Kernel
 
@@ -164,6 +164,25 @@ def compile_op(
             sigs = signatures(module)
             kinds = ", ".join(f"{n}: {c.dtype}" for n, c in operands.items())
             with progress.slow(f"npugrad: compiling {op_cls.name} ({kinds})"):
-                llvm_ir = pipeline.lower(module, "llvm-ir")  # leaves `module` at the vectorized stage
-                _CACHE[key] = Executable(llvm_ir, sigs, block_kernels(module))[op_cls.short_name()]
+                llvm_ir, blocks, from_disk = _lowered(module, pipeline, pipeline_key)
+                kernel = Executable(llvm_ir, sigs, blocks)[op_cls.short_name()]
+                kernel.ir_from_cache = from_disk
+                _CACHE[key] = kernel
         return _CACHE[key]
+
+
+def _lowered(module: ModuleOp, pipeline: Pipeline, pipeline_key: tuple) -> tuple[str, dict[str, bool], bool]:
+    """The op's LLVM IR and its block kernels: from the disk cache when a process with the
+    same npugrad lowered the same op with the same pipeline (ir_cache.py), else from the passes
+    (and then kept there); and whether they came from the disk. An entry made verifying after
+    every pass is apart from one made without (the pipeline key leaves verification out); a
+    pipeline with an observer, which wants to see the passes run, always runs them."""
+    cached = pipeline.observer is None and object_cache.directory() is not None
+    k = ir_cache.key(str(module), (pipeline.verify_each, pipeline_key)) if cached else None
+    if k is not None and (found := ir_cache.load(k)) is not None:
+        return (*found, True)
+    llvm_ir = pipeline.lower(module, "llvm-ir")  # leaves `module` at the vectorized stage
+    blocks = block_kernels(module)
+    if k is not None:
+        ir_cache.store(k, llvm_ir, blocks)
+    return llvm_ir, blocks, False

@@ -1,0 +1,133 @@
+"""The disk cache of the passes' result (runtime/ir_cache.py): an op lowered once is read back, not
+lowered, by the next compile of the same op with the same pipeline and the same npugrad, in this
+process or another, and runs the same; another pipeline, another npugrad, a damaged entry or an
+observer that wants to see the passes each cost a lowering."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+
+import pytest
+
+from npugrad.compiler import Pipeline
+from npugrad.dialect.train import BinaryCrossEntropyGradOp
+from npugrad.runtime import ir_cache, object_cache, specialize
+from npugrad.runtime.specialize import OperandClass, build_module
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OPERANDS = {n: OperandClass("float32", (None,), False) for n in ("input_x", "input_y", "dloss", "dx")}
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    d = tmp_path / "cache"
+    monkeypatch.setenv("NPUGRAD_CACHE_DIR", str(d))
+    return d
+
+
+def _lower(pipeline: Pipeline, props=None) -> tuple[str, dict[str, bool], bool]:
+    module = build_module(BinaryCrossEntropyGradOp, OPERANDS, props or {"reduction": 1})
+    module.verify()
+    return specialize._lowered(module, pipeline, pipeline.key())
+
+
+def _ll(d) -> list[str]:
+    return sorted(p.name for p in d.iterdir() if p.name.endswith(".ll")) if d.exists() else []
+
+
+def test_the_second_lowering_reads_what_the_first_kept(cache_dir):
+    pipeline = Pipeline(distribute=True, verify_each=False)
+    ir, blocks, from_disk = _lower(pipeline)
+    assert not from_disk and len(_ll(cache_dir)) == 1 and "define" in ir
+    again = _lower(pipeline)
+    assert again == (ir, blocks, True)
+    assert blocks and all(isinstance(v, bool) for v in blocks.values())  # distributed: a block kernel
+
+
+@pytest.mark.parametrize("change", ["attribute", "pipeline", "verification", "npugrad"])
+def test_what_decides_the_ir_is_in_the_key(cache_dir, monkeypatch, change):
+    pipeline = Pipeline(distribute=True, verify_each=False)
+    _lower(pipeline)
+    props = {"reduction": 1}
+    if change == "attribute":
+        props = {"reduction": 2}
+    elif change == "pipeline":
+        pipeline = Pipeline(distribute=False, verify_each=False)
+    elif change == "verification":  # an entry made verifying after every pass vouches for that
+        pipeline = Pipeline(distribute=True, verify_each=True)
+    else:
+        monkeypatch.setattr(ir_cache, "producer", lambda: b"another npugrad")
+    assert not _lower(pipeline, props)[2] and len(_ll(cache_dir)) == 2
+
+
+def test_the_digest_covers_every_file_but_bytecode(tmp_path):
+    (tmp_path / "passes").mkdir()
+    (tmp_path / "passes" / "a.py").write_text("x = 1\n")
+    (tmp_path / "target.toml").write_text("cores = 2\n")
+    before = ir_cache.tree_digest(str(tmp_path))
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\0\1")
+    assert ir_cache.tree_digest(str(tmp_path)) == before
+    (tmp_path / "passes" / "a.py").write_text("x = 2\n")
+    edited = ir_cache.tree_digest(str(tmp_path))
+    assert edited != before
+    (tmp_path / "passes" / "a.py").rename(tmp_path / "passes" / "b.py")  # a renamed file too
+    assert ir_cache.tree_digest(str(tmp_path)) not in (before, edited)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "flipped", "not json", "not utf-8"])
+def test_a_damaged_entry_is_lowered_again_and_rewritten(cache_dir, damage):
+    pipeline = Pipeline(distribute=False, verify_each=False)
+    first = _lower(pipeline)
+    [name] = _ll(cache_dir)
+    path = cache_dir / name
+    data = path.read_bytes()
+    magic = len(object_cache.FORMAT)  # an entry: the magic line, SHA-256 of the body, the body
+    if damage in ("not json", "not utf-8"):  # entries whole to the object cache, wrong inside
+        body = b"[1]\n" + data[magic + 32:] if damage == "not json" else b"{}\n\xff\xfe"
+        path.write_bytes(data[:magic] + hashlib.sha256(body).digest() + body)
+    else:
+        path.write_bytes(data[: len(data) // 2] if damage == "truncated" else data[:-1] + bytes([data[-1] ^ 1]))
+    again = _lower(pipeline)
+    assert again == (*first[:2], False)
+    assert path.read_bytes() == data and _lower(pipeline)[2]
+
+
+def test_an_observer_sees_the_passes_run(cache_dir):
+    steps = []
+    quiet = Pipeline(distribute=False, verify_each=False)
+    _lower(quiet)
+    watched = Pipeline(distribute=False, verify_each=False, observer=lambda step, _m, _t: steps.append(step))
+    assert not _lower(watched)[2] and "convert-train-to-loops" in steps
+
+
+def test_off_keeps_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("NPUGRAD_CACHE_DIR", "off")
+    monkeypatch.chdir(tmp_path)
+    pipeline = Pipeline(distribute=False, verify_each=False)
+    assert not _lower(pipeline)[2] and not _lower(pipeline)[2]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_another_process_runs_no_pass_and_computes_the_same_bits(cache_dir):
+    """The BCE gradient on fixed inputs, in two fresh interpreters: the second reads the IR and
+    the machine code from the disk, and its result has the same bits."""
+    code = (
+        "import numpy as np; from npugrad import ops; from npugrad.runtime import specialize\n"
+        "from npugrad.compiler import Pipeline\n"
+        "ran = []; lower = Pipeline.lower\n"
+        "Pipeline.lower = lambda self, *a, **k: ran.append(1) or lower(self, *a, **k)\n"
+        "x = np.linspace(0.05, 0.95, 1001, dtype=np.float32); y = x[::-1].copy()\n"
+        "g = ops.binary_cross_entropy_grad(x, y, np.float32(0.5))\n"
+        "[k] = specialize._CACHE.values()\n"
+        "print(int(k.ir_from_cache), int(k._jit.from_cache), len(ran), g.tobytes().hex())\n"
+    )
+    runs = [subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
+                           cwd=ROOT, env={**os.environ, "NPUGRAD_CACHE_DIR": str(cache_dir)}).stdout.split()
+            for _ in range(2)]
+    assert runs[0][:3] == ["0", "0", "1"] and runs[1][:3] == ["1", "1", "0"]
+    assert runs[0][3] == runs[1][3]
+    assert {p.rsplit(".", 1)[1] for p in map(os.path.basename, object_cache.entries())} == {"o", "ll"}
