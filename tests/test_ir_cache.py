@@ -1,14 +1,12 @@
 """The disk cache of the passes' result (runtime/ir_cache.py): an op lowered once is read back, not
 lowered, by the next compile of the same op with the same pipeline and the same npugrad, in this
 process or another, and runs the same; another pipeline, another npugrad, a damaged entry or an
-observer that wants to see the passes each cost a lowering."""
+observer that wants to see the passes each cost a lowering. (Another process reading both the
+IR and the machine code: test_object_cache.py::test_another_process_loads_an_op_kernel.)"""
 
 from __future__ import annotations
 
 import hashlib
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -17,7 +15,6 @@ from npugrad.dialect.train import BinaryCrossEntropyGradOp
 from npugrad.runtime import ir_cache, object_cache, specialize
 from npugrad.runtime.specialize import OperandClass, build_module
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OPERANDS = {n: OperandClass("float32", (None,), False) for n in ("input_x", "input_y", "dloss", "dx")}
 
 
@@ -110,24 +107,3 @@ def test_off_keeps_nothing(tmp_path, monkeypatch):
     pipeline = Pipeline(distribute=False, verify_each=False)
     assert not _lower(pipeline)[2] and not _lower(pipeline)[2]
     assert list(tmp_path.iterdir()) == []
-
-
-def test_another_process_runs_no_pass_and_computes_the_same_bits(cache_dir):
-    """The BCE gradient on fixed inputs, in two fresh interpreters: the second reads the IR and
-    the machine code from the disk, and its result has the same bits."""
-    code = (
-        "import numpy as np; from npugrad import ops; from npugrad.runtime import specialize\n"
-        "from npugrad.compiler import Pipeline\n"
-        "ran = []; lower = Pipeline.lower\n"
-        "Pipeline.lower = lambda self, *a, **k: ran.append(1) or lower(self, *a, **k)\n"
-        "x = np.linspace(0.05, 0.95, 1001, dtype=np.float32); y = x[::-1].copy()\n"
-        "g = ops.binary_cross_entropy_grad(x, y, np.float32(0.5))\n"
-        "[k] = specialize._CACHE.values()\n"
-        "print(int(k.ir_from_cache), int(k._jit.from_cache), len(ran), g.tobytes().hex())\n"
-    )
-    runs = [subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
-                           cwd=ROOT, env={**os.environ, "NPUGRAD_CACHE_DIR": str(cache_dir)}).stdout.split()
-            for _ in range(2)]
-    assert runs[0][:3] == ["0", "0", "1"] and runs[1][:3] == ["1", "1", "0"]
-    assert runs[0][3] == runs[1][3]
-    assert {p.rsplit(".", 1)[1] for p in map(os.path.basename, object_cache.entries())} == {"o", "ll"}

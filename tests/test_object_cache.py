@@ -1,6 +1,7 @@
 """The disk cache of machine code (runtime/object_cache.py): a module compiled once is loaded, not
 compiled, by the next JIT of the same IR, in this process or another, and runs the same; a
-damaged entry, an unwritable directory or NPUGRAD_CACHE_DIR=off only cost a compile."""
+damaged entry, an unwritable directory or NPUGRAD_CACHE_DIR=off only cost a compile. (The
+passes' LLVM IR kept beside it: test_ir_cache.py.)"""
 
 from __future__ import annotations
 
@@ -123,20 +124,25 @@ def test_an_unusable_directory_only_costs_a_compile(tmp_path, monkeypatch, rng):
 
 
 def test_another_process_loads_an_op_kernel(cache_dir):
-    """An op compiled in one interpreter is loaded from disk in the next, and computes the same
-    bits (the BCE gradient on fixed inputs)."""
+    """An op compiled in one interpreter is loaded from disk in the next, its LLVM IR
+    (ir_cache.py: no pass runs) and its machine code, and computes the same bits (the BCE
+    gradient on fixed inputs)."""
     code = (
-        "import sys, numpy as np; from npugrad import ops; from npugrad.runtime import specialize\n"
+        "import numpy as np; from npugrad import ops; from npugrad.runtime import specialize\n"
+        "from npugrad.compiler import Pipeline\n"
+        "ran = []; lower = Pipeline.lower\n"
+        "Pipeline.lower = lambda self, *a, **k: ran.append(1) or lower(self, *a, **k)\n"
         "x = np.linspace(0.05, 0.95, 1001, dtype=np.float32); y = x[::-1].copy()\n"
         "g = ops.binary_cross_entropy_grad(x, y, np.float32(0.5))\n"
-        "jits = [k._jit for k in specialize._CACHE.values()]\n"
-        "print(int(all(j.from_cache for j in jits)), len(jits), g.tobytes().hex())\n"
+        "[k] = specialize._CACHE.values()\n"
+        "print(int(k.ir_from_cache), int(k._jit.from_cache), len(ran), g.tobytes().hex())\n"
     )
     runs = [subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
                            cwd=ROOT, env={**os.environ, "NPUGRAD_CACHE_DIR": str(cache_dir)}).stdout.split()
             for _ in range(2)]
-    assert runs[0][:2] == ["0", "1"] and runs[1][:2] == ["1", "1"]
-    assert runs[0][2] == runs[1][2]
+    assert runs[0][:3] == ["0", "0", "1"] and runs[1][:3] == ["1", "1", "0"]
+    assert runs[0][3] == runs[1][3]
+    assert sorted(p.suffix for p in cache_dir.iterdir()) == [".ll", ".o"]
 
 
 def test_the_cache_command_counts_and_clears_only_its_entries(cache_dir):
