@@ -117,6 +117,7 @@ class Kernel:
         self.distributed = distributed
         self.synchronized = synchronized
         self.barrier = barrier  # a synchronized kernel's launches need a barrier (else flags, workspaces)
+        self.ir_from_cache = False  # its LLVM IR came from the disk (runtime/ir_cache.py): no pass ran
         address = jit.address(f"_mlir_ciface_{name}")
         extra = [ctypes.c_int64, ctypes.c_int64] if blocks else []
         # c_char_p: a bytes argument is passed as a pointer to its contents, without a copy.
