@@ -155,6 +155,7 @@ def test_the_cache_command_counts_and_clears_only_its_entries(cache_dir):
                               capture_output=True, text=True, cwd=ROOT,
                               env={**os.environ, "NPUGRAD_CACHE_DIR": str(cache_dir)}).stdout
 
-    assert f"{cache_dir}: 2 entries" in command()
-    assert "deleted 2 entries" in command("--clear")
+    (cache_dir / f"{'0' * 64}.ll").write_bytes(b"")  # named as the passes' LLVM IR is (ir_cache.py)
+    assert f"{cache_dir}: 3 entries (2 machine code, 1 LLVM IR)" in command()
+    assert "deleted 3 entries" in command("--clear")
     assert _entries(cache_dir) == ["notes.txt"] and f"{cache_dir}: 0 entries" in command()

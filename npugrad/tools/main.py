@@ -62,8 +62,9 @@ def _cache(clear: bool) -> None:
         return
     paths = object_cache.entries()
     size = sum(os.path.getsize(p) for p in paths if os.path.exists(p))
-    print(f"npugrad cache: {where}: {len(paths)} entries, {size / 2**20:.1f} MiB "
-          "(NPUGRAD_CACHE_DIR to move it, =off to turn it off; --clear deletes the entries)")
+    ir = sum(p.endswith(".ll") for p in paths)
+    print(f"npugrad cache: {where}: {len(paths)} entries ({len(paths) - ir} machine code, {ir} LLVM IR), "
+          f"{size / 2**20:.1f} MiB (NPUGRAD_CACHE_DIR to move it, =off to turn it off; --clear deletes the entries)")
 
 
 def _bench_module():
