@@ -7,7 +7,9 @@ so everything after the vectorized stage stays on the upstream side.)
 
 from __future__ import annotations
 
-from npugrad.lowering.mlir_bindings import ir, passmanager, translate_module_to_llvmir
+# The upstream bindings (about 0.1 s to import) are imported by the functions that use them: a
+# process that lowers nothing past the vectorized stage, or whose kernels all come from the disk
+# caches (runtime/ir_cache.py), does without them.
 
 TO_LLVM_PASSES = (
     # Every func gets a C interface (`_mlir_ciface_<name>`) taking pointers to memref descriptors.
@@ -44,6 +46,8 @@ class LoweringError(RuntimeError):
 
 
 def _parse(ctx, text: str):
+    from npugrad.lowering.mlir_bindings import ir
+
     for old, new in _NEWER.items():
         text = text.replace(old, new)
     try:
@@ -54,6 +58,8 @@ def _parse(ctx, text: str):
 
 def _outside_llvm_dialect(module) -> str | None:
     """The first op (name and location) that is not in the LLVM dialect, if any."""
+    from npugrad.lowering.mlir_bindings import ir
+
     found = []
 
     def visit(op):
@@ -68,6 +74,8 @@ def _outside_llvm_dialect(module) -> str | None:
 
 def to_llvm_dialect(loops_mlir: str) -> str:
     """The LLVM-dialect module (upstream's textual form) for a loop-level module."""
+    from npugrad.lowering.mlir_bindings import ir, passmanager
+
     with ir.Context() as ctx, ir.Location.unknown():
         module = _parse(ctx, loops_mlir)
         pm = passmanager.PassManager.parse(TO_LLVM_PIPELINE)
@@ -82,6 +90,8 @@ def to_llvm_dialect(loops_mlir: str) -> str:
 
 def to_llvm_ir(llvm_dialect_mlir: str) -> str:
     """LLVM IR text for an LLVM-dialect module."""
+    from npugrad.lowering.mlir_bindings import ir, translate_module_to_llvmir
+
     with ir.Context() as ctx, ir.Location.unknown():
         module = _parse(ctx, llvm_dialect_mlir)
         # The bindings' translation crashes the process on anything else.
