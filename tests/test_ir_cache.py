@@ -7,6 +7,7 @@ IR and the machine code: test_object_cache.py::test_another_process_loads_an_op_
 from __future__ import annotations
 
 import hashlib
+import zlib
 
 import pytest
 
@@ -75,7 +76,7 @@ def test_the_digest_covers_every_file_but_bytecode(tmp_path):
     assert ir_cache.tree_digest(str(tmp_path)) not in (before, edited)
 
 
-@pytest.mark.parametrize("damage", ["truncated", "flipped", "not json", "not utf-8"])
+@pytest.mark.parametrize("damage", ["truncated", "flipped", "not zlib", "not json", "not utf-8"])
 def test_a_damaged_entry_is_lowered_again_and_rewritten(cache_dir, damage):
     pipeline = Pipeline(distribute=False, verify_each=False)
     first = _lower(pipeline)
@@ -83,11 +84,13 @@ def test_a_damaged_entry_is_lowered_again_and_rewritten(cache_dir, damage):
     path = cache_dir / name
     data = path.read_bytes()
     magic = len(object_cache.FORMAT)  # an entry: the magic line, SHA-256 of the body, the body
-    if damage in ("not json", "not utf-8"):  # entries whole to the object cache, wrong inside
-        body = b"[1]\n" + data[magic + 32:] if damage == "not json" else b"{}\n\xff\xfe"
-        path.write_bytes(data[:magic] + hashlib.sha256(body).digest() + body)
-    else:
+    assert zlib.decompress(data[magic + 32:]).endswith(first[0].encode())  # the IR, compressed
+    if damage in ("truncated", "flipped"):
         path.write_bytes(data[: len(data) // 2] if damage == "truncated" else data[:-1] + bytes([data[-1] ^ 1]))
+    else:  # entries whole to the object cache, wrong inside
+        body = {"not zlib": b"{}\n" + first[0].encode(), "not json": zlib.compress(b"[1]\n" + first[0].encode()),
+                "not utf-8": zlib.compress(b"{}\n\xff\xfe")}[damage]
+        path.write_bytes(data[:magic] + hashlib.sha256(body).digest() + body)
     again = _lower(pipeline)
     assert again == (*first[:2], False)
     assert path.read_bytes() == data and _lower(pipeline)[2]
