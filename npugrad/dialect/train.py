@@ -318,21 +318,19 @@ def logits_block(c: Checker) -> int:
     return block
 
 
-def check_logits_block(c: Checker, name: str, bt, v) -> int:
-    """The compact logits' block B (property 'logits_block', >= 0) and their block maxima `name`:
-    present exactly where B > 0, float32 (BT, ceil(V/B)). Returns B."""
-    block = logits_block(c)
+def check_logits_block(c: Checker, name: str, block: int, bt, v) -> None:
+    """The compact logits' block maxima `name` for block B (logits_block(c)): present exactly
+    where B > 0, float32 (BT, ceil(V/B))."""
     if not block:
         if c.present(name):
             c.operand_fail(name, "holds the compact logits' block maxima: needs property 'logits_block' > 0")
-        return 0
+        return
     if not c.present(name):
         c.fail(f"property 'logits_block' = {block} keeps the logits compact: needs {c.word} {c.display.get(name, name)!r} "
                "(each block's row maximum)")
     c.rank(name, [2])
     c.element(name, ["float32"])
     c.shape_is(name, [bt, None if v is None else -(-v // block)], f"(BT, ceil(V/{block}))")
-    return block
 
 
 def _check_reduction(c: Checker) -> int:
@@ -461,7 +459,7 @@ class FusedLinearCrossEntropyLossGradOp(TrainOp):
             c.operand_fail("target_mask", f"(bit-packed uint8) needs at least ceil(BT/8) = {-(-bt // 8)} bytes, got {mask_len}")
         for name in stats:
             c.shape_is(name, [bt], "(BT,)")
-        check_logits_block(c, "softmax_block_max", bt, v)
+        check_logits_block(c, "softmax_block_max", block, bt, v)
         if hp:
             c.shape_is("softmax", [bt, v], "(BT, V)")
             if v is not None and v < cls.MIN_V_HIGH_PERFORMANCE:
@@ -542,7 +540,8 @@ class FusedLinearOnlineMaxSumOp(TrainOp):
         c.shape_is("target_mask_out", [None if bt is None else -(-bt // 8)], "(ceil(BT/8),)")
         c.same_element("masked_target_out", "target")
         c.shape_is("masked_target_out", [bt], "(BT,)")
-        block = check_logits_block(c, "logits_block_max_out", bt, v)
+        block = logits_block(c)
+        check_logits_block(c, "logits_block_max_out", block, bt, v)
         if block and not c.present("vocab_parallel_logits_out"):
             c.fail(f"property 'logits_block' = {block} keeps the logits compact: needs {c.word} 'vocab_parallel_logits_out'")
         if block and c.prop_or("float32_logits", False):

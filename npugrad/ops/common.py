@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from npugrad.dialect.checks import SignatureError, SignatureTypeError
+from npugrad.runtime.address import aligned as aligned_empty  # uninitialised, 64-byte aligned
 from npugrad.runtime.launch import as_input
 
 __all__ = [
@@ -201,17 +202,6 @@ def _huge_page_bytes() -> int:
 HUGE_PAGE_BYTES = _huge_page_bytes()
 _MADV_POPULATE_WRITE = 23  # Linux 5.14
 _madvise = None
-
-
-def aligned_empty(shape: Sequence[int], dtype, alignment: int = 64) -> np.ndarray:
-    """An uninitialised C-contiguous array whose first element is on an `alignment`-byte
-    boundary. NumPy's large arrays start 16 bytes into a page (malloc's header): a kernel's
-    32-byte vectors then cross a cache line on every other access of each row."""
-    dtype = np.dtype(dtype)
-    count = math.prod(shape)
-    raw = np.empty(count * dtype.itemsize + alignment, np.uint8)
-    skip = -raw.ctypes.data % alignment
-    return raw[skip:skip + count * dtype.itemsize].view(dtype).reshape(shape)
 
 
 def prefault(a: np.ndarray) -> np.ndarray:

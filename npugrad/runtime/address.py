@@ -11,6 +11,8 @@ free-threaded build, a debug build) the slow, documented path is used.
 from __future__ import annotations
 
 import ctypes
+import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -47,3 +49,15 @@ _FAST = _layout_holds()
 # The address of an array's first element (what `array.ctypes.data` says), and of each of several.
 data_address = _from_struct if _FAST else _documented
 data_addresses = _all_from_struct if _FAST else _all_documented
+
+
+def aligned(shape: Sequence[int], dtype, alignment: int = 64, *, zeroed: bool = False) -> np.ndarray:
+    """A C-contiguous array whose first element is on an `alignment`-byte boundary,
+    uninitialised (or `zeroed`: calloc's fresh zero pages where it is large). NumPy's large
+    arrays start 16 bytes into a page (malloc's header): a kernel's 32-byte vectors then cross
+    a cache line on every other access of each row."""
+    dtype = np.dtype(dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    raw = (np.zeros if zeroed else np.empty)(nbytes + alignment, np.uint8)
+    skip = -raw.ctypes.data % alignment
+    return raw[skip:skip + nbytes].view(dtype).reshape(shape)

@@ -33,6 +33,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from npugrad.runtime.address import aligned
+
 BARRIER = "npugrad_barrier"
 SET_FLAG = "npugrad_set_flag"
 WAIT_FLAG = "npugrad_wait_flag"
@@ -121,9 +123,7 @@ def _shared(rank: int) -> Callable:
             buf = state.buffers.get(slot)
             if buf is None:
                 n = int(np.prod(sizes, dtype=np.int64)) * element_bytes
-                raw = np.zeros(n + 64, np.uint8)  # calloc: fresh zero pages where it is large
-                start = -raw.ctypes.data % 64
-                buf = state.buffers[slot] = raw[start:start + n]
+                buf = state.buffers[slot] = aligned((n,), np.uint8, zeroed=True)
         strides = [1] * rank
         for i in range(rank - 2, -1, -1):
             strides[i] = strides[i + 1] * sizes[i + 1]
