@@ -7,6 +7,8 @@ so everything after the vectorized stage stays on the upstream side.)
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 # The upstream bindings (about 0.1 s to import) are imported by the functions that use them: a
 # process that lowers nothing past the vectorized stage, or whose kernels all come from the disk
 # caches (runtime/ir_cache.py), does without them.
@@ -72,20 +74,39 @@ def _outside_llvm_dialect(module) -> str | None:
     return found[0] if found else None
 
 
-def to_llvm_dialect(loops_mlir: str) -> str:
-    """The LLVM-dialect module (upstream's textual form) for a loop-level module."""
+def _llvm_dialect_module(ctx, loops_mlir: str):
+    """The loop-level module parsed into `ctx` and lowered there to the LLVM dialect."""
     from npugrad.lowering.mlir_bindings import ir, passmanager
 
+    module = _parse(ctx, loops_mlir)
+    pm = passmanager.PassManager.parse(TO_LLVM_PIPELINE)
+    try:
+        pm.run(module.operation)
+    except ir.MLIRError as e:  # type: ignore[attr-defined]
+        raise LoweringError(f"lowering to the LLVM dialect failed: {e}") from None
+    if (left := _outside_llvm_dialect(module)) is not None:
+        raise LoweringError(f"lowering to the LLVM dialect left {left} unconverted")
+    return module
+
+
+def to_llvm_dialect(loops_mlir: str) -> str:
+    """The LLVM-dialect module (upstream's textual form) for a loop-level module."""
+    from npugrad.lowering.mlir_bindings import ir
+
     with ir.Context() as ctx, ir.Location.unknown():
-        module = _parse(ctx, loops_mlir)
-        pm = passmanager.PassManager.parse(TO_LLVM_PIPELINE)
-        try:
-            pm.run(module.operation)
-        except ir.MLIRError as e:  # type: ignore[attr-defined]
-            raise LoweringError(f"lowering to the LLVM dialect failed: {e}") from None
-        if (left := _outside_llvm_dialect(module)) is not None:
-            raise LoweringError(f"lowering to the LLVM dialect left {left} unconverted")
-        return str(module)
+        return str(_llvm_dialect_module(ctx, loops_mlir))
+
+
+def loops_to_llvm_ir(loops_mlir: str, lowered: Callable[[], None] = lambda: None) -> str:
+    """LLVM IR text for a loop-level module: to_llvm_ir(to_llvm_dialect(...)) without printing
+    the LLVM dialect and parsing it back (a tenth of a FLCE kernel's time in MLIR). `lowered()`
+    is called between the passes and the translation (Pipeline.report_step's timing)."""
+    from npugrad.lowering.mlir_bindings import ir, translate_module_to_llvmir
+
+    with ir.Context() as ctx, ir.Location.unknown():
+        module = _llvm_dialect_module(ctx, loops_mlir)
+        lowered()
+        return translate_module_to_llvmir(module.operation)
 
 
 def to_llvm_ir(llvm_dialect_mlir: str) -> str:
