@@ -30,12 +30,10 @@ from xdsl.utils.lexer import Span
 from npugrad.diagnostics import PassFailure
 from npugrad.dialect import Npu, Train, verify_attributes
 from npugrad.dialect.upstream import llvm_dialect, memref_dialect, x86vector_dialect
-from npugrad.lowering import machine_code
 from npugrad.lowering.mlir_text import generic_text
 from npugrad.lowering.npu_to_cpu import LowerNpuToCpuPass
 from npugrad.lowering.to_llvm import TO_LLVM_PIPELINE_22, loops_to_llvm_ir, to_llvm_dialect
 from npugrad.lowering.train_to_loops import ConvertTrainToLoopsPass
-from npugrad.lowering.vector_math import replace_exp
 from npugrad.passes.check_capacity import CheckCapacityPass
 from npugrad.passes.choose_tile_sizes import ChooseTileSizesPass
 from npugrad.passes.distribute_over_cores import DistributeOverCoresPass
@@ -335,6 +333,9 @@ class Pipeline:
         if stage in XDSL_STAGES:
             return self.to_xdsl_stage(module, stage, ctx)
         # For the parser, not for reading: MLIR's generic form, printed in a fifth of xDSL's time.
+        from npugrad.lowering import machine_code  # llvmlite: only for what goes past the xDSL stages
+        from npugrad.lowering.vector_math import replace_exp
+
         vectorized = generic_text(self.to_xdsl_stage(module, "vectorized", ctx, verify_last=False))
         start = time.perf_counter()
         upstream = "upstream MLIR passes (mlir-opt --pass-pipeline)"

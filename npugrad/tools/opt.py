@@ -31,18 +31,15 @@ from xdsl.utils.exceptions import ParseError, VerifyException
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from npugrad import progress
-from npugrad.analysis.report import compare
-from npugrad.analysis.report import report as report_of
 from npugrad.compiler import STAGES, XDSL_STAGES, CompileError, Diagnostic, Pipeline, make_context, parse, verify
 from npugrad.compiler import _located as located
 from npugrad.diagnostics import PassFailure
-from npugrad.lowering.machine_code import JitError
 from npugrad.lowering.to_llvm import LoweringError
 from npugrad.passes import ALL_PASSES, OPTION_HELP
-from npugrad.runtime.executable import Executable, block_kernels, signatures
 from npugrad.targets import get as get_target
-from npugrad.tools import harness
-from npugrad.tools import run as runner
+
+# What only some invocations need (running a module, the report, the harness: the runtime,
+# llvmlite, the analyses) is imported where it is used: every lit RUN line is a fresh process.
 
 EXPECTED = re.compile(r"//\s*expected-error(?:@([+-]\d+))?\s*\{\{(.*?)\}\}")
 
@@ -218,6 +215,8 @@ class NpugradOptMain(xDSLOptMain):
         if self.args.print_pipeline:
             return self._pipeline_commands(stage or "train")
         if stage == "run" or self.args.emit_harness:
+            from npugrad.tools import run as runner
+
             try:
                 return self._harness(module) if self.args.emit_harness else self._run(module)
             except runner.RunError as e:
@@ -231,6 +230,9 @@ class NpugradOptMain(xDSLOptMain):
         return str(result) + "\n" if isinstance(result, str) else self.output_resulting_program(result)
 
     def _report(self, module) -> str:
+        from npugrad.analysis.report import compare
+        from npugrad.analysis.report import report as report_of
+
         tiled = self._pipeline("tiled").lower(module, "tiled", self.ctx)
         if self.args.compare:
             path = Path(self.args.compare)
@@ -246,6 +248,9 @@ class NpugradOptMain(xDSLOptMain):
         return text + report_of(tiled, get_target(self.args.target), printer._ssa_values)
 
     def _run(self, module) -> str:
+        from npugrad.runtime.executable import Executable, block_kernels, signatures
+        from npugrad.tools import run as runner
+
         entry, specs, arrays, found = runner.prepare_inputs(module, self.args.entry, self.args.inputs, self.args.seed)
         sigs = signatures(module)
         start = time.perf_counter()
@@ -272,6 +277,10 @@ class NpugradOptMain(xDSLOptMain):
         return " \\\n  | ".join(commands) + "\n"
 
     def _harness(self, module) -> str:
+        from npugrad.runtime.executable import block_kernels
+        from npugrad.tools import harness
+        from npugrad.tools import run as runner
+
         entry, specs, arrays, _ = runner.prepare_inputs(module, self.args.entry, self.args.inputs, self.args.seed)
         with progress.slow(f"npugrad-opt: compiling @{entry}"):
             llvm_ir = self._pipeline("llvm-ir").lower(module, "llvm-ir", self.ctx)
@@ -289,8 +298,14 @@ class NpugradOptMain(xDSLOptMain):
             return self._process(text, name), []
         except CompileError as e:
             return "", e.diagnostics
-        except (ParseError, VerifyException, LoweringError, JitError, ValueError, TypeError, OSError) as e:
+        except (ParseError, VerifyException, LoweringError, ValueError, TypeError, OSError) as e:
             # Raised by a user pass pipeline or a later stage: no location beyond the file.
+            return "", [Diagnostic(name, 0, 0, str(e).strip())]
+        except RuntimeError as e:  # llvmlite's JitError, when it was imported to compile
+            from npugrad.lowering.machine_code import JitError
+
+            if not isinstance(e, JitError):
+                raise
             return "", [Diagnostic(name, 0, 0, str(e).strip())]
 
     def run(self) -> None:
