@@ -332,10 +332,10 @@ class Pipeline:
             raise ValueError(f"unknown stage '{stage}'; stages are {', '.join(STAGES)}")
         if stage in XDSL_STAGES:
             return self.to_xdsl_stage(module, stage, ctx)
-        # For the parser, not for reading: MLIR's generic form, printed in a fifth of xDSL's time.
         from npugrad.lowering import machine_code  # llvmlite: only for what goes past the xDSL stages
         from npugrad.lowering.vector_math import replace_exp
 
+        # For the parser, not for reading: MLIR's generic form, printed in a fifth of xDSL's time.
         vectorized = generic_text(self.to_xdsl_stage(module, "vectorized", ctx, verify_last=False))
         start = time.perf_counter()
         upstream = "upstream MLIR passes (mlir-opt --pass-pipeline)"

@@ -1,7 +1,7 @@
 """Loop-level IR → LLVM dialect → LLVM IR, with the upstream MLIR pass pipeline.
 
-xDSL prints the (vectorised) loop-level module; upstream MLIR parses it, runs the standard conversions, and
-translates the LLVM dialect to LLVM IR text. (xDSL cannot parse upstream's LLVM dialect output,
+The (vectorised) loop-level module is printed in MLIR's generic form (lowering/mlir_text.py); upstream
+MLIR parses it, runs the standard conversions, and translates the LLVM dialect to LLVM IR text. (xDSL cannot parse upstream's LLVM dialect output,
 so everything after the vectorized stage stays on the upstream side.)
 """
 
@@ -99,7 +99,7 @@ def to_llvm_dialect(loops_mlir: str) -> str:
 
 def loops_to_llvm_ir(loops_mlir: str, lowered: Callable[[], None] = lambda: None) -> str:
     """LLVM IR text for a loop-level module: to_llvm_ir(to_llvm_dialect(...)) without printing
-    the LLVM dialect and parsing it back (a tenth of a FLCE kernel's time in MLIR). `lowered()`
+    the LLVM dialect and parsing it back (a third of a FLCE gradient's time in upstream MLIR). `lowered()`
     is called between the passes and the translation (Pipeline.report_step's timing)."""
     from npugrad.lowering.mlir_bindings import ir, translate_module_to_llvmir
 
