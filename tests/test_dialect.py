@@ -97,6 +97,10 @@ def online_max_sum(r: random.Random) -> tuple[Operands, dict[str, str]]:
         props["ignore_index"] = f"{r.randint(-200, 20)} : i64"
     if r.random() < 0.3:
         props["tile_sizes"] = f"#train.tiles<bt = {r.randint(1, 64)}, v = {r.randint(1, 512)}>"
+    if r.random() < 0.4:  # the shard at run time (extension): the operand instead of the properties
+        del props["vocab_start_index"], props["vocab_end_index"]
+        ops = {**{k: ops[k] for k in ("input", "weight", "target")}, "vocab_range": ((2,), "i64"),
+               **{k: t for k, t in ops.items() if k not in ("input", "weight", "target")}}
     return ops, props
 
 

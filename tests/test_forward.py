@@ -586,6 +586,32 @@ def test_reference_combines_shards_like_one(rng):
 
 # -- threads and pipelines -------------------------------------------------------------------------
 
+@pytest.mark.parametrize("target_dtype", [np.int32, np.int64], ids=str)
+def test_max_sum_shards_of_any_start_and_size_share_one_kernel(rng, monkeypatch, target_dtype):
+    """The API passes the shard's [start, end) at run time (the op's vocab_range): shards and the
+    parts ops/loss.py cuts them into, of any start and size, run one kernel, each with the
+    reference's statistics, mask and masked targets (targets on both edges of every shard)."""
+    from npugrad.runtime import launch
+
+    kernels = []
+    real = launch.compile_op
+    monkeypatch.setattr(launch, "compile_op", lambda *a, **k: kernels.append(real(*a, **k)) or kernels[-1])
+    x = rng.standard_normal((45, 24)).astype(np.float32)
+    for start, v in [(0, 100), (100, 153), (253, 147), (400, 1), (401, 99)]:
+        w = rng.standard_normal((v, 24)).astype(np.float32)
+        t = rng.integers(0, 600, 45)
+        t[:5] = [start - 1, start, start + v - 1, start + v, -100]
+        t = t.astype(target_dtype)
+        got = ops.fused_linear_online_max_sum(x, w, t, start, start + v)
+        want = forward.fused_linear_online_max_sum(x, w, t, start, start + v)
+        assert_close(got.logits_max, want.logits_max)
+        assert_close(got.sum_exp_logits, want.sum_exp_logits)
+        assert_close(got.predicted_logits, want.predicted_logits)
+        assert got.target_mask.tobytes() == want.target_mask.tobytes()
+        assert got.masked_target.dtype == target_dtype and np.array_equal(got.masked_target, want.masked_target)
+    assert len(kernels) == 5 and len({id(k) for k in kernels}) == 1
+
+
 @pytest.mark.parametrize("dtype", [np.dtype(np.float32), BFLOAT16], ids=str)
 def test_max_sum_is_bit_identical_for_any_thread_count(rng, dtype):
     """1001 x 250 logits: past kernel.SMALL, so every thread count splits the rows (333, 334, 334

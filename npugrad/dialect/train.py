@@ -480,6 +480,13 @@ class FusedLinearOnlineMaxSumOp(TrainOp):
     `float32_logits` (an extension, default off: the vendor's logits are in the input's dtype)
     the logits output is float32 whatever the input's dtype, the logits unrounded.
 
+    The shard is the properties `vocab_start_index` and `vocab_end_index` (FORWARD.md §1), or,
+    when the optional `vocab_range` operand (int64 [start, end], an extension) is given instead,
+    run-time values: shards and parts of a shard of any start and size then share one kernel
+    (the API passes them so, ops/forward.py). The API checks the values (start >= 0, end − start
+    = V) as it checks the properties; the kernel reads the target's column at most V − 1
+    whatever the operand holds.
+
     With `logits_block` B > 0 (an extension, default 0: off) the logits are kept compact, in
     exponential form: `logits_block_max_out` (BT, ceil(V/B)) float32 holds each row's maximum
     over each block of B columns, C[t, b] = max Z'[t, bB : (b+1)B], and the logits output, in
@@ -493,6 +500,7 @@ class FusedLinearOnlineMaxSumOp(TrainOp):
     input = input_def()
     weight = input_def()
     target = input_def()
+    vocab_range = opt_input_def()
     logits_max_local_out = output_def()
     sum_exp_logits_local_out = output_def()
     predicted_logits_local_out = output_def()
@@ -501,8 +509,8 @@ class FusedLinearOnlineMaxSumOp(TrainOp):
     vocab_parallel_logits_out = opt_output_def()
     sum_logits_local_out = opt_output_def()
     logits_block_max_out = opt_output_def()
-    vocab_start_index = prop_def(IntegerAttr[I64])
-    vocab_end_index = prop_def(IntegerAttr[I64])
+    vocab_start_index = opt_prop_def(IntegerAttr[I64])  # both, or the vocab_range operand
+    vocab_end_index = opt_prop_def(IntegerAttr[I64])
     softcap = prop_def(FloatAttr[Float64Type], default_value=_f64(0.0))
     ignore_index = opt_prop_def(IntegerAttr[I64])
     float32_logits = prop_def(BoolAttr, default_value=_bool(False))
@@ -526,11 +534,21 @@ class FusedLinearOnlineMaxSumOp(TrainOp):
         v = c.dims("weight")[0]
         c.dim_is("weight", 1, h, "H (input.shape[1])")
         c.shape_is("target", [bt], "(BT,)")
-        start, end = c.prop("vocab_start_index"), c.prop("vocab_end_index")
-        c.prop_check("vocab_start_index", start >= 0, ">= 0")
-        if v is not None and end - start != v:
-            c.fail(f"property 'vocab_end_index' - 'vocab_start_index' must be V = weight.shape[0] = {v}, "
-                   f"got {end} - {start} = {end - start}")
+        start, end = c.prop_or("vocab_start_index"), c.prop_or("vocab_end_index")
+        if c.present("vocab_range"):
+            if start is not None or end is not None:
+                c.fail(f"takes the shard from the properties 'vocab_start_index' and 'vocab_end_index' or from "
+                       f"{c.word} 'vocab_range', not both")
+            c.element("vocab_range", ["int64"])
+            c.shape_is("vocab_range", [2], "start, end")
+        else:
+            for name, value in (("vocab_start_index", start), ("vocab_end_index", end)):
+                if value is None:
+                    c.fail(f"needs the property '{name}' (or {c.word} 'vocab_range' instead of both)")
+            c.prop_check("vocab_start_index", start >= 0, ">= 0")
+            if v is not None and end - start != v:
+                c.fail(f"property 'vocab_end_index' - 'vocab_start_index' must be V = weight.shape[0] = {v}, "
+                       f"got {end} - {start} = {end - start}")
         if v == 0:
             c.operand_fail("weight", "must have at least one row (V > 0)")
         for name in (*cls.STATISTICS, *(("sum_logits_local_out",) if c.present("sum_logits_local_out") else ())):

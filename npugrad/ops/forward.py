@@ -92,6 +92,9 @@ def fused_linear_online_max_sum(input, weight, target, vocab_start_index, vocab_
     if block:  # past V, one block of V columns: the same outputs, and the nest's tile no wider than V
         props["logits_block"] = block if block > MAX_LOGITS_BLOCK else min(block, max(v, 1))
     props = check(FusedLinearOnlineMaxSumOp, arrays, props, display)
+    # Checked as properties, passed at run time (the op's vocab_range): the kernel is the same
+    # for every shard, and for every part ops/loss.py cuts a shard into, of any start and size.
+    arrays["vocab_range"] = np.array([props.pop("vocab_start_index"), props.pop("vocab_end_index")], np.int64)
     outputs = [n for n in FusedLinearOnlineMaxSumOp.outputs() if arrays.get(n) is not None]
     reject_overlap(MAX_SUM, arrays, outputs, display)
     allocate(MAX_SUM, arrays, outputs, display)

@@ -48,7 +48,7 @@ class FusedLinearOnlineMaxSum(OpRecipe):
     def reference(self, arrays, props):
         a = arrays
         st = forward.fused_linear_online_max_sum(
-            a["input"], a["weight"], a["target"], props["vocab_start_index"], props["vocab_end_index"],
+            a["input"], a["weight"], a["target"], *_shard(a, props),
             softcap=props.get("softcap", 0.0), ignore_index=props.get("ignore_index"),
             return_logits="vocab_parallel_logits_out" in a, float32_logits=bool(props.get("float32_logits")),
             logits_block=props.get("logits_block", 0))
@@ -65,7 +65,10 @@ class FusedLinearOnlineMaxSum(OpRecipe):
 
     def random_inputs(self, shapes, dtypes, props, rng):
         bt, h = shapes["input"]
-        start, end = props["vocab_start_index"], props["vocab_end_index"]
+        v = shapes["weight"][0]
+        # A module given the shard at run time (vocab_range) gets one past the first V ids.
+        start = props.get("vocab_start_index", v)
+        end = props.get("vocab_end_index", start + v)
         x = cast(rng.standard_normal((bt, h)) / max(h, 1) ** 0.25, dtypes["input"])
         w = cast(rng.standard_normal(shapes["weight"]) / max(h, 1) ** 0.25, dtypes["weight"])
         # Targets inside the shard, on either side of it, and ignored ones.
@@ -74,6 +77,8 @@ class FusedLinearOnlineMaxSum(OpRecipe):
         if ignore is not None and bt:
             target = np.where(rng.random(bt) < 0.25, ignore, target)
         out = {"input": x, "weight": w, "target": target.astype(dtypes["target"])}
+        if "vocab_range" in shapes:
+            out["vocab_range"] = np.array([start, end], np.int64)
         for name in OPTIONAL:  # requested optional outputs: NaN until written
             if name in shapes:
                 out[name] = np.full(shapes[name], np.nan, dtypes.get(name, np.float32))
@@ -86,7 +91,7 @@ class FusedLinearOnlineMaxSum(OpRecipe):
 
     def call_api(self, arrays, props):
         a = arrays
-        r = self.api()(a["input"], a["weight"], a["target"], props["vocab_start_index"], props["vocab_end_index"],
+        r = self.api()(a["input"], a["weight"], a["target"], *_shard(a, props),
                        softcap=props.get("softcap", 0.0), ignore_index=props.get("ignore_index"),
                        float32_logits=bool(props.get("float32_logits")), logits_block=props.get("logits_block", 0),
                        logits_out=a.get("vocab_parallel_logits_out"), sum_logits_out=a.get("sum_logits_local_out"),
@@ -121,3 +126,11 @@ class FusedLinearOnlineMaxSum(OpRecipe):
             dtypes = {"input": dtype, "weight": dtype, "target": np.dtype(np.int64), "vocab_parallel_logits_out": logits_t,
                       "sum_logits_local_out": np.dtype(np.float32), "logits_block_max_out": np.dtype(np.float32)}
             yield Example(label, shapes, dtypes, {"vocab_start_index": start, "vocab_end_index": start + v, **extra})
+
+
+def _shard(arrays, props) -> tuple[int, int]:
+    """[start, end) of the shard: the op's properties, or its vocab_range operand."""
+    if "vocab_start_index" in props:
+        return props["vocab_start_index"], props["vocab_end_index"]
+    start, end = (int(x) for x in arrays["vocab_range"])
+    return start, end

@@ -27,12 +27,19 @@ from npugrad.lowering.train_to_loops.flce import dot, softcap
 
 
 def target_local(e: IRBuilder, op: FusedLinearOnlineMaxSumOp, t: SSAValue) -> tuple[SSAValue, SSAValue]:
-    """(the row's target is in [start, end), target − start as i64)."""
+    """(the row's target is in [start, end), target − start as i64). The start is the property,
+    or read from `vocab_range` at run time; end − start is then V, weight's rows (the API
+    checked that the range is V wide), so that no range makes a column past the shard's."""
     y = e.load(op.target, [t])
     if y.type != i64:
         y = e.emit(arith.ExtSIOp(y, i64))
-    local = e.emit(arith.SubiOp(y, e.const(op.prop_int("vocab_start_index"), i64)))
-    v = e.const(op.prop_int("vocab_end_index") - op.prop_int("vocab_start_index"), i64)
+    if op.vocab_range is None:
+        start = e.const(op.prop_int("vocab_start_index"), i64)
+        v = e.const(op.prop_int("vocab_end_index") - op.prop_int("vocab_start_index"), i64)
+    else:
+        start = e.load(op.vocab_range, [e.idx(0)])
+        v = e.emit(arith.IndexCastOp(e.dim(op.weight, 0), i64))
+    local = e.emit(arith.SubiOp(y, start))
     # Unsigned: below the shard wraps to a huge value, so one compare bounds both ends.
     return e.emit(arith.CmpiOp(local, v, "ult")), local
 

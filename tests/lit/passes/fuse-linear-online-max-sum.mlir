@@ -157,3 +157,23 @@ func.func @compact_logits(%x: memref<100x48xbf16>, %w: memref<300x48xbf16>, %t: 
        tile_sizes = #train.tiles<bt = 16, v = 100>}
   func.return
 }
+
+// The shard given at run time (vocab_range): the start is loaded where the properties' constant
+// was, and the shard's width is weight's rows, so no range makes a column past the shard's.
+// CHECK-LABEL: func.func @run_time_range(
+// CHECK-SAME:      %[[W:[^:]*]]: memref<?x?xbf16>, %[[T:[^:]*]]: memref<?xi64>, %[[R:[^:]*]]: memref<2xi64>
+// CHECK:         %[[V:.*]] = memref.dim %[[W]], %{{.*}} : memref<?x?xbf16>
+// CHECK:         %[[Y:.*]] = memref.load %[[T]][%{{.*}}] : memref<?xi64>
+// CHECK-NEXT:    %[[START:.*]] = memref.load %[[R]][%{{.*}}] : memref<2xi64>
+// CHECK-NEXT:    %[[WIDTH:.*]] = arith.index_cast %[[V]] : index to i64
+// CHECK-NEXT:    %[[LOCAL:.*]] = arith.subi %[[Y]], %[[START]] : i64
+// CHECK-NEXT:    arith.cmpi ult, %[[LOCAL]], %[[WIDTH]] : i64
+// CHECK-NOT:     vocab_start_index
+func.func @run_time_range(%x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %t: memref<?xi64>, %r: memref<2xi64>,
+                          %m: memref<?xf32>, %s: memref<?xf32>, %p: memref<?xf32>, %mask: memref<?xui8>, %mt: memref<?xi64>) {
+  train.fused_linear_online_max_sum input(%x : memref<?x?xbf16>) weight(%w : memref<?x?xbf16>)
+      target(%t : memref<?xi64>) vocab_range(%r : memref<2xi64>) -> logits_max_local_out(%m : memref<?xf32>)
+      sum_exp_logits_local_out(%s : memref<?xf32>) predicted_logits_local_out(%p : memref<?xf32>)
+      target_mask_out(%mask : memref<?xui8>) masked_target_out(%mt : memref<?xi64>)
+  func.return
+}

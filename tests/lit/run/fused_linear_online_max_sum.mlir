@@ -12,6 +12,9 @@
 // RUN: npugrad-opt %s --stage run --entry compact_logits | FileCheck %s --check-prefix=COMPACT
 // RUN: npugrad-opt %s --stage run --entry compact_logits --no-fuse | FileCheck %s --check-prefix=COMPACT
 // RUN: npugrad-opt %s --stage run --entry compact_logits --target npu-a2 | FileCheck %s --check-prefix=COMPACT
+// RUN: npugrad-opt %s --stage run --entry run_time_range | FileCheck %s --check-prefix=RANGE
+// RUN: npugrad-opt %s --stage run --entry run_time_range --no-fuse | FileCheck %s --check-prefix=RANGE
+// RUN: npugrad-opt %s --stage run --entry run_time_range --target npu-a2 | FileCheck %s --check-prefix=RANGE
 
 // CHECK: @flce_forward: compiled in {{.*}} ms, ran in {{.*}} ms
 // CHECK: logits_max_local_out {{ *}}(100,) {{ *}}float32 {{.*}} ok
@@ -82,5 +85,25 @@ func.func @compact_logits(%x: memref<37x40xbf16>, %w: memref<203x40xbf16>, %t: m
       vocab_parallel_logits_out(%z : memref<37x203xf16>) logits_block_max_out(%c : memref<37x7xf32>)
       {vocab_start_index = 100 : i64, vocab_end_index = 303 : i64, logits_block = 32 : i64, softcap = 2.0 : f64,
        ignore_index = -100 : i64}
+  func.return
+}
+
+// The shard given at run time (the extension vocab_range, int64 [start, end]; the runner's random
+// operands make it [V, 2V) and spread the targets over and around it), int32 targets and ignored
+// rows: fused, unfused and tiled for npu-a2.
+// RANGE: @run_time_range
+// RANGE: logits_max_local_out {{.*}} ok
+// RANGE: sum_exp_logits_local_out {{.*}} ok
+// RANGE: predicted_logits_local_out {{.*}} ok
+// RANGE: target_mask_out {{ *}}(5,) {{ *}}uint8 {{ *}}0.00e+00 {{.*}} ok
+// RANGE: masked_target_out {{ *}}(37,) {{ *}}int32 {{ *}}0.00e+00 {{.*}} ok
+func.func @run_time_range(%x: memref<37x40xbf16>, %w: memref<203x40xbf16>, %t: memref<37xi32>, %r: memref<2xi64>,
+                          %m: memref<37xf32>, %s: memref<37xf32>, %p: memref<37xf32>,
+                          %mask: memref<5xui8>, %mt: memref<37xi32>) {
+  train.fused_linear_online_max_sum input(%x : memref<37x40xbf16>) weight(%w : memref<203x40xbf16>)
+      target(%t : memref<37xi32>) vocab_range(%r : memref<2xi64>) -> logits_max_local_out(%m : memref<37xf32>)
+      sum_exp_logits_local_out(%s : memref<37xf32>) predicted_logits_local_out(%p : memref<37xf32>)
+      target_mask_out(%mask : memref<5xui8>) masked_target_out(%mt : memref<37xi32>)
+      {ignore_index = -100 : i64}
   func.return
 }

@@ -512,3 +512,68 @@ func.func @case36(%x: memref<8x16xbf16>, %w: memref<256x16xbf16>, %t: memref<8xi
       {vocab_start_index = 0 : i64, vocab_end_index = 256 : i64, logits_block = 48 : i64}
   func.return
 }
+
+// -----
+
+// the shard at run time (the extension vocab_range, int64 [start, end]) instead of the
+// properties (valid; printed back with the operand and without them)
+// CHECK-LABEL: func.func @case37
+// CHECK: target(%{{.*}} : memref<8xi64>) vocab_range(%{{.*}} : memref<2xi64>) -> logits_max_local_out(
+// CHECK-NOT: vocab_start_index
+// CHECK: func.return
+func.func @case37(%x: memref<8x16xbf16>, %w: memref<256x16xbf16>, %t: memref<8xi64>, %r: memref<2xi64>, %m: memref<8xf32>, %s: memref<8xf32>, %p: memref<8xf32>, %mask: memref<1xui8>, %mt: memref<8xi64>) {
+  train.fused_linear_online_max_sum input(%x : memref<8x16xbf16>) weight(%w : memref<256x16xbf16>)
+      target(%t : memref<8xi64>) vocab_range(%r : memref<2xi64>) -> logits_max_local_out(%m : memref<8xf32>)
+      sum_exp_logits_local_out(%s : memref<8xf32>) predicted_logits_local_out(%p : memref<8xf32>)
+      target_mask_out(%mask : memref<1xui8>) masked_target_out(%mt : memref<8xi64>)
+  func.return
+}
+
+// -----
+
+// the shard twice: as the properties and as vocab_range
+func.func @case38(%x: memref<8x16xbf16>, %w: memref<256x16xbf16>, %t: memref<8xi64>, %r: memref<2xi64>, %m: memref<8xf32>, %s: memref<8xf32>, %p: memref<8xf32>, %mask: memref<1xui8>, %mt: memref<8xi64>) {
+  // expected-error@+1 {{'train.fused_linear_online_max_sum' op takes the shard from the properties 'vocab_start_index' and 'vocab_end_index' or from operand 'vocab_range', not both}}
+  train.fused_linear_online_max_sum input(%x : memref<8x16xbf16>) weight(%w : memref<256x16xbf16>)
+      target(%t : memref<8xi64>) vocab_range(%r : memref<2xi64>) -> logits_max_local_out(%m : memref<8xf32>)
+      sum_exp_logits_local_out(%s : memref<8xf32>) predicted_logits_local_out(%p : memref<8xf32>)
+      target_mask_out(%mask : memref<1xui8>) masked_target_out(%mt : memref<8xi64>)
+      {vocab_start_index = 0 : i64}
+  func.return
+}
+
+// -----
+
+// no shard: neither the properties nor vocab_range
+func.func @case39(%x: memref<8x16xbf16>, %w: memref<256x16xbf16>, %t: memref<8xi64>, %m: memref<8xf32>, %s: memref<8xf32>, %p: memref<8xf32>, %mask: memref<1xui8>, %mt: memref<8xi64>) {
+  // expected-error@+1 {{'train.fused_linear_online_max_sum' op needs the property 'vocab_end_index' (or operand 'vocab_range' instead of both)}}
+  train.fused_linear_online_max_sum input(%x : memref<8x16xbf16>) weight(%w : memref<256x16xbf16>)
+      target(%t : memref<8xi64>) -> logits_max_local_out(%m : memref<8xf32>)
+      sum_exp_logits_local_out(%s : memref<8xf32>) predicted_logits_local_out(%p : memref<8xf32>)
+      target_mask_out(%mask : memref<1xui8>) masked_target_out(%mt : memref<8xi64>)
+      {vocab_start_index = 0 : i64}
+  func.return
+}
+
+// -----
+
+// vocab_range is int64 [start, end]
+func.func @case40(%x: memref<8x16xbf16>, %w: memref<256x16xbf16>, %t: memref<8xi64>, %r: memref<3xi64>, %m: memref<8xf32>, %s: memref<8xf32>, %p: memref<8xf32>, %mask: memref<1xui8>, %mt: memref<8xi64>) {
+  // expected-error@+1 {{'train.fused_linear_online_max_sum' op operand 'vocab_range' must have shape (2,) (start, end), got (3,)}}
+  train.fused_linear_online_max_sum input(%x : memref<8x16xbf16>) weight(%w : memref<256x16xbf16>)
+      target(%t : memref<8xi64>) vocab_range(%r : memref<3xi64>) -> logits_max_local_out(%m : memref<8xf32>)
+      sum_exp_logits_local_out(%s : memref<8xf32>) predicted_logits_local_out(%p : memref<8xf32>)
+      target_mask_out(%mask : memref<1xui8>) masked_target_out(%mt : memref<8xi64>)
+  func.return
+}
+
+// -----
+
+func.func @case41(%x: memref<8x16xbf16>, %w: memref<256x16xbf16>, %t: memref<8xi64>, %r: memref<2xi32>, %m: memref<8xf32>, %s: memref<8xf32>, %p: memref<8xf32>, %mask: memref<1xui8>, %mt: memref<8xi64>) {
+  // expected-error@+1 {{'train.fused_linear_online_max_sum' op operand 'vocab_range' must have dtype int64, got int32}}
+  train.fused_linear_online_max_sum input(%x : memref<8x16xbf16>) weight(%w : memref<256x16xbf16>)
+      target(%t : memref<8xi64>) vocab_range(%r : memref<2xi32>) -> logits_max_local_out(%m : memref<8xf32>)
+      sum_exp_logits_local_out(%s : memref<8xf32>) predicted_logits_local_out(%p : memref<8xf32>)
+      target_mask_out(%mask : memref<1xui8>) masked_target_out(%mt : memref<8xi64>)
+  func.return
+}
