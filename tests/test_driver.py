@@ -377,3 +377,31 @@ def test_machine_code_for_instructions_the_host_lacks_is_a_diagnostic():
         assert result.returncode == 1
         assert result.stderr.startswith(f"{ROOT / 'examples' / 'flce_grad.mlir'}: error: the module uses avx512bf16")
         assert "internal error" not in result.stderr
+
+
+def test_run_compiles_only_what_the_entry_reaches():
+    """--stage run --entry f compiles f and what it calls (declarations stay), not the module's
+    other functions: runner.keep_entry, on the module the runner lowers."""
+    from npugrad.compiler import parse
+    from npugrad.ir import defined_functions
+    from npugrad.tools.run import keep_entry
+
+    module = parse("""
+func.func @helper(%x: memref<4xf32>) {
+  func.return
+}
+func.func @entry(%x: memref<4xf32>) {
+  func.call @helper(%x) : (memref<4xf32>) -> ()
+  func.call @declared(%x) : (memref<4xf32>) -> ()
+  func.return
+}
+func.func @other(%x: memref<4xf32>) {
+  func.call @helper(%x) : (memref<4xf32>) -> ()
+  func.return
+}
+func.func private @declared(memref<4xf32>)
+""", "entries.mlir")
+    keep_entry(module, "entry")
+    assert sorted(f.sym_name.data for f in defined_functions(module)) == ["entry", "helper"]
+    assert "func.func private @declared" in str(module)
+    module.verify()

@@ -252,6 +252,7 @@ class NpugradOptMain(xDSLOptMain):
         from npugrad.tools import run as runner
 
         entry, specs, arrays, found = runner.prepare_inputs(module, self.args.entry, self.args.inputs, self.args.seed)
+        runner.keep_entry(module, entry)
         sigs = signatures(module)
         start = time.perf_counter()
         pipeline = self._pipeline("llvm-ir")
@@ -282,6 +283,7 @@ class NpugradOptMain(xDSLOptMain):
         from npugrad.tools import run as runner
 
         entry, specs, arrays, _ = runner.prepare_inputs(module, self.args.entry, self.args.inputs, self.args.seed)
+        runner.keep_entry(module, entry)
         with progress.slow(f"npugrad-opt: compiling @{entry}"):
             llvm_ir = self._pipeline("llvm-ir").lower(module, "llvm-ir", self.ctx)
         blocks = entry in block_kernels(module)  # `module` is at the vectorized stage now

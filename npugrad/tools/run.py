@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, SymbolRefAttr
 from xdsl.ir import Operation
 
 from npugrad.dialect import TrainOp
@@ -59,6 +59,28 @@ def _entry(module: ModuleOp, name: str | None) -> func.FuncOp:
     if len(funcs) != 1:
         raise RunError(f"the module has {len(funcs)} functions; choose one with --entry")
     return funcs[0]
+
+
+def keep_entry(module: ModuleOp, name: str) -> None:
+    """Erase the function definitions @name does not reach through symbol references (calls):
+    running one function of a module compiles it alone, not its neighbours (a lit file's RUN lines,
+    one per --entry, each compiled every function). Declarations stay, whoever uses them."""
+    funcs = {f.sym_name.data: f for f in defined_functions(module)}
+    keep: set[str] = set()
+    todo = [name]
+    while todo:
+        current = todo.pop()
+        if current in keep or current not in funcs:
+            continue
+        keep.add(current)
+        for op in funcs[current].walk():
+            for attr in (*op.properties.values(), *op.attributes.values()):
+                if isinstance(attr, SymbolRefAttr):
+                    todo.append(attr.root_reference.data)
+    for f_name, f in funcs.items():
+        if f_name not in keep:
+            f.detach()
+            f.erase()
 
 
 def _source_op(f: func.FuncOp) -> tuple[TrainOp, dict[str, int]] | None:
