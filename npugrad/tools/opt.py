@@ -140,7 +140,10 @@ class NpugradOptMain(xDSLOptMain):
             action="store_true",
             help="without --target, keep each op on one core (no distribute-over-cores)",
         )
-        arg_parser.add_argument("--entry", default=None, help="function to run (--stage run)")
+        arg_parser.add_argument(
+            "--entry", default=None,
+            help="function to run (--stage run) or to write the harness for (--emit-harness): it and the functions it calls "
+            "are compiled, not the rest of the module")
         arg_parser.add_argument("--inputs", default=None, help=".npz with one array per argument (--stage run)")
         arg_parser.add_argument("--outputs", default=None, help="save all arguments after the run to this .npz")
         arg_parser.add_argument("--seed", type=int, default=0, help="seed for random inputs (--stage run)")
