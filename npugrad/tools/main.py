@@ -50,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def _cache(clear: bool) -> None:
-    from npugrad.runtime import object_cache
+    from npugrad.runtime import ir_cache, object_cache
 
     where = object_cache.directory()
     if where is None:
@@ -62,7 +62,7 @@ def _cache(clear: bool) -> None:
         return
     paths = object_cache.entries()
     size = sum(os.path.getsize(p) for p in paths if os.path.exists(p))
-    ir = sum(p.endswith(".ll") for p in paths)
+    ir = sum(p.endswith(ir_cache.SUFFIX) for p in paths)
     print(f"npugrad cache: {where}: {len(paths)} entries ({len(paths) - ir} machine code, {ir} LLVM IR), "
           f"{size / 2**20:.1f} MiB (NPUGRAD_CACHE_DIR to move it, =off to turn it off; --clear deletes the entries)")
 

@@ -251,12 +251,12 @@ class NpugradOptMain(xDSLOptMain):
         return text + report_of(tiled, get_target(self.args.target), printer._ssa_values)
 
     def _run(self, module) -> str:
-        from npugrad.runtime.executable import Executable, block_kernels, signatures
+        from npugrad.runtime.executable import Executable, block_kernels
         from npugrad.tools import run as runner
 
         entry, specs, arrays, found = runner.prepare_inputs(module, self.args.entry, self.args.inputs, self.args.seed)
         runner.keep_entry(module, entry)
-        sigs = signatures(module)
+        sigs = {entry: specs}  # the one function run: its callees need no kernel of their own
         start = time.perf_counter()
         pipeline = self._pipeline("llvm-ir")
         with progress.slow(f"npugrad-opt: compiling @{entry}"):
