@@ -110,12 +110,17 @@ def charge(offsets: list[int], found: list[Loop], size: int) -> tuple[collection
     return counts, inside
 
 
-def report(counts: collections.Counter, inside: int, top: int) -> str:
+def report(counts: collections.Counter, inside: int, top: int, show: int = 0) -> str:
+    """A row per loop, the `top` hottest; the instructions of the `show` hottest after the table."""
     lines = [f"{'share':>7} {'samples':>8}  {'loop (object offsets)':<22} {'instrs':>6} {'FMAs':>5} {'stack':>5}"]
-    for lp, n in counts.most_common(top):
+    hottest = counts.most_common(top)
+    for lp, n in hottest:
         where = "outside loops" if lp is None else f"{lp.start:#x}-{lp.end:#x}"
         detail = "" if lp is None else f"{len(lp.instructions):>6} {lp.fmas:>5} {lp.stack:>5}"
         lines.append(f"{100 * n / max(inside, 1):6.1f}% {n:>8}  {where:<22} {detail}")
+    for lp, _ in [(lp, n) for lp, n in hottest if lp is not None][:show]:
+        lines.append(f"\nloop {lp.start:#x}-{lp.end:#x}:")
+        lines.extend(f"    {i}" for i in lp.instructions)
     return "\n".join(lines)
 
 
@@ -157,6 +162,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--size", default="bt=2048,h=2048,v=32000,dtype=float32", help="the op's sizes, k=v,...")
     ap.add_argument("--calls", type=int, default=1, help="sampled calls after the warm-up (default 1)")
     ap.add_argument("--top", type=int, default=15, help="loops to print (default 15)")
+    ap.add_argument("--show", type=int, default=0, help="print the instructions of this many of the hottest loops")
     args = ap.parse_args(argv)
     for tool in ("perf", "nm", "objdump"):
         if shutil.which(tool) is None:
@@ -178,6 +184,8 @@ def main(argv: list[str] | None = None) -> None:
         ips = [int(x, 16) for x in subprocess.run(["perf", "script", "-i", data, "-F", "ip"], capture_output=True,
                                                    text=True, check=True).stdout.split()]
         for entry in sorted(os.listdir(cache)):
+            if not entry.endswith(".o"):  # the LLVM IR cache's entries share the directory
+                continue
             with open(os.path.join(cache, entry), "rb") as f:
                 blob = f.read()
             obj = os.path.join(tmp, "kernel.o")
@@ -197,7 +205,7 @@ def main(argv: list[str] | None = None) -> None:
                 counts, inside = charge([ip - base for ip in ips], loops(code), code[-1][0] + 16)
                 print(f"{name} (object {key[:12]}): {inside} of {len(ips)} samples in its code "
                       f"({args.op} {args.size}, {args.calls} call(s))")
-                print(report(counts, inside, args.top))
+                print(report(counts, inside, args.top, args.show))
 
 if __name__ == "__main__":
     main()
