@@ -7,7 +7,11 @@ would otherwise be reused by the call without counting), resets the RSS high-wat
 memory, then times `repeats`
 calls after `warmup` and reports the median (a call slower than `slow` seconds is timed alone:
 its first call is its time). A setup may give its callable a `compile_s` (seconds spent compiling
-outside the measured calls), reported alongside. `combine` pools the calls of several such runs
+outside the measured calls), reported alongside. With `ceiling` n > 0 the child also times NumPy's
+float32 matmul n³ right before its timed calls and right after them (`ceilings`, GFLOP/s): the
+machine's SGEMM ceiling in the same minutes and process as the row, for a shared machine whose
+speed drifts during a run (the operands are allocated before the baseline of the peak, and the
+product goes into a preallocated output, so the peak stays the contender's). `combine` pools the calls of several such runs
 (rounds in which the contenders take turns, so that a slow spell of a shared machine falls on
 all of them rather than on one).
 """
@@ -61,11 +65,12 @@ def release_free_memory() -> None:
         pass
 
 
-def child(spec: str, args: dict, repeats: int, warmup: int, slow: float | None = None) -> dict:
+def child(spec: str, args: dict, repeats: int, warmup: int, slow: float | None = None, ceiling: int = 0) -> dict:
     module_name, func_name = spec.split(":")
     sys.path.insert(0, ROOT)
     module = __import__(module_name, fromlist=[func_name])
     fn = getattr(module, func_name)(**args)
+    sgemm = _sgemm(ceiling) if ceiling else None
     release_free_memory()
     before = _status_kib()["VmRSS"]
     exact = _reset_hwm()
@@ -76,18 +81,44 @@ def child(spec: str, args: dict, repeats: int, warmup: int, slow: float | None =
     first_only = slow is not None and first > slow
     for _ in range(0 if first_only else warmup):
         fn()
+    ceilings = [sgemm()] if sgemm else []
     times = []
     for _ in range(0 if first_only else repeats):
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
+    if sgemm:
+        ceilings.append(sgemm())
     median = statistics.median(times) if times else first
     compile_s = getattr(fn, "compile_s", None)
     if compile_s is not None and getattr(fn, "compile_includes_call", False):
         compile_s = max(compile_s - median, 0.0)
     return {"median": median, "min": min(times or [first]), "first": first, "peak_mib": max(peak, 0) / 1024,
             "exact_peak": exact, "times": times if times else [first], "first_only": first_only,
-            "compile_s": compile_s}
+            "compile_s": compile_s, "ceilings": ceilings}
+
+
+def _sgemm(n: int, tries: int = 2) -> Callable[[], float]:
+    """A reading of the SGEMM ceiling: NumPy float32 matmul n³ into a preallocated output, the
+    faster of `tries` (GFLOP/s), then a pause, so that BLAS threads still spinning after it do
+    not take the cores from the contender's next call."""
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((n, n), dtype=np.float32), rng.standard_normal((n, n), dtype=np.float32)
+    c = np.empty((n, n), np.float32)
+    np.matmul(a, b, out=c)
+
+    def reading() -> float:
+        best = float("inf")
+        for _ in range(tries):
+            start = time.perf_counter()
+            np.matmul(a, b, out=c)
+            best = min(best, time.perf_counter() - start)
+        time.sleep(0.2)
+        return 2.0 * n**3 / best / 1e9
+
+    return reading
 
 
 @dataclass
@@ -102,6 +133,11 @@ class Result:
     first_only: bool = False  # timed on its first call alone (slower than `slow`)
     timed_out: float | None = None  # the time-out (s) that stopped it: its time is at least that
     predicted: float | None = None  # not run: the seconds a call was predicted to take
+    ceilings: tuple[float, ...] = ()  # SGEMM ceiling readings in the contender's process (child's `ceiling`)
+
+    def ceiling(self) -> float | None:
+        """The SGEMM ceiling of the row's own minutes: the median of its readings (None: not read)."""
+        return statistics.median(self.ceilings) if self.ceilings else None
 
 
 def combine(runs: list[Result]) -> Result:
@@ -113,18 +149,21 @@ def combine(runs: list[Result]) -> Result:
     times = tuple(t for r in runs for t in r.times)
     median = statistics.median(times) if times else runs[0].median
     return Result(runs[0].name, median, runs[0].first, max(r.peak_mib for r in runs), None, times,
-                  runs[0].compile_s, any(r.first_only for r in runs))
+                  runs[0].compile_s, any(r.first_only for r in runs),
+                  ceilings=tuple(c for r in runs for c in r.ceilings))
 
 
 def measure(name: str, spec: str, args: dict, repeats: int = 3, warmup: int = 1, threads: int | None = None,
-            slow: float | None = None, timeout: float | None = None, env: dict[str, str] | None = None) -> Result:
+            slow: float | None = None, timeout: float | None = None, env: dict[str, str] | None = None,
+            ceiling: int = 0) -> Result:
     """Run one contender in a fresh interpreter (with `env` added to this one's environment)
-    and return its figures (or the error it hit, or "timed out" after `timeout` seconds)."""
-    r = in_child("bench.common:child", {"spec": spec, "args": args, "repeats": repeats, "warmup": warmup, "slow": slow},
-                 threads, timeout, env)
+    and return its figures (or the error it hit, or "timed out" after `timeout` seconds); with
+    `ceiling` n, the SGEMM n³ readings around its timed calls too (child)."""
+    r = in_child("bench.common:child", {"spec": spec, "args": args, "repeats": repeats, "warmup": warmup, "slow": slow,
+                                        "ceiling": ceiling}, threads, timeout, env)
     if isinstance(r, dict):
         return Result(name, r["median"], r["first"], r["peak_mib"], None, tuple(r["times"]), r["compile_s"],
-                      r["first_only"])
+                      r["first_only"], ceilings=tuple(r["ceilings"]))
     nan = float("nan")
     if r is None:
         return Result(name, nan, nan, nan, f"timed out after {timeout:.0f} s", timed_out=timeout)

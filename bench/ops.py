@@ -436,6 +436,7 @@ class Ceilings:
     torch_bf16_fallback: float | None = None  # torch.mm bf16's rate where it is PyTorch's fallback loop
     fma: float | None = None  # the float32 FMA instruction peak (npugrad/tools/peak.py)
     dot_bf16: float | None = None  # the vdpbf16ps instruction peak; None where the CPU lacks it
+    n: int = 0  # the SGEMM's size, n³; each GEMM-bound row reads it again in its own process (0: not)
 
     def instruction_peak(self, dtype: str | None) -> float | None:
         """The peak of the instruction a GEMM in `dtype` runs on at best: vdpbf16ps for
@@ -502,7 +503,7 @@ def measure_ceilings(quick: bool, threads: int, log: Callable[[str], None], time
     else:
         fma = dot = None
         lines.append(f"Instruction peaks: failed: {peaks or 'timed out'}")
-    return Ceilings(sgemm, bf16, tuple(lines), fallback, fma, dot)
+    return Ceilings(sgemm, bf16, tuple(lines), fallback, fma, dot, n)
 
 
 def _fraction(rate: float, ceiling: float | None) -> str:
@@ -528,7 +529,7 @@ def run_table(title: str, selected: Sequence[Case], alloc: bool, repeats: int, t
     gemm_cols = ceilings is not None and any(s.unit == "GFLOP/s" for s in selected)
     widths = [max(10, len(c) + 4) for c in ratio_cols]
     header = (f"{'case':<40} {'contender':<13} {'median ms':>10} {'rate':>16}"
-              + (f" {'of SGEMM':>8} {'of bf16 pk':>10} {'of instr pk':>11}" if gemm_cols else "")
+              + (f" {'of SGEMM':>8} {'own SGEMM':>9} {'of bf16 pk':>10} {'of instr pk':>11}" if gemm_cols else "")
               + f" {'peak extra MiB':>15}"
               + "".join(f" {'vs ' + c:>{w}}" for c, w in zip(ratio_cols, widths)))
     lines = [title, header, "-" * len(header)]
@@ -549,7 +550,8 @@ def run_table(title: str, selected: Sequence[Case], alloc: bool, repeats: int, t
                 if r is None:
                     log(f"  {case.label}: {c}" + (f" (round {turn + 1} of {case_rounds})" if case_rounds > 1 else ""))
                     r = measure(c, spec_of(case, c), {**case.size, "alloc": alloc}, repeats, warmup, threads,
-                                slow=slow, timeout=timeout)
+                                slow=slow, timeout=timeout,
+                                ceiling=ceilings.n if ceilings is not None and case.unit == "GFLOP/s" else 0)
                 runs[c].append(r)
                 if c in compilers.CONTENDERS:
                     shared[case.label, c] = r
@@ -569,10 +571,11 @@ def run_table(title: str, selected: Sequence[Case], alloc: bool, repeats: int, t
             cols = f"{name:<40} {c:<13} {r.median * 1e3:>9.2f}{mark} {rate_text:>16}"
             if gemm_cols:
                 sgemm = _fraction(rate, ceilings.sgemm) if case.unit == "GFLOP/s" else ""
+                own = _fraction(rate, r.ceiling()) if case.unit == "GFLOP/s" else ""
                 bf16 = _fraction(rate, ceilings.bf16) if case.size.get("dtype") == "bfloat16" else ""
                 instr = (_fraction(rate, ceilings.instruction_peak(case.size.get("dtype")))
                          if case.unit == "GFLOP/s" else "")
-                cols += f" {sgemm:>8} {bf16:>10} {instr:>11}"
+                cols += f" {sgemm:>8} {own:>9} {bf16:>10} {instr:>11}"
             cols += f" {r.peak_mib:>15.1f}"
             if c == "npugrad":
                 cols += "".join(f" {_fmt_ratio(results.get(o), ours) if o in results else '':>{w}}"
@@ -706,7 +709,10 @@ def run(args: argparse.Namespace) -> None:
         ceilings = measure_ceilings(args.quick, args.threads, log, timeout)
         print("Measured in this run, " + f"{args.threads} thread(s): " + "\n".join(ceilings.lines))
         print("'of SGEMM' / 'of bf16 pk' / 'of instr pk': the row's GFLOP/s as a fraction of these (instr: "
-              "vdpbf16ps's peak for bfloat16 where the CPU has it, else the float32 FMA's)")
+              "vdpbf16ps's peak for bfloat16 where the CPU has it, else the float32 FMA's); 'own SGEMM': of the "
+              f"same SGEMM ({ceilings.n}^3) timed again in the row's own process, right before and right after its "
+              "timed calls (the median of those readings): the ceiling of the row's own minutes, on a machine whose "
+              "speed drifts during the run")
     print()
     shared: dict = {}
     limit = args.predicted_limit or None

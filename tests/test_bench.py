@@ -51,7 +51,7 @@ def test_quick_bench_prints_every_op_with_ratio_columns():
     contenders = ["npugrad", "numpy", *(["torch"] if HAS_TORCH else [])]
     for table in (main, allocating):
         header = next(line for line in table if line.startswith("case "))
-        assert "vs numpy" in header and "of SGEMM" in header and "of bf16 pk" in header
+        assert "vs numpy" in header and "of SGEMM" in header and "own SGEMM" in header and "of bf16 pk" in header
         assert ("vs torch " in header) == HAS_TORCH
         for c in compilers.CONTENDERS:
             assert (f"vs {c}" in header) == (c in EXTRA)
@@ -65,8 +65,8 @@ def test_quick_bench_prints_every_op_with_ratio_columns():
             ours = group[0].split()
             ratios = ours[-(len(names) - 1):]
             assert all(r.endswith("x") for r in ratios), ours
-            if op == "flce":  # the rate as a fraction of the SGEMM ceiling
-                assert all(r.split("GFLOP/s")[1].split()[0].endswith("%") for r in group), group
+            if op == "flce":  # the rate as a fraction of the SGEMM ceiling: the run's, and the row's own
+                assert all(all(f.endswith("%") for f in r.split("GFLOP/s")[1].split()[:2]) for r in group), group
     assert "cold compile ms" in compile_times[1] and "from disk ms" in compile_times[1]
     compiled = {line.split()[0] for line in compile_times[3:]}
     assert compiled == set(bench_ops.OPS) and not [r for r in compile_times[3:] if "failed" in r]
@@ -283,6 +283,40 @@ def test_peak_counts_memory_the_setup_freed():
     the heap (release_free_memory gives that back before the baseline is read)."""
     got = common.child("tests.test_bench:heap_reuser", {"mib": 16}, repeats=0, warmup=0)
     assert got["exact_peak"] and 12.0 <= got["peak_mib"] <= 20.0, got  # 0 MiB without release_free_memory
+
+
+def test_child_reads_the_sgemm_ceiling_around_its_timed_calls():
+    """With `ceiling` n the child times NumPy's n³ SGEMM right before and right after the
+    contender's timed calls; without, it reads none."""
+    got = common.child("tests.test_bench:heap_reuser", {"mib": 1}, repeats=1, warmup=0, ceiling=64)
+    assert len(got["ceilings"]) == 2 and all(r > 0 for r in got["ceilings"]), got
+    assert common.child("tests.test_bench:heap_reuser", {"mib": 1}, repeats=1, warmup=0)["ceilings"] == []
+
+
+def test_gemm_rows_show_their_fraction_of_their_own_sgemm_readings(monkeypatch):
+    """'own SGEMM': a GEMM-bound row's rate over the median of the SGEMM readings taken in its
+    own process (the run's ceiling drifted since: 'of SGEMM' differs); only GEMM-bound rows ask
+    for the readings, at the run's SGEMM size."""
+    asked = {}
+
+    def fake_measure(name, spec, args, *rest, ceiling=0, **options):
+        asked[spec] = ceiling
+        took = case.work / 60e9  # 60 GFLOP/s
+        return Result(name, took, took, 1.0, times=(took,), ceilings=(120.0, 80.0, 100.0) if ceiling else ())
+
+    monkeypatch.setattr(bench_ops, "measure", fake_measure)
+    ceilings = bench_ops.Ceilings(50.0, 50.0, (), fma=100.0, n=4096)
+    case = next(c for c in bench_ops.cases(False) if c.op == "flce" and c.size["dtype"] == "float32")
+    text = bench_ops.run_table("t", [case], False, 1, 2, ["npugrad"], lambda s: None, ceilings=ceilings)
+    header = text.splitlines()[1]
+    row = next(line for line in text.splitlines() if line.startswith(case.label))
+    of_sgemm, own = row.split("GFLOP/s")[1].split()[:2]
+    assert (of_sgemm, own) == ("120%", "60%") and header.index("of SGEMM") < header.index("own SGEMM")
+    assert asked == {"bench.ops:flce_npugrad": 4096}
+    bce = next(c for c in bench_ops.cases(False) if c.op == "bce")
+    asked.clear()
+    bench_ops.run_table("t", [bce], False, 1, 2, ["npugrad"], lambda s: None, ceilings=ceilings)
+    assert asked == {"bench.ops:bce_npugrad": 0}
 
 
 def test_gemm_rows_show_their_fraction_of_the_instruction_peak(monkeypatch):
