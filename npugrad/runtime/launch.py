@@ -171,15 +171,18 @@ def _specialised(op_cls: type[TrainOp], arrays: Mapping[str, np.ndarray | None],
     present = [arrays.get(n) for n in _operand_names(op_cls)]
     ordered = [a for a in present if a is not None]
     pipeline = current_pipeline()
-    # Only plain ndarrays (a subclass may define its metadata differently), and not under a
-    # pipeline of the caller's, which may change after a call.
+    # Only plain ndarrays are remembered (a subclass may define its metadata differently): the
+    # key holds each operand's type, so an array of another type never finds an entry; and not
+    # under a pipeline of the caller's, which may change after a call.
     key = None
-    if pipeline is None and set(map(type, ordered)) <= _NDARRAY:
+    if pipeline is None:
         key = (op_cls, static_shapes, pool.threads(), tuple(props.items()),
-               *[None if a is None else (a.dtype, a.shape, a.strides) for a in present])
+               *[None if a is None else (type(a), a.dtype, a.shape, a.strides) for a in present])
         found = _SPECIALISED.get(key)
         if found is not None:
             return ordered, found
+        if not set(map(type, ordered)) <= _NDARRAY:
+            key = None
     classes = {k: OperandClass.of(v, static_shapes) for k, v in arrays.items() if v is not None}
     kernel = compile_op(op_cls, classes, dict(props), pipeline)
     found = (kernel, kernel.layout(ordered))

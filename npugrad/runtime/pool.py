@@ -14,7 +14,14 @@ from concurrent.futures import ThreadPoolExecutor
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
 _threads: int | None = None
-_local = threading.local()  # .alone: this thread runs a task (threads() is 1 on it)
+
+
+class _Local(threading.local):
+    alone = False  # this thread runs a task (threads() is 1 on it); a class default: read on every call, and
+    # getattr(local, name, default) on a thread that never set it raises and catches AttributeError inside
+
+
+_local = _Local()
 
 
 def _default() -> int:
@@ -32,7 +39,7 @@ def _default() -> int:
 def threads() -> int:
     """How many blocks a kernel is launched with (1 on a thread running one of run_tasks' tasks)."""
     global _threads
-    if getattr(_local, "alone", False):
+    if _local.alone:
         return 1
     if _threads is None:
         _threads = _default()
@@ -81,7 +88,7 @@ def run_tasks(tasks) -> list:
 
     def lane(_: int) -> None:
         """Take the next task until none is left (the lanes balance uneven tasks)."""
-        was = getattr(_local, "alone", False)
+        was = _local.alone
         _local.alone = True
         try:
             while True:
