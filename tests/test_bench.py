@@ -241,6 +241,9 @@ def test_loop_profile_charges_each_sample_to_its_innermost_loop():
     assert [r.split()[:3] for r in rows] == [["40.0%", "2", "0x18-0x30"], ["40.0%", "2", "0x10-0x40"],
                                              ["20.0%", "1", "outside"]]
     assert rows[0].split()[3:] == ["4", "2", "1"]  # instructions, FMAs, stack operands
+    shown = loop_profile.report(counts, inside, 5, show=1).splitlines()
+    at = shown.index("loop 0x18-0x30:")  # the hottest loop's instructions after the table, and no other's
+    assert at == len(rows) + 2 and shown[at + 1:] == [f"    {i}" for i in inner.instructions]
 
 
 _CHUNK = 64 * 1024  # below glibc's mmap threshold: from the heap, kept there when freed
