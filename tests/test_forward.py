@@ -596,6 +596,9 @@ def test_max_sum_shards_of_any_start_and_size_share_one_kernel(rng, monkeypatch,
     kernels = []
     real = launch.compile_op
     monkeypatch.setattr(launch, "compile_op", lambda *a, **k: kernels.append(real(*a, **k)) or kernels[-1])
+    # Every call asks for its kernel: an earlier test in this process may have made one of these
+    # signatures already, and its call would then skip compile_op (launch's remembered signatures).
+    monkeypatch.setattr(launch, "_SPECIALISED", {})
     x = rng.standard_normal((45, 24)).astype(np.float32)
     for start, v in [(0, 100), (100, 153), (253, 147), (400, 1), (401, 99)]:
         w = rng.standard_normal((v, 24)).astype(np.float32)
