@@ -7,13 +7,13 @@ would otherwise be reused by the call without counting), resets the RSS high-wat
 memory, then times `repeats`
 calls after `warmup` and reports the median (a call slower than `slow` seconds is timed alone:
 its first call is its time). A setup may give its callable a `compile_s` (seconds spent compiling
-outside the measured calls), reported alongside. With `ceiling` n > 0 the child also times NumPy's
-float32 matmul n³ right before its timed calls and right after them (`ceilings`, GFLOP/s): the
-machine's SGEMM ceiling in the same minutes and process as the row, for a shared machine whose
-speed drifts during a run (the operands are allocated before the baseline of the peak, and the
-product goes into a preallocated output, so the peak stays the contender's). `combine` pools the calls of several such runs
-(rounds in which the contenders take turns, so that a slow spell of a shared machine falls on
-all of them rather than on one).
+outside the measured calls), reported alongside. With `ceiling` n > 0 the child also times
+NumPy's float32 matmul n³ right before its timed calls and right after them (`ceilings`,
+GFLOP/s): the machine's SGEMM ceiling in the same minutes and process as the row, for a shared
+machine whose speed drifts during a run (the operands are allocated before the baseline of the
+peak, and the product goes into a preallocated output, so the peak stays the contender's).
+`combine` pools the calls of several such runs (rounds in which the contenders take turns, so
+that a slow spell of a shared machine falls on all of them rather than on one).
 """
 
 from __future__ import annotations
@@ -99,21 +99,19 @@ def child(spec: str, args: dict, repeats: int, warmup: int, slow: float | None =
 
 
 def _sgemm(n: int, tries: int = 2) -> Callable[[], float]:
-    """A reading of the SGEMM ceiling: NumPy float32 matmul n³ into a preallocated output, the
-    faster of `tries` (GFLOP/s), then a pause, so that BLAS threads still spinning after it do
-    not take the cores from the contender's next call."""
-    import numpy as np
+    """A reading of the SGEMM ceiling (bench.contenders.sgemm_numpy: NumPy float32 matmul n³ into
+    a preallocated output), the faster of `tries` (GFLOP/s), then a pause, so that BLAS threads
+    still spinning after it do not take the cores from the contender's next call."""
+    from bench.contenders import sgemm_numpy
 
-    rng = np.random.default_rng(1)
-    a, b = rng.standard_normal((n, n), dtype=np.float32), rng.standard_normal((n, n), dtype=np.float32)
-    c = np.empty((n, n), np.float32)
-    np.matmul(a, b, out=c)
+    product = sgemm_numpy(n)
+    product()
 
     def reading() -> float:
         best = float("inf")
         for _ in range(tries):
             start = time.perf_counter()
-            np.matmul(a, b, out=c)
+            product()
             best = min(best, time.perf_counter() - start)
         time.sleep(0.2)
         return 2.0 * n**3 / best / 1e9
@@ -136,8 +134,9 @@ class Result:
     ceilings: tuple[float, ...] = ()  # SGEMM ceiling readings in the contender's process (child's `ceiling`)
 
     def ceiling(self) -> float | None:
-        """The SGEMM ceiling of the row's own minutes: the median of its readings (None: not read)."""
-        return statistics.median(self.ceilings) if self.ceilings else None
+        """The SGEMM ceiling of the row's own minutes: the best of its readings, so that one
+        reading taken in a slow moment does not flatter the row (None: not read)."""
+        return max(self.ceilings) if self.ceilings else None
 
 
 def combine(runs: list[Result]) -> Result:

@@ -711,7 +711,7 @@ def run(args: argparse.Namespace) -> None:
         print("'of SGEMM' / 'of bf16 pk' / 'of instr pk': the row's GFLOP/s as a fraction of these (instr: "
               "vdpbf16ps's peak for bfloat16 where the CPU has it, else the float32 FMA's); 'own SGEMM': of the "
               f"same SGEMM ({ceilings.n}^3) timed again in the row's own process, right before and right after its "
-              "timed calls (the median of those readings): the ceiling of the row's own minutes, on a machine whose "
+              "timed calls (the best of those readings): the ceiling of the row's own minutes, on a machine whose "
               "speed drifts during the run")
     print()
     shared: dict = {}

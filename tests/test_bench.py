@@ -297,15 +297,15 @@ def test_child_reads_the_sgemm_ceiling_around_its_timed_calls():
 
 
 def test_gemm_rows_show_their_fraction_of_their_own_sgemm_readings(monkeypatch):
-    """'own SGEMM': a GEMM-bound row's rate over the median of the SGEMM readings taken in its
-    own process (the run's ceiling drifted since: 'of SGEMM' differs); only GEMM-bound rows ask
-    for the readings, at the run's SGEMM size."""
+    """'own SGEMM': a GEMM-bound row's rate over the best of the SGEMM readings taken in its own
+    process (the run's ceiling drifted since: 'of SGEMM' differs); only GEMM-bound rows ask for
+    the readings, at the run's SGEMM size."""
     asked = {}
 
     def fake_measure(name, spec, args, *rest, ceiling=0, **options):
         asked[spec] = ceiling
         took = case.work / 60e9  # 60 GFLOP/s
-        return Result(name, took, took, 1.0, times=(took,), ceilings=(120.0, 80.0, 100.0) if ceiling else ())
+        return Result(name, took, took, 1.0, times=(took,), ceilings=(100.0, 80.0, 150.0) if ceiling else ())
 
     monkeypatch.setattr(bench_ops, "measure", fake_measure)
     ceilings = bench_ops.Ceilings(50.0, 50.0, (), fma=100.0, n=4096)
@@ -314,7 +314,7 @@ def test_gemm_rows_show_their_fraction_of_their_own_sgemm_readings(monkeypatch):
     header = text.splitlines()[1]
     row = next(line for line in text.splitlines() if line.startswith(case.label))
     of_sgemm, own = row.split("GFLOP/s")[1].split()[:2]
-    assert (of_sgemm, own) == ("120%", "60%") and header.index("of SGEMM") < header.index("own SGEMM")
+    assert (of_sgemm, own) == ("120%", "40%") and header.index("of SGEMM") < header.index("own SGEMM")
     assert asked == {"bench.ops:flce_npugrad": 4096}
     bce = next(c for c in bench_ops.cases(False) if c.op == "bce")
     asked.clear()
