@@ -118,7 +118,7 @@ def report(counts: collections.Counter, inside: int, top: int, show: int = 0) ->
         where = "outside loops" if lp is None else f"{lp.start:#x}-{lp.end:#x}"
         detail = "" if lp is None else f"{len(lp.instructions):>6} {lp.fmas:>5} {lp.stack:>5}"
         lines.append(f"{100 * n / max(inside, 1):6.1f}% {n:>8}  {where:<22} {detail}")
-    for lp, _ in [(lp, n) for lp, n in hottest if lp is not None][:show]:
+    for lp in [lp for lp, _ in hottest if lp is not None][:show]:
         lines.append(f"\nloop {lp.start:#x}-{lp.end:#x}:")
         lines.extend(f"    {i}" for i in lp.instructions)
     return "\n".join(lines)

@@ -132,5 +132,5 @@ def _shard(arrays, props) -> tuple[int, int]:
     """[start, end) of the shard: the op's properties, or its vocab_range operand."""
     if "vocab_start_index" in props:
         return props["vocab_start_index"], props["vocab_end_index"]
-    start, end = (int(x) for x in arrays["vocab_range"])
+    start, end = arrays["vocab_range"].tolist()
     return start, end

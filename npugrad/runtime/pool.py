@@ -17,8 +17,11 @@ _threads: int | None = None
 
 
 class _Local(threading.local):
-    alone = False  # this thread runs a task (threads() is 1 on it); a class default: read on every call, and
-    # getattr(local, name, default) on a thread that never set it raises and catches AttributeError inside
+    """`alone`: this thread runs a task (threads() is 1 on it). A class default, read on every
+    call: getattr(local, name, default) on a thread that never set it raises and catches
+    AttributeError inside."""
+
+    alone = False
 
 
 _local = _Local()
