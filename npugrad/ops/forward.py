@@ -130,8 +130,11 @@ def fused_cross_entropy_loss_with_max_sum(logits_max, sum_exp_logits, predicted_
     bt = m.shape[0] if m.ndim == 1 else 0
     logits = arrays["vocab_parallel_logits"]
     arrays["loss_out"] = output(LOSS, "loss_out", loss_out, (bt,), F32, "parameter 'logits_max'")
-    arrays["softmax_out"] = None if logits is None else output(
-        LOSS, "softmax_out", softmax_out, logits.shape, F32, "parameter 'vocab_parallel_logits'")
+    if logits is None:  # a softmax_out given without the logits: the op's rule (both or neither) rejects it
+        arrays["softmax_out"] = None if softmax_out is None else output(LOSS, "softmax_out", softmax_out, (), F32)
+    else:
+        arrays["softmax_out"] = output(LOSS, "softmax_out", softmax_out, logits.shape, F32,
+                                       "parameter 'vocab_parallel_logits'")
     props = {"label_smoothing": alpha, "vocab_size": k, "z_loss": zl}
     if ignore is not None:
         props["ignore_index"] = ignore

@@ -93,6 +93,7 @@ import numpy as np
 from npugrad.collectives import Group, InProcess
 from npugrad.dialect import FusedLinearCrossEntropyLossGradOp
 from npugrad.dialect.checks import SignatureError, SignatureTypeError
+from npugrad.dtypes import BFLOAT16
 from npugrad.ops.common import aligned_empty, as_input, first_bad_id, flag, integer, prefault, real
 from npugrad.ops.flce import fused_linear_cross_entropy_loss_grad
 from npugrad.ops.forward import fused_cross_entropy_loss_with_max_sum, fused_linear_online_max_sum
@@ -159,11 +160,17 @@ def linear_cross_entropy(input, weight, target, *, shards: int | None = None, ig
     want_grad = flag(OP, "compute_grad", compute_grad)
     chunk = None if chunk_rows is None else integer(OP, "chunk_rows", chunk_rows, "a non-negative integer", 0)
     group = group if group is not None else InProcess()
+    if not callable(getattr(group, "all_reduce", None)):
+        raise SignatureTypeError(f"{OP}: parameter 'group' must be a group of ranks with an all_reduce method "
+                                 f"(npugrad.collectives.Group), got {type(group).__name__}")
     x = as_input(OP, "input", input)
     y = as_input(OP, "target", target)
     ws, joined = _shards(weight, shards)
     if x.ndim != 2:
         raise SignatureError(f"{OP}: parameter 'input' must have rank 2 (BT, H), got rank {x.ndim} {x.shape}")
+    if x.dtype not in (F32, np.float16, BFLOAT16):  # the kernels' dtypes: checked here, named as this op's
+        raise SignatureTypeError(
+            f"{OP}: parameter 'input' must have dtype float32, float16 or bfloat16, got {x.dtype}")
     if y.ndim != 1 or y.shape[0] != x.shape[0]:
         raise SignatureError(f"{OP}: parameter 'target' must have shape (BT,) = ({x.shape[0]},), got {y.shape}")
     for i, w in enumerate(ws):  # every shard: the input's dtype and H, at least one row
@@ -175,8 +182,8 @@ def linear_cross_entropy(input, weight, target, *, shards: int | None = None, ig
             raise SignatureTypeError(f"{OP}: parameter '{name}' must have the dtype of 'input' ({x.dtype}), got {w.dtype}")
     bt = x.shape[0]
     k = sum(w.shape[0] for w in ws)
-    if y.dtype.kind not in "iu":
-        raise SignatureTypeError(f"{OP}: parameter 'target' must have an integer dtype, got {y.dtype}")
+    if y.dtype not in (np.int32, np.int64):  # the forward kernel's: checked here, named as this op's
+        raise SignatureTypeError(f"{OP}: parameter 'target' must have an integer dtype (int32 or int64), got {y.dtype}")
     _check_targets(y, ignore, k, isinstance(group, InProcess))
 
     # The rows that count, gathered once: every kernel sees only them.
@@ -221,11 +228,11 @@ def linear_cross_entropy(input, weight, target, *, shards: int | None = None, ig
 
 def _row_weights(grad_output, count: int) -> np.ndarray:
     """grad_output as `count` float32 values: (BT,) for reduction 'none', one element (the scalar
-    loss's upstream gradient) for 'mean' and 'sum'; real numbers (a float array, or a Python
-    float or list)."""
+    loss's upstream gradient) for 'mean' and 'sum'; real numbers (a float array, bfloat16 too,
+    or a Python float or list)."""
     g = as_input(OP, "grad_output", grad_output)
     python_numbers = not isinstance(grad_output, np.ndarray) and g.dtype.kind in "iu"  # 2, [1, 2]
-    if g.dtype.kind != "f" and not python_numbers:
+    if g.dtype.kind != "f" and g.dtype != BFLOAT16 and not python_numbers:
         raise SignatureTypeError(f"{OP}: parameter 'grad_output' must have a floating dtype, got {g.dtype}")
     if g.size != count:
         want = f"(BT,) = ({count},)" if count > 1 else "one element (the loss is a scalar)"
@@ -453,8 +460,8 @@ def _narrow_chunk_rows(n: int, bt: int, h: int, k: int, size: int, tiles: dict[s
 
 def _backward_rows(chunk: int | None, dtype, n: int, bt: int, h: int, ws, o: _Options) -> int:
     """The recompute schedule's rows per backward chunk, or 0 for one pass (module docstring)."""
-    if dtype == F32 or not n:
-        return 0  # float32 gradients are their own accumulators: chunks would only repack W
+    if dtype == F32 or not n or not h:
+        return 0  # float32 gradients are their own accumulators: chunks would only repack W (H = 0: nothing)
     if chunk is not None:
         return chunk
     tiles, cores = _tiles(), _cores()
