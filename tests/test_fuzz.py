@@ -74,11 +74,11 @@ def _reference(case: Case) -> dict[str, np.ndarray] | None:
         return None
 
 
-def _bytes(arrays: dict) -> dict[str, bytes]:
+def array_bytes(arrays: dict) -> dict[str, bytes]:
     return {k: a.tobytes() for k, a in arrays.items() if isinstance(a, np.ndarray)}
 
 
-def _assert_matches(got: np.ndarray, want: np.ndarray) -> None:
+def assert_matches(got: np.ndarray, want: np.ndarray) -> None:
     """NaN and ±Inf exactly where the reference (rounded to got's dtype) has them; the finite
     elements within the dtype's tolerance, scaled by the largest finite one (a NaN somewhere
     must not make every other element's rounding count relative to itself)."""
@@ -108,7 +108,7 @@ def _run(case: Case, valid: bool) -> str:
     want = _reference(case)
     written = case.written()
     read = {k: a for k, a in case.arrays.items() if k not in written}
-    before_written, before_read = _bytes(written), _bytes(read)
+    before_written, before_read = array_bytes(written), array_bytes(read)
     try:
         with np.errstate(all="ignore"):
             got = case.call()
@@ -117,7 +117,7 @@ def _run(case: Case, valid: bool) -> str:
         assert message.startswith(f"{case.op}: "), f"the message does not start with the op: {message!r}"
         named = set(re.findall(r"'(\w+)'", message)) & PARAMETERS[case.op]
         assert named, f"the message names no parameter of {case.op}: {message!r}"
-        assert _bytes(written) == before_written, f"a rejected call wrote to its outputs: {message!r}"
+        assert array_bytes(written) == before_written, f"a rejected call wrote to its outputs: {message!r}"
         assert not valid, f"a valid call was rejected: {type(e).__name__}: {message}"
         return "rejected"
     assert want is not None, "the call was accepted, but the reference rejects its arguments"
@@ -125,8 +125,8 @@ def _run(case: Case, valid: bool) -> str:
         given_out = written.get(name)
         if given_out is not None:
             assert array is given_out, f"'{name}' is not the array given"
-        _assert_matches(array, want[name])
-    assert _bytes(read) == before_read, "the call wrote to an input"
+        assert_matches(array, want[name])
+    assert array_bytes(read) == before_read, "the call wrote to an input"
     return "correct"
 
 
@@ -203,7 +203,7 @@ def wrong_python_type(case: Case, data) -> bool:
     return False
 
 
-def _relayout(a: np.ndarray, how: str, data) -> np.ndarray:
+def relayout(a: np.ndarray, how: str, data) -> np.ndarray:
     """The same values in other strides (negative, Fortran, stepped)."""
     if a.ndim == 0:
         return a
@@ -229,7 +229,7 @@ def strides(case: Case, data) -> bool:
     chosen = data.draw(st.lists(st.sampled_from(names), unique=True, min_size=1), label="restrided") if names else []
     how = data.draw(st.sampled_from(["reversed", "fortran", "stepped", "transposed"]), label="layout")
     for name in chosen:
-        case.arrays[name] = _relayout(case.arrays[name], how, data)
+        case.arrays[name] = relayout(case.arrays[name], how, data)
     return True
 
 

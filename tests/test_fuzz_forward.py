@@ -51,7 +51,7 @@ from forward_cases import (
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_fuzz import ODD_DTYPES, WEIRD, _assert_matches, _bytes, _relayout
+from test_fuzz import ODD_DTYPES, WEIRD, assert_matches, array_bytes, relayout
 
 from npugrad import ops
 from npugrad.dtypes import BFLOAT16
@@ -116,7 +116,7 @@ def _check_result(name: str, got, want, given_out) -> None:
         assert np.array_equal(got, values), f"'{name}' differs from the reference: {got} != {values}"
     else:
         try:
-            _assert_matches(got, np.asarray(values)) if scale is None else _assert_within(got, values, scale)
+            assert_matches(got, np.asarray(values)) if scale is None else _assert_within(got, values, scale)
         except AssertionError as e:
             raise AssertionError(f"'{name}': {e}") from None
 
@@ -151,7 +151,7 @@ def _run(case: Case, valid: bool) -> str:
     want = _reference(case)
     written = case.written()
     arrays = case.ndarrays()
-    before = _bytes(arrays)
+    before = array_bytes(arrays)
     try:
         with np.errstate(all="ignore"):
             got = case.call()
@@ -160,7 +160,7 @@ def _run(case: Case, valid: bool) -> str:
         assert message.startswith(f"{case.op}: "), f"the message does not start with the op: {message!r}"
         named = set(NAMED.findall(message)) & PARAMETERS[case.op]
         assert named, f"the message names no parameter of {case.op}: {message!r}"
-        changed = [k for k, b in _bytes(arrays).items() if b != before[k]]
+        changed = [k for k, b in array_bytes(arrays).items() if b != before[k]]
         assert not changed, f"a rejected call wrote to {changed}: {message!r}"
         assert not valid, f"a valid call was rejected: {type(e).__name__}: {message}"
         return "rejected"
@@ -168,7 +168,7 @@ def _run(case: Case, valid: bool) -> str:
     results = {v: k for k, v in OUTPUTS[case.op].items()}
     for name, w in want.items():
         _check_result(name, got[name], w, written.get(results.get(name)))
-    changed = [k for k, b in _bytes(arrays).items() if b != before[k] and k not in written]
+    changed = [k for k, b in array_bytes(arrays).items() if b != before[k] and k not in written]
     assert not changed, f"the call wrote to its inputs {changed}"
     return "correct"
 
@@ -246,9 +246,9 @@ def _layout(a: np.ndarray, how: str, data) -> np.ndarray:
     """The same values in other strides: test_fuzz's layouts, and rows padded (a view of the
     first columns of a wider array: strided, each row contiguous)."""
     if how != "padded":
-        return _relayout(a, how, data)
+        return relayout(a, how, data)
     if a.ndim < 2:
-        return _relayout(a, "stepped", data)
+        return relayout(a, "stepped", data)
     pad = data.draw(st.integers(1, 17), label="pad")
     big = np.zeros((*a.shape[:-1], a.shape[-1] + pad), a.dtype)
     view = big[..., : a.shape[-1]]
