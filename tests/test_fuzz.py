@@ -53,12 +53,17 @@ PARAMETERS = {op: set(inspect.signature(getattr(ops, op)).parameters) for op in 
 WEIGHT = {BCE: 1.0, NLL: 1.0, EMBEDDING: 1.0, EMA_ADAM: 1.0, FLCE: 0.4, "types": 1.0}
 
 
-def fuzz(kind: str):
+def budget(share: float):
+    """Hypothesis settings for a fuzz test taking `share` of the profile's max_examples."""
     return settings(
-        max_examples=max(1, round(settings.default.max_examples * WEIGHT[kind])),
+        max_examples=max(1, round(settings.default.max_examples * share)),
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
+
+
+def fuzz(kind: str):
+    return budget(WEIGHT[kind])
 
 
 # -- running one case ------------------------------------------------------------------------------
@@ -430,7 +435,7 @@ def _shape(data, min_rank: int, max_rank: int, label: str) -> tuple[int, ...]:
     return shape
 
 
-def _rng(data) -> np.random.Generator:
+def seeded_rng(data) -> np.random.Generator:
     return np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="seed"))
 
 
@@ -438,7 +443,7 @@ def draw_bce(data) -> Case:
     shape = _shape(data, 0, 4, "input_x")
     if data.draw(st.integers(0, 9), label="long") == 0:
         shape = (data.draw(st.sampled_from([1000, 4097, 131_073]), label="long size"),)
-    return bce(_rng(data), shape, data.draw(st.sampled_from(FLOAT_DTYPES), label="dtype"),
+    return bce(seeded_rng(data), shape, data.draw(st.sampled_from(FLOAT_DTYPES), label="dtype"),
                data.draw(st.sampled_from([0, 1, 2]), label="reduction"), data.draw(st.booleans(), label="weighted"),
                out=data.draw(st.booleans(), label="out given"))
 
@@ -447,7 +452,7 @@ def draw_nll(data) -> Case:
     one_d = data.draw(st.booleans(), label="1-D self")
     n = data.draw(SIZES, label="N")
     c = data.draw(st.one_of(st.integers(1, 12), st.sampled_from([31, 65, 1000])), label="C")
-    case = nll(_rng(data), n, c, data.draw(st.sampled_from(FLOAT_DTYPES), label="dtype"),
+    case = nll(seeded_rng(data), n, c, data.draw(st.sampled_from(FLOAT_DTYPES), label="dtype"),
                data.draw(st.sampled_from([np.int64, np.int32, np.uint8]), label="target dtype"),
                data.draw(st.sampled_from([0, 1, 2]), label="reduction"),
                data.draw(st.sampled_from([-100, 0, 1]), label="ignore_index"), one_d,
@@ -465,7 +470,7 @@ def draw_embedding(data) -> Case:
     # Any shape with n = prod(grad.shape[:-1]) elements (n = 1 for a 1-D grad).
     indices_shape = data.draw(st.sampled_from([lead, (n,), (1, n)] if lead else [(), (1,)]), label="indices shape")
     out_dtype = data.draw(st.sampled_from([None, None, np.float32, np.float16, BFLOAT16]), label="out dtype")
-    return embedding(_rng(data), (*lead, d), indices_shape, data.draw(st.sampled_from([1, 3, 17]), label="num_weights"),
+    return embedding(seeded_rng(data), (*lead, d), indices_shape, data.draw(st.sampled_from([1, 3, 17]), label="num_weights"),
                      dtype, data.draw(st.sampled_from([np.int64, np.int32]), label="index dtype"),
                      data.draw(st.sampled_from([-1, 0, 2]), label="padding_idx"),
                      data.draw(st.booleans(), label="scale"), out=out_dtype is not None, out_dtype=out_dtype)
@@ -487,7 +492,7 @@ def draw_ema_adam(data) -> Case:
         "bias_correction": bias_correction,
     }
     step = data.draw(st.integers(1 if bias_correction else 0, 1000), label="step")
-    case = ema_adam(_rng(data), shape, data.draw(st.sampled_from(FLOAT_DTYPES), label="dtype"), step, **hyper)
+    case = ema_adam(seeded_rng(data), shape, data.draw(st.sampled_from(FLOAT_DTYPES), label="dtype"), step, **hyper)
     if data.draw(st.booleans(), label="step array"):
         case.arrays["step"] = np.array([case.scalars.pop("step")], np.int64)
     return case
@@ -500,7 +505,7 @@ def draw_flce(data) -> Case:
     v = data.draw(st.integers(0, 12) if mode == "memory-saving" else st.integers(128, 140), label="V")
     dtype = data.draw(st.sampled_from([BFLOAT16, np.float32]), label="dtype")
     mask = data.draw(st.sampled_from([np.bool_, np.uint8]), label="mask dtype")
-    case = flce(_rng(data), bt, h, v, dtype, mode, mask, np.int64, out=data.draw(st.booleans(), label="out given"))
+    case = flce(seeded_rng(data), bt, h, v, dtype, mode, mask, np.int64, out=data.draw(st.booleans(), label="out given"))
     if data.draw(st.booleans(), label="label_smoothing given"):
         case.scalars["label_smoothing"] = 0.0
     return case
@@ -550,9 +555,9 @@ def test_fuzz_fused_linear_cross_entropy_loss_grad(data):
 def test_fuzz_python_types_of_every_parameter(data):
     """Any op, any parameter, any Python object: a clean rejection or (lists, integers) a correct call."""
     op = data.draw(st.sampled_from(sorted(DRAW)), label="op")
-    case = {BCE: lambda: bce(_rng(data), (3, 5), reduction=2), NLL: lambda: nll(_rng(data)),
-            EMBEDDING: lambda: embedding(_rng(data)), EMA_ADAM: lambda: ema_adam(_rng(data)),
-            FLCE: lambda: flce(_rng(data))}[op]()
+    case = {BCE: lambda: bce(seeded_rng(data), (3, 5), reduction=2), NLL: lambda: nll(seeded_rng(data)),
+            EMBEDDING: lambda: embedding(seeded_rng(data)), EMA_ADAM: lambda: ema_adam(seeded_rng(data)),
+            FLCE: lambda: flce(seeded_rng(data))}[op]()
     for _ in range(data.draw(st.integers(1, 3), label="how many")):
         wrong_python_type(case, data)
     run(case, False)

@@ -49,9 +49,9 @@ from forward_cases import (
     max_sum,
     output_like,
 )
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
-from test_fuzz import ODD_DTYPES, WEIRD, assert_matches, array_bytes, relayout
+from test_fuzz import ODD_DTYPES, WEIRD, array_bytes, assert_matches, budget, relayout, seeded_rng
 
 from npugrad import ops
 from npugrad.dtypes import BFLOAT16
@@ -65,11 +65,7 @@ WEIGHT = {MAX_SUM: 1.0, LOSS: 1.0, LCE: 0.75, "types": 0.5}
 
 
 def fuzz(kind: str):
-    return settings(
-        max_examples=max(1, round(settings.default.max_examples * WEIGHT[kind])),
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
+    return budget(WEIGHT[kind])
 
 
 # -- running one case ------------------------------------------------------------------------------
@@ -378,7 +374,7 @@ def shift_shard(case: Case, data) -> bool:
     case.scalars["vocab_start_index"], case.scalars["vocab_end_index"] = start, end
     t = case.arrays.get("target")
     if isinstance(t, np.ndarray) and t.dtype in INDEX_DTYPES and t.size and data.draw(st.booleans(), label="retarget"):
-        rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="seed"))
+        rng = seeded_rng(data)
         info = np.iinfo(t.dtype)
         ids = [min(max(start + int(rng.integers(-2, v + 2)), info.min), info.max) for _ in range(t.size)]
         case.arrays["target"] = np.array(ids, np.int64).astype(t.dtype).reshape(t.shape)
@@ -421,7 +417,7 @@ def inputs_share_memory(case: Case, data) -> bool:
         return True
     p, q = data.draw(st.sampled_from(pairs), label="shared")
     a, b = case.arrays[p], case.arrays[q]
-    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="seed"))
+    rng = seeded_rng(data)
     rows = max(a.shape[0], b.shape[0]) + data.draw(st.integers(0, 3), label="extra rows")
     buf = (rng.standard_normal((rows, *a.shape[1:])) * 0.5).astype(np.float32).astype(a.dtype)
     off_a = data.draw(st.integers(0, rows - a.shape[0]), label="offset a")
@@ -580,10 +576,6 @@ H = st.one_of(st.integers(0, 12), st.sampled_from([15, 16, 17, 31, 33]))
 V = st.one_of(st.integers(1, 12), st.sampled_from([15, 16, 17, 31, 33, 64, 65, 128, 129, 176, 177, 300]))
 
 
-def _rng(data) -> np.random.Generator:
-    return np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="seed"))
-
-
 # Each a kernel of its own per dtype and target dtype: the options come from this list.
 MAX_SUM_OPTIONS = [
     {},
@@ -612,7 +604,7 @@ def draw_max_sum(data) -> Case:
     if "return_logits" in options and data.draw(st.booleans(), label="logits by logits_out"):
         del options["return_logits"]  # asked for by the array given instead of the flag
         outputs = sorted({*outputs, "logits_out"})
-    return max_sum(_rng(data), bt, h, v, data.draw(st.sampled_from(FLOATS), label="dtype"),
+    return max_sum(seeded_rng(data), bt, h, v, data.draw(st.sampled_from(FLOATS), label="dtype"),
                    data.draw(st.sampled_from(INDEX_DTYPES), label="target dtype"), start, options, outputs,
                    scale=data.draw(st.sampled_from([1.0, 1.0, 2.0]), label="scale"))
 
@@ -633,7 +625,7 @@ def draw_loss(data) -> Case:
     logits = data.draw(st.booleans(), label="logits")
     v = data.draw(V, label="V") if logits else None
     outputs = [k for k in OUTPUTS[LOSS] if data.draw(st.booleans(), label=f"{k} given")]
-    case = loss_with_max_sum(_rng(data), data.draw(BT, label="BT"), v,
+    case = loss_with_max_sum(seeded_rng(data), data.draw(BT, label="BT"), v,
                              data.draw(st.sampled_from(FLOATS), label="dtype"),
                              data.draw(st.sampled_from(INDEX_DTYPES), label="target dtype"), options, outputs,
                              sum_logits=data.draw(st.booleans(), label="sum_logits"))
@@ -669,12 +661,12 @@ def draw_lce(data) -> Case:
         if value or data.draw(st.booleans(), label=f"{name} 0 given"):
             options[name] = value
     ignored = data.draw(st.sampled_from([0.0, 0.0, 0.3, 1.0]), label="ignored")
-    case = lce(_rng(data), bt, h, k, dtype, how, cuts, ignored, ignore, options,
+    case = lce(seeded_rng(data), bt, h, k, dtype, how, cuts, ignored, ignore, options,
                scale=data.draw(st.sampled_from([1.0, 1.0, 2.0]), label="scale"),
                target_dtype=data.draw(st.sampled_from(INDEX_DTYPES), label="target dtype"))
     if not data.draw(st.integers(0, 3), label="compute_grad"):
         case.scalars["compute_grad"] = False
-    rng = _rng(data)
+    rng = seeded_rng(data)
     upstream = data.draw(st.sampled_from(["none", "array", "python", "zeros"]), label="grad_output")
     count = bt if reduction == "none" else 1
     if upstream == "array":
@@ -733,7 +725,7 @@ def test_fuzz_python_types_of_every_parameter(data):
     """Any of the three, any parameter, any Python object: a clean rejection or (lists,
     integers) a correct call."""
     op = data.draw(st.sampled_from(OPS), label="op")
-    rng = _rng(data)
+    rng = seeded_rng(data)
     case = {MAX_SUM: lambda: max_sum(rng, outputs=["logits_max_out", "target_mask_out"]),
             LOSS: lambda: loss_with_max_sum(rng, v=6, outputs=["loss_out"]),
             LCE: lambda: lce(rng, shards="list", cuts=[7], options={"group": None})}[op]()
