@@ -15,7 +15,7 @@ from npugrad import ops
 from npugrad.compiler import Pipeline
 from npugrad.dialect import FusedLinearCrossEntropyLossGradOp
 from npugrad.dtypes import BFLOAT16
-from npugrad.reference import harness, pack_target_mask
+from npugrad.reference import harness, pack_target_mask, round_to, unpack_target_mask
 from npugrad.runtime.launch import check, launch, using
 
 OP = "fused_linear_cross_entropy_loss_grad"
@@ -245,12 +245,29 @@ def test_compact_kept_logits_rejects(rng):
         f(**a | {"softmax_is_logits": False}, logits_block=32, softmax_block_max=c)
 
 
+def _rounding_allowance(a, dtype) -> np.ndarray:
+    """How far a float32 dX may lie from the reference's where a grad logit G[t, v] sits so near
+    a rounding boundary of `dtype` (both round G to it before the GEMMs) that the last bits of P,
+    the kernel's exp against NumPy's, round it the other way: the gap between its two roundings
+    times |W[v]|, summed over such logits (BT, H); 0 elsewhere. Memory-saving mode, no extensions."""
+    x, w = (np.asarray(a[k], np.float32) for k in ("input", "weight"))
+    p = np.exp(x @ w.T - a["logits_max"][:, None]) / a["sum_exp_logits"][:, None]
+    rows = np.flatnonzero(unpack_target_mask(a["target_mask"], len(x)) == 0)
+    p[rows, a["masked_target"][rows]] -= 1
+    g = p * a["grad"][:, None]
+    nudge = np.float32(2.0**-20)  # a few float32 ulps either way
+    gap = np.abs(round_to(g * (1 + nudge), dtype) - round_to(g * (1 - nudge), dtype))
+    return gap @ np.abs(w)
+
+
 @PIPELINES
 @pytest.mark.parametrize("dtype", [BFLOAT16, np.float16], ids=str)
 def test_float32_input_grad_is_the_unrounded_accumulator(rng, fuse, dtype):
     """`float32_input_grad` (the extension): dX in float32 for a narrow input, the sum the
     default output rounds once (its rounding is that output, bit for bit), within float32's
-    tolerance of the reference; it accumulates like the default one. Without the flag a float32
+    tolerance of the reference (plus, where a grad logit sits on a rounding boundary of the
+    narrow dtype, what rounding it the other way moves: _rounding_allowance); it accumulates
+    like the default one. Without the flag a float32
     dX is rejected (the vendor's rule: the input's dtype), and with it any other dtype."""
     a = _operands(rng, dtype=dtype, mask=np.uint8)
     narrow = _run(a, fuse)
@@ -258,7 +275,9 @@ def test_float32_input_grad_is_the_unrounded_accumulator(rng, fuse, dtype):
     assert wide[0].dtype == np.float32 and wide[1].dtype == dtype
     np.testing.assert_array_equal(wide[0].astype(dtype).view(np.uint16), narrow[0].view(np.uint16))
     np.testing.assert_array_equal(wide[1].view(np.uint16), narrow[1].view(np.uint16))
-    assert_close(wide[0], harness.expected(OP, a, {})["input_grad_out"].astype(np.float32))
+    want = harness.expected(OP, a, {})["input_grad_out"]
+    allowed = harness.tolerance(np.float32) * (np.abs(want) + np.abs(want).max()) + _rounding_allowance(a, dtype)
+    assert np.all(np.abs(wide[0] - want) <= allowed), f"max excess {np.max(np.abs(wide[0] - want) - allowed):.3e}"
     start = rng.standard_normal((BT, H)).astype(np.float32)
     gx, gw = start.copy(), np.zeros((V, H), dtype)
     _run(a | {"float32_input_grad": True, "accumulate": True}, fuse, input_grad_out=gx, weight_grad_out=gw)
