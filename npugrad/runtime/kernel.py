@@ -153,6 +153,11 @@ class Kernel:
         (not checked again: only their addresses are read)."""
         return functools.partial(self.launch, self.descriptors(layout, arrays), layout.blocks)
 
+    def run(self, layout: Layout, arrays: Sequence[np.ndarray]) -> None:
+        """descriptors, then launch: what a cached call does, in one step."""
+        self.launch([_HEAD(data, data) + tail for data, tail in zip(data_addresses(arrays), layout.tails)],
+                    layout.blocks)
+
     def descriptors(self, layout: Layout, arrays: Sequence[np.ndarray]) -> list[bytes]:
         """The packed descriptors of arrays of the dtypes, shapes and strides `layout` was made for."""
         return [_HEAD(data, data) + tail for data, tail in zip(data_addresses(arrays), layout.tails)]
