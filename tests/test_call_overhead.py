@@ -146,19 +146,21 @@ def test_an_output_that_is_an_input_after_a_remembered_signature_is_rejected(rng
 def test_the_table_of_specialised_signatures_is_bounded(rng, monkeypatch):
     monkeypatch.setattr(launch, "_SPECIALISED_MAX", 4)
     launch._SPECIALISED.clear()
+    launch._REPLAYS.clear()
     for n in range(1, 12):
         case = bce(rng, (n,), out=True)
         assert_close(case.call()["out"], case.expected()["out"])
-        assert len(launch._SPECIALISED) <= 4
+        assert len(launch._SPECIALISED) <= 4 and 0 < len(launch._REPLAYS) <= 4
 
 
 def test_calls_under_a_pipeline_of_the_caller_are_not_remembered(rng):
     launch._SPECIALISED.clear()
     case = bce(rng, (6,), out=True)
+    launch._REPLAYS.clear()
     with launch.using(Pipeline(vectorize=False)):
         for _ in range(2):
             assert_close(case.copy().call()["out"], case.expected()["out"])
-    assert not launch._SPECIALISED
+    assert not launch._SPECIALISED and not launch._REPLAYS
 
 
 def test_one_signature_from_several_threads(rng):
@@ -288,3 +290,115 @@ def test_an_out_of_range_target_of_nll_after_a_remembered_signature_is_rejected(
         wrong.arrays["target"][1] = bad
         with pytest.raises(ValueError, match=rf"^{NLL}: parameter 'target' has value {bad} at position 1"):
             wrong.call()
+
+
+# -- replay: a signature met before is not planned again (launch.Replay) -----------------------------
+
+
+@pytest.fixture
+def replayed(monkeypatch):
+    """How many calls replayed a plan (Replay.call made their Call) rather than planning."""
+    count = [0]
+    original = launch.Replay.call
+
+    def counting(self, *args, **kwargs):
+        call = original(self, *args, **kwargs)
+        count[0] += call is not None
+        return call
+
+    monkeypatch.setattr(launch.Replay, "call", counting)
+    launch._REPLAYS.clear()
+    return count
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("out", [True, False], ids=["outputs given", "outputs allocated"])
+def test_a_signature_met_before_is_replayed_on_new_arrays(rng, replayed, op, out):
+    """Each call after the first replays the plan on other arrays of the same signature, with
+    the right results, in the caller's outputs or in fresh ones (never the last call's)."""
+    case = default_case(op, rng, out=out)
+    results = []
+    for i in range(3):
+        fresh = default_case(op, np.random.default_rng(i), out=out)
+        fresh = Case(op, {k: None if a is None else a.astype(case.arrays[k].dtype) for k, a in fresh.arrays.items()},
+                     dict(case.scalars))
+        want = fresh.expected()
+        got = fresh.call()
+        for k in want:
+            assert_close(got[k], want[k])
+            if k in fresh.arrays and fresh.arrays[k] is not None:
+                assert got[k] is fresh.arrays[k]
+        results.append(got)
+    assert replayed[0] == 2
+    for k in results[0]:
+        assert len({id(r[k]) for r in results}) == 3
+
+
+def test_ema_adam_replays_a_new_step_and_new_hyper_parameters(rng, replayed):
+    """The step count and the float hyper-parameters change from call to call (a schedule): a
+    call with new ones still replays, and the kernel reads the new values."""
+    for i, (step, lr) in enumerate([(1, 1e-3), (2, 5e-4), (7, 2e-2), (8, 0.0)]):
+        case = default_case(EMA_ADAM, np.random.default_rng(i))
+        case.scalars |= {"step": step, "lr": lr, "weight_decay": 0.01 * i}
+        want = case.expected()
+        got = case.call()
+        for k in want:
+            assert_close(got[k], want[k])
+    assert replayed[0] == 3
+
+
+@pytest.mark.parametrize("bad, match", [
+    ({"step": 0}, r"parameter 'step' must be >= 1 when bias_correction is on, got 0"),
+    ({"step": 1 << 63}, r"parameter 'step' must be an int64 step count, an int64, got 9223372036854775808"),
+    ({"step": True}, r"parameter 'step' must have dtype int64, got bool"),
+    ({"lr": float("nan")}, r"parameter 'lr' must be a finite real number, got nan"),
+    ({"eps": 1e39}, r"parameter 'eps' must be finite as a float32"),
+])
+def test_a_bad_per_call_value_after_a_remembered_signature_is_rejected_as_when_planned(rng, bad, match):
+    """What a replayed call makes again from its arguments is checked again, with the plan's
+    message, before anything is written."""
+    case = default_case(EMA_ADAM, rng)
+    launch._REPLAYS.clear()
+    messages = []
+    for _ in range(2):  # planned, then replayed
+        wrong = case.copy()
+        wrong.scalars |= bad
+        with pytest.raises((ValueError, TypeError), match=rf"^{EMA_ADAM}: {match}") as info:
+            before = wrong.snapshot()
+            wrong.call()
+        assert wrong.snapshot() == before
+        messages.append(str(info.value))
+        case.copy().call()  # the good call of that signature: remembered
+    assert messages[0] == messages[1]
+
+
+def test_an_array_passed_for_two_parameters_is_not_replayed_from_one(rng, replayed):
+    """A plan given one array for two parameters says nothing of which operand came from
+    which: it is not remembered, and a later call with two arrays gets each in its place."""
+    case = default_case(FLCE, rng)
+    same = case.copy()
+    same.arrays["sum_exp_logits"] = same.arrays["logits_max"]
+    same.call()
+    assert not launch._REPLAYS
+    for i in range(2):
+        fresh = case.copy()
+        fresh.arrays["sum_exp_logits"] = fresh.arrays["sum_exp_logits"] + np.float32(i)
+        want = fresh.expected()
+        got = fresh.call()
+        for k in want:
+            assert_close(got[k], want[k])
+    assert replayed[0] == 1
+
+
+def test_foreign_arrays_and_step_arrays_are_planned_on_every_call(rng, replayed):
+    """Only plain ndarrays and Python scalars make a signature; an EMA-Adam step given as an
+    int64 array (what the plan makes of an int) is planned on every call."""
+    case = default_case(EMA_ADAM, rng)
+    case.scalars["step"] = np.array([3], np.int64)
+    for _ in range(3):
+        case.copy().call()
+    sub = default_case(BCE, rng, out=True)
+    sub.arrays["input_x"] = sub.arrays["input_x"].view(np.recarray)
+    for _ in range(2):
+        sub.call()
+    assert replayed[0] == 0 and not launch._REPLAYS

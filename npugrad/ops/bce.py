@@ -19,7 +19,7 @@ OP = "binary_cross_entropy_grad"
 DISPLAY = {"dx": "out"}
 
 
-@two_phase
+@two_phase(replay=True)
 def binary_cross_entropy_grad(input_x, input_y, dloss, weight=None, reduction=REDUCTION_MEAN, *, out=None):
     """dL/dx of binary cross entropy; returns `out` (the shape and dtype of input_x).
 
@@ -39,5 +39,5 @@ def binary_cross_entropy_grad(input_x, input_y, dloss, weight=None, reduction=RE
     arrays["dx"] = output(OP, "out", out, x.shape, x.dtype, "parameter 'input_x'")
     props = check(BinaryCrossEntropyGradOp, arrays, {"reduction": reduction}, DISPLAY)
     reject_overlap(OP, arrays, ("dx",), DISPLAY)
-    allocate(OP, arrays, ("dx",), DISPLAY)
-    return Call(BinaryCrossEntropyGradOp, arrays, props, arrays["dx"])
+    fresh = allocate(OP, arrays, ("dx",), DISPLAY)
+    return Call(BinaryCrossEntropyGradOp, arrays, props, arrays["dx"], fresh=fresh)

@@ -20,7 +20,7 @@ import numpy as np
 
 from npugrad.dialect.checks import SignatureError, SignatureTypeError
 from npugrad.runtime.address import aligned as aligned_empty  # uninitialised, 64-byte aligned
-from npugrad.runtime.launch import as_input
+from npugrad.runtime.launch import as_input, owned_and_distinct
 
 __all__ = [
     "REDUCTION",
@@ -151,7 +151,7 @@ class Planned:
     """An output the call allocates once every check has passed: its shape and dtype (all the
     metadata rules read), what to fill it with, and what sized it (for the size error)."""
 
-    __slots__ = ("dtype", "fill", "nbytes", "shape", "sized_by")
+    __slots__ = ("dtype", "fill", "mapped", "nbytes", "shape", "sized_by")
 
     def __init__(self, shape: tuple[int, ...], dtype: np.dtype, sized_by: str, fill=None):
         self.shape = shape
@@ -159,6 +159,13 @@ class Planned:
         self.nbytes = math.prod(shape) * dtype.itemsize
         self.sized_by = sized_by  # e.g. "parameter 'num_weights' = 5", "parameter 'input_x'"
         self.fill = fill
+        self.mapped = False  # its pages mapped before the kernel writes it (allocate)
+
+    def new(self) -> np.ndarray:
+        """A fresh array of this plan."""
+        if self.fill is not None:
+            return np.full(self.shape, self.fill, self.dtype)
+        return prefault(np.empty(self.shape, self.dtype)) if self.mapped else np.empty(self.shape, self.dtype)
 
 
 def output(op: str, name: str, given, shape, dtype, sized_by: str = "") -> np.ndarray | Planned:
@@ -236,9 +243,10 @@ def prefault(a: np.ndarray) -> np.ndarray:
 
 
 def allocate(op: str, arrays: dict, outputs: Iterable[str], display: Mapping[str, str] | None = None,
-             mapped: bool = False) -> None:
+             mapped: bool = False) -> dict[str, Planned]:
     """Replace each Planned output in `arrays` by a fresh array, after checking that together
-    they fit in this machine's memory (else a ValueError naming what sized the largest). `mapped`:
+    they fit in this machine's memory (else a ValueError naming what sized the largest), and
+    return what was planned of each (Call's `fresh`: a replayed call makes them again). `mapped`:
     a large one's pages mapped before the kernel writes it (prefault), for kernels whose blocks
     first touch it out of order and wait for each other (the FLCE wavefront). A kernel that
     streams through its output maps it faster itself: NLL's backward into a fresh 250 MiB took
@@ -250,13 +258,14 @@ def allocate(op: str, arrays: dict, outputs: Iterable[str], display: Mapping[str
             total += p.nbytes
     if total > MEMORY_BYTES:
         _too_large(op, arrays, outputs, total, display or {})
+    fresh = {}
     for name in outputs:
         p = arrays[name]
         if type(p) is Planned:
-            if p.fill is not None:
-                arrays[name] = np.full(p.shape, p.fill, p.dtype)
-            else:
-                arrays[name] = prefault(np.empty(p.shape, p.dtype)) if mapped else np.empty(p.shape, p.dtype)
+            p.mapped = mapped
+            arrays[name] = p.new()
+            fresh[name] = p
+    return fresh
 
 
 def _too_large(op: str, arrays: dict, outputs: Iterable[str], total: int, display: Mapping[str, str]) -> None:
@@ -312,7 +321,7 @@ def reject_overlap(op: str, arrays: Mapping[str, object], outputs: Sequence[str]
     Otherwise NumPy's test compares memory bounds and, where they meet, solves for a shared
     element: interleaved arrays that share none pass."""
     given = [k for k in outputs if type(arrays[k]) is not Planned]
-    if not given or _distinct_owners(arrays, given, skip):
+    if not given or owned_and_distinct(arrays, given, skip):
         return
     others = []
     for k, a in arrays.items():
@@ -337,20 +346,6 @@ def reject_overlap(op: str, arrays: Mapping[str, object], outputs: Sequence[str]
                     shared = True
             if shared:
                 _overlapping(op, list(arrays), out, other, display or {})
-
-
-def _distinct_owners(arrays: Mapping[str, object], given: Sequence[str], skip: Iterable[str]) -> bool:
-    """The common case, settled without the pairwise test: the array arguments are distinct
-    arrays that each own their memory, and each given output is C-contiguous (so no two of its
-    elements meet)."""
-    others = [a for k, a in arrays.items() if isinstance(a, np.ndarray) and k not in skip]
-    for a in others:
-        if a.base is not None or not a.flags.owndata:
-            return False
-    for out in given:
-        if not arrays[out].flags.c_contiguous:
-            return False
-    return len(set(map(id, others))) == len(others)
 
 
 def _overlapping(op: str, order: list[str], out: str, other: str, display: Mapping[str, str]) -> None:

@@ -23,16 +23,28 @@ def _step(step) -> np.ndarray:
     return as_input(OP, "step", step)
 
 
-@two_phase
+def _hyperparameters(lr, ema_decay, beta1, beta2, eps, weight_decay) -> dict[str, float]:
+    hyper = {"lr": lr, "ema_decay": ema_decay, "beta1": beta1, "beta2": beta2, "eps": eps, "weight_decay": weight_decay}
+    # The kernel computes in float32: each must stay finite there.
+    return {k: real(OP, k, x, float32=True) for k, x in hyper.items()}
+
+
+def _made_per_call(step, lr=1e-3, ema_decay=0.9999, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0) -> dict:
+    """The operands a call makes of its step count and hyper-parameters, which change from call
+    to call without changing the kernel: made again by every replayed call (two_phase's per_call)."""
+    hyper = _hyperparameters(lr, ema_decay, beta1, beta2, eps, weight_decay)
+    return {"step": _step(step),
+            "hyperparameters": np.array([hyper[n] for n in ApplyFusedEmaAdamOp.HYPERPARAMETER_ORDER], np.float32)}
+
+
+@two_phase(replay=True, per_call=_made_per_call)
 def apply_fused_ema_adam(grad, var, m, v, s, step, lr=1e-3, ema_decay=0.9999, beta1=0.9, beta2=0.999,
                          eps=1e-8, mode=1, bias_correction=True, weight_decay=0.0):
     """Update var, m, v, s (same shape and dtype as grad) in place and return them as a tuple.
 
     step is the 1-based step count (an int64 (1,) array or an int), not incremented. The float
     hyper-parameters are passed to the kernel at run time, so changing them never recompiles."""
-    hyper = {"lr": lr, "ema_decay": ema_decay, "beta1": beta1, "beta2": beta2, "eps": eps, "weight_decay": weight_decay}
-    # The kernel computes in float32: each must stay finite there.
-    hyper = {k: real(OP, k, x, float32=True) for k, x in hyper.items()}
+    hyper = _hyperparameters(lr, ema_decay, beta1, beta2, eps, weight_decay)
     mode = integer(OP, "mode", mode, MODE)
     bias_correction = flag(OP, "bias_correction", bias_correction)
     arrays = {"grad": as_input(OP, "grad", grad), "step": _step(step)}
@@ -45,8 +57,8 @@ def apply_fused_ema_adam(grad, var, m, v, s, step, lr=1e-3, ema_decay=0.9999, be
     reject_overlap(OP, arrays, STATES, skip=() if arrays["step"] is step else ("step",))
     arrays["hyperparameters"] = np.array([hyper[n] for n in ApplyFusedEmaAdamOp.HYPERPARAMETER_ORDER], np.float32)
 
-    def check_step() -> None:
-        k = arrays["step"].item(0)  # its one element (the rules checked that), as a Python int
+    def check_step(a) -> None:
+        k = a["step"].item(0)  # its one element (the rules checked that), as a Python int
         if bias_correction and k < 1:
             raise ValueError(f"{OP}: parameter 'step' must be >= 1 when bias_correction is on, got {k}")
 

@@ -22,7 +22,7 @@ def _padding(padding_idx, num_weights: int) -> int:
     return pad if 0 <= pad < num_weights else NO_PADDING
 
 
-@two_phase
+@two_phase(replay=True)
 def embedding_dense_backward(grad, indices, num_weights, padding_idx=-1, scale_grad_by_freq=False, *, out=None):
     """Sum the rows of grad (*, D) into the rows of `out` (num_weights, D) that `indices` name.
 
@@ -42,8 +42,9 @@ def embedding_dense_backward(grad, indices, num_weights, padding_idx=-1, scale_g
               "out": output(OP, "out", out, (max(nw, 0), d), g.dtype, f"parameter 'num_weights' = {nw}")}
     props = check(EmbeddingDenseBackwardOp, arrays, props, {"out": "out"})
     reject_overlap(OP, arrays, ("out",))
-    allocate(OP, arrays, ("out",))
-    return Call(EmbeddingDenseBackwardOp, arrays, props, arrays["out"], lambda: _check_indices(g, idx, nw))
+    fresh = allocate(OP, arrays, ("out",))
+    return Call(EmbeddingDenseBackwardOp, arrays, props, arrays["out"],
+                lambda a: _check_indices(a["grad"], a["indices"], nw), fresh=fresh)
 
 
 def _check_indices(g: np.ndarray, idx: np.ndarray, nw: int) -> None:

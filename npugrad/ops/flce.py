@@ -17,7 +17,7 @@ _BOOL = np.dtype(np.bool_)
 _count_nonzero = getattr(np.count_nonzero, "_implementation", np.count_nonzero)
 
 
-@two_phase
+@two_phase(replay=True)
 def fused_linear_cross_entropy_loss_grad(
     grad, input, weight, target_mask, masked_target, label_smoothing=0.0,
     logits_max=None, sum_exp_logits=None, softmax=None, *, vocab_size=0, z_loss=0.0, softcap=0.0,
@@ -82,12 +82,12 @@ def fused_linear_cross_entropy_loss_grad(
     arrays["weight_grad_out"] = output(OP, "weight_grad_out", weight_grad_out, (v, h), x.dtype, "parameter 'weight'")
     props = check(FusedLinearCrossEntropyLossGradOp, arrays, extensions)
     reject_overlap(OP, arrays, OUTPUTS)
-    allocate(OP, arrays, OUTPUTS, mapped=True)  # the wavefront's blocks first touch dW out of order
+    fresh = allocate(OP, arrays, OUTPUTS, mapped=True)  # the wavefront's blocks first touch dW out of order
     if softmax is not None and not extensions["softmax_is_logits"]:
         arrays["logits_max"] = arrays["sum_exp_logits"] = None  # ignored by the spec in this mode
     return _RowsThatCount(FusedLinearCrossEntropyLossGradOp, arrays, props,
                           (arrays["input_grad_out"], arrays["weight_grad_out"]),
-                          lambda: _check_targets(arrays["target_mask"], arrays["masked_target"], bt, v))
+                          lambda a: _check_targets(a["target_mask"], a["masked_target"], bt, v), fresh=fresh)
 
 
 _ROW_OPERANDS = ("grad", "input", "masked_target", "logits_max", "sum_exp_logits", "softmax", "softmax_block_max")
@@ -106,7 +106,7 @@ class _RowsThatCount(Call):
             return super().run()
         skip = grad == 0
         if self.value_check is not None:
-            self.value_check()
+            self.value_check(a)
         keep = np.flatnonzero(~skip)
         compact = {k: (x[keep] if k in _ROW_OPERANDS and x is not None else x) for k, x in a.items()}
         compact["target_mask"] = _rows_of_mask(a["target_mask"], keep, skip.size)

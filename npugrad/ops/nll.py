@@ -22,7 +22,7 @@ def _check_targets(target: np.ndarray, ignore_index: int, c: int) -> None:
         )
 
 
-@two_phase
+@two_phase(replay=True)
 def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight, *, out=None):
     """Gradient of NLL loss w.r.t. the log-probabilities `self`; returns `out` (shape and dtype of self).
 
@@ -48,6 +48,7 @@ def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index
     }
     props = check(NLLLossBackwardOp, arrays, props)
     reject_overlap(OP, arrays, ("out",))
-    allocate(OP, arrays, ("weight", "out"))
-    return Call(NLLLossBackwardOp, arrays, props, arrays["out"],
-                lambda: _check_targets(arrays["target"], props["ignore_index"], s.shape[-1]))
+    fresh = allocate(OP, arrays, ("weight", "out"))
+    c, ignore_index = s.shape[-1], props["ignore_index"]
+    return Call(NLLLossBackwardOp, arrays, props, arrays["out"], lambda a: _check_targets(a["target"], ignore_index, c),
+                fresh=fresh)
