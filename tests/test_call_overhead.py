@@ -2,7 +2,8 @@
 
 A call signature met before (op, properties, thread count, every operand's dtype, shape and
 strides) skips the compile-cache key and the kernel's argument checks (runtime/launch.py,
-_specialised). Everything that depends on more than that is checked on every call: alignment
+_specialised); an API call whose arguments' signature was met before replays its plan
+(launch.Replay). Everything that depends on more than that is checked on every call: alignment
 (the address), writeability, memory overlap (addresses), the values. A one-block launch of a
 synchronized kernel builds no barrier (runtime/sync.py)."""
 

@@ -207,8 +207,9 @@ def two_phase(plan: Callable[..., Call] | None = None, *, replay: bool = False,
     well as NumPy arrays, without a copy, and return what they were given (interop/dlpack.py).
 
     `replay`: the plan reads nothing but its arguments' signature (types, dtypes, shapes,
-    strides, scalar values) apart from its `value_check`, so a call whose arguments have a
-    signature met before replays what the plan made of it (Replay) instead of planning again.
+    strides, scalar values) apart from its `value_check`, and makes no array of an argument's
+    data (a copy would be replayed stale), so a call whose arguments have a signature met
+    before replays what the plan made of it (Replay) instead of planning again.
     `per_call(**values)`: operands the plan derives from the arguments it names (their values
     stay out of the signature: e.g. a step count), made again on every call with the same
     checks; it raises, as the plan would, on a bad value."""
@@ -265,7 +266,6 @@ class _Replays:
         import inspect
 
         params = list(inspect.signature(plan).parameters.values())
-        self.op = plan.__name__
         self.positions = len([p for p in params if p.kind == p.POSITIONAL_OR_KEYWORD])
         self.per_call = per_call
         names = tuple(inspect.signature(per_call).parameters) if per_call is not None else ()
@@ -310,6 +310,7 @@ class _Replays:
                 for n, i, default in self.varying}
 
     def remember(self, key: tuple, call: Call, args: tuple, kwargs: dict) -> None:
+        """Keep the call's Replay under `key`, in a table bounded as _SPECIALISED is."""
         found = Replay.of(call, args, kwargs, self)
         if found is not None:
             if len(_REPLAYS) >= _SPECIALISED_MAX:
