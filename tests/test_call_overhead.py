@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import forward_cases
 from api_cases import BCE, EMA_ADAM, EMBEDDING, FLCE, NLL, OPS, OUTPUTS, Case, bce, default_case, overlapping
 from conftest import assert_close
+from test_fuzz_forward import run as run_forward_case
 from test_sync import _expected, barriers_built, in_threads, rotate_kernel
 
 from npugrad import ops
 from npugrad.compiler import Pipeline
+from npugrad.dtypes import BFLOAT16
 from npugrad.ops.common import all_in_range
 from npugrad.runtime import launch, sync
 from npugrad.runtime.kernel import ArgumentError, Kernel
@@ -403,3 +406,70 @@ def test_foreign_arrays_and_step_arrays_are_planned_on_every_call(rng, replayed)
     for _ in range(2):
         sub.call()
     assert replayed[0] == 0 and not launch._REPLAYS
+
+
+# -- replay of the forward ops: results that are NamedTuples and tuples holding Nones ---------------
+
+FORWARD_CASES = {
+    "max_sum": lambda rng, out: forward_cases.max_sum(rng, bt=9, h=12, v=20, start=40, outputs=out),
+    "max_sum_logits_softcap_ignore": lambda rng, out: forward_cases.max_sum(
+        rng, bt=9, h=12, v=20, start=40, outputs=out,
+        options={"return_logits": True, "return_sum_logits": True, "softcap": 5.0, "ignore_index": 41}),
+    "max_sum_logits_block": lambda rng, out: forward_cases.max_sum(
+        rng, bt=9, h=12, v=20, dtype=BFLOAT16, outputs=out, options={"logits_block": 8}),
+    "loss": lambda rng, out: forward_cases.loss_with_max_sum(rng, bt=9, outputs=out),
+    "loss_softmax_smoothing": lambda rng, out: forward_cases.loss_with_max_sum(
+        rng, bt=9, v=14, outputs=out, options={"label_smoothing": 0.1, "vocab_size": 30, "ignore_index": -1}),
+}
+
+
+def _forward_outputs(case) -> tuple[str, ...]:
+    return tuple(forward_cases.OUTPUTS[case.op])
+
+
+@pytest.mark.parametrize("name", FORWARD_CASES)
+@pytest.mark.parametrize("out", [True, False], ids=["outputs given", "outputs allocated"])
+def test_the_forward_ops_replay_a_signature_met_before_on_new_arrays(replayed, name, out):
+    """The forward ops' results (an OnlineMaxSum, a (loss, softmax) tuple, Nones where a result
+    is not asked for) come back of their type, holding the new call's arrays (the caller's
+    outputs, or fresh ones), with the values of the reference; the shard's vocabulary range,
+    an array the plan makes of two scalars, is the signature's."""
+    make = FORWARD_CASES[name]
+    outputs = _forward_outputs(make(np.random.default_rng(0), ()))
+    seen = []
+    for i in range(3):
+        case = make(np.random.default_rng(i), outputs if out else ())
+        assert run_forward_case(case, valid=True) == "correct"
+        seen.append(getattr(ops, case.op)(**case.kwargs()))
+    assert replayed[0] == 5
+    assert type(seen[0]) is type(seen[1]) is type(seen[2])
+    for fields in zip(*seen):
+        present = [f for f in fields if f is not None]
+        assert len(present) in (0, 3)
+        assert len({id(f) for f in present}) == len(present)  # each call's own arrays
+
+
+def test_a_new_vocabulary_range_of_a_remembered_signature_is_its_own(replayed):
+    """Two shards of the same shapes differ only by their range's values: each call reads its
+    own range (the range is part of the signature), replayed or not."""
+    rng = np.random.default_rng(3)
+    for start in (0, 20, 0, 20, 7):
+        assert run_forward_case(forward_cases.max_sum(rng, bt=9, h=12, v=20, start=start), valid=True) == "correct"
+    assert replayed[0] == 2
+
+
+def test_overlapping_forward_outputs_after_a_remembered_signature_are_rejected(replayed):
+    """Outputs sharing memory are rejected with the plan's message, replayed signature or not,
+    and nothing is written."""
+    rng = np.random.default_rng(4)
+    for _ in range(2):
+        assert run_forward_case(forward_cases.max_sum(rng, bt=9, h=12, v=20, outputs=("logits_max_out",
+                                                                                    "sum_exp_logits_out")),
+                                valid=True) == "correct"
+    case = forward_cases.max_sum(rng, bt=9, h=12, v=20)
+    buffer = np.full(17, np.nan, np.float32)
+    case.arrays["logits_max_out"], case.arrays["sum_exp_logits_out"] = buffer[:9], buffer[8:]
+    before = buffer.copy()
+    with pytest.raises(ValueError, match=r"^fused_linear_online_max_sum: .*'sum_exp_logits_out'.*overlap"):
+        ops.fused_linear_online_max_sum(**case.kwargs())
+    assert np.array_equal(buffer, before, equal_nan=True)

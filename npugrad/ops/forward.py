@@ -33,7 +33,7 @@ class OnlineMaxSum(NamedTuple):
     logits_block_max: np.ndarray | None = None  # with logits_block: (BT, ceil(V/B)) float32
 
 
-@two_phase
+@two_phase(replay=True)
 def fused_linear_online_max_sum(input, weight, target, vocab_start_index, vocab_end_index, *, softcap=0.0,
                                 ignore_index=None, return_logits=False, return_sum_logits=False, float32_logits=False,
                                 logits_block=0, logits_max_out=None, sum_exp_logits_out=None,
@@ -97,15 +97,15 @@ def fused_linear_online_max_sum(input, weight, target, vocab_start_index, vocab_
     arrays["vocab_range"] = np.array([props.pop("vocab_start_index"), props.pop("vocab_end_index")], np.int64)
     outputs = [n for n in FusedLinearOnlineMaxSumOp.outputs() if arrays.get(n) is not None]
     reject_overlap(MAX_SUM, arrays, outputs, display)
-    allocate(MAX_SUM, arrays, outputs, display)
+    fresh = allocate(MAX_SUM, arrays, outputs, display)
     result = OnlineMaxSum(arrays["logits_max_local_out"], arrays["sum_exp_logits_local_out"],
                           arrays["predicted_logits_local_out"], arrays["target_mask_out"], arrays["masked_target_out"],
                           arrays["vocab_parallel_logits_out"], arrays["sum_logits_local_out"],
                           arrays["logits_block_max_out"])
-    return Call(FusedLinearOnlineMaxSumOp, arrays, props, result)
+    return Call(FusedLinearOnlineMaxSumOp, arrays, props, result, fresh=fresh)
 
 
-@two_phase
+@two_phase(replay=True)
 def fused_cross_entropy_loss_with_max_sum(logits_max, sum_exp_logits, predicted_logits, label_smoothing=0.0,
                                           vocab_parallel_logits=None, *, sum_logits=None, vocab_size=0, z_loss=0.0,
                                           target=None, ignore_index=None, loss_out=None, softmax_out=None):
@@ -141,5 +141,6 @@ def fused_cross_entropy_loss_with_max_sum(logits_max, sum_exp_logits, predicted_
     props = check(FusedCrossEntropyLossWithMaxSumOp, arrays, props)
     outputs = [n for n in ("loss_out", "softmax_out") if arrays[n] is not None]
     reject_overlap(LOSS, arrays, outputs)
-    allocate(LOSS, arrays, outputs)
-    return Call(FusedCrossEntropyLossWithMaxSumOp, arrays, props, (arrays["loss_out"], arrays["softmax_out"]))
+    fresh = allocate(LOSS, arrays, outputs)
+    return Call(FusedCrossEntropyLossWithMaxSumOp, arrays, props, (arrays["loss_out"], arrays["softmax_out"]),
+                fresh=fresh)

@@ -338,7 +338,7 @@ class Replay:
     order: tuple[str, ...]  # the present operands, in the kernel's argument order
     given_outputs: tuple[str, ...]  # outputs that are the caller's arrays
     made: tuple[str, ...]  # operands the call makes (not the caller's): no overlap test
-    result: object  # an operand name, a tuple of them, or None
+    result: object  # None, an operand's name, or (make, names): a tuple of operands and Nones
 
     @staticmethod
     def of(call: Call, args: tuple, kwargs: dict, replays: _Replays) -> Replay | None:
@@ -351,7 +351,7 @@ class Replay:
         for k, a in kwargs.items():
             if type(a) is np.ndarray:
                 given.setdefault(id(a), []).append((_KWARG, k))
-        if any(len(v) > 1 for v in given.values()) or type(call.result) not in (tuple, np.ndarray, type(None)):
+        if any(len(v) > 1 for v in given.values()):
             return None
         per_call = set()
         if replays.per_call is not None:
@@ -374,15 +374,9 @@ class Replay:
                 sources.append((name, _CONST, kept))
             else:
                 return None
-        by_id = {id(a): n for n, a in call.arrays.items() if a is not None}
-        if isinstance(call.result, tuple):
-            if any(id(r) not in by_id for r in call.result):
-                return None
-            result: object = tuple(by_id[id(r)] for r in call.result)
-        else:
-            result = None if call.result is None else by_id.get(id(call.result))
-            if call.result is not None and result is None:
-                return None
+        result = _result_source(call.result, {id(a): n for n, a in call.arrays.items() if a is not None})
+        if result is _UNKNOWN:
+            return None
         outputs = call.op_cls.outputs()
         kinds = {name: kind for name, kind, _ in sources}
         return Replay(type(call), call.op_cls, call.props, call.static_shapes, call._kernel_and_layout,
@@ -425,8 +419,26 @@ class Replay:
         call._kernel_and_layout = self.kernel_and_layout
         call.kernel = self.kernel_and_layout[0]
         r = self.result
-        call.result = tuple([arrays[n] for n in r]) if type(r) is tuple else None if r is None else arrays[r]
+        call.result = None if r is None else arrays[r] if type(r) is str else r[0]([
+            None if n is None else arrays[n] for n in r[1]])
         return call
+
+
+_UNKNOWN = object()
+
+
+def _result_source(result: object, by_id: Mapping[int, str]) -> object:
+    """Where a plan's result comes from: None, an operand's name, or (make, names) for a tuple
+    (a NamedTuple too: make is its _make) of operands and Nones; _UNKNOWN for anything else."""
+    if result is None:
+        return None
+    if type(result) is np.ndarray:
+        return by_id.get(id(result), _UNKNOWN)
+    make = tuple if type(result) is tuple else getattr(type(result), "_make", None)
+    if not isinstance(result, tuple) or make is None:
+        return _UNKNOWN
+    names = tuple(None if r is None else by_id.get(id(r), _UNKNOWN) for r in result)
+    return _UNKNOWN if _UNKNOWN in names else (make, names)
 
 
 def owned_and_distinct(arrays: Mapping[str, object], outputs: Sequence[str], skip: Iterable[str] = ()) -> bool:
