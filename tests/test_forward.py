@@ -559,6 +559,38 @@ def test_whole_loss_leaves_ignored_rows_out(rng):
     assert np.all(np.isfinite(r.weight_grad)) and np.all(r.input_grad[y == -100] == 0)
 
 
+def _assert_close_or_same_non_finite(got, want) -> None:
+    got, want = np.atleast_1d(got), np.atleast_1d(want)
+    finite = np.isfinite(want)
+    assert np.array_equal(got[~finite], want[~finite], equal_nan=True)
+    assert_close(got[finite], want[finite])
+
+
+@pytest.mark.parametrize("chunk_rows", [0, None])
+@pytest.mark.parametrize("alpha", [0.0, 0.1])
+@pytest.mark.parametrize("target_in_it", [False, True], ids=["target elsewhere", "target in it"])
+def test_a_shard_whose_logits_are_all_minus_inf_adds_nothing(rng, chunk_rows, alpha, target_in_it):
+    """A shard in which a row's logits are all −∞ has m_r = −∞ and s_r, p_r = 0/0 (the forward
+    op's statistics, as the reference's): combined, it adds 0 to S and, holding the target, −∞ to
+    P, so the loss and gradients are F.cross_entropy's of the whole row (the plain formula made
+    every such row NaN): a finite loss where the target and smoothing miss the −∞ logits, +∞
+    where they meet them, and ±∞ or NaN in dX exactly where PyTorch has them."""
+    x, w, y = _loss_case(rng, 6, 4, 300, np.float32, ignored=0.0)  # an ignored row's gradient is 0, not NaN
+    x[:, 0] = np.abs(x[:, 0]) + np.float32(0.5)
+    w[:2] = 0
+    w[:2, 0] = -np.inf  # vocabulary 0 and 1 (the first shard): −∞ logits on every row
+    y[y < 2] = 2
+    if target_in_it:
+        y[:3] = 1
+    shards = [np.ascontiguousarray(w[:2]), np.ascontiguousarray(w[2:])]
+    with np.errstate(all="ignore"):
+        got = ops.linear_cross_entropy(x, shards, y, reduction="none", label_smoothing=alpha, chunk_rows=chunk_rows)
+        want = _torch_loss(x, w, y, "none", label_smoothing=alpha)
+    assert not np.isnan(want[0]).any() and np.isinf(want[0]).any() == bool(target_in_it or alpha)
+    _assert_close_or_same_non_finite(got.loss, want[0])
+    _assert_close_or_same_non_finite(got.input_grad, want[1])
+
+
 def test_collectives_in_process():
     g = InProcess()
     a, b = np.array([1.0, 5.0], np.float32), np.array([3.0, 2.0], np.float32)

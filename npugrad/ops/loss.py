@@ -285,9 +285,15 @@ def _statistics(xc, yc, pieces, o: _Options, logits=None, side_by_side: bool = F
             raise SignatureError(f"{OP}: parameter 'target' has value {yc[row]} (row {row} of the rows that count), "
                                  "in no vocabulary shard of the group")
     big_m = group.all_reduce([st.logits_max for st in stats], "max")
-    big_s = group.all_reduce([st.sum_exp_logits * np.exp(st.logits_max - big_m) for st in stats], "sum")
-    big_p = group.all_reduce([np.where(away, F32(0), st.predicted_logits + st.logits_max - big_m)
-                              for st, away in zip(stats, outside)], "sum")
+    # A shard whose logits in a row are all −∞ (m_r = −∞, its s_r and p_r 0/0 = NaN, as the
+    # forward op's) adds the limits: 0 to S and, holding the target, −∞ to P (F.cross_entropy's
+    # loss and gradient of the whole row; the plain formula made the row NaN).
+    empty = [st.logits_max == -np.inf for st in stats]
+    big_s = group.all_reduce([np.where(e, F32(0), st.sum_exp_logits * np.exp(st.logits_max - big_m))
+                              for st, e in zip(stats, empty)], "sum")
+    big_p = group.all_reduce([np.where(away, F32(0), np.where(e, F32(-np.inf),
+                                                              st.predicted_logits + st.logits_max - big_m))
+                              for st, away, e in zip(stats, outside, empty)], "sum")
     sum_z = group.all_reduce([st.sum_logits for st in stats], "sum") if o.alpha else None
     loss_c, _ = fused_cross_entropy_loss_with_max_sum(big_m, big_s, big_p, o.alpha, sum_logits=sum_z,
                                                       vocab_size=o.k if o.alpha else 0, z_loss=o.z_loss)

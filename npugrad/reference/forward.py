@@ -136,6 +136,7 @@ def fused_cross_entropy_loss_with_max_sum(logits_max, sum_exp_logits, predicted_
     logits when they are given: (loss (BT,), softmax (BT, V) or None).
 
         loss_t = log S_t − P_t  [+ α·(P_t + M_t − ΣZ'_t/K)]  [+ λ·(M_t + log S_t)²]
+               (with α: log S_t − (1 − α)·P_t + α·(M_t − ΣZ'_t/K), the same sum)
 
     0 on rows whose `target` equals `ignore_index` (their softmax row too)."""
     m, s, p = (np.asarray(a, F32) for a in (logits_max, sum_exp_logits, predicted_logits))
@@ -145,8 +146,10 @@ def fused_cross_entropy_loss_with_max_sum(logits_max, sum_exp_logits, predicted_
         if label_smoothing:
             if sum_logits is None or vocab_size <= 0:
                 raise ValueError("label smoothing needs sum_logits and vocab_size")
-            # lse − (1 − α)·z_y − (α/K)·Σ z  =  (log s − p) + α·(z_y − Σ z / K), with z_y = p + m
-            loss = loss + F32(label_smoothing) * ((p + m) - np.asarray(sum_logits, F32) / F32(vocab_size))
+            # lse − (1 − α)·z_y − (α/K)·Σ z  =  log s − (1 − α)·p + α·(m − Σ z / K), with z_y = p + m
+            # (so that p = −∞, a −∞ target logit, gives +∞, not ∞ − ∞)
+            a = F32(label_smoothing)
+            loss = (log_s - F32(1.0 - label_smoothing) * p) + a * (m - np.asarray(sum_logits, F32) / F32(vocab_size))
         if z_loss:
             lse = m + log_s
             loss = loss + F32(z_loss) * lse * lse

@@ -159,11 +159,15 @@ def loss_rows(e: IRBuilder, op: FusedCrossEntropyLossWithMaxSumOp, m: Float, s: 
               sum_z: SSAValue | None) -> Float:
     """The loss of one row from its global statistics, in the reference's float32 operation order."""
     log_s = Float(e, s).log()
-    loss = log_s - p
     alpha = op.prop_float("label_smoothing")
     if alpha:
+        # lse − (1 − α)·z_y − (α/K)·Σz as log S − (1 − α)·P + α·(M − Σz/K): a −∞ target logit
+        # (P = −∞, and then Σz = −∞) gives +∞, as PyTorch's loss, where grouping α·P with
+        # −P gave ∞ − ∞ = NaN.
         k = float(op.prop_int("vocab_size"))
-        loss = loss + alpha * ((Float(e, p) + m) - Float(e, sum_z) / k)
+        loss = log_s - (1.0 - alpha) * Float(e, p) + alpha * (m - Float(e, sum_z) / k)
+    else:
+        loss = log_s - p
     z = op.prop_float("z_loss")
     if z:
         lse = m + log_s
