@@ -28,12 +28,13 @@ import numbers
 import operator
 from dataclasses import dataclass, field
 
+import ml_dtypes
 import numpy as np
 
 from npugrad import ops
 from npugrad.collectives import InProcess
 from npugrad.dtypes import BFLOAT16
-from npugrad.reference import forward
+from npugrad.reference import forward, harness
 
 MAX_SUM = "fused_linear_online_max_sum"
 LOSS = "fused_cross_entropy_loss_with_max_sum"
@@ -400,9 +401,9 @@ def _expected_lce(case: Case):
         big_m = z.max(axis=1) if n else np.zeros(0)
         big_s = np.exp(z - big_m[:, None]).sum(axis=1)
         big_p = z[np.arange(n), yk] - big_m  # the target's logit minus the global max (§3)
-        per = np.log(big_s) - big_p
-        if alpha:
-            per = per + alpha * (big_p + big_m - z.sum(axis=1) / k)
+        # §4's lse − (1 − α)·z_y − (α/K)·Σ z, as written: a −∞ target logit gives +∞ (PyTorch's)
+        per = np.log(big_s) - (1 - alpha) * big_p + alpha * (big_m - z.sum(axis=1) / k) if alpha else \
+            np.log(big_s) - big_p
         lse = big_m + np.log(big_s)
         if zl:
             per = per + zl * lse * lse
@@ -446,7 +447,7 @@ def _expected_lce(case: Case):
         dx[rows[live]] = np.einsum("tv,vh->th", grad_logits, wf)
         dx_scale[rows[live]] = np.einsum("tv,vh->th", size, np.abs(wf))
         dw = np.einsum("tv,th->vh", grad_logits, xk[live])
-        dw_scale = np.einsum("tv,th->vh", size, np.abs(xk[live]))
+        dw_scale = np.einsum("tv,th->vh", size, np.abs(xk[live])) * _rounded_per_chunk(x.dtype, n, chunk)
     result["input_grad"] = (dx, x.dtype, dx_scale)
     if joined:
         result["weight_grad"] = (dw, x.dtype, dw_scale)
@@ -454,6 +455,18 @@ def _expected_lce(case: Case):
         cuts = np.cumsum([0] + [w.shape[0] for w in ws])
         result["weight_grad"] = [(dw[lo:hi], x.dtype, dw_scale[lo:hi]) for lo, hi in zip(cuts[:-1], cuts[1:])]
     return result
+
+
+def _rounded_per_chunk(dtype: np.dtype, rows: int, chunk: int | None) -> float:
+    """The factor on dW's error scale for a bfloat16/float16 dW rounded to its dtype once per
+    chunk of `chunk` rows (ops/loss.py: each chunk adds its float32 dW into the rounded
+    gradient): c = ceil(rows / chunk) roundings, each within u·|partial sum| <= u·(the terms'
+    magnitude), u the dtype's unit roundoff; so c·u·scale, where the tolerance allows tol·scale.
+    1 for float32 (accumulated in float32), for one chunk and for the default schedule."""
+    if not chunk or dtype == F32:
+        return 1.0
+    unit = 2.0 ** -(ml_dtypes.finfo(dtype).nmant + 1)
+    return max(1.0, -(-rows // chunk) * unit / harness.tolerance(dtype))
 
 
 # -- valid calls ---------------------------------------------------------------------------------------

@@ -358,7 +358,7 @@ def index_values(case: Case, data) -> bool:
     if case.op != LCE:
         return True
     k, ignore = _vocabulary(case), case.scalars.get("ignore_index")
-    return k is not None and type(ignore) is int and all(v == ignore or 0 <= v < k for v in a.tolist())
+    return k is not None and type(ignore) is int and all(v == ignore or 0 <= v < k for v in flat.tolist())
 
 
 def shift_shard(case: Case, data) -> bool:
