@@ -566,7 +566,7 @@ def _assert_close_or_same_non_finite(got, want) -> None:
     assert_close(got[finite], want[finite])
 
 
-@pytest.mark.parametrize("chunk_rows", [0, None])
+@pytest.mark.parametrize("chunk_rows", [0, None, 16])
 @pytest.mark.parametrize("alpha", [0.0, 0.1])
 @pytest.mark.parametrize("target_in_it", [False, True], ids=["target elsewhere", "target in it"])
 def test_a_shard_whose_logits_are_all_minus_inf_adds_nothing(rng, chunk_rows, alpha, target_in_it):
@@ -574,15 +574,16 @@ def test_a_shard_whose_logits_are_all_minus_inf_adds_nothing(rng, chunk_rows, al
     op's statistics, as the reference's): combined, it adds 0 to S and, holding the target, −∞ to
     P, so the loss and gradients are F.cross_entropy's of the whole row (the plain formula made
     every such row NaN): a finite loss where the target and smoothing miss the −∞ logits, +∞
-    where they meet them, and ±∞ or NaN in dX exactly where PyTorch has them."""
-    x, w, y = _loss_case(rng, 6, 4, 300, np.float32, ignored=0.0)  # an ignored row's gradient is 0, not NaN
+    where they meet them, and ±∞ or NaN in dX exactly where PyTorch has them. Recompute
+    (chunk_rows 0), the default and the chunked schedule (16: shards of 128 rows or more)."""
+    x, w, y = _loss_case(rng, 40, 4, 300, np.float32, ignored=0.0)  # an ignored row's gradient is 0, not NaN
     x[:, 0] = np.abs(x[:, 0]) + np.float32(0.5)
-    w[:2] = 0
-    w[:2, 0] = -np.inf  # vocabulary 0 and 1 (the first shard): −∞ logits on every row
-    y[y < 2] = 2
+    w[:130] = 0
+    w[:130, 0] = -np.inf  # the first shard's vocabulary: −∞ logits on every row
+    y[y < 130] = 200
     if target_in_it:
         y[:3] = 1
-    shards = [np.ascontiguousarray(w[:2]), np.ascontiguousarray(w[2:])]
+    shards = [np.ascontiguousarray(w[:130]), np.ascontiguousarray(w[130:])]
     with np.errstate(all="ignore"):
         got = ops.linear_cross_entropy(x, shards, y, reduction="none", label_smoothing=alpha, chunk_rows=chunk_rows)
         want = _torch_loss(x, w, y, "none", label_smoothing=alpha)
