@@ -401,9 +401,10 @@ def _expected_lce(case: Case):
         big_m = z.max(axis=1) if n else np.zeros(0)
         big_s = np.exp(z - big_m[:, None]).sum(axis=1)
         big_p = z[np.arange(n), yk] - big_m  # the target's logit minus the global max (§3)
-        # §4's lse − (1 − α)·z_y − (α/K)·Σ z, as written: a −∞ target logit gives +∞ (PyTorch's)
-        per = np.log(big_s) - (1 - alpha) * big_p + alpha * (big_m - z.sum(axis=1) / k) if alpha else \
-            np.log(big_s) - big_p
+        if alpha:  # §4's lse − (1 − α)·z_y − (α/K)·Σ z, as written: a −∞ target logit gives +∞ (PyTorch's)
+            per = np.log(big_s) - (1 - alpha) * big_p + alpha * (big_m - z.sum(axis=1) / k)
+        else:
+            per = np.log(big_s) - big_p
         lse = big_m + np.log(big_s)
         if zl:
             per = per + zl * lse * lse

@@ -423,10 +423,6 @@ FORWARD_CASES = {
 }
 
 
-def _forward_outputs(case) -> tuple[str, ...]:
-    return tuple(forward_cases.OUTPUTS[case.op])
-
-
 @pytest.mark.parametrize("name", FORWARD_CASES)
 @pytest.mark.parametrize("out", [True, False], ids=["outputs given", "outputs allocated"])
 def test_the_forward_ops_replay_a_signature_met_before_on_new_arrays(replayed, name, out):
@@ -435,7 +431,7 @@ def test_the_forward_ops_replay_a_signature_met_before_on_new_arrays(replayed, n
     outputs, or fresh ones), with the values of the reference; the shard's vocabulary range,
     an array the plan makes of two scalars, is the signature's."""
     make = FORWARD_CASES[name]
-    outputs = _forward_outputs(make(np.random.default_rng(0), ()))
+    outputs = tuple(forward_cases.OUTPUTS[make(np.random.default_rng(0), ()).op])
     seen = []
     for i in range(3):
         case = make(np.random.default_rng(i), outputs if out else ())

@@ -418,10 +418,16 @@ class Replay:
         call._ordered = [arrays[n] for n in self.order]
         call._kernel_and_layout = self.kernel_and_layout
         call.kernel = self.kernel_and_layout[0]
-        r = self.result
-        call.result = None if r is None else arrays[r] if type(r) is str else r[0]([
-            None if n is None else arrays[n] for n in r[1]])
+        call.result = self._result(arrays)
         return call
+
+    def _result(self, arrays: Mapping[str, np.ndarray]) -> object:
+        """The API's result for these operands (see _result_source)."""
+        r = self.result
+        if r is None or type(r) is str:
+            return None if r is None else arrays[r]
+        make, names = r
+        return make([None if n is None else arrays[n] for n in names])
 
 
 _UNKNOWN = object()
