@@ -170,6 +170,19 @@ class IRBuilder:
     def numel(self, ref: SSAValue) -> SSAValue:
         return self.product(self.dims(ref))
 
+    def line_head(self, ref: SSAValue, n: SSAValue, element_bytes: int, line_bytes: int) -> SSAValue:
+        """How many elements of `ref`'s innermost dimension (of n) come before the first that
+        starts a cache line: min(n, ((line − first_byte % line) % line) / element_bytes), from
+        the address of ref's first element at run time. A hint for laying vectors on lines,
+        never needed for correctness (an element that straddles lines counts as before)."""
+        meta = memref.ExtractStridedMetaDataOp(ref)
+        self.emit(meta)
+        base = self.emit(memref.ExtractAlignedPointerAsIndexOp.build(operands=[ref], result_types=[index]))
+        first_byte = self.emit(arith.AddiOp(base, self.emit(arith.MuliOp(meta.offset, self.idx(element_bytes)))))
+        misaligned = self.emit(arith.RemUIOp(first_byte, self.idx(line_bytes)))
+        gap = self.emit(arith.RemUIOp(self.emit(arith.SubiOp(self.idx(line_bytes), misaligned)), self.idx(line_bytes)))
+        return self.emit(arith.MinSIOp(n, self.emit(arith.DivUIOp(gap, self.idx(element_bytes)))))
+
     # -- control flow -----------------------------------------------------------------------
     @contextmanager
     def _inside(self, block: Block) -> Iterator[None]:

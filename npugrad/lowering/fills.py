@@ -22,7 +22,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Operation, SSAValue
 
-from npugrad.ir import IRBuilder, index, unit_innermost_stride
+from npugrad.ir import IRBuilder, unit_innermost_stride
 
 LINE_BYTES = 64  # a cache line
 STREAM_BYTES = 8 << 20  # zero fills at least this large bypass the caches
@@ -85,13 +85,7 @@ def zero_fill_flat(e: IRBuilder, ref: SSAValue, n: SSAValue) -> None:
         return
 
     def stream() -> None:
-        meta = memref.ExtractStridedMetaDataOp(ref)
-        e.emit(meta)
-        base = e.emit(memref.ExtractAlignedPointerAsIndexOp.build(operands=[ref], result_types=[index]))
-        first_byte = e.emit(arith.AddiOp(base, e.emit(arith.MuliOp(meta.offset, e.idx(width)))))
-        misaligned = e.emit(arith.RemUIOp(first_byte, e.idx(LINE_BYTES)))
-        gap = e.emit(arith.RemUIOp(e.emit(arith.SubiOp(e.idx(LINE_BYTES), misaligned)), e.idx(LINE_BYTES)))
-        head = e.emit(arith.MinSIOp(n, e.emit(arith.DivUIOp(gap, e.idx(width)))))
+        head = e.line_head(ref, n, width, LINE_BYTES)
         lines = e.emit(arith.DivUIOp(e.emit(arith.SubiOp(n, head)), e.idx(lanes)))
         body_end = e.emit(arith.AddiOp(head, e.emit(arith.MuliOp(lines, e.idx(lanes)))))
         with e.loop(head) as i:
