@@ -144,6 +144,34 @@ def test_strided_inputs_and_outputs(rng, fuse, mode, dtype):
     _check(a, got)
 
 
+def _at_offset(a: np.ndarray, floats: int) -> np.ndarray:
+    """A contiguous copy of a whose first element lies `floats` float32s past a 64-byte line."""
+    raw = np.empty(a.nbytes + 128, np.uint8)
+    start = (-raw.ctypes.data) % 64 + 4 * floats
+    out = raw[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
+
+
+@pytest.mark.parametrize("h", [5, 29, 70, 144])
+@pytest.mark.parametrize("out_offset", [0, 1, 4, 12, 15])
+@pytest.mark.parametrize("in_offset", ["same", 3])
+@pytest.mark.parametrize("dtype", [np.dtype(np.float32), BFLOAT16], ids=str)
+def test_outputs_and_inputs_at_any_offset_from_a_cache_line(rng, h, out_offset, in_offset, dtype):
+    """The micro-kernel's column blocks start at C's first column that begins a cache line,
+    found from the address at run time (vectorize-contractions, line_head): the columns before
+    it and after the blocks run masked. Every split: no whole block (h = 5), head and tail of
+    any length, X and W as aligned as the gradients or not."""
+    a = _operands(rng, bt=BT, h=h, v=V, dtype=dtype)
+    shift = out_offset if in_offset == "same" else in_offset
+    a["input"], a["weight"] = _at_offset(a["input"], shift), _at_offset(a["weight"], shift)
+    gi = _at_offset(np.full((BT, h), np.nan, dtype), out_offset)
+    gw = _at_offset(np.full((V, h), np.nan, dtype), out_offset)
+    got = _run(a, input_grad_out=gi, weight_grad_out=gw)
+    assert got[0] is gi and got[1] is gw
+    _check(a, got)
+
+
 @PIPELINES
 @pytest.mark.parametrize("mode", MODES)
 def test_deterministic(rng, fuse, mode):

@@ -6,8 +6,9 @@ reduction, each step broadcasting one first-operand scalar per row into NR fused
 
     linalg.generic {maps (i,k,j) -> A(i,k), B(k,j), C(i,j)} ins(%a, %b) outs(%c)
 becomes (MR×NR = 6×4 on 32 registers of 16 float32 lanes; the reduction in chunks of KC)
+    %head = the columns of C before its first 64-byte line (its address, at run time)
     scf.for %k0 = 0 to K step KC {
-    scf.for %j0 = 0 to N-N%64 step 64 {
+    scf.for %j0 = %head to %head + (N-%head) - (N-%head)%64 step 64 {
       scf.for %k = %k0 to min(%k0+KC, K) { %b_panel[%k - %k0, :] = B[%k, %j0 : %j0+64]     // packed;
         memref.prefetch %b[%k, min(%j0 + 127, N - 1)], read ... }      // the next panel's line
       scf.for %i0 = 0 to M-M%6 step 6 {
@@ -20,8 +21,8 @@ becomes (MR×NR = 6×4 on 32 registers of 16 float32 lanes; the reduction in chu
       %c00 = vector.load %c[%i0, %j0] ; %s00 = arith.addf %c00, %sum#0   // C += the chunk's sum:
       ... vector.store %s00, %c[%i0, %j0] ... }                          // all loads, then stores
       rows M%6: blocks of 4, 2, 1 rows }
-    columns N%64: one vector at a time, masked (vector.maskedload/maskedstore) to the columns left,
-    B read in place }
+    columns [0, %head) and those after the blocks: a line's worth of vectors at a time, masked
+    (vector.maskedload/maskedstore) to the columns left, B read in place }
 
 The accumulators start at zero and C is read after the reduction chunk, its lines prefetched
 when the block starts: C's load then follows the previous block's stores by a whole chunk of
@@ -387,58 +388,61 @@ class _Kernels:
         halves = e.emit(vector.BroadcastOp(scalar, VectorType(f16, [self.lanes])))
         return e.emit(arith.ExtFOp(halves, self.f32x))
 
-    def block(self, i0: SSAValue, j0: SSAValue, nr: int, mask: SSAValue | None = None,
+    def block(self, i0: SSAValue, j0: SSAValue, nr: int, masks: list[SSAValue] | None = None,
               p: SSAValue | None = None, last: SSAValue | None = None) -> None:
         """C[i0:i0+MR, j0:j0+nr·lanes] += A·B over the chunk, the MR×nr accumulators in registers
         from zero, C's lines prefetched first and read last; B's rows read from the packed panel
-        (panel `p` of the hoisted ones, if any), or in place for the masked column tail. With
-        `last` (≥ i0), row i0 + r is row min(i0 + r, last)."""
+        (panel `p` of the hoisted ones, if any), or in place where `masks` (one per vector, for
+        the columns at the edges) are given. With `last` (≥ i0), row i0 + r is row
+        min(i0 + r, last)."""
         e = self.e
         rows = [_plus(e, i0, r) for r in range(self.mr)]
         if last is not None:
             rows = rows[:1] + [e.emit(arith.MinUIOp(i, last)) for i in rows[1:]]
         cols = [_plus(e, j0, c * self.lanes) for c in range(nr)]
+        if masks is not None:  # a vector wholly past the columns reads and writes nothing, from column N - 1
+            cols[1:] = [e.emit(arith.MinUIOp(j, e.emit(arith.SubiOp(self.n, e.idx(1))))) for j in cols[1:]]
         starts = {c * self.lanes: j for c, j in enumerate(cols)}
-        lines = [j0] if mask is not None else [
+        lines = [j0] if masks is not None else [
             starts[c] if c in starts else e.emit(arith.AddiOp(j0, e.idx(c))) for c in self.line_offsets(nr)]
         for i in rows:
             for j in lines:
                 e.emit(PrefetchOp(self.c, [i, j], write=True))
         zero = e.const(0.0, self.f32x)
         accs = [zero] * (self.mr * nr)
-        if self.dot and mask is None:
+        if self.dot and masks is None:
             self.pair_steps(rows, nr, accs, p)
         else:
-            self.steps(rows, cols, nr, accs, mask, p)
+            self.steps(rows, cols, nr, accs, masks, p)
         for result in accs:
             result.name_hint = "sum"
         # Every load of C before any store: C's rows a power of two apart share their low 12
         # address bits, and a load behind a store that may alias them waits for it.
-        at = [(i, j) for i in rows for j in cols]
-        sums = [e.emit(arith.AddfOp(self._load(self.c, [i, j], mask), acc)) for (i, j), acc in zip(at, accs)]
-        for (i, j), total in zip(at, sums):
-            if mask is None:
-                e.emit(vector.StoreOp(total, self.c, [i, j]))
+        at = [(i, c) for i in rows for c in range(nr)]
+        sums = [e.emit(arith.AddfOp(self._load(self.c, [i, cols[c]], masks and masks[c]), acc)) for (i, c), acc in zip(at, accs)]
+        for (i, c), total in zip(at, sums):
+            if masks is None:
+                e.emit(vector.StoreOp(total, self.c, [i, cols[c]]))
             else:
-                e.emit(vector.MaskedStoreOp(self.c, [i, j], mask, total))
+                e.emit(vector.MaskedStoreOp(self.c, [i, cols[c]], masks[c], total))
 
     def steps(self, rows: list[SSAValue], cols: list[SSAValue], nr: int, accs: list[SSAValue],
-              mask: SSAValue | None, p: SSAValue | None) -> None:
+              masks: list[SSAValue] | None, p: SSAValue | None) -> None:
         """The chunk's reduction steps into `accs`, one FMA per accumulator per step."""
         e = self.e
         with e.carried_loop(self.k_hi, accs, lb=self.k_lo) as (k, carried, updated):
             k.name_hint = "k"
             for arg in carried:
                 arg.name_hint = "acc"
-            if mask is None and p is not None:
+            if masks is None and p is not None:
                 offset = self.hoisted.offset if self.hoisted is not None else None
                 at = k if offset is None else e.emit(arith.AddiOp(k, offset))
                 bs = [e.emit(vector.LoadOp(self.packed, [p, at, e.idx(c * self.lanes)], self.f32x)) for c in range(nr)]
-            elif mask is None:
+            elif masks is None:
                 row = e.emit(arith.SubiOp(k, self.k_lo))
                 bs = [e.emit(vector.LoadOp(self.panel, [row, e.idx(c * self.lanes)], self.f32x)) for c in range(nr)]
             else:
-                bs = [self._b_lanes(k, j, mask) for j in cols]
+                bs = [self._b_lanes(k, j, m) for j, m in zip(cols, masks)]
             for r, i in enumerate(rows):
                 if self.a_wide is None:
                     a = self._broadcast(e.load(self.a, self.shape.a(i, k)))
@@ -584,7 +588,7 @@ class _Kernels:
             with e.loop(self.k_hi, lb=full) as k:
                 e.store(e.load_f32(self.a, [i, k]), buffer, [i, e.emit(arith.SubiOp(k, self.k_lo))])
 
-    def rows(self, j0: SSAValue, nr: int, mask: SSAValue | None = None, p: SSAValue | None = None) -> None:
+    def rows(self, j0: SSAValue, nr: int, masks: list[SSAValue] | None = None, p: SSAValue | None = None) -> None:
         """Blocks of MR rows, and the rows left (fewer than MR) in one more block of MR rows
         whose rows past the last are the last row again (block's `last`): they compute its
         values and store them where it does, after every load of C, so C is what it would be.
@@ -598,19 +602,29 @@ class _Kernels:
         e = self.e
         full = self.rows_full
         with e.if_(e.emit(arith.CmpiOp(full, self.m, "ult"))):
-            self.block(full, j0, nr, mask, p, last=e.emit(arith.SubiOp(self.m, e.idx(1))))
+            self.block(full, j0, nr, masks, p, last=e.emit(arith.SubiOp(self.m, e.idx(1))))
         with e.loop(full, step=e.idx(self.mr)) as i0:
-            self.block(i0, j0, nr, mask, p)
+            self.block(i0, j0, nr, masks, p)
 
     def emit(self) -> None:
         """The reduction in chunks of KC steps; in each, columns in blocks of NR vectors, B's
-        KC×NR-vector panel packed first (pack) and shared by all row blocks, then one vector at a
-        time, masked to what is left (read in place: a masked load costs what a plain one does,
-        and one kernel fewer compiles faster). Chunks run in order, each added to C once. A
-        narrower A is widened into a float32 buffer at the start of each chunk (widens_a)."""
+        KC×NR-vector panel packed first (pack) and shared by all row blocks, then the columns
+        at the edges a line's worth of vectors at a time, masked to what is left, B read in
+        place (a masked load costs what a plain one does, and one kernel fewer compiles
+        faster). Chunks run in order, each added to C once. A
+        narrower A is widened into a float32 buffer at the start of each chunk (widens_a).
+
+        Where B's panels are packed here, the blocks start at C's first column that begins a
+        cache line (line_head: NumPy's large arrays start 16 bytes past one), the columns
+        before it one vector at a time, masked, as the tail: a block's row of C is then one
+        line, not two, and so is the row of B the pack reads where B's rows are aligned as C's
+        (X and dW, in GEMM 3 of the linear cross-entropy gradient). On one Zen 3, FLCE float32
+        2048 x 2048 x 16000, 2 threads (bench/loop_profile.py): X's pack and GEMM 3's row
+        blocks took 1.4 and 1.5 % of the samples with line-aligned arrays, 3.1 and 2.4 % with
+        NumPy's. Hoisted panels start where C's memory, if it is there before their loop, has
+        its first line (hoisted_panels). Not for bfloat16 pairs (dot): their masked columns run
+        on float32 FMAs, and their C is a float32 accumulator of the nest's own, line-aligned."""
         e = self.e
-        wide = self.nr * self.lanes
-        blocks_end = self._floor(self.n, wide)
         buffer = None
         if self.dot and self.shape.lhs_transposed:  # A read [i, k] is read in place (pair_steps)
             buffer = e.alloc([self.kc // 2, self.m], i32)
@@ -618,6 +632,11 @@ class _Kernels:
         elif self.widens_a():
             buffer = e.alloc([self.m, self.kc], f32)
             buffer.name_hint = "a_wide"
+        head = None
+        if not self.dot and (self.hoisted is None or self.hoisted.fits is not None):
+            head = e.line_head(self.c, self.n, 4, self.line_bytes)
+            head.name_hint = "head"
+        first = None if self.hoisted is None else self.hoisted.first
         with e.loop(self.k, step=e.idx(self.kc)) as k0:
             self.k_lo, self.k_hi = k0, e.emit(arith.MinSIOp(e.emit(arith.AddiOp(k0, e.idx(self.kc))), self.k))
             if buffer is not None and self.dot:
@@ -626,25 +645,48 @@ class _Kernels:
             elif buffer is not None:
                 self.widen_a(buffer)
                 self.a_wide = buffer
-            with e.loop(blocks_end, step=e.idx(wide)) as j0:
-                def packing(j0: SSAValue = j0) -> None:
-                    self.pack(j0)
-                    self.rows(j0, self.nr)
-
-                def hoisted(j0: SSAValue = j0) -> None:
-                    self.rows(j0, self.nr, p=e.emit(arith.DivUIOp(j0, e.idx(wide))))
-
-                if self.hoisted is None:
-                    packing()
-                elif self.hoisted.fits is None:
-                    hoisted()
-                else:
-                    e.if_else(self.hoisted.fits, hoisted, packing)
-            with e.loop(self.n, blocks_end, e.idx(self.lanes)) as j0:
-                # create_mask clamps: all lanes but in the last vector.
-                self.rows(j0, 1, e.emit(vector.CreateMaskOp([e.emit(arith.SubiOp(self.n, j0))], VectorType(i1, [self.lanes]))))
+            if self.hoisted is None:
+                self.columns(head, hoisted=False)
+            elif self.hoisted.fits is None:
+                self.columns(first, hoisted=True)
+            else:
+                e.if_else(self.hoisted.fits, lambda: self.columns(first, hoisted=True),
+                          lambda: self.columns(head, hoisted=False))
         if buffer is not None:
             e.dealloc(buffer)
+
+    def columns(self, first: SSAValue | None, hoisted: bool) -> None:
+        """The chunk over all of C's columns: blocks of NR vectors from column `first` on (None:
+        0), each packing B's panel, or reading panel (j0 − first) / (NR·lanes) of the hoisted
+        ones; the columns before `first` and after the last block one vector at a time, masked."""
+        e = self.e
+        wide = self.nr * self.lanes
+        start = e.idx(0) if first is None else first
+        blocks_end = e.emit(arith.AddiOp(start, self._floor(e.emit(arith.SubiOp(self.n, start)), wide)))
+        with e.loop(blocks_end, start, e.idx(wide)) as j0:
+            if hoisted:
+                self.rows(j0, self.nr, p=e.emit(arith.DivUIOp(e.emit(arith.SubiOp(j0, start)), e.idx(wide))))
+            else:
+                self.pack(j0)
+                self.rows(j0, self.nr)
+        if first is None:
+            self.masked(blocks_end, self.n)
+            return
+        # The columns before the blocks, then those after them: one loop body for both.
+        with e.loop(e.idx(2)) as edge:
+            before = e.emit(arith.CmpiOp(edge, e.idx(0), "eq"))
+            self.masked(e.emit(arith.SelectOp(before, e.idx(0), blocks_end)), e.emit(arith.SelectOp(before, start, self.n)))
+
+    def masked(self, lo: SSAValue, hi: SSAValue) -> None:
+        """Columns [lo, hi) in blocks of the vectors a cache line of float32 spans (at most NR:
+        2 of 8 lanes, 1 of 16), each vector masked to the columns left (create_mask clamps: all
+        lanes but in the last vectors, none past hi)."""
+        e = self.e
+        nr = min(self.nr, -(-(self.line_bytes // 4) // self.lanes))
+        with e.loop(hi, lo, e.idx(nr * self.lanes)) as j0:
+            masks = [e.emit(vector.CreateMaskOp([e.emit(arith.SubiOp(hi, _plus(e, j0, c * self.lanes)))], VectorType(i1, [self.lanes])))
+                     for c in range(nr)]
+            self.rows(j0, nr, masks)
 
 
 _VIEWS = {"memref.subview", "memref.cast", "memref.reinterpret_cast", "memref.collapse_shape", "memref.expand_shape"}
@@ -756,11 +798,13 @@ def invariant_rows(gen: GenericOp) -> tuple[scf.ForOp, SSAValue, SSAValue] | Non
 @dataclass(frozen=True)
 class _Hoisted:
     """B's panels packed before a loop (hoisted_panels): packed[p, k, :], B's row k at row
-    offset + k of them (None: k), where `fits` holds (None: always)."""
+    offset + k of them (None: k), where `fits` holds (None: always); panel p holds columns
+    first + p·W onwards."""
 
     packed: SSAValue
     offset: SSAValue | None = None
     fits: SSAValue | None = None
+    first: SSAValue | None = None  # the column panel 0 starts at (None: 0)
 
 
 @dataclass(frozen=True)
@@ -797,8 +841,8 @@ class VectorizeContraction(RewritePattern):
         lanes = self.target.vector_bits // 32
         e = IRBuilder(rewriter, loop)
         k, n = (e.dim(b, 1), e.dim(b, 0)) if shape.rhs_transposed else (e.dim(b, 0), e.dim(b, 1))
-        panels = e.emit(arith.DivUIOp(n, e.idx(wide)))
         if dot:
+            panels = e.emit(arith.DivUIOp(n, e.idx(wide)))
             # Pairs of reduction steps (pack_pairs), ceil(K / 2) rows of 2W bfloat16 per panel.
             rows = e.emit(arith.DivUIOp(_plus(e, k, 1), e.idx(2)))
             packed = e.emit(memref.AllocOp([panels, rows], [], MemRefType(bf16, [DYNAMIC_INDEX, DYNAMIC_INDEX, 2 * wide]),
@@ -817,6 +861,14 @@ class VectorizeContraction(RewritePattern):
             IRBuilder(rewriter, after).dealloc(packed)
             self.hoisted[key] = _Hoisted(packed)
             return self.hoisted[key]
+        # The panels start at the first column that begins a line of C (line_head, as the
+        # micro-kernel's own packs do), where C's memory is there before the loop.
+        first = None
+        c_root = _root(gen.outputs[0])
+        if not loop.is_ancestor(c_root.owner):
+            first = e.line_head(c_root, n, 4, line_bytes(self.target))
+            first.name_hint = "first"
+        panels = e.emit(arith.DivUIOp(n if first is None else e.emit(arith.SubiOp(n, first)), e.idx(wide)))
         fits = None
         if offset is not None:
             budget = max((lv.capacity for lv in self.target.local_levels() if lv.capacity), default=0)
@@ -835,6 +887,8 @@ class VectorizeContraction(RewritePattern):
 
         with e.loop(panels) as p:
             j0 = e.emit(arith.MuliOp(p, e.idx(wide)))
+            if first is not None:
+                j0 = e.emit(arith.AddiOp(j0, first))
             js = [_plus(e, j0, c * lanes) for c in range(wide // lanes)]
             rest = e.idx(0)
             if shape.rhs_transposed:
@@ -861,7 +915,7 @@ class VectorizeContraction(RewritePattern):
         after = loop.next_op
         assert after is not None  # a loop is never its block's terminator
         IRBuilder(rewriter, after).dealloc(packed)
-        self.hoisted[key] = _Hoisted(packed, offset, fits)
+        self.hoisted[key] = _Hoisted(packed, offset, fits, first)
         return self.hoisted[key]
 
     def panel(self, gen: GenericOp, rewriter: PatternRewriter, dot: bool) -> SSAValue:

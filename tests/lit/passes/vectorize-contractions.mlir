@@ -28,10 +28,25 @@
 // CHECK-DAG:     %[[KC:.*]] = arith.constant 256 : index
 // CHECK-DAG:     %[[C63:.*]] = arith.constant 63 : index
 // CHECK-DAG:     %[[C127:.*]] = arith.constant 127 : index
-// CHECK:         scf.for %[[K0:.*]] = %[[C0]] to %{{.*}} step %[[KC]] {
+// The blocks start at C's first column that begins a 64-byte line (NumPy's large arrays start
+// 16 bytes past one): the address of C's first element, from its pointer and offset, at run time.
+// CHECK:         %{{.*}}, %[[OFFSET:.*]], %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} = memref.extract_strided_metadata %c
+// CHECK-NEXT:    %[[BASE:.*]] = "memref.extract_aligned_pointer_as_index"(%c)
+// CHECK-NEXT:    %[[OFFSET_BYTES:.*]] = arith.muli %[[OFFSET]], %{{.*}} : index
+// CHECK-NEXT:    %[[FIRST_BYTE:.*]] = arith.addi %[[BASE]], %[[OFFSET_BYTES]] : index
+// CHECK-NEXT:    %[[PAST:.*]] = arith.remui %[[FIRST_BYTE]], %[[WIDE]] : index
+// CHECK-NEXT:    %[[GAP_:.*]] = arith.subi %[[WIDE]], %[[PAST]] : index
+// CHECK-NEXT:    %[[GAP:.*]] = arith.remui %[[GAP_]], %[[WIDE]] : index
+// CHECK-NEXT:    %[[GAP_COLUMNS:.*]] = arith.divui %[[GAP]], %{{.*}} : index
+// CHECK-NEXT:    %head = arith.minsi %[[N:.*]], %[[GAP_COLUMNS]] : index
+// CHECK-NEXT:    scf.for %[[K0:.*]] = %[[C0]] to %{{.*}} step %[[KC]] {
 // CHECK-NEXT:      %[[K0_KC:.*]] = arith.addi %[[K0]], %[[KC]] : index
 // CHECK-NEXT:      %[[K1:.*]] = arith.minsi %[[K0_KC]], %{{.*}} : index
-// CHECK:           scf.for %[[J:.*]] = %[[C0]] to %{{.*}} step %[[WIDE]] {
+// CHECK-NEXT:      %[[AFTER_HEAD:.*]] = arith.subi %[[N]], %head : index
+// CHECK-NEXT:      %[[REM:.*]] = arith.remui %[[AFTER_HEAD]], %[[WIDE]] : index
+// CHECK-NEXT:      %[[WHOLE:.*]] = arith.subi %[[AFTER_HEAD]], %[[REM]] : index
+// CHECK-NEXT:      %[[BLOCKS_END:.*]] = arith.addi %head, %[[WHOLE]] : index
+// CHECK-NEXT:      scf.for %[[J:.*]] = %head to %[[BLOCKS_END]] step %[[WIDE]] {
 // The panel: rows k0..k1 of B's 64 columns from j, packed, the next panel's line prefetched.
 // CHECK-NEXT:        %[[LAST:.*]] = arith.subi %{{.*}}, %{{.*}} : index
 // CHECK-NEXT:        %[[J127:.*]] = arith.addi %[[J]], %[[C127]] : index
@@ -90,10 +105,16 @@
 // CHECK-COUNT-23:    vector.store %{{.*}}, %c[%{{.*}}, %{{.*}}] : memref<?x?xf32>, vector<16xf32>
 // CHECK-NEXT:        }
 // CHECK-NEXT:    }
-// The columns left over, one vector at a time, masked to the columns left.
-// CHECK:         scf.for %[[J1:.*]] = %{{.*}} to %{{.*}} step %[[LANES]] {
-// CHECK:           %[[LEFT:.*]] = arith.subi %{{.*}}, %[[J1]] : index
-// CHECK-NEXT:      %[[MASK:.*]] = vector.create_mask %[[LEFT]] : vector<16xi1>
+// The columns before the blocks, [0, head), then those after them, [blocks_end, N): one loop
+// body for both, one vector at a time (a 64-byte line is one vector of 16 lanes), masked to
+// the columns left.
+// CHECK:         scf.for %[[EDGE:.*]] = %[[C0]] to %{{.*}} step %{{.*}} {
+// CHECK-NEXT:      %[[BEFORE:.*]] = arith.cmpi eq, %[[EDGE]], %[[C0]] : index
+// CHECK-NEXT:      %[[LO:.*]] = arith.select %[[BEFORE]], %[[C0]], %[[BLOCKS_END]] : index
+// CHECK-NEXT:      %[[HI:.*]] = arith.select %[[BEFORE]], %head, %[[N]] : index
+// CHECK-NEXT:      scf.for %[[J1:.*]] = %[[LO]] to %[[HI]] step %[[LANES]] {
+// CHECK-NEXT:        %[[LEFT:.*]] = arith.subi %[[HI]], %[[J1]] : index
+// CHECK-NEXT:        %[[MASK:.*]] = vector.create_mask %[[LEFT]] : vector<16xi1>
 // CHECK:           vector.maskedload %c[%{{.*}}, %[[J1]]], %[[MASK]], %{{.*}} : memref<?x?xf32>, vector<16xi1>, vector<16xf32> into vector<16xf32>
 // CHECK:           vector.fma
 // CHECK:           vector.maskedstore %c[%{{.*}}, %[[J1]]], %[[MASK]], %{{.*}} : memref<?x?xf32>, vector<16xi1>, vector<16xf32>
@@ -168,16 +189,22 @@
 
 // B the same in every iteration of the loop around the contraction (a function argument the
 // function never writes, as W is for the token loop of the linear cross-entropy nests): all of its
-// full panels are packed once, before the loop, into %b_panels[p, k, :] = B[k, 64p : 64p + 64]
-// (float32), freed after it; the micro-kernel reads panel j / 64 and packs nothing in the loop.
+// full panels are packed once, before the loop, into %b_panels[p, k, :] = B[k, first + 64p :
+// first + 64p + 64] (float32), freed after it; the micro-kernel reads panel (j - first) / 64 and
+// packs nothing in the loop. C is there before the loop too (an argument): the panels start at
+// its first column that begins a 64-byte line, %first, as the micro-kernel's own blocks do.
 // CHECK-LABEL: func.func @gemm_in_a_loop_b_invariant
 // CHECK-DAG:     %[[WIDE:.*]] = arith.constant 64 : index
 // CHECK-DAG:     %[[K:.*]] = memref.dim %b, %{{.*}} : memref<?x?xbf16>
 // CHECK-DAG:     %[[N:.*]] = memref.dim %b, %{{.*}} : memref<?x?xbf16>
-// CHECK:         %[[NP:.*]] = arith.divui %[[N]], %[[WIDE]] : index
+// CHECK:         memref.extract_strided_metadata %c
+// CHECK:         %first = arith.minsi %[[N]], %{{.*}} : index
+// CHECK-NEXT:    %[[AFTER_FIRST:.*]] = arith.subi %[[N]], %first : index
+// CHECK-NEXT:    %[[NP:.*]] = arith.divui %[[AFTER_FIRST]], %[[WIDE]] : index
 // CHECK-NEXT:    %b_panels = memref.alloc(%[[NP]], %[[K]]) {alignment = 64 : i64} : memref<?x?x64xf32>
 // CHECK-NEXT:    scf.for %[[P:.*]] = %{{.*}} to %[[NP]] step %{{.*}} {
-// CHECK-NEXT:      %[[J0:.*]] = arith.muli %[[P]], %[[WIDE]] : index
+// CHECK-NEXT:      %[[J0_:.*]] = arith.muli %[[P]], %[[WIDE]] : index
+// CHECK-NEXT:      %[[J0:.*]] = arith.addi %[[J0_]], %first : index
 // CHECK:           %[[AHEAD:.*]] = arith.minui %{{.*}}, %{{.*}} : index
 // CHECK-NEXT:      scf.for %[[KP:.*]] = %{{.*}} to %[[K]] step %{{.*}} {
 // CHECK-NEXT:        memref.prefetch %b[%[[KP]], %[[AHEAD]]], read, locality<3>, data : memref<?x?xbf16>
@@ -187,7 +214,9 @@
 // CHECK-COUNT-3:     vector.store %{{.*}}, %b_panels[%[[P]], %[[KP]], %{{.*}}] : memref<?x?x64xf32>, vector<16xf32>
 // CHECK:         scf.for %[[T:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
 // CHECK-NOT:       %b_panel[
-// CHECK:             %[[PJ:.*]] = arith.divui %{{.*}}, %{{.*}} : index
+// CHECK:           scf.for %[[J:.*]] = %first to %{{.*}} step %{{.*}} {
+// CHECK-NEXT:        %[[JF:.*]] = arith.subi %[[J]], %first : index
+// CHECK-NEXT:        %[[PJ:.*]] = arith.divui %[[JF]], %{{.*}} : index
 // CHECK:             scf.for %[[KK:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(
 // CHECK-COUNT-4:       vector.load %b_panels[%[[PJ]], %[[KK]], %{{.*}}] : memref<?x?x64xf32>, vector<16xf32>
 // CHECK:         memref.dealloc %b_panels : memref<?x?x64xf32>
@@ -247,7 +276,9 @@
 // time; the micro-kernel reads row t + k of them, or packs per call where the base is larger.
 // CHECK-LABEL: func.func @gemm_rows_of_an_invariant_base
 // CHECK:         %[[BUDGET:.*]] = arith.constant 1048576 : index
-// CHECK:         %[[NP:.*]] = arith.divui
+// CHECK:         %first = arith.minsi
+// CHECK-NEXT:    arith.subi %{{.*}}, %first : index
+// CHECK-NEXT:    %[[NP:.*]] = arith.divui
 // CHECK:         %[[SIZE:.*]] = arith.muli %{{.*}}, %{{.*}} : index
 // CHECK-NEXT:    %[[BYTES:.*]] = arith.muli %[[SIZE]], %{{.*}} : index
 // CHECK-NEXT:    %fits = arith.cmpi ule, %[[BYTES]], %[[BUDGET]] : index
