@@ -115,6 +115,14 @@
 // CHECK-NEXT:      scf.for %[[J1:.*]] = %[[LO]] to %[[HI]] step %[[LANES]] {
 // CHECK-NEXT:        %[[LEFT:.*]] = arith.subi %[[HI]], %[[J1]] : index
 // CHECK-NEXT:        %[[MASK:.*]] = vector.create_mask %[[LEFT]] : vector<16xi1>
+// B's columns packed first, masked (zeros past them), into the panel the row blocks read: in
+// place, each row block read B's rows again.
+// CHECK-NEXT:        scf.for %[[KE:.*]] = %[[K0]] to %[[K1]] step %{{.*}} {
+// CHECK-NEXT:          %[[RE:.*]] = arith.subi %[[KE]], %[[K0]] : index
+// CHECK-NEXT:          %[[BE:.*]] = vector.maskedload %b[%[[KE]], %[[J1]]], %[[MASK]], %{{.*}} : memref<?x?xf32>, vector<16xi1>, vector<16xf32> into vector<16xf32>
+// CHECK-NEXT:          vector.store %[[BE]], %b_panel[%[[RE]], %[[C0]]] : memref<256x64xf32>, vector<16xf32>
+// CHECK-NEXT:        }
+// CHECK-NOT:         vector.maskedload %b
 // CHECK:           vector.maskedload %c[%{{.*}}, %[[J1]]], %[[MASK]], %{{.*}} : memref<?x?xf32>, vector<16xi1>, vector<16xf32> into vector<16xf32>
 // CHECK:           vector.fma
 // CHECK:           vector.maskedstore %c[%{{.*}}, %[[J1]]], %[[MASK]], %{{.*}} : memref<?x?xf32>, vector<16xi1>, vector<16xf32>
