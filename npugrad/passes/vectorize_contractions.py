@@ -620,14 +620,13 @@ class _Kernels:
     def emit(self) -> None:
         """The reduction in chunks of KC steps; in each, columns in blocks of NR vectors, B's
         KC×NR-vector panel packed first (pack) and shared by all row blocks, then the columns
-        at the edges a line's worth of vectors at a time, masked to what is left, B read in
-        place (a masked load costs what a plain one does, and one kernel fewer compiles
-        faster). Chunks run in order, each added to C once. A
-        narrower A is widened into a float32 buffer at the start of each chunk (widens_a).
+        at the edges a line's worth of vectors at a time, masked to what is left (masked).
+        Chunks run in order, each added to C once. A narrower A is widened into a float32
+        buffer at the start of each chunk (widens_a).
 
         Where B's panels are packed here, the blocks start at C's first column that begins a
         cache line (line_head: NumPy's large arrays start 16 bytes past one), the columns
-        before it one vector at a time, masked, as the tail: a block's row of C is then one
+        before it masked, as those after the last block: a block's row of C is then one
         line, not two, and so is the row of B the pack reads where B's rows are aligned as C's
         (X and dW, in GEMM 3 of the linear cross-entropy gradient). On one Zen 3, FLCE float32
         2048 x 2048 x 16000, 2 threads (bench/loop_profile.py): X's pack and GEMM 3's row
@@ -669,7 +668,7 @@ class _Kernels:
     def columns(self, first: SSAValue | None, hoisted: bool) -> None:
         """The chunk over all of C's columns: blocks of NR vectors from column `first` on (None:
         0), each packing B's panel, or reading panel (j0 − first) / (NR·lanes) of the hoisted
-        ones; the columns before `first` and after the last block one vector at a time, masked."""
+        ones; the columns before `first` and after the last block masked (masked)."""
         e = self.e
         wide = self.nr * self.lanes
         start = e.idx(0) if first is None else first
