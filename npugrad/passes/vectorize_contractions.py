@@ -399,9 +399,7 @@ class _Kernels:
         rows = [_plus(e, i0, r) for r in range(self.mr)]
         if last is not None:
             rows = rows[:1] + [e.emit(arith.MinUIOp(i, last)) for i in rows[1:]]
-        cols = [_plus(e, j0, c * self.lanes) for c in range(nr)]
-        if masks is not None:  # a vector wholly past the columns reads and writes nothing, from column N - 1
-            cols[1:] = [e.emit(arith.MinUIOp(j, e.emit(arith.SubiOp(self.n, e.idx(1))))) for j in cols[1:]]
+        cols = [self._column(j0, c, masks is not None) for c in range(nr)]
         starts = {c * self.lanes: j for c, j in enumerate(cols)}
         lines = [j0] if masks is not None else [
             starts[c] if c in starts else e.emit(arith.AddiOp(j0, e.idx(c))) for c in self.line_offsets(nr)]
@@ -542,6 +540,13 @@ class _Kernels:
         e = self.e
         return e.emit(arith.SubiOp(n, e.emit(arith.RemUIOp(n, e.idx(step)))))
 
+    def _column(self, j0: SSAValue, c: int, edge: bool) -> SSAValue:
+        """The first column of vector c from j0. At an edge (masked), a vector wholly past the
+        columns reads and writes nothing, from column N − 1 (always in bounds)."""
+        e = self.e
+        j = _plus(e, j0, c * self.lanes)
+        return e.emit(arith.MinUIOp(j, e.emit(arith.SubiOp(self.n, e.idx(1))))) if edge and c else j
+
     def pack(self, j0: SSAValue, masks: list[SSAValue] | None = None) -> None:
         """panel[k − k_lo, :] = B[k, j0 : j0 + NR·lanes] as float32, for the chunk's k: the row
         blocks then read B from KC contiguous lines that stay in the innermost cache, whatever
@@ -549,28 +554,19 @@ class _Kernels:
         type (bfloat16/float16 widened once per panel, not once per row block). With `masks`
         (the columns at the edges, float32 FMAs only), len(masks) vectors, each read masked."""
         e = self.e
-        if masks is not None:
-            cols = [j0]
-            if len(masks) > 1:  # a vector wholly past the columns reads nothing, from column N - 1
-                last = e.emit(arith.SubiOp(self.n, e.idx(1)))
-                cols += [e.emit(arith.MinUIOp(_plus(e, j0, c * self.lanes), last)) for c in range(1, len(masks))]
-            with e.loop(self.k_hi, lb=self.k_lo) as k:
-                row = e.emit(arith.SubiOp(k, self.k_lo))
-                for c, (j, m) in enumerate(zip(cols, masks)):
-                    e.emit(vector.StoreOp(self._b_lanes(k, j, m), self.panel, [row, e.idx(c * self.lanes)]))
-            return
-        ahead = None if self.shape.rhs_transposed else next_panel(e, j0, self.nr * self.lanes, self.n)
+        ahead = None if self.shape.rhs_transposed or masks is not None else next_panel(e, j0, self.nr * self.lanes, self.n)
         if self.dot:
             def store(q: SSAValue, c: int, v: SSAValue) -> None:
                 e.emit(vector.StoreOp(v, self.panel, [q, e.idx(2 * c * self.lanes)]))
 
             pack_pairs(e, self.b, self.shape.rhs_transposed, self.k_lo, self.k_hi, j0, self.lanes, self.nr, store, ahead)
             return
+        nr = self.nr if masks is None else len(masks)
         with e.loop(self.k_hi, lb=self.k_lo) as k:
             row = e.emit(arith.SubiOp(k, self.k_lo))
-            for c in range(self.nr):
-                j = _plus(e, j0, c * self.lanes)
-                e.emit(vector.StoreOp(self._b_lanes(k, j, None), self.panel, [row, e.idx(c * self.lanes)]))
+            for c in range(nr):
+                j = self._column(j0, c, masks is not None)
+                e.emit(vector.StoreOp(self._b_lanes(k, j, masks and masks[c]), self.panel, [row, e.idx(c * self.lanes)]))
             if ahead is not None:
                 e.emit(PrefetchOp(self.b, [k, ahead], write=False))
 

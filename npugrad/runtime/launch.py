@@ -424,8 +424,10 @@ class Replay:
     def _result(self, arrays: Mapping[str, np.ndarray]) -> object:
         """The API's result for these operands (see _result_source)."""
         r = self.result
-        if r is None or type(r) is str:
-            return None if r is None else arrays[r]
+        if r is None:
+            return None
+        if type(r) is str:
+            return arrays[r]
         make, names = r
         return make([None if n is None else arrays[n] for n in names])
 
