@@ -712,6 +712,26 @@ def _root(ref: SSAValue) -> SSAValue:
     return ref
 
 
+def _column_offsets(ref: SSAValue, loop: scf.ForOp) -> list | None:
+    """The column offsets (ints and values) of the 2-D subviews between `ref` and its root, the
+    zero ones left out, or None where one is a value defined inside `loop`."""
+    parts: list = []
+    while isinstance(ref.owner, Operation) and ref.owner.name in _VIEWS:
+        view = ref.owner
+        if isinstance(view, memref.SubviewOp) and len(view.static_offsets.get_values()) == 2:
+            static = view.static_offsets.get_values()[1]
+            if static == DYNAMIC_INDEX:
+                offset = view.offsets[-1]
+                owner = offset.owner if isinstance(offset.owner, Operation) else offset.owner.parent_op()
+                if owner is not None and loop.is_ancestor(owner):
+                    return None
+                parts.append(offset)
+            elif static:
+                parts.append(static)
+        ref = view.operands[0]
+    return parts
+
+
 def _writes(scope: Operation, root: SSAValue) -> bool:
     """Whether an op in `scope` may write memory `root` (any use but a read, a view or an input
     of a linalg op counts)."""
@@ -786,8 +806,9 @@ def invariant_rows(gen: GenericOp) -> tuple[scf.ForOp, SSAValue, SSAValue] | Non
     [offset, offset + K) of every column of `base`, a view made in the loop around `gen` (so
     not invariant there: GEMM 3 of the linear cross-entropy gradient reading X's token tile in
     the token loop), and `base` holds the same values over the loop around that one (the
-    vocabulary loop): all of base's panels can be packed once, before it, and row k of B read
-    at row offset + k (hoisted_panels, where base is small enough)."""
+    vocabulary loop, and any loop around that over which it still does): all of base's panels
+    can be packed once, before it, and row k of B read at row offset + k (hoisted_panels, where
+    base is small enough)."""
     view = gen.inputs[1].owner
     inner = _enclosing_loop(gen)
     if not isinstance(view, memref.SubviewOp) or inner is None or not inner.is_ancestor(view):
@@ -804,6 +825,11 @@ def invariant_rows(gen: GenericOp) -> tuple[scf.ForOp, SSAValue, SSAValue] | Non
         return None
     if not _unchanged(_root(base), gen, outer):
         return None
+    # Out of every loop more that base holds still over: the vocabulary loop, where the token
+    # loop runs in groups of tiles (tiling/flce_groups.py) inside it.
+    while (around := _enclosing_loop(outer)) is not None and not (owner is not None and around.is_ancestor(owner)) \
+            and _unchanged(_root(base), gen, around):
+        outer = around
     return outer, base, view.offsets[0]
 
 
@@ -877,8 +903,17 @@ class VectorizeContraction(RewritePattern):
         # micro-kernel's own packs do), where C's memory is there before the loop.
         first = None
         c_root = _root(gen.outputs[0])
-        if not loop.is_ancestor(c_root.owner):
-            first = e.line_head(c_root, n, 4, line_bytes(self.target))
+        columns = _column_offsets(gen.outputs[0], loop)
+        if not loop.is_ancestor(c_root.owner) and columns is not None:
+            # C's first line from the column its view starts at (a chunk of dX's columns: the
+            # token loop in phases, tiling/flce_groups.py), in its root's first row.
+            row = c_root
+            if columns and c_root.type.get_num_dims() == 2:  # type: ignore[attr-defined]
+                column = e.idx(columns[0]) if isinstance(columns[0], int) else columns[0]
+                for part in columns[1:]:
+                    column = e.emit(arith.AddiOp(column, e.idx(part) if isinstance(part, int) else part))
+                row = e.subview(c_root, [0, column], [1, n])
+            first = e.line_head(row, n, 4, line_bytes(self.target))
             first.name_hint = "first"
         panels = e.emit(arith.DivUIOp(n if first is None else e.emit(arith.SubiOp(n, first)), e.idx(wide)))
         fits = None
