@@ -260,7 +260,7 @@ class Pipeline:
                 if self.check_capacity:
                     passes.append(CheckCapacityPass(self.target))
             elif self.distribute:
-                passes.append(DistributeOverCoresPass())
+                passes.append(DistributeOverCoresPass(self.cpu))
             elif self.fuse:
                 passes.append(ReadWeightInPlacePass())
         if order >= XDSL_STAGES.index("loops"):

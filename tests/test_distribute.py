@@ -133,13 +133,36 @@ def test_flce_wavefront_with_more_blocks_than_token_tiles(rng, threads, dtype):
     assert_close(many[1], want["weight_grad_out"])
 
 
+@pytest.mark.parametrize(("dtype", "hp"), [(FLOAT_DTYPES[0], False), (FLOAT_DTYPES[1], True), (FLOAT_DTYPES[2], False)],
+                         ids=lambda p: "high-performance" if p is True else "memory-saving" if p is False else str(p))
+def test_flce_token_groups_and_weight_chunks(rng, threads, dtype, hp):
+    """The token loop in phases over groups of token tiles (tiling/flce_groups.py), H = 1100:
+    GEMM 1 in chunks of the reduction chunk (512 on every CPU here but a 1 MiB L2's 1024: 3 or 2
+    chunks, the last partial), GEMM 2 in chunks of dX's columns, the first up to dX's first
+    cache line and the others from a line (NumPy's arrays start 16 bytes past one), and groups
+    of 2200 rows (2 H): on 2 threads each block's 2350 rows make two groups, the second of 150
+    rows, whose stash entries the first group's tiles used. Bit for bit the one-core result
+    (the nest as fused, no groups), and the reference's."""
+    a = _flce_operands(rng, 4700, 1100, 700, dtype, hp, packed=not hp)
+    results = []
+    for n in (2, 3):
+        threads(n)
+        results.append(_flce(a))
+    with using(Pipeline(distribute=False)):
+        results.append(_flce(a))
+    _all_same(results)
+    want = harness.expected("fused_linear_cross_entropy_loss_grad", a, {})
+    assert_close(results[0][0], want["input_grad_out"])
+    assert_close(results[0][1], want["weight_grad_out"])
+
+
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 @pytest.mark.parametrize("hp", [False, True], ids=["memory-saving", "high-performance"])
-def test_flce_stash_ring_over_many_token_tiles(rng, threads, dtype, hp):
+def test_flce_stash_over_many_token_and_vocabulary_tiles(rng, threads, dtype, hp):
     """Tiles of 12 rows x 16 vocabulary columns: 9 token tiles (BT = 100), 2 to 5 per block on
-    2, 3 and 4 threads, and 344 vocabulary tiles: each lagging block's stash, a ring of n + 1
-    token tiles (flce._defer_weight_grad), goes round it hundreds of times, an entry
-    overwritten the iteration after GEMM 3 read it. Bit for bit the one-core result."""
+    2, 3 and 4 threads, and 344 vocabulary tiles: each block's stash (one entry per token tile
+    of its group, tiling/flce_groups.py) is written and read again at every step, hundreds of
+    times. Bit for bit the one-core result."""
     from npugrad.passes.fuse_linear_cross_entropy_grad import FuseLinearCrossEntropyGradPass
     from npugrad.passes.fuse_linear_online_max_sum import FuseLinearOnlineMaxSumPass
 

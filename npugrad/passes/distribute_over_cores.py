@@ -47,9 +47,13 @@ from npugrad.dialect.attributes import DISTRIBUTED, FUSED
 from npugrad.ir import IRBuilder
 from npugrad.passes.source_op import record_source
 from npugrad.recipes import recipe_of
+from npugrad.targets import Target, get
 
 
+@dataclass(frozen=True)
 class DistributeFunction(RewritePattern):
+    cpu: Target
+
     @op_type_rewrite_pattern
     def match_and_rewrite(self, f: func.FuncOp, rewriter: PatternRewriter) -> None:
         if f.is_declaration or DISTRIBUTED.on(f):
@@ -62,7 +66,7 @@ class DistributeFunction(RewritePattern):
             fused = FUSED.get(nests[0])
             recipe = recipe_of(fused.op.data)  # type: ignore[union-attr]
             assert recipe.fused is not None
-            recipe.fused.distribute(nests[0], IRBuilder(rewriter, nests[0]))
+            recipe.fused.distribute(nests[0], IRBuilder(rewriter, nests[0]), self.cpu)
             done = True
         else:
             recipe = recipe_of(grads[0])
@@ -78,5 +82,7 @@ class DistributeFunction(RewritePattern):
 class DistributeOverCoresPass(ModulePass):
     name = "distribute-over-cores"
 
+    cpu: str = "host"  # the CPU the kernels are shaped for (vectorize-contractions' target)
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        PatternRewriteWalker(DistributeFunction(), apply_recursively=False).rewrite_module(op)
+        PatternRewriteWalker(DistributeFunction(get(self.cpu)), apply_recursively=False).rewrite_module(op)

@@ -146,7 +146,8 @@ class FusedNest:
     def tile(self, nest: scf.ForOp, target: Target, e: IRBuilder) -> None:
         raise NotImplementedError
 
-    def distribute(self, nest: scf.ForOp, e: IRBuilder) -> None:
+    def distribute(self, nest: scf.ForOp, e: IRBuilder, cpu: Target) -> None:
+        """Spread the nest over the blocks of a launch on `cpu` (the CPU its kernels are shaped for)."""
         raise NotImplementedError
 
 

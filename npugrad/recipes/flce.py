@@ -33,8 +33,8 @@ class LinearCrossEntropyNest(FusedNest):
     def tile(self, nest, target, e):
         flce.tile_fused_flce(nest, target, e)
 
-    def distribute(self, nest, e):
-        flce.distribute_fused_flce(nest, e)
+    def distribute(self, nest, e, cpu):
+        flce.distribute_fused_flce(nest, e, cpu)
 
 
 class FusedLinearCrossEntropyLossGrad(OpRecipe):

@@ -22,7 +22,7 @@ class OnlineMaxSumNest(FusedNest):
     def tile(self, nest, target, e):
         online_max_sum.tile_fused(nest, target, e)
 
-    def distribute(self, nest, e):
+    def distribute(self, nest, e, cpu):
         online_max_sum.distribute_fused(nest, e)
 
 

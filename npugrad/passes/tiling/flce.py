@@ -33,44 +33,30 @@ the blocks after it and only once they have caught up with it; at a barrier ever
 late cost every block. (Measured on a Zen 3, FLCE float32 2048 x 2048 x 32000 on 2 threads,
 7 calls, per-step times of each block logged at the barriers of the previous version: the
 blocks waited 3–7 % of their time there; replaying the same step times with point-to-point waits
-gave 1.7–5.6 % shorter calls.) A flag is one i64 counter on a 64-byte line of its own. The
-wait comes at the start of the step, before GEMMs 1 and 2 too: placed right before GEMM 3, in
-the token loop, its operands stayed live through the micro-kernels, and one of the bfloat16
-kernel's reduction loops then read an A-row address off the stack on every step
-(tests/test_microkernel_registers.py).
+gave 1.7–5.6 % shorter calls.) A flag is one i64 counter on a 64-byte line of its own.
 
 Only GEMM 3 has to wait for the block before: GEMMs 1 and 2 of a block's token tiles depend on
-no other block. With `lead` (the distributed nest), every block but block 0 runs GEMMs 1 and 2
-(and the softmax gradient) one vocabulary tile ahead of its GEMM 3, on tile u − b, keeping each
-token tile's logits (or G, given the softmax) in a stash until GEMM 3 reads them the step after.
-On 2 blocks the second then works from step 1 and has a third of a step left at the end, where
-the plain wavefront left each block one whole step idle (nv steps of work in nv + 1); more
-blocks keep b − 1 idle steps each at the start. The price, beside the idle steps: the stash, a
-ring of n + 1 token tiles per lagging block of n (_defer_weight_grad: about (BT/P + bt)·v·4 bytes
-for float32 logits, 1.7 MB at BT = 4096, bt = 186, v = 176, P = 2, where two slots of the
-block's rows took 2.9; block 0's is one token tile, the one-block nest's scratch), and, for a
-bfloat16/float16 dW, a ring of P + 1 + SLACK float32 accumulator tiles
+no other block. The distributed nest (distribute_fused_flce) runs its token loop in phases over
+groups of token tiles (flce_groups.py: GEMMs 1 and 2 and the softmax gradient of the group's
+tiles, each tile's logits in a stash, then GEMM 3 once the block before is done), and waits
+there; the step's wait below then only keeps the chain of flags whole for a block with no token
+tiles. A bfloat16/float16 dW accumulates in a ring of P + 1 + SLACK float32 tiles
 ((P + 3)·v·H·4 bytes, npu.alloc_shared) where the one-block nest has one: block 0 starts tile u
 in the slot tile u − P − 1 − SLACK had, once block P − 1 has rounded that (SLACK steps of room).
 
     %progress = npu.alloc_shared(P·8) : memref<?xi64>       // one counter per 64-byte line
-    %lead = arith.minui %bid, 1                             // GEMMs 1, 2 this many tiles ahead
     scf.for %u = 0 to nv + P {
       scf.if (%u < nv && %bid == 0) { [npu.wait_flag %progress[last], u − SLACK]; start tile %u }
-      npu.wait_flag %progress[%bid − 1], (%bid == 0 ? 0 : %u)
-      %vtile = %u - %bid - 1 ; %gtile = %vtile + %lead
-      scf.if (%gtile or %vtile is a tile) {
+      npu.wait_flag %progress[%bid − 1], (%bid == 0 ? 0 : %u)   // flce_groups: moved after the work
+      %vtile = %u - %bid - 1
+      scf.if (%vtile is a tile) {
         scf.for %i = %first_token_tile to %end_token_tile { %t0 = start(%i) ...   // rows [rows_lo, rows_hi)
-          scf.if (%gtile is a tile) { GEMM 1 -> %logits_stash[entry of (%gtile, %i)], G, GEMM 2 (dX) }
-          scf.if (%vtile is a tile) { GEMM 3: %logits_stash[entry of (%vtile, %i)] -> dW's tile %vtile (float32) }
+          GEMM 1 -> logits tile, G, GEMM 2 (dX), GEMM 3 -> dW's tile %vtile (float32)
         }
       }
       scf.if (%vtile is a tile && %bid == P - 1) { round tile %vtile into %dw }   // a ring only
       npu.set_flag %progress[%bid], %u + 1
     }
-
-(Measured on a Zen 3, FLCE float32 4096 x 4096 x 8192 on 2 threads, in one process taking
-turns: 126.3 GFLOP/s with the lead, 124.7 without, 1.3 %.)
 """
 
 from __future__ import annotations
@@ -82,7 +68,7 @@ from functools import lru_cache
 from xdsl.dialects import arith, func, memref, scf
 from xdsl.dialects.builtin import DYNAMIC_INDEX, AffineMapAttr, ArrayAttr, MemRefType, f32, i64
 from xdsl.dialects.linalg.ops import GenericOp
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import SSAValue
 from xdsl.ir.affine import AffineMap
 from xdsl.rewriter import InsertPoint
 from xdsl.transforms.dead_code_elimination import region_dce
@@ -101,7 +87,7 @@ from npugrad.dialect.npu import (
     local_type,
 )
 from npugrad.ir import IRBuilder, enclosing_function
-from npugrad.passes.tiling import flce_phased
+from npugrad.passes.tiling import flce_groups, flce_phased
 from npugrad.passes.tiling.blocks import (
     TokenLoop,
     block_range,
@@ -176,19 +162,16 @@ def _tile_rows(e: IRBuilder, tile, tv, v):
     return v0, e.emit(arith.MinSIOp(tv, e.emit(arith.SubiOp(v, v0))))
 
 
-def wavefront(nest: scf.ForOp, e: IRBuilder, lead: bool = False) -> scf.ForOp:
+def wavefront(nest: scf.ForOp, e: IRBuilder) -> scf.ForOp:
     """Spread the nest over the blocks (the module docstring). Block b takes the contiguous
-    token tiles [b·nt/P, (b+1)·nt/P); at step u it works on vocabulary tile u − 1 − b (with
-    `lead`, where the nest keeps its logits in a tile of scratch: GEMM 3 on that tile, GEMMs 1
-    and 2 on tile u − 1 − b + min(b, 1), _defer_weight_grad), once block b − 1 has set its flag
-    to u (done with step u − 1); it sets its own to u + 1 when done. The float32 accumulator of
-    a vocabulary tile's dW (the dW output itself when it is float32, else a ring of P + 1 + SLACK
-    tiles shared by the blocks) goes from block to block in token order. Block 0 starts a tile
-    one step before its GEMM 3 on it (in a ring, once block P − 1 has rounded the slot's
-    previous tile); block P − 1 rounds it into dW right after its GEMM 3 on it.
-    Returns the new outermost loop, which carries the nest's #train.fused."""
+    token tiles [b·nt/P, (b+1)·nt/P); at step u it works on vocabulary tile u − 1 − b, once
+    block b − 1 has set its flag to u (done with step u − 1); it sets its own to u + 1 when
+    done. The float32 accumulator of a vocabulary tile's dW (the dW output itself when it is
+    float32, else a ring of P + 1 + SLACK tiles shared by the blocks) goes from block to block
+    in token order. Block 0 starts a tile one step before its GEMM 3 on it (in a ring, once
+    block P − 1 has rounded the slot's previous tile); block P − 1 rounds it into dW right after
+    its GEMM 3 on it. Returns the new outermost loop, which carries the nest's #train.fused."""
     fused = FUSED.get(nest)
-    lead = lead and _keeps_logits(nest)
     e = e.at(nest)
     bid, nblk = block_range(e)
     tokens = next(o for o in nest.walk() if nest_role(o) is NestRole.TOKEN_LOOP)
@@ -279,9 +262,6 @@ def wavefront(nest: scf.ForOp, e: IRBuilder, lead: bool = False) -> scf.ForOp:
         last = e.emit(arith.MuliOp(final, line))
         last_block.name_hint, last.name_hint = "last_block", "last_flag"
     steps = e.emit(arith.AddiOp(nv, nblk))
-    if lead:
-        ahead = e.emit(arith.MinUIOp(bid, one))
-        ahead.name_hint = "lead"
     with e.loop(steps) as step:
         if init is not None:  # block 0 starts tile u, a step before its GEMM 3 on it
             with e.if_(e.emit(arith.AndIOp(e.emit(arith.CmpiOp(step, nv, "ult")), first_block))):
@@ -298,23 +278,10 @@ def wavefront(nest: scf.ForOp, e: IRBuilder, lead: bool = False) -> scf.ForOp:
         vi = e.emit(arith.SubiOp(step, behind))
         vi.name_hint = "vtile"
         active = e.emit(arith.AndIOp(e.emit(arith.CmpiOp(step, behind, "uge")), e.emit(arith.CmpiOp(vi, nv, "ult"))))
-        has_vtile = active
-        if lead:  # GEMMs 1 and 2 on tile gtile = vtile + min(bid, 1), GEMM 3 on vtile
-            led = e.emit(arith.AddiOp(step, ahead))
-            gi = e.emit(arith.SubiOp(led, behind))
-            gi.name_hint = "gtile"
-            g_ok = e.emit(arith.AndIOp(e.emit(arith.CmpiOp(led, behind, "uge")), e.emit(arith.CmpiOp(gi, nv, "ult"))))
-            w_ok = active
-            active = e.emit(arith.OrIOp(g_ok, w_ok))
         with e.if_(active):
-            if lead:  # each tile index clamped to a tile where its GEMMs do not run this step
-                g_tile = e.emit(arith.SelectOp(g_ok, gi, e.emit(arith.SubiOp(nv, one))))
-                w_tile = e.emit(arith.SelectOp(w_ok, vi, e.idx(0)))
-                v0 = e.emit(arith.MuliOp(g_tile, tv))
-            else:
-                v0 = e.emit(arith.MuliOp(vi, tv))
+            v0 = e.emit(arith.MuliOp(vi, tv))
         if ring is not None:  # the last block rounds tile u - P into dW, after every block's GEMM 3 on it
-            with e.if_(e.emit(arith.AndIOp(has_vtile, last_block))):
+            with e.if_(e.emit(arith.AndIOp(active, last_block))):
                 r0, count = _tile_rows(e, vi, tv, v)
                 _round(e, acc_rows(e, vi, e.idx(0), count), dw, None, r0, count, NestRole.WEIGHT_GRAD_FINAL)
         e.emit(SetFlagOp(progress, mine, e.emit(arith.AddiOp(step, one))))
@@ -326,123 +293,15 @@ def wavefront(nest: scf.ForOp, e: IRBuilder, lead: bool = False) -> scf.ForOp:
     FUSED.set(wave, fused)
     token_loop.take(e, (first_tile, end_tile), (t_lo, t_hi))
     # The body's view of its tile's accumulator: the ring's slot of vtile.
-    if ring is not None and not lead:
+    if ring is not None:
         at = e.at(view)
         moved = acc_rows(at, vi, at.idx(0), mixed_sizes(view)[0])
         view.result.replace_all_uses_with(moved)
         e.erase(view)
-    if lead:
-        _defer_weight_grad(e, wave, token_loop, g_tile, w_tile, g_ok, w_ok, ahead, (first_tile, end_tile), t_lo, tv, v,
-                           acc_rows)
     if heap is not None:
         e.erase(heap)
     region_dce(then.parent, e.rewriter)  # the views and sizes only the erased init and final used
     return wave
-
-
-def _keeps_logits(nest: scf.ForOp) -> bool:
-    """Whether GEMM 3 reads its G from a tile of scratch (a view of a buffer the nest allocates:
-    the logits tile GEMM 1 writes and the softmax gradient turns into G, or, given the softmax,
-    the tile G is computed into), which the lead can keep in a stash instead."""
-    weight_grad = _weight_grad(nest)
-    view = None if weight_grad is None else weight_grad.inputs[0].owner
-    return isinstance(view, memref.SubviewOp) and isinstance(view.source.owner, memref.AllocOp)
-
-
-def _weight_grad(loop: scf.ForOp):
-    """GEMM 3 (dW += Gᵀ·X) of the nest in `loop`, if it has one."""
-    return next((o for o in loop.walk() if contraction_of(o) is Contraction.WEIGHT_GRAD), None)
-
-
-def _defer_weight_grad(e: IRBuilder, wave: scf.ForOp, token_loop: TokenLoop, g_tile, w_tile, g_ok, w_ok, ahead,
-                       tiles: tuple[SSAValue, SSAValue], t_lo, tv, v, acc_rows) -> None:
-    """wavefront's `lead`: in a step, GEMMs 1 and 2 (and the softmax gradient between them) on
-    vocabulary tile g_tile where g_ok holds, GEMM 3 on tile w_tile where w_ok does. The logits
-    tile of each token tile (or, given the softmax, its G) is written into the block's stash
-    instead of one tile of scratch, and stays there until GEMM 3 has read it, `ahead` steps
-    later.
-
-    The stash is a ring of ahead·n + 1 entries of one token tile each (n: the block's token
-    tiles, [tiles)): the logits of token tile i (the i-th of the block) of vocabulary tile g go
-    to entry (g·n + i) mod (ahead·n + 1). In the token loop's iteration that writes them, the
-    entries of the n tiles written since and not yet read are the n before, GEMM 3 reads the
-    oldest of them (vocabulary tile g − 1, the same token tile: n entries back, since n ≡ −1),
-    and that entry is the next one written. Two slots of the block's rows, written in turn,
-    held 2n tiles where n + 1 do (FLCE float32 4096 x 4096 x 8192 on 2 cores: 12 token tiles,
-    a stash of 13 tiles of 186 x 176, 1.7 MB, where it was 2.9). Without the lead (ahead = 0):
-    one entry, the one-block nest's tile of scratch."""
-    tokens = token_loop.loop
-    gemm3 = _weight_grad(tokens)
-    assert gemm3 is not None
-    logits_view = gemm3.inputs[0].owner
-    assert isinstance(logits_view, memref.SubviewOp)
-    scratch = logits_view.source
-    top = e.at(wave)
-    tile_rows = scratch.type.get_shape()[0]  # type: ignore[attr-defined]
-    assert tile_rows != DYNAMIC_INDEX, "the nest's scratch is one token tile of fixed size"
-    n = top.emit(arith.SubiOp(tiles[1], tiles[0]))
-    n.name_hint = "block_token_tiles"
-    entries = top.emit(arith.AddiOp(top.emit(arith.MuliOp(ahead, n)), top.idx(1)))
-    entries.name_hint = "stash_entries"
-    width = tv.owner.value.value.data if isinstance(tv.owner, arith.ConstantOp) else tv  # static where it is
-    stash = top.alloc([top.emit(arith.MuliOp(entries, top.idx(tile_rows))), width],
-                      scratch.type.element_type)  # type: ignore[attr-defined]
-    stash.name_hint = "logits_stash"
-    e.rewriter.insert(memref.DeallocOp.get(stash), InsertPoint.after(wave))
-
-    body = tokens.body.block
-    token_rows, g_cols = mixed_sizes(logits_view)
-
-    def stash_rows(at: IRBuilder, tile, cols):
-        """This token tile's rows of the stash: its entry for vocabulary tile `tile`."""
-        item = at.emit(arith.AddiOp(at.emit(arith.MuliOp(tile, n)), token_loop.local(at, tiles[0], t_lo)))
-        entry = at.emit(arith.RemUIOp(item, entries))
-        entry.name_hint = "stash_entry"
-        return at.subview(stash, [at.emit(arith.MuliOp(entry, at.idx(tile_rows))), 0], [token_rows, cols])
-
-    # GEMM 1 writes (and GEMM 2 reads) the stash entry of g_tile; given the softmax, G goes there.
-    logits_view.result.replace_all_uses_with(stash_rows(e.at(logits_view), g_tile, g_cols))
-    e.erase(logits_view)
-    e.erase_if_dead(scratch)
-    # Everything but GEMM 3 and what it needs (X's token tile) goes under g_ok.
-    keep: set[Operation] = {gemm3, body.last_op}
-    pending = [o.owner for o in gemm3.inputs[1:]]
-    while pending:
-        op = pending.pop()
-        if isinstance(op, Operation) and op.parent_block() is body and op not in keep:
-            keep.add(op)
-            pending += [o.owner for o in op.operands]
-    _guard(e, [op for op in body.ops if op not in keep], g_ok, before=gemm3)
-    # GEMM 3 under w_ok: the stash entry of w_tile into w_tile's accumulator.
-    _guard(e, [gemm3], w_ok, before=gemm3)
-    inner = e.at(gemm3)
-    _, w_cols = _tile_rows(inner, w_tile, tv, v)
-    old_acc = gemm3.outputs[0].owner
-    gemm3.operands[0] = stash_rows(inner, w_tile, w_cols)
-    gemm3.operands[2] = acc_rows(inner, w_tile, inner.idx(0), w_cols)
-    e.modified(gemm3)
-    if isinstance(old_acc, memref.SubviewOp):  # what else asked the old view its sizes asks the sizes
-        sizes = mixed_sizes(old_acc)
-        for use in list(old_acc.result.uses):
-            dim = use.operation
-            if isinstance(dim, memref.DimOp) and isinstance(dim.index.owner, arith.ConstantOp):
-                size = sizes[dim.index.owner.value.value.data]
-                dim.result.replace_all_uses_with(size if isinstance(size, SSAValue) else e.at(dim).idx(size))
-                e.erase(dim)
-        if not old_acc.result.uses:
-            e.erase(old_acc)
-
-
-def _guard(e: IRBuilder, ops: list[Operation], cond, before: Operation) -> None:
-    """Move `ops` (in their order) into a new `scf.if cond`, placed before `before`."""
-    with e.at(before).if_(cond):
-        pass
-    guarded = before.prev_op
-    assert isinstance(guarded, scf.IfOp)
-    block = guarded.true_region.blocks[0]
-    for op in ops:
-        op.detach()
-        block.insert_op_before(op, block.last_op)
 
 
 def _round(e: IRBuilder, src, out, src_row, out_row, rows, role: NestRole) -> None:
@@ -479,14 +338,18 @@ def nest_tiles(nest: scf.ForOp) -> dict[str, int]:
     return fused.tiles.as_dict()
 
 
-def distribute_fused_flce(nest: scf.ForOp, e: IRBuilder) -> None:
-    """The nest over blocks in a wavefront with the lead (module docstring), every sum in
-    one-block order. GEMM 1 reads the W tile in place (read_weight_in_place): the CPU's
-    micro-kernel packs its panels from it once per vocabulary tile, transposing as it goes
-    (vectorize-contractions), where the nest's transposed copy cost each block a scalar loop of
-    scattered stores per tile."""
+def distribute_fused_flce(nest: scf.ForOp, e: IRBuilder, cpu: Target) -> None:
+    """The nest over blocks in a wavefront (module docstring), every sum in one-block order, its
+    token loop in phases over groups of token tiles (flce_groups: W's tile packed a chunk at a
+    time, once per group), or, where the body is not one flce_groups knows, with the lead. GEMM 1
+    reads the W tile in place (read_weight_in_place): the CPU's micro-kernel packs its panels
+    from it, transposing as it goes (vectorize-contractions), where the nest's transposed copy
+    cost each block a scalar loop of scattered stores per tile."""
     read_weight_in_place(nest, e)
-    wavefront(nest, e, lead=True)
+    if flce_groups.applies(nest):
+        flce_groups.split(wavefront(nest, e), cpu, e)
+    else:
+        wavefront(nest, e, lead=True)
 
 
 def read_weight_in_place(nest: scf.ForOp, e: IRBuilder) -> None:

@@ -69,17 +69,19 @@ func.func @small(%x: memref<8x10xf32>, %y: memref<8x10xf32>, %d: memref<1xf32>, 
 // The fused linear cross-entropy gradient (fused first: the --stage run only): a wavefront over
 // the blocks. Each owns a contiguous range of the token tiles (balanced by the fuse pass: their
 // loop runs over tile indices, each tile's first row computed by the op marked token_start, which
-// gives the block's first and end rows too); at step u block 0 zeroes vocabulary
-// tile u; every block waits for the block before it to be done with step u - 1 (its flag, in
-// the launch's %progress, a workspace of several blocks' launch, a counter on the stack of one
-// block alone: block 0 waits for a count of 0), then takes tile u - bid - 1 with GEMM
-// 3 and, every block but block 0 one tile ahead (the lead: min(bid, 1)), tile u - bid - 1 +
-// lead with GEMMs 1 and 2, each under its own condition; the logits of each token tile go to the
-// stash, a ring of lead * n + 1 token tiles (n: the block's token tiles; one tile for block 0),
-// those of token tile i of vocabulary tile g to entry (g * n + i) mod (lead * n + 1), where GEMM 3
-// reads them. The block sets its flag to u + 1
-// at the end of the step; no barrier: a block waits only for the one before it. dW is float32,
-// so its tiles accumulate in place (no ring, nothing to round).
+// gives the block's first and end rows too); at step u block 0 zeroes vocabulary tile u, and
+// every block takes tile u - bid - 1. Its token tiles go in groups of max(2 H, 2048) rows, and a
+// group runs the loop body a phase at a time over its tiles (tiling/flce_groups.py): the logits
+// tiles zeroed, GEMM 1 over chunks of H (512: the Zen 3's reduction chunk), each chunk of W's
+// tile a view made outside the token loop (vectorize-contractions packs it once for the group),
+// the softmax gradient, GEMM 2 over chunks of dX's columns (the first up to dX's first cache
+// line plus 512, the others starting on a line), then, once the block before is done with step
+// u - 1 (its flag, in the launch's %progress, a workspace of several blocks' launch, a counter
+// on the stack of one block alone: block 0 waits for a count of 0), GEMM 3. Each token tile of
+// the group has its entry in the stash (its logits, then G). The block waits once more at the
+// end of the step (for a block with no token tiles) and sets its flag to u + 1; no barrier: a
+// block waits only for the one before it. dW is float32, so its tiles accumulate in place (no
+// ring, nothing to round).
 // FLCE-LABEL: func.func @flce
 // FLCE-NOT:     npu.alloc_shared
 // FLCE:         %bid = npu.block_idx
@@ -106,14 +108,18 @@ func.func @small(%x: memref<8x10xf32>, %y: memref<8x10xf32>, %d: memref<1xf32>, 
 // FLCE-NEXT:    %[[PREV:.*]] = arith.subi %[[PREV_OR_0]], %[[C1]] : index
 // FLCE-NEXT:    %flag_before = arith.muli %[[PREV]], %[[EIGHT]] : index
 // FLCE-NOT:     %last_flag
-// FLCE:         %lead = arith.minui %bid, %{{.*}} : index
-// FLCE-DAG:     %[[UNIT:.*]] = arith.constant 1 : index
+// FLCE:         %[[H:.*]] = memref.dim %w, %{{.*}} : memref<?x?xf32>
+// FLCE-DAG:     %[[TWO:.*]] = arith.constant 2 : index
+// FLCE-DAG:     %[[MIN_ROWS:.*]] = arith.constant 2048 : index
 // FLCE-DAG:     %[[TILE_ROWS:.*]] = arith.constant 186 : index
-// FLCE:         %block_token_tiles = arith.subi %end_token_tile, %first_token_tile : index
-// FLCE-NEXT:    %[[LAGGING:.*]] = arith.muli %lead, %block_token_tiles : index
-// FLCE-NEXT:    %stash_entries = arith.addi %[[LAGGING]], %[[UNIT]] : index
-// FLCE-NEXT:    %[[STASH_ROWS:.*]] = arith.muli %stash_entries, %[[TILE_ROWS]] : index
-// FLCE:         %logits_stash = memref.alloc(%[[STASH_ROWS]]) {alignment = 64 : i64} : memref<?x176xf32>
+// FLCE:         %[[TWO_H:.*]] = arith.muli %[[H]], %[[TWO]] : index
+// FLCE-NEXT:    %group_rows = arith.maxui %[[TWO_H]], %[[MIN_ROWS]] : index
+// FLCE-NEXT:    %[[TILES:.*]] = arith.ceildivui %group_rows, %[[TILE_ROWS]] : index
+// FLCE-NEXT:    %group_tiles = arith.maxui %[[TILES]], %{{.*}} : index
+// FLCE-NEXT:    %[[MINE:.*]] = arith.subi %end_token_tile, %first_token_tile : index
+// FLCE-NEXT:    %stash_tiles = arith.minui %group_tiles, %[[MINE]] : index
+// FLCE-NEXT:    %[[STASH_ROWS:.*]] = arith.muli %stash_tiles, %[[TILE_ROWS]] : index
+// FLCE-NEXT:    %logits_stash = memref.alloc(%[[STASH_ROWS]]) {alignment = 64 : i64} : memref<?x176xf32>
 // FLCE:         scf.for %[[U:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
 // FLCE:           %[[ZEROES:.*]] = arith.andi %{{.*}}, %first_block : i1
 // FLCE-NEXT:      scf.if %[[ZEROES]] {
@@ -121,41 +127,54 @@ func.func @small(%x: memref<8x10xf32>, %y: memref<8x10xf32>, %d: memref<1xf32>, 
 // FLCE:             %[[Z:.*]] = memref.subview %dw[
 // FLCE-NEXT:        linalg.fill {train.role = #train.role<weight_grad_init>} ins(%{{.*}} : f32) outs(%[[Z]] :
 // FLCE:           %[[NEED:.*]] = arith.select %first_block, %[[ZERO]], %[[U]] : index
-// FLCE-NEXT:      npu.wait_flag %progress[%flag_before], %[[NEED]] : memref<?xi64>
-// FLCE-NEXT:      %[[BEHIND:.*]] = arith.addi %bid, %{{.*}} : index
+// FLCE-NOT:       npu.wait_flag
+// FLCE:           %[[BEHIND:.*]] = arith.addi %bid, %{{.*}} : index
 // FLCE-NEXT:      %vtile = arith.subi %[[U]], %[[BEHIND]] : index
-// FLCE:           %[[W_OK:.*]] = arith.andi
-// FLCE-NEXT:      %[[AHEAD:.*]] = arith.addi %[[U]], %lead : index
-// FLCE-NEXT:      %gtile = arith.subi %[[AHEAD]], %[[BEHIND]] : index
-// FLCE:           %[[G_OK:.*]] = arith.andi
-// FLCE-NEXT:      %[[EITHER:.*]] = arith.ori %[[G_OK]], %[[W_OK]] : i1
-// FLCE-NEXT:      scf.if %[[EITHER]] {
-// FLCE-NOT:         weight_grad_init
-// FLCE:             %[[G_TILE:.*]] = arith.select %[[G_OK]], %gtile, %{{.*}} : index
-// FLCE-NEXT:        %[[W_TILE:.*]] = arith.select %[[W_OK]], %vtile, %{{.*}} : index
-// FLCE:             scf.for %token_tile = %first_token_tile to %end_token_tile step %{{.*}} {
-// FLCE:               %t0 = arith.minsi %{{.*}} {train.role = #train.role<token_start>} : index
-// FLCE:               scf.if %[[G_OK]] {
-// FLCE:                 %[[G_ITEMS:.*]] = arith.muli %[[G_TILE]], %block_token_tiles : index
-// FLCE-NEXT:            %[[G_LOCAL:.*]] = arith.subi %token_tile, %first_token_tile : index
-// FLCE-NEXT:            %[[G_ITEM:.*]] = arith.addi %[[G_ITEMS]], %[[G_LOCAL]] : index
-// FLCE-NEXT:            %stash_entry = arith.remui %[[G_ITEM]], %stash_entries : index
-// FLCE-NEXT:            %[[G_ROW:.*]] = arith.muli %stash_entry, %{{.*}} : index
-// FLCE:                 %[[LOGITS:.*]] = memref.subview %logits_stash[%[[G_ROW]], 0]
-// FLCE-NEXT:            linalg.fill ins(%{{.*}} : f32) outs(%[[LOGITS]] :
-// FLCE-NEXT:            linalg.generic {{.*}} doc = "GEMM 1{{.*}} outs(%[[LOGITS]] :
-// FLCE-NOT:             doc = "GEMM 3
-// FLCE:                 doc = "GEMM 2
-// FLCE:               scf.if %[[W_OK]] {
-// FLCE:                 %[[W_ITEMS:.*]] = arith.muli %[[W_TILE]], %block_token_tiles : index
-// FLCE-NEXT:            %[[W_LOCAL:.*]] = arith.subi %token_tile, %first_token_tile : index
-// FLCE-NEXT:            %[[W_ITEM:.*]] = arith.addi %[[W_ITEMS]], %[[W_LOCAL]] : index
-// FLCE-NEXT:            %[[W_ENTRY:.*]] = arith.remui %[[W_ITEM]], %stash_entries : index
-// FLCE-NEXT:            %[[W_ROW:.*]] = arith.muli %[[W_ENTRY]], %{{.*}} : index
-// FLCE-NEXT:            %[[G:.*]] = memref.subview %logits_stash[%[[W_ROW]], 0]
-// FLCE:                 linalg.generic {{.*}} doc = "GEMM 3{{.*}} ins(%[[G]], 
+// FLCE:           %[[ACTIVE:.*]] = arith.andi
+// FLCE-NEXT:      scf.if %[[ACTIVE]] {
+// FLCE:             %[[W_TILE:.*]] = memref.subview %w[
+// FLCE:             scf.for %group_start = %first_token_tile to %end_token_tile step %group_tiles {
+// FLCE-NEXT:          %[[NEXT:.*]] = arith.addi %group_start, %group_tiles : index
+// FLCE-NEXT:          %[[GROUP_END:.*]] = arith.minui %[[NEXT]], %end_token_tile : index
+// FLCE-NEXT:          scf.for %[[I0:.*]] = %group_start to %[[GROUP_END]] step %{{.*}} {
+// FLCE-NEXT:            %[[E0:.*]] = arith.subi %[[I0]], %group_start : index
+// FLCE:                 %[[R0:.*]] = arith.muli %[[E0]], %{{.*}} : index
+// FLCE-NEXT:            %[[Z0:.*]] = memref.subview %logits_stash[%[[R0]], 0]
+// FLCE-NEXT:            linalg.fill ins(%{{.*}} : f32) outs(%[[Z0]] :
+// FLCE-NEXT:          }
+// FLCE-NOT:           doc = "GEMM
+// FLCE:               %[[KC:.*]] = arith.constant 512 : index
+// FLCE:               scf.for %chunk = %{{.*}} to %{{.*}} step %{{.*}} {
+// FLCE:                 %chunk_lo = arith.muli %chunk, %[[KC]] : index
+// FLCE:                 %[[W_CHUNK:.*]] = memref.subview %[[W_TILE]][0, %chunk_lo] [%{{.*}}, %chunk_size] [1, 1]
+// FLCE-NEXT:            scf.for %{{.*}} = %group_start to %[[GROUP_END]] step %{{.*}} {
+// FLCE:                   %[[Z1:.*]] = memref.subview %logits_stash[
+// FLCE:                   %[[X_CHUNK:.*]] = memref.subview %{{.*}}[0, %chunk_lo] [%{{.*}}, %chunk_size] [1, 1]
+// FLCE-NEXT:              linalg.generic {{.*}} doc = "GEMM 1{{.*}} ins(%[[X_CHUNK]], %[[W_CHUNK]] : {{.*}} outs(%[[Z1]] :
+// FLCE:               scf.for %{{.*}} = %group_start to %[[GROUP_END]] step %{{.*}} {
+// FLCE-NOT:             doc = "GEMM
+// FLCE:                 math.exp
+// FLCE-NOT:             doc = "GEMM
+// FLCE:               %[[KC2:.*]] = arith.constant 512 : index
+// FLCE:               %first_line = arith.minsi
+// FLCE:               scf.for %[[C2:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// FLCE:                 %[[STEPS:.*]] = arith.muli %[[C2]], %[[KC2]] : index
+// FLCE:                 %[[LATER:.*]] = arith.addi %[[STEPS]], %first_line : index
+// FLCE:                 %[[LO2:.*]] = arith.select %{{.*}}, %{{.*}}, %[[LATER]] : index
+// FLCE:                 %[[W_COLS:.*]] = memref.subview %[[W_TILE]][0, %[[LO2]]]
+// FLCE-NEXT:            scf.for %{{.*}} = %group_start to %[[GROUP_END]] step %{{.*}} {
+// FLCE:                   %[[G2:.*]] = memref.subview %logits_stash[
+// FLCE-NEXT:              %[[DX_ROWS:.*]] = memref.subview %dx[
+// FLCE:                   %[[DX_COLS:.*]] = memref.subview %[[DX_ROWS]][0, %[[LO2]]]
+// FLCE-NEXT:              linalg.generic {{.*}} doc = "GEMM 2{{.*}} ins(%[[G2]], %[[W_COLS]] : {{.*}} outs(%[[DX_COLS]] :
+// FLCE:               npu.wait_flag %progress[%flag_before], %[[NEED]] : memref<?xi64>
+// FLCE-NEXT:          scf.for %{{.*}} = %group_start to %[[GROUP_END]] step %{{.*}} {
+// FLCE:                 %[[G3:.*]] = memref.subview %logits_stash[
+// FLCE-NEXT:            linalg.generic {{.*}} doc = "GEMM 3{{.*}} ins(%[[G3]],
+// FLCE:               } {train.role = #train.role<token_loop>}
 // FLCE-NOT:       weight_grad_final
-// FLCE:           %[[DONE:.*]] = arith.addi %[[U]], %{{.*}} : index
+// FLCE:           npu.wait_flag %progress[%flag_before], %[[NEED]] : memref<?xi64>
+// FLCE-NEXT:      %[[DONE:.*]] = arith.addi %[[U]], %{{.*}} : index
 // FLCE-NEXT:      npu.set_flag %progress[%my_flag], %[[DONE]] : memref<?xi64>
 // FLCE-NEXT:    } {train.fused
 // FLCE-NEXT:    memref.dealloc %logits_stash
@@ -175,7 +194,9 @@ func.func @flce(%grad: memref<?xf32>, %x: memref<?x?xf32>, %w: memref<?x?xf32>, 
 // accumulator; at step u block 0 widens dW's rows of vocabulary tile u into the tile's slot of
 // the ring (P + 3 slots), where the plain op zeroes them, once the last block is done with step
 // u - 3 (it rounded the slot's previous tile, u - P - 3, at step u - 3: two steps of slack); the
-// last block rounds tile u - P into dW right after its GEMM 3 on it.
+// last block rounds tile u - P into dW right after its GEMM 3 on it, and after the step's second
+// wait for the block before (a last block with no token tiles rounds only what every block
+// before it has added).
 // FLCE-LABEL: func.func @flce_accumulate
 // FLCE:         %[[BLOCKS:.*]] = npu.block_dim
 // FLCE-NEXT:    %[[SLOTS:.*]] = arith.addi %[[BLOCKS]], %[[THREE:.*]] : index
@@ -200,10 +221,12 @@ func.func @flce(%grad: memref<?xf32>, %x: memref<?x?xf32>, %w: memref<?x?xf32>, 
 // FLCE-NEXT:            %[[WIDE_DW:.*]] = arith.extf %[[DW]] : bf16 to f32
 // FLCE-NEXT:            memref.store %[[WIDE_DW]], %[[SLOT]]
 // FLCE:             } {train.role = #train.role<weight_grad_init>}
-// FLCE:           npu.wait_flag %progress[%flag_before]
 // FLCE:           %vtile = arith.subi
-// FLCE:           doc = "GEMM 3
-// FLCE:           %[[ROUNDS:.*]] = arith.andi %{{.*}}, %last_block : i1
+// FLCE:               npu.wait_flag %progress[%flag_before]
+// FLCE-NEXT:          scf.for
+// FLCE:                 doc = "GEMM 3
+// FLCE:           npu.wait_flag %progress[%flag_before]
+// FLCE-NEXT:      %[[ROUNDS:.*]] = arith.andi %{{.*}}, %last_block : i1
 // FLCE-NEXT:      scf.if %[[ROUNDS]] {
 // FLCE:             memref.subview %weight_grad_ring[
 // FLCE:             arith.truncf {{.*}} : f32 to bf16

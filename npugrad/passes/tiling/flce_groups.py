@@ -1,0 +1,326 @@
+"""The wavefront's token loop in phases over groups of token tiles (host CPUs): each GEMM that
+reads the W tile packs it a chunk at a time, once per group, instead of all of it before the
+token loop.
+
+The one-block nest runs, per token tile, GEMM 1 (the logits tile), the softmax gradient, GEMM 2
+(dX += G·W) and GEMM 3 (dW += Gᵀ·X). GEMMs 1 and 2 read the same W tile (v × H) for every token
+tile, so vectorize-contractions packs all of it, for each, before the token loop
+(hoisted_panels): two v × H float32 copies per block, 11.5 MB of the 12.7 MB the FLCE float32
+4096 x 4096 x 8192 took on 2 blocks. Here the block's token tiles go in groups, and a group
+runs the loop body one phase at a time over all of its tiles, each tile's logits (then G) kept
+in a stash entry of their own:
+
+    scf.for %g0 = %first_token_tile to %end_token_tile step %group {      // group's tiles [g0, g1)
+      scf.for %i = %g0 to %g1 { <start the logits tile> }                  // phase 0 (zero fill)
+      scf.for %c = 0 to H step KC {                                        // phase 1: GEMM 1
+        %w_c = W tile's columns [c, c + KC)            // packed once here, for the group's tiles
+        scf.for %i = %g0 to %g1 { logits[i] += X_i[:, c:c+KC] · w_cᵀ }
+      }
+      scf.for %i = %g0 to %g1 { <softmax gradient: logits[i] -> G[i]> }   // phase 2
+      scf.for %c ... {                                                     // phase 3: GEMM 2
+        %w_c = W tile's columns [lo, hi)                                   // on dX's cache lines
+        scf.for %i = %g0 to %g1 { dX_i[:, lo:hi] += G[i] · w_c }
+      }
+      npu.wait_flag (the block before is done with this vocabulary tile)
+      scf.for %i = %g0 to %g1 { dW_v += G[i]ᵀ · X_i }                      // phase 4: GEMM 3
+    }
+    npu.wait_flag (again, for a block with no token tiles: the chain of flags stays whole)
+
+Each pack is then KC × v floats (360 KB for v = 176, KC = 512), and the stash holds a group's
+rows × v float32: a group is the block's tiles up to max(2·H, 2048) rows, so the stash is never
+larger than the two packs it replaces where H ≥ 1024 (at 4096 x 4096 on 2 blocks: one group of
+2048 rows, 1.4 MB), and below that each group's W packs stay about 1 % of its time (a packed
+element cost about 48 FLOPs' time, read off X's pack in GEMM 3; two per v·H, against the
+group's 6·rows·v·H FLOPs: 16/rows). Every sum runs in the order it did: GEMM 1's chunks add
+into the logits tile one after the other in H's order (its micro-kernel's own chunks did the
+same), GEMM 2's chunks split columns, not its sum. The results stay bit-identical for any
+number of blocks.
+
+The wait for the block before moves from the start of the step to GEMM 3: GEMMs 1 and 2 and the
+softmax read nothing another block writes, so a block runs them while the block before finishes
+the tile: on 2 blocks the second waits about a third of a step, once, at the start (GEMMs 1 and
+2 of its first tile while the first block runs all three), where a wait at the start of each
+step left it idle for the whole first step.
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects import arith, memref, scf
+from xdsl.dialects.builtin import DYNAMIC_INDEX, MemRefType
+from xdsl.dialects.linalg.ops import GenericOp
+from xdsl.ir import Block, Operation, SSAValue
+from xdsl.rewriter import InsertPoint
+
+from npugrad.dialect.attributes import ROLE, Contraction, NestRole
+from npugrad.dialect.npu import WaitFlagOp
+from npugrad.ir import IRBuilder
+from npugrad.passes.tiling.blocks import contraction_of, mixed_sizes, nest_role
+from npugrad.passes.vectorize_contractions import block_shape, line_bytes, reduction_chunk
+from npugrad.targets import Target
+
+# The fewest rows a group holds (see the module docstring: W's two packs ≈ 16/rows of its time).
+MIN_GROUP_ROWS = 2048
+
+_VIEWS = ("memref.subview", "memref.cast", "memref.reinterpret_cast")
+
+# The contractions whose W operand goes in chunks: GEMM 1, X (t, h) · W (v, h)ᵀ -> Z (t, v), and
+# GEMM 2, G (t, v) · W (v, h) -> dX (t, h); the chunks are of h.
+_GEMM1_MAPS = ["(d0, d1, d2) -> (d0, d1)", "(d0, d1, d2) -> (d2, d1)", "(d0, d1, d2) -> (d0, d2)"]
+_GEMM2_MAPS = ["(d0, d1, d2) -> (d0, d1)", "(d0, d1, d2) -> (d1, d2)", "(d0, d1, d2) -> (d0, d2)"]
+
+# Phases, in the order the body runs them.
+_START, _LOGITS, _SOFTMAX, _INPUT_GRAD, _WEIGHT_GRAD = range(5)
+
+
+def _token_loop(root: Operation) -> scf.ForOp | None:
+    return next((o for o in root.walk() if nest_role(o) is NestRole.TOKEN_LOOP), None)
+
+
+def _body_ops(loop: scf.ForOp) -> list[Operation]:
+    block = loop.body.block
+    return [o for o in block.ops if o is not block.last_op]
+
+
+def _phases(loop: scf.ForOp) -> dict[Operation, int] | None:
+    """The phase of each op of the token loop's body that writes memory or yields nothing used
+    (the roots: what the body is run for), or None if the body is not the gradient's: GEMMs 2
+    and 3 (and GEMM 1 where the nest computes the logits) at its top level, in that order."""
+    ops = _body_ops(loop)
+    where = {contraction_of(o): n for n, o in enumerate(ops) if contraction_of(o) is not None}
+    if Contraction.INPUT_GRAD not in where or Contraction.WEIGHT_GRAD not in where:
+        return None
+    g1 = where.get(Contraction.LOGITS)
+    g2, g3 = where[Contraction.INPUT_GRAD], where[Contraction.WEIGHT_GRAD]
+    if g3 < g2 or (g1 is not None and g1 > g2):
+        return None
+    phases = {}
+    for n, op in enumerate(ops):
+        if any(r.uses for r in op.results):
+            continue  # a value the roots use: kept with whichever phase needs it
+        if g1 is not None and n < g1:
+            phases[op] = _START
+        elif n == g1:
+            phases[op] = _LOGITS
+        elif n < g2:
+            phases[op] = _SOFTMAX
+        elif n == g2:
+            phases[op] = _INPUT_GRAD
+        else:
+            phases[op] = _WEIGHT_GRAD
+    return phases
+
+
+def _scratch(loop: scf.ForOp) -> dict[Operation, set[int]] | None:
+    """The phases that use each tile of scratch of the body (a heap buffer allocated outside the
+    loop, of static shape: the logits tile, G, the saved target logits), or None where the body
+    is not one to run in phases (_phases) or a scratch more than one phase uses is used other
+    than through views the body makes of it (which the stash can move)."""
+    phases = _phases(loop)
+    if phases is None:
+        return None
+    body = loop.body.block
+    used: dict[Operation, set[int]] = {}
+    direct: set[Operation] = set()
+    for root, phase in phases.items():
+        for op in _closure([root], body):
+            for inner in op.walk():
+                for operand in inner.operands:
+                    owner = operand.owner
+                    if not isinstance(owner, memref.AllocOp) or loop.is_ancestor(owner):
+                        continue
+                    t = owner.memref.type
+                    if not isinstance(t, MemRefType) or DYNAMIC_INDEX in t.get_shape():
+                        continue  # a buffer of the whole block (dX's float32 accumulator), not a tile
+                    used.setdefault(owner, set()).add(phase)
+                    if not (isinstance(inner, memref.SubviewOp) and inner.parent_block() is body):
+                        direct.add(owner)
+    if any(len(used[a]) > 1 for a in direct):
+        return None
+    return used
+
+
+def applies(nest: scf.ForOp) -> bool:
+    """Whether the fused nest's token loop can run in phases."""
+    tokens = _token_loop(nest)
+    return tokens is not None and _scratch(tokens) is not None
+
+
+def _closure(roots: list[Operation], body: Block) -> set[Operation]:
+    """The roots and every op of `body` whose results they use, nested uses included."""
+    keep: set[Operation] = set()
+    pending = list(roots)
+    while pending:
+        op = pending.pop()
+        if op in keep:
+            continue
+        keep.add(op)
+        for inner in op.walk():
+            for operand in inner.operands:
+                owner = operand.owner
+                if isinstance(owner, Operation) and owner.parent_block() is body:
+                    pending.append(owner)
+    return keep
+
+
+def _only(loop: scf.ForOp, roots: list[Operation], e: IRBuilder) -> None:
+    """Erase every op of the loop's body but `roots` and what they use."""
+    body = loop.body.block
+    keep = _closure(roots, body)
+    for op in reversed(_body_ops(loop)):
+        if op not in keep:
+            e.erase(op)
+
+
+def _surround(loop: scf.ForOp, e: IRBuilder, ub: SSAValue, lb: SSAValue | None = None,
+              step: SSAValue | None = None) -> tuple[SSAValue, IRBuilder]:
+    """Move `loop` into a new `scf.for` (its index, and a builder before `loop` inside it)."""
+    with e.at(loop).loop(ub, lb, step) as index:
+        pass
+    outer = loop.prev_op
+    assert isinstance(outer, scf.ForOp)
+    loop.detach()
+    outer.body.block.insert_op_before(loop, outer.body.block.last_op)
+    return index, e.at(loop)
+
+
+def _chunks(gen: GenericOp, loop: scf.ForOp, e: IRBuilder, chunk: int, narrow: int, weight: SSAValue,
+            line: int) -> None:
+    """Run `gen` (in `loop`) over chunks of W's columns: a loop around `loop` over [lo, hi),
+    W's view (`gen`'s B, defined outside `loop`: its panels are then packed once per chunk) and
+    operand `narrow`'s columns narrowed to the chunk: GEMM 1's X tile (operand 0: the chunk is
+    of the reduction) or GEMM 2's dX tile (operand 2, C: chunks after the first start on C's
+    cache lines, where C's memory is there before the loop)."""
+    at = e.at(loop)
+    width = at.dim(weight, 1)
+    first = None
+    root = _root(gen.outputs[0])
+    owner = root.owner if isinstance(root.owner, Operation) else root.owner.parent_op()
+    if narrow == 2 and not (owner is not None and loop.is_ancestor(owner)):
+        first = at.line_head(root, width, root.type.element_type.bitwidth // 8, line)  # type: ignore[attr-defined]
+        first.name_hint = "first_line"
+    step = at.idx(chunk)
+    if first is None:
+        count = at.emit(arith.CeilDivUIOp(width, step))
+    else:  # [0, first + KC), then [first + c·KC, first + (c + 1)·KC): at least one chunk
+        after = at.emit(arith.CeilDivUIOp(at.emit(arith.SubiOp(width, first)), step))
+        count = at.emit(arith.MaxUIOp(after, at.idx(1)))
+    c, inner = _surround(loop, at, count)
+    c.name_hint = "chunk"
+    lo = inner.emit(arith.MuliOp(c, step))
+    hi = inner.emit(arith.AddiOp(lo, step))
+    if first is not None:
+        later = inner.emit(arith.AddiOp(lo, first))
+        lo = inner.emit(arith.SelectOp(inner.emit(arith.CmpiOp(c, inner.idx(0), "eq")), inner.idx(0), later))
+        hi = inner.emit(arith.AddiOp(hi, first))
+    hi = inner.emit(arith.MinUIOp(hi, width))
+    size = inner.emit(arith.SubiOp(hi, lo))
+    lo.name_hint, size.name_hint = "chunk_lo", "chunk_size"
+    gen.operands[1] = inner.subview(weight, [0, lo], [inner.dim(weight, 0), size])
+    here = e.at(gen)
+    operand = gen.operands[narrow]
+    gen.operands[narrow] = here.subview(operand, [0, lo], [here.dim(operand, 0), size])
+    e.modified(gen)
+
+
+def _root(ref: SSAValue) -> SSAValue:
+    """The memory a view is of."""
+    while isinstance(ref.owner, Operation) and ref.owner.name in _VIEWS:
+        ref = ref.owner.operands[0]
+    return ref
+
+
+def _maps(gen: GenericOp) -> list[str]:
+    return [str(m.data) for m in gen.indexing_maps.data]  # type: ignore[attr-defined]
+
+
+def split(wave: scf.ForOp, target: Target, e: IRBuilder) -> None:
+    """The wavefront's token loop (flce.wavefront) in phases over groups of token tiles (the
+    module docstring), the kernels shaped for `target`."""
+    tokens = _token_loop(wave)
+    assert tokens is not None
+    phases = _phases(tokens)
+    used = _scratch(tokens)
+    assert phases is not None and used is not None
+    body = tokens.body.block
+    first_tile, end_tile = tokens.lb, tokens.ub
+    gemm2 = next(o for o in phases if contraction_of(o) is Contraction.INPUT_GRAD)
+    weight = gemm2.inputs[1]  # the W tile: GEMM 1's B (read transposed) and GEMM 2's
+
+    # Groups: up to max(2·H, MIN_GROUP_ROWS) rows of token tiles each.
+    top = e.at(wave)
+    tile_rows = max(s.memref.type.get_shape()[0] for s in used)  # type: ignore[union-attr]
+    h = top.dim(_root(weight), 1)
+    rows = top.emit(arith.MaxUIOp(top.emit(arith.MuliOp(h, top.idx(2))), top.idx(MIN_GROUP_ROWS)))
+    rows.name_hint = "group_rows"
+    group = top.emit(arith.MaxUIOp(top.emit(arith.CeilDivUIOp(rows, top.idx(tile_rows))), top.idx(1)))
+    group.name_hint = "group_tiles"
+    entries = top.emit(arith.MinUIOp(group, top.emit(arith.SubiOp(end_tile, first_tile))))
+    entries.name_hint = "stash_tiles"
+
+    # The scratch more than one phase uses gets a stash entry per tile of the group.
+    g0, inner = _surround(tokens, e, end_tile, first_tile, group)
+    g0.name_hint = "group_start"
+    g1 = inner.emit(arith.MinUIOp(inner.emit(arith.AddiOp(g0, group)), end_tile))
+    tokens.operands = [g0, g1, *tokens.operands[2:]]
+    e.modified(tokens)
+    stashes = {}
+    for scratch in [s for s, p in used.items() if len(p) > 1]:
+        t = scratch.memref.type  # type: ignore[union-attr]
+        shape = t.get_shape()
+        stash = top.alloc([top.emit(arith.MuliOp(entries, top.idx(shape[0]))), *shape[1:]], t.element_type)
+        stash.name_hint = f"{scratch.memref.name_hint or 'tile'}_stash"  # type: ignore[union-attr]
+        e.rewriter.insert(memref.DeallocOp.get(stash), InsertPoint.after(wave))
+        stashes[scratch] = (stash, shape[0])
+    entry = None
+    views = [o for o in body.ops if isinstance(o, memref.SubviewOp) and o.source.owner in stashes]
+    for view in views:
+        stash, n = stashes[view.source.owner]
+        at = e.at(view)
+        if entry is None:
+            entry = e.at(body.first_op).emit(arith.SubiOp(body.args[0], g0))
+            entry.name_hint = "stash_entry"
+        dynamic = iter(view.offsets)
+        offsets = [next(dynamic) if o == DYNAMIC_INDEX else o for o in view.static_offsets.get_values()]
+        row = at.emit(arith.MuliOp(entry, at.idx(n)))
+        if offsets[0] != 0:
+            row = at.emit(arith.AddiOp(row, offsets[0] if isinstance(offsets[0], SSAValue) else at.idx(offsets[0])))
+        moved = at.subview(stash, [row, *offsets[1:]], mixed_sizes(view))
+        view.result.replace_all_uses_with(moved)
+        e.erase(view)
+    for scratch in stashes:
+        e.erase_if_dead(scratch.memref)  # type: ignore[union-attr]
+
+    # One loop per phase, in order, before the token loop, which keeps GEMM 3's.
+    present = sorted(set(phases.values()))
+    ops = _body_ops(tokens)
+    loops = {}
+    for phase in present:
+        if phase == _WEIGHT_GRAD:
+            loops[phase] = tokens
+            continue
+        clone = tokens.clone()
+        ROLE.remove(clone)
+        e.rewriter.insert(clone, InsertPoint.before(tokens))
+        mapped = dict(zip(ops, _body_ops(clone)))
+        _only(clone, [mapped[o] for o, p in phases.items() if p == phase], e)
+        loops[phase] = clone
+    _only(tokens, [o for o, p in phases.items() if p == _WEIGHT_GRAD], e)
+
+    # GEMMs 1 and 2 over chunks of W's columns, each chunk packed once for the group's tiles.
+    wide = block_shape(target)[1] * (target.vector_bits // 32)
+    kc = reduction_chunk(target, wide)
+    line = line_bytes(target)
+    for phase, kind, maps, narrow in ((_LOGITS, Contraction.LOGITS, _GEMM1_MAPS, 0),
+                                      (_INPUT_GRAD, Contraction.INPUT_GRAD, _GEMM2_MAPS, 2)):
+        gen = next((o for o in loops[phase].walk() if contraction_of(o) is kind), None) if phase in loops else None
+        if gen is not None and gen.inputs[1] is weight and _maps(gen) == maps:
+            _chunks(gen, loops[phase], e, kc, narrow, weight, line)
+
+    # The wait for the block before: before GEMM 3, and again once the step's work is done.
+    wait = next(o for o in wave.body.block.ops if isinstance(o, WaitFlagOp))
+    e.rewriter.insert(wait.clone(), InsertPoint.before(tokens))
+    step_work = tokens
+    while step_work.parent_op() is not wave:
+        step_work = step_work.parent_op()  # type: ignore[assignment]
+    wait.detach()
+    e.rewriter.insert(wait, InsertPoint.after(step_work))
