@@ -248,7 +248,7 @@ def split(wave: scf.ForOp, target: Target, e: IRBuilder) -> None:
 
     # Groups: up to max(2·H, MIN_GROUP_ROWS) rows of token tiles each.
     top = e.at(wave)
-    tile_rows = max(s.memref.type.get_shape()[0] for s in used)  # type: ignore[union-attr]
+    tile_rows = max((s.memref.type.get_shape()[0] for s in used), default=1)  # type: ignore[union-attr]
     h = top.dim(_root(weight), 1)
     rows = top.emit(arith.MaxUIOp(top.emit(arith.MuliOp(h, top.idx(2))), top.idx(MIN_GROUP_ROWS)))
     rows.name_hint = "group_rows"
