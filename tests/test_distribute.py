@@ -137,12 +137,13 @@ def test_flce_wavefront_with_more_blocks_than_token_tiles(rng, threads, dtype):
                          ids=lambda p: "high-performance" if p is True else "memory-saving" if p is False else str(p))
 def test_flce_token_groups_and_weight_chunks(rng, threads, dtype, hp):
     """The token loop in phases over groups of token tiles (tiling/flce_groups.py), H = 1100:
-    GEMM 1 in chunks of the reduction chunk (512 on every CPU here but a 1 MiB L2's 1024: 3 or 2
-    chunks, the last partial), GEMM 2 in chunks of dX's columns, the first up to dX's first
-    cache line and the others from a line (NumPy's arrays start 16 bytes past one), and groups
-    of 2200 rows (2 H): on 2 threads each block's 2350 rows make two groups, the second of 150
-    rows, whose stash entries the first group's tiles used. Bit for bit the one-core result
-    (the nest as fused, no groups), and the reference's."""
+    GEMM 1 in chunks of the reduction chunk (512 on a 512 KiB L2, 1024 on a 1 MiB one: at least
+    two chunks, the last partial), GEMM 2 in chunks of dX's columns, the first up to dX's first
+    cache line and the next from a line (NumPy's arrays start 16 bytes past one), and groups of
+    2 H = 2200 rows' worth of token tiles (12 tiles of 186 on a Zen 3): on 2 threads each
+    block's 2350 rows make two groups, the second of about 120 rows, whose stash entries the
+    first group's tiles used. Bit for bit the one-core result (the nest as fused, no groups),
+    and the reference's."""
     a = _flce_operands(rng, 4700, 1100, 700, dtype, hp, packed=not hp)
     results = []
     for n in (2, 3):

@@ -73,6 +73,7 @@ as do those whose B or C may not be contiguous along the innermost dimension (dy
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -705,7 +706,7 @@ _VIEWS = {"memref.subview", "memref.cast", "memref.reinterpret_cast", "memref.co
 _READS = {"memref.load", "vector.load", "vector.maskedload", "memref.dim", "memref.prefetch", "memref.dealloc"}
 
 
-def _root(ref: SSAValue) -> SSAValue:
+def view_root(ref: SSAValue) -> SSAValue:
     """The memory a view is of: `ref` through subviews, casts and reshapes."""
     while isinstance(ref.owner, Operation) and ref.owner.name in _VIEWS:
         ref = ref.owner.operands[0]
@@ -740,7 +741,7 @@ def _writes(scope: Operation, root: SSAValue) -> bool:
             continue
         inputs = len(op.inputs) if isinstance(op, GenericOp) else 0  # type: ignore[attr-defined]
         for n, operand in enumerate(op.operands):
-            if isinstance(operand.type, MemRefType) and n >= inputs and _root(operand) is root:
+            if isinstance(operand.type, MemRefType) and n >= inputs and view_root(operand) is root:
                 return True
     return False
 
@@ -761,7 +762,7 @@ def invariant_loop(gen: GenericOp) -> scf.ForOp | None:
     owner = b.owner if isinstance(b.owner, Operation) else b.owner.parent_op()
     if owner is not None and loop.is_ancestor(owner):
         return None
-    root = _root(b)
+    root = view_root(b)
     fresh = isinstance(root.owner, Operation) and root.owner.name in ("memref.alloc", "memref.alloca")
     argument = isinstance(root.owner, Block) and isinstance(root.owner.parent_op(), func.FuncOp)
     if not (fresh or (argument and not _writes(enclosing_function(gen), root))) or _writes(loop, root):
@@ -795,7 +796,7 @@ def _whole_columns(view: memref.SubviewOp, base: SSAValue) -> bool:
     if sizes[1] != DYNAMIC_INDEX:
         return sizes[1] == width != DYNAMIC_INDEX
     size = view.sizes[-1].owner
-    if not isinstance(size, memref.DimOp) or _root(size.source) is not _root(base):
+    if not isinstance(size, memref.DimOp) or view_root(size.source) is not view_root(base):
         return False
     index = size.index.owner
     return isinstance(index, arith.ConstantOp) and index.value.value.data == 1  # type: ignore[attr-defined]
@@ -823,12 +824,13 @@ def invariant_rows(gen: GenericOp) -> tuple[scf.ForOp, SSAValue, SSAValue] | Non
     owner = base.owner if isinstance(base.owner, Operation) else base.owner.parent_op()
     if owner is not None and outer.is_ancestor(owner):
         return None
-    if not _unchanged(_root(base), gen, outer):
+    if not _unchanged(view_root(base), gen, outer):
         return None
     # Out of every loop more that base holds still over: the vocabulary loop, where the token
     # loop runs in groups of tiles (tiling/flce_groups.py) inside it.
-    while (around := _enclosing_loop(outer)) is not None and not (owner is not None and around.is_ancestor(owner)) \
-            and _unchanged(_root(base), gen, around):
+    while (around := _enclosing_loop(outer)) is not None:
+        if (owner is not None and around.is_ancestor(owner)) or not _unchanged(view_root(base), gen, around):
+            break
         outer = around
     return outer, base, view.offsets[0]
 
@@ -902,16 +904,15 @@ class VectorizeContraction(RewritePattern):
         # The panels start at the first column that begins a line of C (line_head, as the
         # micro-kernel's own packs do), where C's memory is there before the loop.
         first = None
-        c_root = _root(gen.outputs[0])
+        c_root = view_root(gen.outputs[0])
         columns = _column_offsets(gen.outputs[0], loop)
         if not loop.is_ancestor(c_root.owner) and columns is not None:
             # C's first line from the column its view starts at (a chunk of dX's columns: the
             # token loop in phases, tiling/flce_groups.py), in its root's first row.
             row = c_root
             if columns and c_root.type.get_num_dims() == 2:  # type: ignore[attr-defined]
-                column = e.idx(columns[0]) if isinstance(columns[0], int) else columns[0]
-                for part in columns[1:]:
-                    column = e.emit(arith.AddiOp(column, e.idx(part) if isinstance(part, int) else part))
+                parts = [e.idx(p) if isinstance(p, int) else p for p in columns]
+                column = functools.reduce(lambda a, b: e.emit(arith.AddiOp(a, b)), parts)
                 row = e.subview(c_root, [0, column], [1, n])
             first = e.line_head(row, n, 4, line_bytes(self.target))
             first.name_hint = "first"

@@ -55,13 +55,11 @@ from npugrad.dialect.attributes import ROLE, Contraction, NestRole
 from npugrad.dialect.npu import WaitFlagOp
 from npugrad.ir import IRBuilder
 from npugrad.passes.tiling.blocks import contraction_of, mixed_sizes, nest_role
-from npugrad.passes.vectorize_contractions import block_shape, line_bytes, reduction_chunk
+from npugrad.passes.vectorize_contractions import block_shape, line_bytes, reduction_chunk, view_root
 from npugrad.targets import Target
 
 # The fewest rows a group holds (see the module docstring: W's two packs ≈ 16/rows of its time).
 MIN_GROUP_ROWS = 2048
-
-_VIEWS = ("memref.subview", "memref.cast", "memref.reinterpret_cast")
 
 # The contractions whose W operand goes in chunks: GEMM 1, X (t, h) · W (v, h)ᵀ -> Z (t, v), and
 # GEMM 2, G (t, v) · W (v, h) -> dX (t, h); the chunks are of h.
@@ -193,7 +191,7 @@ def _chunks(gen: GenericOp, loop: scf.ForOp, e: IRBuilder, chunk: int, narrow: i
     at = e.at(loop)
     width = at.dim(weight, 1)
     first = None
-    root = _root(gen.outputs[0])
+    root = view_root(gen.outputs[0])
     owner = root.owner if isinstance(root.owner, Operation) else root.owner.parent_op()
     if narrow == 2 and not (owner is not None and loop.is_ancestor(owner)):
         first = at.line_head(root, width, root.type.element_type.bitwidth // 8, line)  # type: ignore[attr-defined]
@@ -222,13 +220,6 @@ def _chunks(gen: GenericOp, loop: scf.ForOp, e: IRBuilder, chunk: int, narrow: i
     e.modified(gen)
 
 
-def _root(ref: SSAValue) -> SSAValue:
-    """The memory a view is of."""
-    while isinstance(ref.owner, Operation) and ref.owner.name in _VIEWS:
-        ref = ref.owner.operands[0]
-    return ref
-
-
 def _maps(gen: GenericOp) -> list[str]:
     return [str(m.data) for m in gen.indexing_maps.data]  # type: ignore[attr-defined]
 
@@ -249,7 +240,7 @@ def split(wave: scf.ForOp, target: Target, e: IRBuilder) -> None:
     # Groups: up to max(2·H, MIN_GROUP_ROWS) rows of token tiles each.
     top = e.at(wave)
     tile_rows = max((s.memref.type.get_shape()[0] for s in used), default=1)  # type: ignore[union-attr]
-    h = top.dim(_root(weight), 1)
+    h = top.dim(view_root(weight), 1)
     rows = top.emit(arith.MaxUIOp(top.emit(arith.MuliOp(h, top.idx(2))), top.idx(MIN_GROUP_ROWS)))
     rows.name_hint = "group_rows"
     group = top.emit(arith.MaxUIOp(top.emit(arith.CeilDivUIOp(rows, top.idx(tile_rows))), top.idx(1)))
@@ -257,12 +248,12 @@ def split(wave: scf.ForOp, target: Target, e: IRBuilder) -> None:
     entries = top.emit(arith.MinUIOp(group, top.emit(arith.SubiOp(end_tile, first_tile))))
     entries.name_hint = "stash_tiles"
 
-    # The scratch more than one phase uses gets a stash entry per tile of the group.
     g0, inner = _surround(tokens, e, end_tile, first_tile, group)
     g0.name_hint = "group_start"
     g1 = inner.emit(arith.MinUIOp(inner.emit(arith.AddiOp(g0, group)), end_tile))
     tokens.operands = [g0, g1, *tokens.operands[2:]]
     e.modified(tokens)
+    # The scratch more than one phase uses gets a stash entry per tile of the group.
     stashes = {}
     for scratch in [s for s, p in used.items() if len(p) > 1]:
         t = scratch.memref.type  # type: ignore[union-attr]
