@@ -27,9 +27,11 @@ in a stash entry of their own:
     npu.wait_flag (again, for a block with no token tiles: the chain of flags stays whole)
 
 Each pack is then KC × v floats (360 KB for v = 176, KC = 512), and the stash holds a group's
-rows × v float32: a group is the block's tiles up to max(2·H, 2048) rows, so the stash is never
-larger than the two packs it replaces where H ≥ 1024 (at 4096 x 4096 on 2 blocks: one group of
-2048 rows, 1.4 MB), and below that each group's W packs stay about 1 % of its time (a packed
+rows × v float32: a group is ceil(max(2·H, 2048) / bt) token tiles (or the block's, if fewer),
+so where H ≥ 1024 the stash is the size of the two packs it replaces, give or take a tile (at
+4096 x 4096 on 2 blocks: one group of 2046 rows, 1.4 MB; the FLCE float32 4096 x 4096 x 8192
+took 3.6-3.8 MiB on 2 threads of a Zen 3, where it took 12.7), and below that each group's W
+packs stay about 1 % of its time (a packed
 element cost about 48 FLOPs' time, read off X's pack in GEMM 3; two per v·H, against the
 group's 6·rows·v·H FLOPs: 16/rows). Every sum runs in the order it did: GEMM 1's chunks add
 into the logits tile one after the other in H's order (its micro-kernel's own chunks did the
