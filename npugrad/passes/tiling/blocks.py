@@ -7,7 +7,7 @@ from __future__ import annotations
 from xdsl.dialects import arith, memref, scf
 from xdsl.dialects.builtin import DYNAMIC_INDEX
 from xdsl.dialects.linalg.ops import FillOp
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Block, Operation, SSAValue
 
 from npugrad.diagnostics import PassFailure
 from npugrad.dialect import TrainOp
@@ -36,6 +36,27 @@ def mixed_sizes(view: memref.SubviewOp) -> list:
     """A subview's sizes: an int where static, the operand where dynamic."""
     dynamic = iter(view.sizes)
     return [next(dynamic) if d == DYNAMIC_INDEX else d for d in view.static_sizes.get_values()]
+
+
+def mixed_offsets(view: memref.SubviewOp) -> list:
+    """A subview's offsets: an int where static, the operand where dynamic."""
+    dynamic = iter(view.offsets)
+    return [next(dynamic) if d == DYNAMIC_INDEX else d for d in view.static_offsets.get_values()]
+
+
+def body_closure(roots: list[Operation], body: Block) -> set[Operation]:
+    """The roots and every op of `body` whose results they use, through the ops nested in them
+    too: what a copy of `body` must keep for the roots to compute the same values."""
+    keep: set[Operation] = set()
+    pending = list(roots)
+    while pending:
+        op = pending.pop()
+        if op in keep:
+            continue
+        keep.add(op)
+        for inner in op.walk():
+            pending += [v.owner for v in inner.operands if isinstance(v.owner, Operation) and v.owner.parent_block() is body]
+    return keep
 
 
 def tile_sizes(op: TrainOp, dims: dict[str, int | None]) -> dict[str, int]:
@@ -117,13 +138,7 @@ class TokenLoop:
         if self.marked is None:
             return e.emit(arith.MinSIOp(e.emit(arith.MuliOp(tile, self.loop.step)), self.loop.ub))
         body = self.loop.body.block
-        needed: set[Operation] = set()
-        pending: list[Operation] = [self.marked]
-        while pending:
-            op = pending.pop()
-            if op not in needed:
-                needed.add(op)
-                pending += [v.owner for v in op.operands if isinstance(v.owner, Operation) and v.owner.parent_block() is body]
+        needed = body_closure([self.marked], body)
         mapping: dict[SSAValue, SSAValue] = {self.index: tile}
         for op in [o for o in body.ops if o in needed]:
             clone = op.clone(value_mapper=mapping)

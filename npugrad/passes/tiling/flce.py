@@ -341,15 +341,15 @@ def nest_tiles(nest: scf.ForOp) -> dict[str, int]:
 def distribute_fused_flce(nest: scf.ForOp, e: IRBuilder, cpu: Target) -> None:
     """The nest over blocks in a wavefront (module docstring), every sum in one-block order, its
     token loop in phases over groups of token tiles (flce_groups: W's tile packed a chunk at a
-    time, once per group), or, where the body is not one flce_groups knows, with the lead. GEMM 1
+    time, once per group), or, where the body is not one flce_groups knows, as it is. GEMM 1
     reads the W tile in place (read_weight_in_place): the CPU's micro-kernel packs its panels
     from it, transposing as it goes (vectorize-contractions), where the nest's transposed copy
     cost each block a scalar loop of scattered stores per tile."""
     read_weight_in_place(nest, e)
-    if flce_groups.applies(nest):
-        flce_groups.split(wavefront(nest, e), cpu, e)
-    else:
-        wavefront(nest, e, lead=True)
+    phased = flce_groups.applies(nest)
+    wave = wavefront(nest, e)
+    if phased:
+        flce_groups.split(wave, cpu, e)
 
 
 def read_weight_in_place(nest: scf.ForOp, e: IRBuilder) -> None:

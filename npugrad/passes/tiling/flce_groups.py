@@ -50,13 +50,13 @@ from __future__ import annotations
 from xdsl.dialects import arith, memref, scf
 from xdsl.dialects.builtin import DYNAMIC_INDEX, MemRefType
 from xdsl.dialects.linalg.ops import GenericOp
-from xdsl.ir import Block, Operation, SSAValue
+from xdsl.ir import Operation, SSAValue
 from xdsl.rewriter import InsertPoint
 
 from npugrad.dialect.attributes import ROLE, Contraction, NestRole
-from npugrad.dialect.npu import WaitFlagOp
+from npugrad.dialect.npu import WaitFlagOp, element_bytes
 from npugrad.ir import IRBuilder
-from npugrad.passes.tiling.blocks import contraction_of, mixed_sizes, nest_role
+from npugrad.passes.tiling.blocks import body_closure, contraction_of, mixed_offsets, mixed_sizes, nest_role
 from npugrad.passes.vectorize_contractions import block_shape, line_bytes, reduction_chunk, view_root
 from npugrad.targets import Target
 
@@ -110,19 +110,18 @@ def _phases(loop: scf.ForOp) -> dict[Operation, int] | None:
     return phases
 
 
-def _scratch(loop: scf.ForOp) -> dict[Operation, set[int]] | None:
+def _scratch(loop: scf.ForOp, phases: dict[Operation, int] | None) -> dict[Operation, set[int]] | None:
     """The phases that use each tile of scratch of the body (a heap buffer allocated outside the
     loop, of static shape: the logits tile, G, the saved target logits), or None where the body
     is not one to run in phases (_phases) or a scratch more than one phase uses is used other
-    than through views the body makes of it (which the stash can move)."""
-    phases = _phases(loop)
+    than through views the body makes of it (which the stash can move). `phases`: _phases(loop)."""
     if phases is None:
         return None
     body = loop.body.block
     used: dict[Operation, set[int]] = {}
     direct: set[Operation] = set()
     for root, phase in phases.items():
-        for op in _closure([root], body):
+        for op in body_closure([root], body):
             for inner in op.walk():
                 for operand in inner.operands:
                     owner = operand.owner
@@ -142,30 +141,13 @@ def _scratch(loop: scf.ForOp) -> dict[Operation, set[int]] | None:
 def applies(nest: scf.ForOp) -> bool:
     """Whether the fused nest's token loop can run in phases."""
     tokens = _token_loop(nest)
-    return tokens is not None and _scratch(tokens) is not None
-
-
-def _closure(roots: list[Operation], body: Block) -> set[Operation]:
-    """The roots and every op of `body` whose results they use, nested uses included."""
-    keep: set[Operation] = set()
-    pending = list(roots)
-    while pending:
-        op = pending.pop()
-        if op in keep:
-            continue
-        keep.add(op)
-        for inner in op.walk():
-            for operand in inner.operands:
-                owner = operand.owner
-                if isinstance(owner, Operation) and owner.parent_block() is body:
-                    pending.append(owner)
-    return keep
+    return tokens is not None and _scratch(tokens, _phases(tokens)) is not None
 
 
 def _only(loop: scf.ForOp, roots: list[Operation], e: IRBuilder) -> None:
     """Erase every op of the loop's body but `roots` and what they use."""
     body = loop.body.block
-    keep = _closure(roots, body)
+    keep = body_closure(roots, body)
     for op in reversed(_body_ops(loop)):
         if op not in keep:
             e.erase(op)
@@ -196,7 +178,7 @@ def _chunks(gen: GenericOp, loop: scf.ForOp, e: IRBuilder, chunk: int, narrow: i
     root = view_root(gen.outputs[0])
     owner = root.owner if isinstance(root.owner, Operation) else root.owner.parent_op()
     if narrow == 2 and not (owner is not None and loop.is_ancestor(owner)):
-        first = at.line_head(root, width, root.type.element_type.bitwidth // 8, line)  # type: ignore[attr-defined]
+        first = at.line_head(root, width, element_bytes(root.type.element_type), line)  # type: ignore[attr-defined]
         first.name_hint = "first_line"
     step = at.idx(chunk)
     if first is None:
@@ -232,7 +214,7 @@ def split(wave: scf.ForOp, target: Target, e: IRBuilder) -> None:
     tokens = _token_loop(wave)
     assert tokens is not None
     phases = _phases(tokens)
-    used = _scratch(tokens)
+    used = _scratch(tokens, phases)
     assert phases is not None and used is not None
     body = tokens.body.block
     first_tile, end_tile = tokens.lb, tokens.ub
@@ -272,8 +254,7 @@ def split(wave: scf.ForOp, target: Target, e: IRBuilder) -> None:
         if entry is None:
             entry = e.at(body.first_op).emit(arith.SubiOp(body.args[0], g0))
             entry.name_hint = "stash_entry"
-        dynamic = iter(view.offsets)
-        offsets = [next(dynamic) if o == DYNAMIC_INDEX else o for o in view.static_offsets.get_values()]
+        offsets = mixed_offsets(view)
         row = at.emit(arith.MuliOp(entry, at.idx(n)))
         if offsets[0] != 0:
             row = at.emit(arith.AddiOp(row, offsets[0] if isinstance(offsets[0], SSAValue) else at.idx(offsets[0])))
