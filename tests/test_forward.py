@@ -506,7 +506,7 @@ def test_chunked_schedule_is_the_same_on_any_thread_count(rng, monkeypatch, core
 
 def test_chunked_schedule_choice(rng, monkeypatch):
     """Default: chunked where it applies and a chunk of at least one token tile fits, with each
-    lane's packed tile of W and rows of X, in 13/16 of 1/16 of the two BT x K float32 buffers PyTorch eager holds;
+    lane's pack of a chunk of W, rows of X and stash, in 13/16 of 1/16 of the two BT x K float32 buffers PyTorch eager holds;
     bfloat16/float16 in the same budget in their dtype, or a token tile whose logits take at most
     twice it; an explicit chunk_rows outside what it applies to is an error naming the parameter."""
     monkeypatch.setattr(loss_mod, "_tiles", lambda: {"bt": 8, "v": 16})
@@ -514,16 +514,17 @@ def test_chunked_schedule_choice(rng, monkeypatch):
     calls = []
     real = loss_mod._chunked
     monkeypatch.setattr(loss_mod, "_chunked", lambda *a: calls.append(a[4]) or real(*a))
-    # H = 8, K = 256: two parts, two lanes of 16 x 8 float32 packs of W, and a row's 256 + 8 + 2 x 8
-    # floats: its logits, the other part's dX, and each lane's packed row of X.
-    # bfloat16/float16 (_narrow_chunk_rows): a lane's float32 16 x 8 dW tile and two packs of W in
-    # the dtype; a row's compact logits (256 float16, and at most 256 / 16 + 2 float32 maxima of
-    # the parts' blocks), each part's float32 dX row and each lane's packed row of X: at bt = 512
-    # in bfloat16, (26624 - 2048) // (584 + 64 + 32) = 36 rows; where fewer than a
-    # token tile fit, a token tile (8) if its logits (8 x 584 bytes) take at most twice the budget
-    # (2 x 3328 at bt = 64), else recompute (2 x 1664 at bt = 32). z_loss: recompute.
-    for bt, dtype, options, rows in [(64, np.float32, {}, None), (255, np.float32, {}, 22), (512, np.float32, {}, 46),
-                                     (512, np.float32, {"z_loss": 1e-3}, None), (512, BFLOAT16, {}, 36),
+    # H = 8, K = 256: two parts, two lanes of 16 x 8 float32 packs of W (the chunk is all of H),
+    # and a row's 256 + 8 + 2 x 8 + 2 x 16 floats: its logits, the other part's dX, each lane's
+    # packed row of X and each lane's stash row of the softmax gradient.
+    # bfloat16/float16 (_narrow_chunk_rows): a lane's float32 16 x 8 dW tile and float32 pack of
+    # W; a row's compact logits (256 float16, and at most 256 / 16 + 2 float32 maxima of the
+    # parts' blocks), each part's float32 dX row, each lane's packed row of X and float32 stash
+    # row: at bt = 512 in bfloat16, (26624 - 2048) // (584 + 64 + 32 + 128) = 30 rows; where fewer
+    # than a token tile fit, a token tile (8) if its logits (8 x 584 bytes) take at most twice the
+    # budget (2 x 3328 at bt = 64), else recompute (2 x 1664 at bt = 32). z_loss: recompute.
+    for bt, dtype, options, rows in [(64, np.float32, {}, None), (255, np.float32, {}, 20), (512, np.float32, {}, 41),
+                                     (512, np.float32, {"z_loss": 1e-3}, None), (512, BFLOAT16, {}, 30),
                                      (128, np.float16, {}, 8), (64, BFLOAT16, {}, 8), (32, BFLOAT16, {}, None),
                                      (512, BFLOAT16, {"z_loss": 1e-3}, None)]:
         calls.clear()
@@ -531,8 +532,8 @@ def test_chunked_schedule_choice(rng, monkeypatch):
         ops.linear_cross_entropy(x, w, y, **options)
         assert calls == ([] if rows is None else [rows]), (bt, dtype, options)
         if rows is not None and dtype == np.float32:
-            held = rows * (256 + 8 + 16) * 4 + 2 * 16 * 8 * 4
-            assert held <= 2 * bt * 256 * 4 / 16 * 13 / 16 < (rows + 1) * (256 + 8 + 16) * 4 + 2 * 16 * 8 * 4
+            held = rows * (256 + 8 + 16 + 32) * 4 + 2 * 16 * 8 * 4
+            assert held <= 2 * bt * 256 * 4 / 16 * 13 / 16 < (rows + 1) * (256 + 8 + 16 + 32) * 4 + 2 * 16 * 8 * 4
     x, w, y = _loss_case(rng, 20, 8, 256, np.float32)
     with pytest.raises(SignatureError, match="'chunk_rows' = 4 needs the chunked schedule"):
         ops.linear_cross_entropy(x, w, y, softcap=5.0, chunk_rows=4)

@@ -46,11 +46,13 @@ target's, not the thread count's, and so is the chunk size (it changes dW's sums
 the same on any number of threads.
 
 `chunk_rows` picks: 0 recompute; n > 0 chunks of n rows; None (default) the largest chunk that
-fits, with each core's packed tile of W and rows of X, in 13/16 of 1/16 of the two BT × K float32
-buffers PyTorch eager holds (the logits and their gradient; issue 14's memory target), if it is
-at least one token tile (fewer rows pay for packing W for too few); recompute elsewhere (for
-float32: bfloat16/float16 below). Where
-memory allows, a larger `chunk_rows` is faster.
+fits, with each core's pack of a chunk of W, its rows of X and its stash of the softmax
+gradient, in 13/16 of 1/16 of the two BT × K float32 buffers PyTorch eager holds (the logits and
+their gradient; issue 14's memory target), if it is at least one token tile (fewer rows pay for
+packing W for too few); recompute elsewhere (for float32: bfloat16/float16 below). Where
+memory allows, a larger `chunk_rows` is faster: 294 rows at BT = H = 4096, K = 32000 on a Zen 3,
+where counting a pack of all of W's tile per core (as the kernels held it before
+tiling/flce_groups.py) gave 268.
 
 bfloat16/float16 take the chunked schedule too where it applies, in chunks of the rows that fit
 in the same budget in the input's dtype (_narrow_chunk_rows):
@@ -432,13 +434,15 @@ def _chunk_rows(chunk: int | None, ws, dtype, n: int, bt: int, h: int, o: _Optio
     if dtype != F32:
         return _narrow_chunk_rows(n, bt, h, o.k, np.dtype(dtype).itemsize, tiles, parts, lanes)
     # Within 13/16 of 1/16 of the two bt x K float32 buffers PyTorch eager holds (the logits and
-    # their gradient, ignored rows included): each lane's packed tile of W, then per row the
-    # kept logits, the other parts' dX and each lane's packed rows of X (GEMM 3 packs the
-    # chunk's X once: vectorize_contractions.invariant_rows). The 3/16 left are for what this
-    # does not count: about 5 MiB at BT = H = 4096, K = 32000 (bench/loss.py measured 60.0 MiB
-    # beyond the gradients with 7/8, where these terms came to 54.7).
-    budget = _budget(bt, o.k, 4) - lanes * tiles["v"] * h * 4
-    rows = min(n, max(budget, 0) // ((o.k + (parts - 1 + lanes) * h) * 4))
+    # their gradient, ignored rows included): each lane's pack of a chunk of W's tile (GEMM 2's,
+    # _weight_pack), then per row the kept logits, the other parts' dX, each lane's packed rows of
+    # X (GEMM 3 packs the chunk's X once: vectorize_contractions.invariant_rows) and each lane's
+    # stash of the softmax gradient (a row of the vocabulary tile: tiling/flce_groups.py). The
+    # 3/16 left are for what this does not count: about 5 MiB at BT = H = 4096, K = 32000
+    # (bench/loss.py measured 60.0 MiB beyond the gradients with 7/8, where these terms came to
+    # 54.7).
+    budget = _budget(bt, o.k, 4) - lanes * _weight_pack(h)
+    rows = min(n, max(budget, 0) // ((o.k + (parts - 1 + lanes) * h + lanes * tiles["v"]) * 4))
     return rows if rows >= tiles["bt"] else 0
 
 
@@ -446,18 +450,19 @@ def _narrow_chunk_rows(n: int, bt: int, h: int, k: int, size: int, tiles: dict[s
                        lanes: int) -> int:
     """bfloat16/float16: the chunked schedule's rows per chunk, or 0 for the recompute schedule.
     In the same budget as the float32 rule's, in the dtype (13/16 of 1/16 of two bt x K
-    buffers): each lane's float32 dW accumulator tile and its two packed tiles of W (GEMMs 1
-    and 2), then per row the compact logits (float16, and the float32 maxima of each part's
-    blocks), each part's float32 dX (the kernel's accumulator: float32_input_grad where there
-    are several, summed and rounded once) and each lane's packed row of X. Where not even a
+    buffers): each lane's float32 dW accumulator tile and its pack of a chunk of W (GEMM 2's,
+    _weight_pack), then per row the compact logits (float16, and the float32 maxima of each
+    part's blocks), each part's float32 dX (the kernel's accumulator: float32_input_grad where
+    there are several, summed and rounded once), each lane's packed row of X and its stash of
+    the softmax gradient (a row of the vocabulary tile, float32). Where not even a
     token tile fits, a token tile still if its logits take at most twice the budget: the
     recompute schedule holds about as much (its ring of float32 dW tiles, its float32 dX rows,
     its packs; measured above) for four GEMMs' work instead of three. Beyond that (few rows, a
     large vocabulary) the recompute schedule."""
     whole = _budget(bt, k, size)
     kept = k * 2 + (k // tiles["v"] + parts) * 4  # per row: compact logits (float16) and their blocks' maxima
-    per_row = kept + lanes * h * size + parts * h * 4  # each part's float32 dX (the kernels' accumulators)
-    rows = max(whole - lanes * tiles["v"] * h * (4 + 2 * size), 0) // per_row
+    per_row = kept + lanes * h * size + parts * h * 4 + lanes * tiles["v"] * 4  # parts' float32 dX: accumulators
+    rows = max(whole - lanes * (tiles["v"] * h * 4 + _weight_pack(h)), 0) // per_row
     tile = min(n, tiles["bt"])
     if rows >= tile:
         return min(n, rows)
@@ -488,6 +493,16 @@ def _budget(bt: int, k: int, size: int) -> int:
     PyTorch eager holds (the logits and their gradient: issue 14's memory target), the 3/16 left
     for what the schedules' rules do not count."""
     return 2 * bt * k * size // 16 * 13 // 16
+
+
+def _weight_pack(h: int) -> int:
+    """Bytes of a lane's pack of W: its kernel (the wavefront's, launched as one block) packs the
+    vocabulary tile a chunk of columns at a time (tiling/flce_groups.py). On one thread the
+    kernel is not spread over cores and packs all of the tile (v·h·4 bytes), one lane at a time:
+    at BT = H = 4096, K = 32000 on a Zen 3, 2.2 MB more than this counts, in the 3/16 left."""
+    from npugrad.passes.tiling.flce_groups import weight_pack_bytes
+
+    return weight_pack_bytes(_cpu(), _tiles()["v"], h)
 
 
 def _tiles() -> dict[str, int]:

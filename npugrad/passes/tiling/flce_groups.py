@@ -72,6 +72,18 @@ _GEMM2_MAPS = ["(d0, d1, d2) -> (d0, d1)", "(d0, d1, d2) -> (d1, d2)", "(d0, d1,
 _START, _LOGITS, _SOFTMAX, _INPUT_GRAD, _WEIGHT_GRAD = range(5)
 
 
+def weight_chunk(target: Target) -> int:
+    """Columns of W's tile per chunk (KC): the reduction chunk of the micro-kernels' panels."""
+    return reduction_chunk(target, block_shape(target)[1] * (target.vector_bits // 32))
+
+
+def weight_pack_bytes(target: Target, v: int, h: int) -> int:
+    """The most a group's pack of one chunk of a v × h W tile takes (float32): what GEMM 1 or
+    GEMM 2 holds of W at a time, where packing all of the tile took v·h·4 bytes. GEMM 2's first
+    chunk reaches dX's first cache line besides its KC columns."""
+    return v * min(h, weight_chunk(target) + line_bytes(target) // 4) * 4
+
+
 def _token_loop(root: Operation) -> scf.ForOp | None:
     return next((o for o in root.walk() if nest_role(o) is NestRole.TOKEN_LOOP), None)
 
@@ -281,8 +293,7 @@ def split(wave: scf.ForOp, target: Target, e: IRBuilder) -> None:
     _only(tokens, [o for o, p in phases.items() if p == _WEIGHT_GRAD], e)
 
     # GEMMs 1 and 2 over chunks of W's columns, each chunk packed once for the group's tiles.
-    wide = block_shape(target)[1] * (target.vector_bits // 32)
-    kc = reduction_chunk(target, wide)
+    kc = weight_chunk(target)
     line = line_bytes(target)
     for phase, kind, maps, narrow in ((_LOGITS, Contraction.LOGITS, _GEMM1_MAPS, 0),
                                       (_INPUT_GRAD, Contraction.INPUT_GRAD, _GEMM2_MAPS, 2)):
