@@ -499,7 +499,8 @@ def _weight_pack(h: int) -> int:
     """Bytes of a lane's pack of W: its kernel (the wavefront's, launched as one block) packs the
     vocabulary tile a chunk of columns at a time (tiling/flce_groups.py). On one thread the
     kernel is not spread over cores and packs all of the tile (v·h·4 bytes), one lane at a time:
-    at BT = H = 4096, K = 32000 on a Zen 3, 2.2 MB more than this counts, in the 3/16 left."""
+    at BT = H = 4096, K = 32000 on a Zen 3, 2.9 MB where this counts 0.4 MB a lane, 0.7 MB in
+    all: about 2.1 MB more, in the 3/16 the budget leaves."""
     from npugrad.passes.tiling.flce_groups import weight_pack_bytes
 
     return weight_pack_bytes(_cpu(), _tiles()["v"], h)
