@@ -39,9 +39,9 @@ writes only its part of dW, with the whole chunk as GEMM 3's reduction; the part
 shards (their statistics by the collectives, dX summed in part order). When the kernels split
 each chunk's rows over the cores instead (the wavefront), every core packed all of W and
 updated all of dW once per chunk, and a chunk of two token tiles per core was 4-16 % faster than
-recomputing; by parts, the default 268 rows ran the 3-GEMM work at 0.83 of the same run's SGEMM
-(Zen 3, 2 threads, BT = H = 4096, K = 32000: 20.1 s, 0.94x PyTorch eager's step and 0.73x the
-recompute schedule's, bench/loss.py). The parts are the
+recomputing; by parts, 268 rows (the default before the budget counted W's packs by chunk) ran
+the 3-GEMM work at 0.83 of the same run's SGEMM (Zen 3, 2 threads, BT = H = 4096, K = 32000:
+20.1 s, 0.94x PyTorch eager's step and 0.73x the recompute schedule's, bench/loss.py). The parts are the
 target's, not the thread count's, and so is the chunk size (it changes dW's sums): results are
 the same on any number of threads.
 
