@@ -506,9 +506,10 @@ def test_chunked_schedule_is_the_same_on_any_thread_count(rng, monkeypatch, core
 
 def test_chunked_schedule_choice(rng, monkeypatch):
     """Default: chunked where it applies and a chunk of at least one token tile fits, with each
-    lane's pack of a chunk of W, rows of X and stash, in 13/16 of 1/16 of the two BT x K float32 buffers PyTorch eager holds;
-    bfloat16/float16 in the same budget in their dtype, or a token tile whose logits take at most
-    twice it; an explicit chunk_rows outside what it applies to is an error naming the parameter."""
+    lane's pack of a chunk of W, rows of X and stash, in 13/16 of 1/16 of the two BT x K float32
+    buffers PyTorch eager holds; bfloat16/float16 in the same budget in their dtype, or a token
+    tile whose logits take at most twice it; an explicit chunk_rows outside what it applies to is
+    an error naming the parameter."""
     monkeypatch.setattr(loss_mod, "_tiles", lambda: {"bt": 8, "v": 16})
     monkeypatch.setattr(loss_mod, "_cores", lambda: 2)
     calls = []
