@@ -441,7 +441,7 @@ def _chunk_rows(chunk: int | None, ws, dtype, n: int, bt: int, h: int, o: _Optio
     # 3/16 left are for what this does not count: about 5 MiB at BT = H = 4096, K = 32000
     # (bench/loss.py measured 60.0 MiB beyond the gradients with 7/8, where these terms came to
     # 54.7).
-    budget = _budget(bt, o.k, 4) - lanes * _weight_pack(h)
+    budget = _budget(bt, o.k, 4) - lanes * _weight_pack(tiles["v"], h)
     rows = min(n, max(budget, 0) // ((o.k + (parts - 1 + lanes) * h + lanes * tiles["v"]) * 4))
     return rows if rows >= tiles["bt"] else 0
 
@@ -462,7 +462,7 @@ def _narrow_chunk_rows(n: int, bt: int, h: int, k: int, size: int, tiles: dict[s
     whole = _budget(bt, k, size)
     kept = k * 2 + (k // tiles["v"] + parts) * 4  # per row: compact logits (float16) and their blocks' maxima
     per_row = kept + lanes * h * size + parts * h * 4 + lanes * tiles["v"] * 4  # parts' float32 dX: accumulators
-    rows = max(whole - lanes * (tiles["v"] * h * 4 + _weight_pack(h)), 0) // per_row
+    rows = max(whole - lanes * (tiles["v"] * h * 4 + _weight_pack(tiles["v"], h)), 0) // per_row
     tile = min(n, tiles["bt"])
     if rows >= tile:
         return min(n, rows)
@@ -495,15 +495,15 @@ def _budget(bt: int, k: int, size: int) -> int:
     return 2 * bt * k * size // 16 * 13 // 16
 
 
-def _weight_pack(h: int) -> int:
-    """Bytes of a lane's pack of W: its kernel (the wavefront's, launched as one block) packs the
+def _weight_pack(v: int, h: int) -> int:
+    """Bytes of a lane's pack of a v × h tile of W: its kernel (the wavefront's, launched as one block) packs the
     vocabulary tile a chunk of columns at a time (tiling/flce_groups.py). On one thread the
     kernel is not spread over cores and packs all of the tile (v·h·4 bytes), one lane at a time:
     at BT = H = 4096, K = 32000 on a Zen 3, 2.9 MB where this counts 0.4 MB a lane, 0.7 MB in
     all: about 2.1 MB more, in the 3/16 the budget leaves."""
     from npugrad.passes.tiling.flce_groups import weight_pack_bytes
 
-    return weight_pack_bytes(_cpu(), _tiles()["v"], h)
+    return weight_pack_bytes(_cpu(), v, h)
 
 
 def _tiles() -> dict[str, int]:

@@ -20,7 +20,7 @@ from npugrad.ir import IRBuilder
 from npugrad.ir.expr import Float
 from npugrad.lowering.train_to_loops.flce import softcap
 from npugrad.passes.tiling.blocks import start_accumulator
-from npugrad.passes.vectorize_contractions import block_shape
+from npugrad.passes.vectorize_contractions import block_shape, panel_width
 from npugrad.targets import Target, get
 
 
@@ -35,8 +35,8 @@ def cpu_tiles(cpu: Target) -> dict[str, int]:
     vectorize_contractions.invariant_loop). (512 KiB L2, AVX2:
     bt = 186, v = 176; measured on a Zen 3, FLCE 2048 x 2048 x 8192 float32 on 2 threads, 0.74x
     the same run's SGEMM where the 64 x 128 tiles used before gave 0.63x.)"""
-    mr, nr = block_shape(cpu)
-    width = nr * max(1, cpu.vector_bits // 32)
+    mr = block_shape(cpu)[0]
+    width = panel_width(cpu)
     capacity = cpu.role("vector").capacity or 1 << 20
     area = capacity // 4 // 4  # float32 elements in a quarter of the level
     v = max(width, isqrt(area) // width * width)

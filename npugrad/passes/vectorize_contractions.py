@@ -115,6 +115,11 @@ def block_shape(target: Target) -> tuple[int, int]:
     return max(1, (target.vector_registers - nr - 2) // nr), nr
 
 
+def panel_width(target: Target) -> int:
+    """The float32 columns of B's packed panel: NR vectors (block_shape)."""
+    return block_shape(target)[1] * max(1, target.vector_bits // 32)
+
+
 def reduction_chunk(target: Target, columns: int, element_bytes: int = 4) -> int:
     """KC: the reduction steps whose packed panel of B (KC rows of `element_bytes` elements,
     `columns` wide: float32, or bfloat16 pairs) fills half the smallest local memory level (the
@@ -824,12 +829,13 @@ def invariant_rows(gen: GenericOp) -> tuple[scf.ForOp, SSAValue, SSAValue] | Non
     owner = base.owner if isinstance(base.owner, Operation) else base.owner.parent_op()
     if owner is not None and outer.is_ancestor(owner):
         return None
-    if not _unchanged(view_root(base), gen, outer):
+    root = view_root(base)
+    if not _unchanged(root, gen, outer):
         return None
     # Out of every loop more that base holds still over: the vocabulary loop, where the token
     # loop runs in groups of tiles (tiling/flce_groups.py) inside it.
     while (around := _enclosing_loop(outer)) is not None:
-        if (owner is not None and around.is_ancestor(owner)) or not _unchanged(view_root(base), gen, around):
+        if (owner is not None and around.is_ancestor(owner)) or not _unchanged(root, gen, around):
             break
         outer = around
     return outer, base, view.offsets[0]
@@ -877,7 +883,7 @@ class VectorizeContraction(RewritePattern):
         if key in self.hoisted:
             return self.hoisted[key]
         nr = block_shape(self.target)[1]
-        wide = nr * (self.target.vector_bits // 32)
+        wide = panel_width(self.target)
         lanes = self.target.vector_bits // 32
         e = IRBuilder(rewriter, loop)
         k, n = (e.dim(b, 1), e.dim(b, 0)) if shape.rhs_transposed else (e.dim(b, 0), e.dim(b, 1))
@@ -974,7 +980,7 @@ class VectorizeContraction(RewritePattern):
         without stack probes an alloca past the guard page writes over whatever lies below)."""
         f = enclosing_function(gen)
         if (f, dot) not in self.panels:
-            wide = block_shape(self.target)[1] * (self.target.vector_bits // 32)  # NR vectors of float32
+            wide = panel_width(self.target)
             if dot:
                 alloc = memref.AllocOp.get(bf16, 64, [reduction_chunk(self.target, wide, 2) // 2, 2 * wide])
             else:
