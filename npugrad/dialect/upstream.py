@@ -28,11 +28,11 @@ machine_code.to_llvmlite_syntax bridges the two LLVMs' float syntax.
 to the `llvm.br`'s own `loop_annotation`, which mlir-translate emits as `!llvm.loop` metadata
 (`llvm.loop.unroll.disable`, `llvm.loop.unroll.count`). The name must be `loop_annotation`, not
 `llvm.loop_annotation`: only the former becomes the branch's own attribute, and mlir-translate
-drops the latter. npugrad's own passes leave LLVM's unrolling as it is: measured on a Zen 3,
-marking vectorize-contractions' reduction loops `disable` cut the FLCE float32 kernel's cold
-compile from 3.1 to 1.8 s but cost 5-8 % of its run time (4096 x 4096 x 8192, 2 threads, fresh
-processes taking turns), and marking only the row and column tails' loops (2.0 s) still
-measured up to 4 % slower at 2048 x 2048 x 32000.
+drops the latter. vectorize-contractions marks its tail blocks' float32 reduction loops
+`disable` (`_rolled` there says what it measured). Its whole blocks' loops are left to LLVM:
+measured on a Zen 3, marking them too cut the FLCE float32 kernel's cold compile from 3.1 to
+1.8 s but cost 5-8 % of its run time (4096 x 4096 x 8192, 2 threads, fresh processes taking
+turns).
 """
 
 from __future__ import annotations
