@@ -159,3 +159,14 @@ def test_the_cache_command_counts_and_clears_only_its_entries(cache_dir):
     assert f"{cache_dir}: 3 entries (2 machine code, 1 LLVM IR)" in command()
     assert "deleted 3 entries" in command("--clear")
     assert _entries(cache_dir) == ["notes.txt"] and f"{cache_dir}: 0 entries" in command()
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly(cache_dir):
+    """`npugrad cache | head -0`: the pipe closes before the command writes. It ends as a shell
+    tool does (status 128 + SIGPIPE), with no traceback on stderr."""
+    p = subprocess.Popen([sys.executable, "-m", "npugrad.tools.main", "cache"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, cwd=ROOT, env={**os.environ, "NPUGRAD_CACHE_DIR": str(cache_dir)})
+    p.stdout.close()  # before the interpreter has started: the command's first write finds no reader
+    stderr = p.stderr.read().decode()
+    assert p.wait(timeout=60) == 141, stderr
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr

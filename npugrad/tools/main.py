@@ -8,11 +8,25 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    """The command; a reader that stops early (`npugrad peak | head -1`) ends it quietly, as it
+    ends any shell tool: no traceback, exit status 128 + SIGPIPE (141). Python ignores SIGPIPE,
+    so the write raises instead; stdout then goes to /dev/null, or the interpreter's last flush
+    would raise again as it exits."""
+    try:
+        _main(argv)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(128 + signal.SIGPIPE)
+
+
+def _main(argv: Sequence[str] | None) -> None:
     parser = argparse.ArgumentParser(prog="npugrad", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="compile, run and check every op (every mode and dtype)")
