@@ -66,6 +66,27 @@ def test_a_kernel_called_directly_matches_the_reference(rng):
     np.testing.assert_allclose(out, ref.binary_cross_entropy_grad(x, y, d, reduction=2), rtol=1e-5, atol=1e-6)
 
 
+def test_a_bound_kernel_keeps_its_arrays_alive(rng):
+    """bind() packs the arrays' addresses: the caller's names for the arrays may go (a loop
+    binding one kernel per thread rebinds them), and the bound kernel still writes where it
+    was bound, not into freed memory another array has taken."""
+    import gc
+    import weakref
+
+    x, y, d = bce_arrays(rng, 4096)
+    out = np.full(4096, np.nan, np.float32)
+    expected = ref.binary_cross_entropy_grad(x, y, d, reduction=2)
+    run = bce_kernel(4096).bind(x, y, d, out)
+    alive = weakref.ref(out)
+    del out
+    gc.collect()
+    assert alive() is not None
+    taken = [np.zeros(4096, np.float32) for _ in range(8)]  # what freed memory would have gone to
+    run()
+    assert all(not t.any() for t in taken)
+    np.testing.assert_allclose(alive(), expected, rtol=1e-5, atol=1e-6)
+
+
 def test_a_strided_kernel_reads_and_writes_through_views(rng):
     x, y, d = bce_arrays(rng, 80)
     out = np.full(160, -7.0, np.float32)

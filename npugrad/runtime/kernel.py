@@ -150,8 +150,11 @@ class Kernel:
 
     def bind_layout(self, layout: Layout, arrays: Sequence[np.ndarray]) -> Callable[[], None]:
         """The kernel bound to arrays of the dtypes, shapes and strides `layout` was made for
-        (not checked again: only their addresses are read)."""
-        return functools.partial(self.launch, self.descriptors(layout, arrays), layout.blocks)
+        (not checked again: only their addresses are read). The result holds the arrays, so
+        that they live as long as it runs on their memory."""
+        bound = functools.partial(self.launch, self.descriptors(layout, arrays), layout.blocks)
+        bound.arrays = tuple(arrays)  # type: ignore[attr-defined]
+        return bound
 
     def run(self, layout: Layout, arrays: Sequence[np.ndarray]) -> None:
         """descriptors, then launch: what a cached call does, in one step."""
