@@ -61,6 +61,42 @@ def test_a_measured_peak_is_a_rate():
     assert "GFLOP/s" in r.text()
 
 
+@pytest.mark.parametrize("toml, block", [("avx2.toml", (6, 16, 186)), ("avx512.toml", (6, 64, 86))])
+def test_the_micro_kernel_is_the_targets_block_on_half_its_l1(toml, block):
+    """vectorize-contractions' MR x NR·lanes block, and the longest even K whose A rows and packed
+    B panel take half the L1: 32 KiB, 6 + 16 columns: 186; 48 KiB, 6 + 64: 86."""
+    shape = peak.microkernel_shape(get(f"{INPUTS}/{toml}"))
+    assert (shape.mr, shape.n, shape.k) == block
+    assert 4 * shape.k * (shape.mr + shape.n) <= min(lv.capacity for lv in get(f"{INPUTS}/{toml}").local_levels()) // 2
+
+
+def test_the_micro_kernel_adds_its_product_each_repeat_with_b_packed_once():
+    """C += A·B `repeats` times, B's panel packed before the repeat loop (what lets the operands
+    stay in the L1): the vectorized IR allocates the panels before the loop, and C ends as
+    repeats · A·B to float32's rounding."""
+    from npugrad.compiler import Pipeline, make_context, parse
+
+    shape = peak.microkernel_shape(get("host"))
+    ctx = make_context()
+    text = peak._MICROKERNEL.format(mr=shape.mr, n=shape.n, k=shape.k, repeats=3)
+    vectorized = str(Pipeline(fuse=False, distribute=False).lower(parse(text, "m.mlir", ctx), "vectorized", ctx))
+    assert 0 <= vectorized.index("b_panels") < vectorized.index("scf.for")
+    kernel = peak.microkernel(shape, 3)
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((shape.mr, shape.k), dtype=np.float32)
+    b = rng.standard_normal((shape.k, shape.n), dtype=np.float32)
+    c = rng.standard_normal((shape.mr, shape.n), dtype=np.float32)
+    expected = c.astype(np.float64) + 3 * (a.astype(np.float64) @ b.astype(np.float64))
+    kernel(a, b, c)
+    np.testing.assert_allclose(c, expected, rtol=1e-5, atol=1e-4 * np.sqrt(shape.k))
+
+
+def test_a_measured_micro_kernel_is_a_rate_beside_the_fma_loops():
+    shape, threads, gflops, fma = peak.measure_microkernel(threads=1, seconds=0.01, repeats=1)
+    assert threads == 1 and shape == peak.microkernel_shape(get("host"))
+    assert math.isfinite(gflops) and gflops > 0 and math.isfinite(fma) and fma > 0
+
+
 def test_an_unknown_kind_is_rejected():
     with pytest.raises(ValueError, match="unknown kind 'fp8'"):
         peak.loop_ir("fp8", peak.Shape(4, 1))
@@ -71,6 +107,7 @@ def test_the_command_prints_both_peaks_and_rejects_bad_options(capsys):
 
     main(["peak", "--threads", "1", "--seconds", "0.01"])
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 2 and lines[0].startswith("float32 FMA = ") and lines[1].startswith("bf16 dot product")
+    assert len(lines) == 3 and lines[0].startswith("float32 FMA = ") and lines[1].startswith("bf16 dot product")
+    assert lines[2].startswith("float32 micro-kernel (vectorize-contractions, ") and "% of the FMA loop's" in lines[2]
     with pytest.raises(SystemExit, match="--seconds > 0"):
         main(["peak", "--seconds", "0"])

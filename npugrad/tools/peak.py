@@ -1,7 +1,7 @@
 """The machine's arithmetic peak: what its vector FMA and bf16 dot-product instructions can do
 when nothing else is in the way, measured, for benchmarks to state GEMM rates against.
 
-    npugrad peak                      # both, on every core of the host (or python -m npugrad.tools.peak)
+    npugrad peak                      # both and the micro-kernel, on every core of the host (or python -m npugrad.tools.peak)
 
 A JIT-compiled loop (runtime/jit.py: the host CPU, O3) keeps `chains` independent accumulators
 of one vector register each and applies the instruction to each of them once per iteration:
@@ -12,16 +12,26 @@ from the target description (the vector registers less four for the loop-invaria
 and the loop), not from a constant tuned to one CPU. Every core runs the loop at once (threads
 calling the machine code, which holds no GIL); the rate is all their FLOPs over the wall time,
 the best of `repeats`.
+
+The third line is the compiler's own float32 micro-kernel against that peak: the MR x NR block
+vectorize-contractions makes of a contraction (block_shape), run over a reduction whose operands
+fit half the L1 (A's MR rows and B's packed panel), again and again, on every core at once. It
+is the ceiling the code generated for the GEMMs reaches when no load waits on memory: what a
+kernel's rate short of it (bench/loop_profile.py gives its reduction loops' share of the samples)
+costs in the memory hierarchy, not in the instructions.
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from npugrad.targets import get
 from npugrad.targets.target import Target
@@ -30,6 +40,7 @@ KINDS = ("fma", "dot_bf16")
 FEATURE = {"fma": "fma", "dot_bf16": "avx512bf16"}
 FLOP_PER_LANE = {"fma": 2, "dot_bf16": 4}
 NAME = {"fma": "float32 FMA", "dot_bf16": "bf16 dot product (vdpbf16ps)"}
+STEPS = 1 << 18  # a peak loop's iterations per call: the call's overhead is well under 1 % of it
 
 
 @dataclass(frozen=True)
@@ -135,28 +146,140 @@ def measure(kind: str, threads: int = 0, seconds: float = 0.25, repeats: int = 3
     shape = shape_for(target, kind)
     if not target.has_feature(FEATURE[kind]):
         return Peak(kind, shape, threads, None, f"not measured: the CPU lacks {FEATURE[kind]}")
-    fn = compiled(kind, shape)
-    flop_per_iteration = FLOP_PER_LANE[kind] * shape.lanes * shape.chains
-    # Iterations for about `seconds` on one thread, from a short calibration run.
-    n = 1 << 16
+    call = functools.partial(compiled(kind, shape), STEPS)
+    n = _calibrated(call, seconds)
+    flop = float(FLOP_PER_LANE[kind] * shape.lanes * shape.chains * STEPS * n * threads)
+    best = max(_rate([call] * threads, n, flop) for _ in range(repeats))
+    return Peak(kind, shape, threads, best)
+
+
+# The micro-kernel's contraction: C (MR x N) += A (MR x K) · B (K x N), `repeats` times in a loop
+# around it, so that B's panel is packed once, before that loop (vectorize_contractions.invariant_loop).
+_MICROKERNEL = """
+func.func @microkernel(%a: memref<{mr}x{k}xf32>, %b: memref<{k}x{n}xf32>, %c: memref<{mr}x{n}xf32>) {{
+  %lo = arith.constant 0 : index
+  %hi = arith.constant {repeats} : index
+  %one = arith.constant 1 : index
+  scf.for %r = %lo to %hi step %one {{
+    linalg.generic {{indexing_maps = [affine_map<(i, k, j) -> (i, k)>, affine_map<(i, k, j) -> (k, j)>,
+                                     affine_map<(i, k, j) -> (i, j)>],
+                     iterator_types = ["parallel", "reduction", "parallel"]}}
+        ins(%a, %b : memref<{mr}x{k}xf32>, memref<{k}x{n}xf32>) outs(%c : memref<{mr}x{n}xf32>) {{
+    ^bb0(%x: f32, %y: f32, %z: f32):
+      %p = arith.mulf %x, %y : f32
+      %s = arith.addf %z, %p : f32
+      linalg.yield %s : f32
+    }}
+  }}
+  func.return
+}}
+"""
+
+
+@dataclass(frozen=True)
+class MicroKernel:
+    """The micro-kernel's block (MR rows x N float32 columns) and its reduction length K."""
+
+    mr: int
+    n: int
+    k: int
+
+    def text(self, gflops: float, threads: int, fma: float) -> str:
+        return (f"float32 micro-kernel (vectorize-contractions, {self.mr} x {self.n} block, K = {self.k}, operands "
+                f"in L1) = {gflops:.1f} GFLOP/s ({threads} thread(s)): {100 * gflops / fma:.0f}% of the FMA loop's "
+                f"{fma:.1f}, timed in turn with it")
+
+
+def microkernel_shape(cpu: Target) -> MicroKernel:
+    """The block vectorize-contractions makes on `cpu` and the longest even K whose A rows and
+    packed B panel take half its smallest local level (the L1 on a CPU)."""
+    from npugrad.passes.vectorize_contractions import block_shape, panel_width
+
+    mr, n = block_shape(cpu)[0], panel_width(cpu)
+    smallest = min(lv.capacity for lv in cpu.local_levels())
+    return MicroKernel(mr, n, max(2, smallest // 2 // (4 * (mr + n)) // 2 * 2))
+
+
+def microkernel(shape: MicroKernel, repeats: int, cpu: str = "host"):
+    """The micro-kernel compiled by the pipeline (untiled, vectorized for `cpu`): a Kernel of
+    (a, b, c) that adds A·B into C `repeats` times."""
+    from npugrad.compiler import Pipeline, make_context, parse
+    from npugrad.runtime.executable import Executable, block_kernels, signatures
+
+    ctx = make_context()
+    text = _MICROKERNEL.format(mr=shape.mr, n=shape.n, k=shape.k, repeats=repeats)
+    module = parse(text, "microkernel.mlir", ctx)
+    sigs, blocks = signatures(module), block_kernels(module)
+    llvm_ir = Pipeline(fuse=False, distribute=False, cpu=cpu).lower(module, "llvm-ir", ctx)
+    return Executable(llvm_ir, sigs, blocks)["microkernel"]
+
+
+def _own_pages(shape: tuple[int, int], page: int = 4096) -> np.ndarray:
+    """A zeroed C-contiguous float32 array starting a page and ending on one of its own."""
+    count = shape[0] * shape[1]
+    raw = np.zeros(count + 2 * page // 4, np.float32)
+    start = (-raw.ctypes.data % page) // 4
+    return raw[start:start + count].reshape(shape)
+
+
+def _calibrated(fn: Callable[[], None], seconds: float) -> int:
+    """How many calls of `fn` take about `seconds` on one thread."""
+    n = 1
     while True:
         start = time.perf_counter()
-        fn(n)
+        for _ in range(n):
+            fn()
         took = time.perf_counter() - start
-        if took > 0.02 or n >= 1 << 40:
-            break
+        if took > 0.02 or n >= 1 << 20:
+            return max(1, int(n * seconds / took))
         n *= 4
-    n = max(1, int(n * seconds / took))
-    best = 0.0
+
+
+def _rate(fns: Sequence[Callable[[], None]], n: int, flop: float) -> float:
+    """GFLOP/s of every `fns` called `n` times, each on a thread of its own, all at once."""
+    def work(fn: Callable[[], None]) -> None:
+        for _ in range(n):
+            fn()
+
+    workers = [threading.Thread(target=work, args=(fn,)) for fn in fns]
+    start = time.perf_counter()
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return flop / (time.perf_counter() - start) / 1e9
+
+
+def measure_microkernel(threads: int = 0, seconds: float = 0.25, repeats: int = 5, cpu: str = "host") \
+        -> tuple[MicroKernel, int, float, float]:
+    """(shape, threads, micro-kernel GFLOP/s, FMA peak GFLOP/s): the micro-kernel on `threads`
+    threads (0: the target's cores), each on arrays of its own, and the float32 FMA loop, taking
+    turns `repeats` times (runs of about `seconds`), the best of each: a machine whose speed
+    drifts scales both alike."""
+    target = get(cpu)
+    threads = threads or target.cores
+    shape = microkernel_shape(target)
+    calls = 1 << 10  # the reduction's repeats in one call: about a millisecond at tens of GFLOP/s
+    kernel = microkernel(shape, calls, cpu)
+    rng = np.random.default_rng(0)
+    bound = []
+    for _ in range(threads):
+        # Each thread's arrays on pages of their own: C's stores share no cache line with another
+        # thread's operands. Values that keep C finite over any run: |A·B| per call well below 1.
+        a, b, c = (_own_pages(s) for s in ((shape.mr, shape.k), (shape.k, shape.n), (shape.mr, shape.n)))
+        a[...] = rng.uniform(-1e-3, 1e-3, a.shape)
+        b[...] = rng.uniform(-1e-3, 1e-3, b.shape)
+        bound.append(kernel.bind(a, b, c))
+    fma_shape = shape_for(target, "fma")
+    fma_fns = [functools.partial(compiled("fma", fma_shape), STEPS)] * threads
+    n_kernel, n_fma = _calibrated(bound[0], seconds), _calibrated(fma_fns[0], seconds)
+    kernel_flop = 2.0 * shape.mr * shape.n * shape.k * calls * n_kernel * threads
+    fma_flop = float(FLOP_PER_LANE["fma"] * fma_shape.lanes * fma_shape.chains * STEPS * n_fma * threads)
+    best_kernel = best_fma = 0.0
     for _ in range(repeats):
-        workers = [threading.Thread(target=fn, args=(n,)) for _ in range(threads)]
-        start = time.perf_counter()
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
-        best = max(best, threads * n * flop_per_iteration / (time.perf_counter() - start) / 1e9)
-    return Peak(kind, shape, threads, best)
+        best_kernel = max(best_kernel, _rate(bound, n_kernel, kernel_flop))
+        best_fma = max(best_fma, _rate(fma_fns, n_fma, fma_flop))
+    return shape, threads, best_kernel, best_fma
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -169,6 +292,8 @@ def run(args: argparse.Namespace) -> None:
         raise SystemExit("npugrad peak: --threads must be >= 0 and --seconds > 0")
     for kind in KINDS:
         print(measure(kind, args.threads, args.seconds).text())
+    shape, threads, gflops, fma = measure_microkernel(args.threads, args.seconds)
+    print(shape.text(gflops, threads, fma))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
