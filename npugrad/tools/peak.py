@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from npugrad.runtime.address import aligned
 from npugrad.targets import get
 from npugrad.targets.target import Target
 
@@ -215,11 +216,9 @@ def microkernel(shape: MicroKernel, repeats: int, cpu: str = "host"):
 
 
 def _own_pages(shape: tuple[int, int], page: int = 4096) -> np.ndarray:
-    """A zeroed C-contiguous float32 array starting a page and ending on one of its own."""
+    """A zeroed C-contiguous float32 array starting a page, a page of its own buffer after it."""
     count = shape[0] * shape[1]
-    raw = np.zeros(count + 2 * page // 4, np.float32)
-    start = (-raw.ctypes.data % page) // 4
-    return raw[start:start + count].reshape(shape)
+    return aligned((count + page // 4,), np.float32, page, zeroed=True)[:count].reshape(shape)
 
 
 def _calibrated(fn: Callable[[], None], seconds: float) -> int:
