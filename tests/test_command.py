@@ -1,0 +1,75 @@
+"""The console scripts' process (npugrad/tools/command.py): they end with os._exit once the
+command returns, so what must hold is that nothing is lost by it (the whole output, the exit
+status, the diagnostics) and that the collector is back on, with the imports frozen."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import pytest
+
+from npugrad.tools import command
+from npugrad.tools.opt import main as opt_main
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+FLCE = ROOT / "examples" / "flce_grad.mlir"
+
+
+def test_the_console_scripts_start_through_the_command_module():
+    scripts = {e.name: e.value for e in entry_points(group="console_scripts") if e.name.startswith("npugrad")}
+    assert scripts == {"npugrad": "npugrad.tools.command:npugrad", "npugrad-opt": "npugrad.tools.command:opt"}
+
+
+def test_an_output_many_pipe_buffers_long_arrives_whole(capsys):
+    """The vectorized FLCE gradient (hundreds of KiB, several times a pipe's buffer) read from
+    the command is the text main() prints in this process."""
+    with pytest.raises(SystemExit) as e:
+        opt_main([str(FLCE), "--stage", "vectorized"])
+    assert e.value.code == 0
+    want = capsys.readouterr().out
+    assert len(want) > 2 * 65536
+    result = subprocess.run([str(BIN / "npugrad-opt"), str(FLCE), "--stage", "vectorized"],
+                            capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == want
+
+
+def test_a_failing_command_keeps_its_status_and_diagnostic(tmp_path):
+    bad = tmp_path / "bad.mlir"
+    bad.write_text("func.func @f() {\n  func.return %undefined : i32\n}\n")
+    result = subprocess.run([str(BIN / "npugrad-opt"), str(bad)], capture_output=True, text=True, timeout=300,
+                            check=False)
+    assert result.returncode == 1
+    assert f"{bad}:2:" in result.stderr and "error:" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_reader_that_stops_early_ends_the_console_script_quietly(tmp_path):
+    """`npugrad cache | head -0` through the console script: status 141, no traceback."""
+    p = subprocess.Popen([str(BIN / "npugrad"), "cache"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env={**os.environ, "NPUGRAD_CACHE_DIR": str(tmp_path)})
+    p.stdout.close()
+    stderr = p.stderr.read().decode()
+    assert p.wait(timeout=60) == 141, stderr
+    assert "Traceback" not in stderr, stderr
+
+
+@pytest.mark.parametrize(("code", "status", "message"), [(None, 0, ""), (0, 0, ""), (3, 3, ""), (256 + 7, 7, ""),
+                                                         ("npugrad bench: needs a source checkout", 1,
+                                                          "npugrad bench: needs a source checkout\n")])
+def test_exit_status_is_the_interpreters(code, status, message, capsys):
+    assert command.exit_status(SystemExit(code)) == status
+    assert capsys.readouterr().err == message
+
+
+def test_the_imports_are_frozen_and_the_collector_is_back_on():
+    code = ("import gc; from npugrad.tools import command; "
+            "main = command._imported(lambda: __import__('npugrad.tools.opt', fromlist=['main']).main); "
+            "print(gc.isenabled(), gc.get_freeze_count(), main.__module__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
+    enabled, frozen, module = out.split()
+    assert enabled == "True" and int(frozen) > 10_000 and module == "npugrad.tools.opt"
