@@ -39,6 +39,17 @@ def test_an_output_many_pipe_buffers_long_arrives_whole(capsys):
     assert result.stdout == want
 
 
+def test_an_output_file_is_written_whole(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        opt_main([str(FLCE), "--stage", "vectorized"])
+    want = capsys.readouterr().out
+    out = tmp_path / "vectorized.mlir"
+    result = subprocess.run([str(BIN / "npugrad-opt"), str(FLCE), "--stage", "vectorized", "-o", str(out)],
+                            capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0 and result.stdout == "", result.stderr
+    assert out.read_text() == want
+
+
 def test_a_failing_command_keeps_its_status_and_diagnostic(tmp_path):
     bad = tmp_path / "bad.mlir"
     bad.write_text("func.func @f() {\n  func.return %undefined : i32\n}\n")
