@@ -759,13 +759,22 @@ def _column_offsets(ref: SSAValue, loop: scf.ForOp) -> list | None:
 
 def _writes(scope: Operation, root: SSAValue) -> bool:
     """Whether an op in `scope` may write memory `root` (any use but a read, a view or an input
-    of a linalg op counts)."""
-    for op in scope.walk():
-        if op.name in _VIEWS or op.name in _READS:
-            continue
-        inputs = len(op.inputs) if isinstance(op, GenericOp) else 0  # type: ignore[attr-defined]
-        for n, operand in enumerate(op.operands):
-            if isinstance(operand.type, MemRefType) and n >= inputs and view_root(operand) is root:
+    of a linalg op counts). It follows the uses of `root` and of the views of it (the values
+    whose view_root is `root`) rather than walking `scope`: a function of thousands of ops holds
+    a few dozen uses of one buffer."""
+    values = [root]
+    while values:
+        value = values.pop()
+        for use in value.uses:
+            op = use.operation
+            if op.name in _VIEWS:
+                if use.index == 0:  # a view of `value`: its uses are uses of `root` too
+                    values.extend(op.results)
+                continue
+            if op.name in _READS or not isinstance(value.type, MemRefType) or not scope.is_ancestor(op):
+                continue
+            inputs = len(op.inputs) if isinstance(op, GenericOp) else 0  # type: ignore[attr-defined]
+            if use.index >= inputs:
                 return True
     return False
 
