@@ -60,6 +60,10 @@ from xdsl.utils.exceptions import VerifyException
 from npugrad.dialect.attributes import Discardable
 
 
+_BOOL = {False: BoolAttr.from_bool(False), True: BoolAttr.from_bool(True)}
+_LOCALITY = {n: IntegerAttr(n, i32) for n in range(4)}
+
+
 @irdl_op_definition
 class PrefetchOp(IRDLOperation):
     name = "memref.prefetch"
@@ -71,10 +75,12 @@ class PrefetchOp(IRDLOperation):
     isDataCache = prop_def(BoolAttr)
 
     def __init__(self, ref: SSAValue, indices: Sequence[SSAValue], write: bool, locality: int = 3, data: bool = True):
+        # The attributes are immutable, so every prefetch shares them: the micro-kernels emit
+        # hundreds of prefetches, and building an xDSL attribute costs tens of microseconds.
+        hint = _LOCALITY[locality] if locality in _LOCALITY else IntegerAttr(locality, i32)
         super().__init__(
             operands=[ref, list(indices)],
-            properties={"isWrite": BoolAttr.from_bool(write), "localityHint": IntegerAttr(locality, i32),
-                        "isDataCache": BoolAttr.from_bool(data)},
+            properties={"isWrite": _BOOL[bool(write)], "localityHint": hint, "isDataCache": _BOOL[bool(data)]},
         )
 
     def verify_(self) -> None:
