@@ -79,7 +79,7 @@ def test_exit_status_is_the_interpreters(code, status, message, capsys):
 
 def test_the_imports_are_frozen_and_the_collector_is_back_on():
     code = ("import gc; from npugrad.tools import command; "
-            "main = command._imported(lambda: __import__('npugrad.tools.opt', fromlist=['main']).main); "
+            "main = command._imported('npugrad.tools.opt'); "
             "print(gc.isenabled(), gc.get_freeze_count(), main.__module__)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
     enabled, frozen, module = out.split()

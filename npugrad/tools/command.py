@@ -19,6 +19,7 @@ functions keep the interpreter's usual behaviour.
 from __future__ import annotations
 
 import gc
+import importlib
 import os
 import sys
 from collections.abc import Callable
@@ -27,19 +28,19 @@ from typing import NoReturn
 
 def opt() -> NoReturn:
     """`npugrad-opt`."""
-    _run(_imported(lambda: __import__("npugrad.tools.opt", fromlist=["main"]).main))
+    _run(_imported("npugrad.tools.opt"))
 
 
 def npugrad() -> NoReturn:
     """`npugrad`."""
-    _run(_imported(lambda: __import__("npugrad.tools.main", fromlist=["main"]).main))
+    _run(_imported("npugrad.tools.main"))
 
 
-def _imported(load: Callable[[], Callable[[], object]]) -> Callable[[], object]:
-    """The command's main, imported with the collector off, then frozen out of its reach."""
+def _imported(module: str) -> Callable[[], object]:
+    """`module`'s main, imported with the collector off, then frozen out of its reach."""
     gc.disable()
     try:
-        main = load()
+        main = importlib.import_module(module).main
     finally:
         gc.freeze()
         gc.enable()

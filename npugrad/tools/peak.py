@@ -147,11 +147,16 @@ def measure(kind: str, threads: int = 0, seconds: float = 0.25, repeats: int = 3
     shape = shape_for(target, kind)
     if not target.has_feature(FEATURE[kind]):
         return Peak(kind, shape, threads, None, f"not measured: the CPU lacks {FEATURE[kind]}")
-    call = functools.partial(compiled(kind, shape), STEPS)
+    call, flop_per_call = _peak_loop(kind, shape)
     n = _calibrated(call, seconds)
-    flop = float(FLOP_PER_LANE[kind] * shape.lanes * shape.chains * STEPS * n * threads)
-    best = max(_rate([call] * threads, n, flop) for _ in range(repeats))
+    best = max(_rate([call] * threads, n, flop_per_call * n * threads) for _ in range(repeats))
     return Peak(kind, shape, threads, best)
+
+
+def _peak_loop(kind: str, shape: Shape) -> tuple[Callable[[], None], float]:
+    """The peak loop of `kind` as a call of STEPS iterations, and the FLOPs of one call."""
+    return (functools.partial(compiled(kind, shape), STEPS),
+            float(FLOP_PER_LANE[kind] * shape.lanes * shape.chains * STEPS))
 
 
 # The micro-kernel's contraction: C (MR x N) += A (MR x K) · B (K x N), `repeats` times in a loop
@@ -269,11 +274,11 @@ def measure_microkernel(threads: int = 0, seconds: float = 0.25, repeats: int = 
         a[...] = rng.uniform(-1e-3, 1e-3, a.shape)
         b[...] = rng.uniform(-1e-3, 1e-3, b.shape)
         bound.append(kernel.bind(a, b, c))
-    fma_shape = shape_for(target, "fma")
-    fma_fns = [functools.partial(compiled("fma", fma_shape), STEPS)] * threads
-    n_kernel, n_fma = _calibrated(bound[0], seconds), _calibrated(fma_fns[0], seconds)
+    fma, fma_flop_per_call = _peak_loop("fma", shape_for(target, "fma"))
+    fma_fns = [fma] * threads
+    n_kernel, n_fma = _calibrated(bound[0], seconds), _calibrated(fma, seconds)
     kernel_flop = 2.0 * shape.mr * shape.n * shape.k * calls * n_kernel * threads
-    fma_flop = float(FLOP_PER_LANE["fma"] * fma_shape.lanes * fma_shape.chains * STEPS * n_fma * threads)
+    fma_flop = fma_flop_per_call * n_fma * threads
     best_kernel = best_fma = 0.0
     for _ in range(repeats):
         best_kernel = max(best_kernel, _rate(bound, n_kernel, kernel_flop))
