@@ -14,6 +14,7 @@ and run only on the last columns)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
@@ -45,16 +46,31 @@ def reduction_loops(asm: str) -> list[tuple[int, int, int]]:
 def test_flce_reduction_loops_take_no_operand_off_the_stack(cpu, dtype):
     """The kernel the API compiles for arrays of any shape (dynamic, C-contiguous). On a CPU with
     AVX512-BF16 the bfloat16 loops are vdpbf16ps pair loops, A's pairs read in place."""
+    loops = reduction_loops(flce_assembly(cpu, dtype))
+    assert len(loops) >= 6, loops  # GEMMs 1, 2 and 3: whole blocks and row tails, at least
+    assert all(stack == 0 for _, _, stack in loops), loops
+
+
+@functools.cache
+def flce_assembly(cpu: str, dtype: str) -> str:
+    """The assembly of the FLCE gradient kernel the API compiles for arrays of any shape."""
     vectors = {"grad": "float32", "target_mask": "bool", "masked_target": "int64", "logits_max": "float32",
                "sum_exp_logits": "float32"}
     classes = {name: OperandClass(vectors[name], (None,), False) if name in vectors
                else OperandClass(dtype, (None, None), False)
                for name in FusedLinearCrossEntropyLossGradOp.operand_names()
                if name not in ("softmax", "softmax_block_max")}  # memory-saving mode
-    asm = Pipeline(cpu=cpu).lower(build_module(FusedLinearCrossEntropyLossGradOp, classes, {}), "asm")
-    loops = reduction_loops(asm)
-    assert len(loops) >= 6, loops  # GEMMs 1, 2 and 3: whole blocks and row tails, at least
-    assert all(stack == 0 for _, _, stack in loops), loops
+    return Pipeline(cpu=cpu).lower(build_module(FusedLinearCrossEntropyLossGradOp, classes, {}), "asm")
+
+
+def test_whole_blocks_unrolled_by_two_where_a_step_has_fewer_than_24_fmas():
+    """LLVM unrolls only the loops npugrad annotates (lowering/machine_code.py): the whole
+    blocks' float32 reduction loops by two where a step is 12 FMAs (6 x 2 ymm vectors, Zen 3),
+    rolled where it is 24 (6 x 4 zmm vectors, AVX-512), and the row tails rolled."""
+    zen3 = sorted(fmas for fmas, _, _ in reduction_loops(flce_assembly(ZEN3, "float32")))
+    assert set(zen3) == {12, 24} and zen3.count(24) >= 3, zen3  # GEMMs 1, 2 and 3's whole blocks by two
+    avx512 = [fmas for fmas, _, _ in reduction_loops(flce_assembly(AVX512BF16, "float32"))]
+    assert len(avx512) >= 6 and set(avx512) == {24}, avx512
 
 
 def test_a_reload_in_a_loop_is_found():

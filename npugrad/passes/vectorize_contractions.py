@@ -418,8 +418,8 @@ class _Kernels:
             self.pair_steps(rows, nr, accs, p)
         else:
             self.steps(rows, cols, nr, accs, masks, p)
-            if masks is not None or last is not None:
-                _rolled(accs[0])
+            whole = masks is None and last is None
+            _unrolled(accs[0], 2 if whole and self.mr * nr < UNROLLED_FMAS else 1)
         for result in accs:
             result.name_hint = "sum"
         # Every load of C before any store: C's rows a power of two apart share their low 12
@@ -709,10 +709,27 @@ class _Kernels:
             self.rows(j0, nr, masks)
 
 
-def _rolled(result: SSAValue) -> None:
-    """The float32 reduction loop whose result this is, a tail block's (the columns at the
-    edges, or the rows left below the whole blocks), is left rolled by LLVM's unrollers
-    (#llvm.loop_annotation disable). Its FMAs per step are as many either way: unrolling it by
+# A whole block's float32 reduction loop with fewer FMAs a step than this is unrolled by two.
+UNROLLED_FMAS = 24
+
+
+def _unrolled(result: SSAValue, count: int) -> None:
+    """The float32 reduction loop whose result this is gets `count` steps an iteration
+    (#llvm.loop_annotation: count, or disable for 1). LLVM unrolls no loop npugrad did not
+    annotate (lowering/machine_code.py), so this is the decision: a whole block's loop by two
+    where its step has fewer than UNROLLED_FMAS multiply-adds, a tail block's rolled.
+
+    Whole blocks: what LLVM's own heuristics chose for them, kept when they were turned off.
+    They unrolled the 12-FMA steps of 256-bit vectors (6 x 2 blocks) by two and left the
+    24-FMA steps of 512-bit ones (6 x 4) rolled; the FLCE gradient's reduction loops assembled
+    for zen3.toml and avx512bf16.toml are the same instructions as before
+    (tests/test_microkernel_registers.py). Unrolled by two matters: on a Zen 3 the forward's
+    (fused_linear_online_max_sum, 2048 x 4096 x 8192 float32, 2 threads) ran at 0.84-0.89 of the
+    same-shape SGEMM in the same process unrolled and at 0.68-0.79 rolled (three pairs of fresh
+    processes); by four it read the same as by two.
+
+    Tails rolled (the columns at the edges, or the rows left below the whole blocks): their
+    FMAs per step are as many either way: unrolling them by
     two at run time cloned every tail's loop with a remainder copy, for a few percent of the
     samples. On a Zen 3, LLVM's O3 and code generation of the FLCE gradient kernel took 1.3-1.5 s
     with the tails rolled and 1.7-2.0 s unrolled in float32, 1.9-2.0 s and 2.3-2.4 s in bfloat16
@@ -723,7 +740,7 @@ def _rolled(result: SSAValue) -> None:
     as before, held 87 %."""
     loop = result.owner
     assert isinstance(loop, scf.ForOp), loop
-    LOOP_ANNOTATION.set(loop, LoopAnnotationAttr(disable=True))
+    LOOP_ANNOTATION.set(loop, LoopAnnotationAttr(disable=True) if count == 1 else LoopAnnotationAttr(count=count))
 
 
 _VIEWS = {"memref.subview", "memref.cast", "memref.reinterpret_cast", "memref.collapse_shape", "memref.expand_shape"}
