@@ -305,7 +305,9 @@ class Pipeline:
             cpu = get_target(self.cpu)
             flags = "-mcpu=native" if self.cpu == "host" or not cpu.llvm_cpu else f"-mcpu={cpu.llvm_cpu}"
             flags += f" -mattr={cpu.llvm_features}" if self.cpu != "host" and cpu.llvm_features else ""
-            commands += [f"opt -O3 {flags}", f"llc -O3 {flags}"]
+            # LLVM unrolls only the loops the IR annotates (lowering/machine_code.py: its O3 runs
+            # with the pipeline's loop_unrolling off, which is opt's -disable-loop-unrolling).
+            commands += [f"opt -O3 -disable-loop-unrolling {flags}", f"llc -O3 {flags}"]
         return commands
 
     def to_xdsl_stage(self, module: ModuleOp, stage: str, ctx: Context | None = None, verify_last: bool = True) -> ModuleOp:

@@ -242,13 +242,14 @@ def optimised(llvm_ir: str, tm: llvm.TargetMachine | None = None) -> llvm.Module
     LLVM's unrollers unroll only the loops the IR asks them to (`!llvm.loop` metadata:
     npugrad's passes annotate loops with #llvm.loop_annotation, e.g. the micro-kernels'
     reduction loops by two, vectorize-contractions' _unrolled); their own heuristics are off
-    (the pipeline's loop_unrolling option). The loops npugrad emits are already vectorised and
-    blocked for the target; unrolling the rest at run time (packs, softmax, elementwise loops,
-    each with a remainder copy) cost a quarter of LLVM's time: on 60 kernels of the test suite,
-    O3 and code generation took 22 s instead of 29, and the FLCE gradient's cold compile
-    1.6-1.8 s of LLVM instead of 2.0-2.1 (Zen 3). The memory-bound ops ran as fast either way
-    (npugrad bench: embedding, NLL, BCE and EMA-Adam within 5 %), and the hot loops of the
-    FLCE kernels are the same instructions."""
+    (the pipeline's loop_unrolling option; opt's -disable-loop-unrolling). The loops npugrad
+    emits are already vectorised and blocked for the target; unrolling the rest at run time
+    (packs, softmax, elementwise loops, each with a remainder copy) was about a quarter of
+    LLVM's time. On a Zen 3: O3 and code generation of 60 kernels of the test suite took 22 s
+    instead of 29 (their cached IR, every loop rolled), and LLVM's part of the FLCE gradient's
+    cold compile 1.6-1.8 s instead of 2.0-2.1 (three pairs of fresh processes). The
+    memory-bound ops ran as fast either way (npugrad bench: embedding, NLL, BCE and EMA-Adam
+    within 5 %); the FLCE kernels' reduction loops are the same instructions."""
     module, tm = parsed(llvm_ir, tm)
     tuning = llvm.create_pipeline_tuning_options(speed_level=3)
     tuning.loop_unrolling = False  # only where the IR asks (llvm.loop.unroll.count/enable)

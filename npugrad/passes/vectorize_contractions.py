@@ -729,9 +729,8 @@ def _unrolled(result: SSAValue, count: int) -> None:
     processes); by four it read the same as by two.
 
     Tails rolled (the columns at the edges, or the rows left below the whole blocks): their
-    FMAs per step are as many either way: unrolling them by
-    two at run time cloned every tail's loop with a remainder copy, for a few percent of the
-    samples. On a Zen 3, LLVM's O3 and code generation of the FLCE gradient kernel took 1.3-1.5 s
+    FMAs per step are as many either way: unrolling them by two at run time cloned every
+    tail's loop with a remainder copy, for a few percent of the samples. On a Zen 3, LLVM's O3 and code generation of the FLCE gradient kernel took 1.3-1.5 s
     with the tails rolled and 1.7-2.0 s unrolled in float32, 1.9-2.0 s and 2.3-2.4 s in bfloat16
     (the best of 3 in each of two processes taking turns). The rolled tails' loops model
     at 6.07 cycles per 12 FMAs and the unrolled ones at 6.04 (llvm-mca 14, Skylake and Zen 3;
