@@ -418,8 +418,7 @@ class _Kernels:
             self.pair_steps(rows, nr, accs, p)
         else:
             self.steps(rows, cols, nr, accs, masks, p)
-            whole = masks is None and last is None
-            _unrolled(accs[0], 2 if whole and self.mr * nr < UNROLLED_FMAS else 1)
+            _unrolled(accs[0], 2 if masks is None and last is None else 1)
         for result in accs:
             result.name_hint = "sum"
         # Every load of C before any store: C's rows a power of two apart share their low 12
@@ -709,30 +708,29 @@ class _Kernels:
             self.rows(j0, nr, masks)
 
 
-# A whole block's float32 reduction loop with fewer FMAs a step than this is unrolled by two.
-UNROLLED_FMAS = 24
-
-
 def _unrolled(result: SSAValue, count: int) -> None:
     """The float32 reduction loop whose result this is gets `count` steps an iteration
     (#llvm.loop_annotation: count, or disable for 1). LLVM unrolls no loop npugrad did not
-    annotate (lowering/machine_code.py), so this is the decision: a whole block's loop by two
-    where its step has fewer than UNROLLED_FMAS multiply-adds, a tail block's rolled.
+    annotate (lowering/machine_code.py), so this is the decision: a whole block's loop by two,
+    a tail block's rolled.
 
-    Whole blocks: what LLVM's own heuristics chose for them, kept when they were turned off.
-    They unrolled the 12-FMA steps of 256-bit vectors (6 x 2 blocks) by two and left the
-    24-FMA steps of 512-bit ones (6 x 4) rolled; the FLCE gradient's reduction loops assembled
-    for zen3.toml and avx512bf16.toml are the same instructions as before
-    (tests/test_microkernel_registers.py). Unrolled by two matters: on a Zen 3 the forward's
-    (fused_linear_online_max_sum, 2048 x 4096 x 8192 float32, 2 threads) ran at 0.84-0.89 of the
-    same-shape SGEMM in the same process unrolled and at 0.68-0.79 rolled (three pairs of fresh
-    processes); by four it read the same as by two.
+    Whole blocks by two, on every target. LLVM's own heuristics, which decided before, unrolled
+    the 12-FMA steps of 256-bit vectors (6 x 2 blocks) by two for znver3 and x86-64-v3 (the
+    FLCE gradient's reduction loops assembled for zen3.toml are the same instructions as before,
+    tests/test_microkernel_registers.py), and for 512-bit ones (6 x 4, 24 FMAs a step) unrolled
+    one of the FLCE's loops by two and left the others rolled (znver4, znver5, x86-64-v4). By two
+    matters where it was measured: on a Zen 3 the forward's (fused_linear_online_max_sum,
+    2048 x 4096 x 8192 float32, 2 threads) ran at 0.84-0.89 of the same-shape SGEMM in the same
+    process unrolled and at 0.68-0.79 rolled (three pairs of fresh processes); by four it read
+    the same as by two. BLAS micro-kernels unroll their reduction loops too (OpenBLAS's and
+    BLIS's x86 kernels by 4 to 8).
 
     Tails rolled (the columns at the edges, or the rows left below the whole blocks): their
     FMAs per step are as many either way: unrolling them by two at run time cloned every
-    tail's loop with a remainder copy, for a few percent of the samples. On a Zen 3, LLVM's O3 and code generation of the FLCE gradient kernel took 1.3-1.5 s
-    with the tails rolled and 1.7-2.0 s unrolled in float32, 1.9-2.0 s and 2.3-2.4 s in bfloat16
-    (the best of 3 in each of two processes taking turns). The rolled tails' loops model
+    tail's loop with a remainder copy, for a few percent of the samples. On a Zen 3, LLVM's O3
+    and code generation of the FLCE gradient kernel took 1.3-1.5 s with the tails rolled and
+    1.7-2.0 s unrolled in float32, 1.9-2.0 s and 2.3-2.4 s in bfloat16 (the best of 3 in each
+    of two processes taking turns). The rolled tails' loops model
     at 6.07 cycles per 12 FMAs and the unrolled ones at 6.04 (llvm-mca 14, Skylake and Zen 3;
     one tail at 7.1 on Zen 2). At 2048 x 2048 x 32000 (bench/loop_profile.py, 2 threads) the
     tails held 1.8 % of the samples rolled and 2.0 % unrolled; the whole blocks' loops, unrolled

@@ -15,8 +15,8 @@
 // reduction steps per x86vector.avx512.dot (vdpbf16ps): the panels of B hold KC/2 rows of pairs, KC
 // twice as long for the same 64 KiB (512 steps).
 // RUN: npugrad-opt %s -p 'vectorize-contractions{target="%inputs/avx512bf16.toml"}' | FileCheck %s --check-prefix=DOT
-// 256-bit vectors (Inputs/avx2.toml): 6 x 2 blocks, 12 FMAs a step, fewer than UNROLLED_FMAS:
-// the whole blocks' reduction loop is unrolled by two, the row tail's left rolled.
+// 256-bit vectors (Inputs/avx2.toml), 6 x 2 blocks: the same decisions, the whole blocks' reduction
+// loop unrolled by two, the row tail's left rolled.
 // RUN: npugrad-opt %s -p 'vectorize-contractions{target="%inputs/avx2.toml"}' | FileCheck %s --check-prefix=AVX2
 // AVX2:       scf.if
 // AVX2-COUNT-12: vector.fma
@@ -79,9 +79,8 @@
 // CHECK-COUNT-5:       arith.minui %{{.*}}, %[[LASTROW]] : index
 // CHECK:               scf.for %{{.*}} = %[[K0]] to %[[K1]] step %{{.*}} iter_args(
 // CHECK-COUNT-24:        vector.fma
-// The tail's reduction loop is left rolled, and so is the whole blocks' here (below): 24 FMAs a
-// step (6 x 4 vectors), not fewer than UNROLLED_FMAS. LLVM's unrollers do what the annotations
-// say and nothing else (lowering/machine_code.py).
+// The tail's reduction loop is left rolled; the whole blocks' is unrolled by two (below): LLVM's
+// unrollers do what the annotations say and nothing else (lowering/machine_code.py).
 // CHECK:               } {loop_annotation = #llvm.loop_annotation<unroll = <disable = true>>}
 // CHECK-NEXT:          vector.load %c[%[[FULL]], %[[J]]] : memref<?x?xf32>, vector<16xf32>
 // CHECK-COUNT-23:      vector.load %c
@@ -109,7 +108,7 @@
 // CHECK-COUNT-4:       vector.fma %[[AV]], %{{.*}}, %{{.*}} : vector<16xf32>
 // CHECK-COUNT-5:       vector.broadcast
 // CHECK:               scf.yield
-// CHECK-NEXT:        } {loop_annotation = #llvm.loop_annotation<unroll = <disable = true>>}
+// CHECK-NEXT:        } {loop_annotation = #llvm.loop_annotation<unroll = <count = 2 : i32>>}
 // CHECK-NEXT:        %[[C00:.*]] = vector.load %c[%[[I]], %[[J]]] : memref<?x?xf32>, vector<16xf32>
 // CHECK-NEXT:        %[[S00:.*]] = arith.addf %[[C00]], %sum_24 : vector<16xf32>
 // CHECK-COUNT-23:    vector.load %c[%{{.*}}, %{{.*}}] : memref<?x?xf32>, vector<16xf32>
