@@ -249,7 +249,9 @@ def optimised(llvm_ir: str, tm: llvm.TargetMachine | None = None) -> llvm.Module
     instead of 29 (their cached IR, every loop rolled), and LLVM's part of the FLCE gradient's
     cold compile 1.6-1.8 s instead of 2.0-2.1 (three pairs of fresh processes). The
     memory-bound ops ran as fast either way (npugrad bench: embedding, NLL, BCE and EMA-Adam
-    within 5 %); the FLCE kernels' reduction loops are the same instructions."""
+    within 5 %); the FLCE kernels' reduction loops for Zen 3 (zen3.toml) are the same
+    instructions as with LLVM's heuristics (vectorize-contractions' _unrolled says what changed
+    for 512-bit vectors)."""
     module, tm = parsed(llvm_ir, tm)
     tuning = llvm.create_pipeline_tuning_options(speed_level=3)
     tuning.loop_unrolling = False  # only where the IR asks (llvm.loop.unroll.count/enable)
