@@ -779,13 +779,15 @@ def _writes(scope: Operation, root: SSAValue) -> bool:
     values = [root]
     while values:
         value = values.pop()
+        if not isinstance(value.type, MemRefType):
+            continue
         for use in value.uses:
             op = use.operation
             if op.name in _VIEWS:
                 if use.index == 0:  # a view of `value`: its uses are uses of `root` too
                     values.extend(op.results)
                 continue
-            if op.name in _READS or not isinstance(value.type, MemRefType) or not scope.is_ancestor(op):
+            if op.name in _READS or not scope.is_ancestor(op):
                 continue
             inputs = len(op.inputs) if isinstance(op, GenericOp) else 0  # type: ignore[attr-defined]
             if use.index >= inputs:
