@@ -12,6 +12,7 @@ not know, end at `tiled`. Errors carry source locations (`file:line:col: error: 
 
 from __future__ import annotations
 
+import importlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -19,31 +20,20 @@ from dataclasses import dataclass, field, replace
 from xdsl.context import Context
 from xdsl.dialects import get_all_dialects
 from xdsl.dialects.builtin import FileLineColLoc, IntAttr, ModuleOp, StringAttr, UnknownLoc
-from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.ir import Attribute, Dialect, Operation, SSAValue
 from xdsl.parser import Parser, UnresolvedOperand
 from xdsl.passes import ModulePass
 from xdsl.traits import NoTerminator
-from xdsl.transforms.convert_linalg_to_loops import ConvertLinalgToLoopsPass
 from xdsl.utils.exceptions import ParseError, VerifyException
 from xdsl.utils.lexer import Span
 
 from npugrad.diagnostics import PassFailure
-from npugrad.dialect import Npu, Train, verify_attributes
-from npugrad.dialect.upstream import llvm_dialect, memref_dialect, x86vector_dialect
-from npugrad.lowering.mlir_text import generic_text
-from npugrad.lowering.npu_to_cpu import LowerNpuToCpuPass
-from npugrad.lowering.to_llvm import TO_LLVM_PIPELINE_22, loops_to_llvm_ir, to_llvm_dialect
-from npugrad.lowering.train_to_loops import ConvertTrainToLoopsPass
-from npugrad.passes.check_capacity import CheckCapacityPass
-from npugrad.passes.choose_tile_sizes import ChooseTileSizesPass
-from npugrad.passes.distribute_over_cores import DistributeOverCoresPass
-from npugrad.passes.fuse_linear_cross_entropy_grad import FuseLinearCrossEntropyGradPass
-from npugrad.passes.fuse_linear_online_max_sum import FuseLinearOnlineMaxSumPass
-from npugrad.passes.read_weight_in_place import ReadWeightInPlacePass
-from npugrad.passes.tile_for_target import TileForTargetPass
-from npugrad.passes.vectorize_contractions import VectorizeContractionsPass
-from npugrad.passes.vectorize_elementwise import VectorizeElementwiseLoopsPass
 from npugrad.targets import get as get_target
+
+# The passes, the dialects and the lowering are imported where they are first used, not here:
+# every npugrad-opt (every lit RUN line) imports this module, and many only parse and print or
+# run a few passes. Printing examples/flce_grad.mlir took 0.76-0.82 s with everything imported
+# here, 0.35-0.44 s without (Zen 3, alternating runs).
 
 STAGES = ("train", "fused", "tiled", "loops", "vectorized", "llvm-dialect", "llvm-ir", "asm")
 XDSL_STAGES = ("train", "fused", "tiled", "loops", "vectorized")
@@ -74,17 +64,29 @@ class CompileError(Exception):
 
 
 def make_context() -> Context:
+    """xDSL's dialects and npugrad's, each loaded when the parser first meets one of its ops or
+    attributes; memref and llvm with the upstream ops the pinned xDSL lacks (dialect/upstream.py)."""
     ctx = Context()
-    ours = {Train.name: Train, Npu.name: Npu}
+    ours = {"train": _loaded("npugrad.dialect.train", "Train"), "npu": _loaded("npugrad.dialect.npu", "Npu"),
+            "memref": _loaded("npugrad.dialect.upstream", "memref_dialect", call=True),
+            "x86vector": _loaded("npugrad.dialect.upstream", "x86vector_dialect", call=True),
+            "llvm": _loaded("npugrad.dialect.upstream", "llvm_dialect", call=True)}
     for name, factory in get_all_dialects().items():
-        if name not in ours and name not in ("memref", "llvm"):
+        if name not in ours:
             ctx.register_dialect(name, factory)
-    for name, dialect in ours.items():
-        ctx.register_dialect(name, lambda d=dialect: d)
-    ctx.register_dialect("memref", memref_dialect)  # with the upstream ops xDSL lacks
-    ctx.register_dialect("x86vector", x86vector_dialect)
-    ctx.register_dialect("llvm", llvm_dialect)
+    for name, factory in ours.items():
+        ctx.register_dialect(name, factory)
     return ctx
+
+
+def _loaded(module: str, name: str, call: bool = False) -> Callable[[], Dialect]:
+    """A dialect factory that imports `module` when called: its `name` (called, with `call`)."""
+
+    def factory() -> Dialect:
+        found = getattr(importlib.import_module(module), name)
+        return found() if call else found
+
+    return factory
 
 
 class _LocatingParser(Parser):
@@ -173,6 +175,8 @@ def verify(module: ModuleOp, text: str = "", name: str = "<stdin>") -> None:
     """Verify op by op, innermost first, so the diagnostic points at the op that is wrong; the
     train.* and npu.* attributes an op carries must be declared by the dialects and well typed.
     `text` and `name` are the source the module was parsed from, to quote the offending line."""
+    from npugrad.dialect import verify_attributes
+
     for op in module.walk(reverse=True):
         try:
             op.verify(verify_nested_ops=False)
@@ -196,6 +200,24 @@ def _verify_structure(op: Operation) -> None:
             for inner in block.ops:
                 if inner.parent is not block:
                     raise VerifyException("Parent pointer of operation does not refer to containing region")
+
+
+def _pass(name: str, *args: object) -> ModulePass:
+    """npugrad's pass of this name (npugrad.passes.ALL_PASSES, imported now) made with `args`."""
+    from npugrad.passes import ALL_PASSES
+
+    return ALL_PASSES[name]()(*args)
+
+
+def _passes(*names: str) -> list[ModulePass]:
+    """npugrad's passes of these names with their default options."""
+    return [_pass(name) for name in names]
+
+
+def _final_passes() -> list[ModulePass]:
+    from xdsl.transforms.convert_linalg_to_loops import ConvertLinalgToLoopsPass
+
+    return [ConvertLinalgToLoopsPass()]
 
 
 @dataclass
@@ -231,9 +253,9 @@ class Pipeline:
     vectorize: bool = True
     distribute: bool = True
     fused_passes: list[ModulePass] = field(
-        default_factory=lambda: [FuseLinearOnlineMaxSumPass(), FuseLinearCrossEntropyGradPass()])
-    loops_passes: list[ModulePass] = field(default_factory=lambda: [ConvertTrainToLoopsPass(), LowerNpuToCpuPass()])
-    final_passes: list[ModulePass] = field(default_factory=lambda: [ConvertLinalgToLoopsPass()])
+        default_factory=lambda: _passes("fuse-linear-online-max-sum", "fuse-linear-cross-entropy-grad"))
+    loops_passes: list[ModulePass] = field(default_factory=lambda: _passes("convert-train-to-loops", "lower-npu-to-cpu"))
+    final_passes: list[ModulePass] = field(default_factory=_final_passes)
     verify_each: bool = field(default=True, compare=False)
     observer: Callable[[str, ModuleOp | None, float], None] | None = field(default=None, compare=False, repr=False)
     # False: tiles that do not fit are left for the report to say by how much (npugrad-opt --report).
@@ -251,24 +273,24 @@ class Pipeline:
         passes: list[ModulePass] = []
         if order >= XDSL_STAGES.index("fused"):
             if self.target is not None:
-                passes.append(ChooseTileSizesPass(self.target))
+                passes.append(_pass("choose-tile-sizes", self.target))
             if self.fuse:
                 passes += [self._fuse_options(p) for p in self.fused_passes]
         if order >= XDSL_STAGES.index("tiled"):
             if self.target is not None:
-                passes.append(TileForTargetPass(self.target))
+                passes.append(_pass("tile-for-target", self.target))
                 if self.check_capacity:
-                    passes.append(CheckCapacityPass(self.target))
+                    passes.append(_pass("check-capacity", self.target))
             elif self.distribute:
-                passes.append(DistributeOverCoresPass(self.cpu))
+                passes.append(_pass("distribute-over-cores", self.cpu))
             elif self.fuse:
-                passes.append(ReadWeightInPlacePass())
+                passes.append(_pass("read-weight-in-place"))
         if order >= XDSL_STAGES.index("loops"):
             passes += self.loops_passes
         if order >= XDSL_STAGES.index("vectorized"):
             if self.vectorize:
                 target = self.target or self.cpu
-                passes += [VectorizeContractionsPass(target), VectorizeElementwiseLoopsPass(target)]
+                passes += [_pass("vectorize-contractions", target), _pass("vectorize-elementwise-loops", target)]
             passes += self.final_passes
         return passes
 
@@ -296,6 +318,8 @@ class Pipeline:
         """The upstream tools that take the `vectorized` stage to `stage`, one command each (a
         shell pipeline): what the bindings and llvmlite do in-process, but for npugrad's own exp
         (lowering/vector_math.py), which no upstream tool does: their `llvm.exp` calls libm."""
+        from npugrad.lowering.to_llvm import TO_LLVM_PIPELINE_22
+
         commands = []
         if STAGES.index(stage) >= STAGES.index("llvm-dialect"):
             commands.append(f"mlir-opt --pass-pipeline='{TO_LLVM_PIPELINE_22}'")
@@ -335,6 +359,8 @@ class Pipeline:
         if stage in XDSL_STAGES:
             return self.to_xdsl_stage(module, stage, ctx)
         from npugrad.lowering import machine_code  # llvmlite: only for what goes past the xDSL stages
+        from npugrad.lowering.mlir_text import generic_text
+        from npugrad.lowering.to_llvm import loops_to_llvm_ir, to_llvm_dialect
         from npugrad.lowering.vector_math import replace_exp
 
         # For the parser, not for reading: MLIR's generic form, printed in a fifth of xDSL's time.

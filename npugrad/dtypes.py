@@ -19,6 +19,8 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute
 
+from npugrad.dialect.checks import element_name
+
 ui8 = IntegerType(8, Signedness.UNSIGNED)
 
 BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
@@ -49,10 +51,7 @@ def to_numpy(element_type: Attribute) -> np.dtype:
     return _TO_NUMPY[str(element_type)]
 
 
-def name(element_type: Attribute) -> str:
-    """The NumPy name of an element type, as users know it ('float32', 'bfloat16', 'uint8'...)."""
-    key = str(element_type)
-    return str(_TO_NUMPY[key]) if key in _TO_NUMPY else key
+name = element_name  # the NumPy name of an element type, as users know it ('float32', 'bfloat16'...)
 
 
 def is_float(t: Attribute) -> bool:

@@ -274,3 +274,44 @@ def test_module_helpers_are_functions_with_a_body():
     assert [f.sym_name.data for f in defined_functions(module)] == ["f"]
     assert isinstance(module, ModuleOp) and all(isinstance(f, func.FuncOp) for f in defined_functions(module))
     assert issubclass(_HalfOp, IRDLOperation)
+
+
+# -- what a short-lived process imports -------------------------------------------------------
+
+
+def _modules_after(*argv: str) -> set[str]:
+    """The modules an `npugrad-opt` invocation (in-process main, in a fresh interpreter) imported."""
+    code = ("import json, sys\nfrom npugrad.tools.opt import main\n"
+            f"sys.argv = ['npugrad-opt', *{list(argv)!r}]\n"
+            "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+            "print('MODULES' + json.dumps(sorted(sys.modules)))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    return set(__import__("json").loads(out.split("MODULES", 1)[1]))
+
+
+def test_printing_a_module_imports_no_pass_numpy_or_llvm():
+    """Every lit RUN line is a fresh npugrad-opt: one that parses and prints (round trips,
+    --verify-diagnostics) imports the dialects, not the passes, NumPy or llvmlite (which took
+    about 0.4 s of a 1.0 s start-up)."""
+    loaded = _modules_after(str(ROOT / "examples" / "flce_grad.mlir"))
+    assert "npugrad.dialect.train" in loaded  # it did parse and verify the train ops
+    heavy = [m for m in loaded if m.startswith(("npugrad.passes.", "npugrad.lowering.train_to_loops", "npugrad.recipes",
+                                                "numpy", "ml_dtypes", "llvmlite", "torch_mlir"))]
+    assert not heavy, heavy
+
+
+def test_a_pass_pipeline_imports_only_its_passes():
+    loaded = _modules_after(str(ROOT / "examples" / "bce_grad.mlir"), "-p", "convert-train-to-loops")
+    assert "npugrad.lowering.train_to_loops" in loaded
+    # Passes the pipeline does not name, and that no module it uses imports for its helpers.
+    others = {"npugrad.passes.tile_for_target", "npugrad.passes.check_capacity", "npugrad.passes.distribute_over_cores",
+              "npugrad.passes.vectorize_elementwise", "npugrad.passes.choose_tile_sizes", "llvmlite", "torch_mlir"}
+    assert not others & loaded, others & loaded
+
+
+def test_the_dialects_name_element_types_as_numpy_does():
+    """The verifiers' names of element types (dialect/checks.py, no NumPy import) are NumPy's."""
+    from npugrad import dtypes
+    from npugrad.dialect.checks import ELEMENT_NAMES
+
+    assert {str(t): str(dt) for dt, t in dtypes._TO_MLIR.items()} == ELEMENT_NAMES

@@ -13,6 +13,19 @@ Dim = int | None  # None: dynamic, not known until run time
 
 FLOATS = ("float32", "float16", "bfloat16")
 
+# The NumPy name (as users know it) of each MLIR element type npugrad has kernels for: the
+# names alone, so that the dialects' verifiers need not import NumPy and ml_dtypes (a quarter
+# of an npugrad-opt start-up); npugrad/dtypes.py maps the dtypes themselves, with these names.
+ELEMENT_NAMES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16", "i1": "bool", "ui8": "uint8",
+                 "i32": "int32", "i64": "int64"}
+
+
+def element_name(element_type: object) -> str:
+    """The NumPy name of an MLIR element type ('float32', 'bfloat16', 'uint8'...), else its MLIR
+    spelling."""
+    key = str(element_type)
+    return ELEMENT_NAMES.get(key, key)
+
 
 class SignatureError(ValueError):
     """A shape, rank or attribute that the spec rejects."""

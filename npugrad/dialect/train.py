@@ -53,9 +53,8 @@ from xdsl.irdl.operations import _OperandFieldDef  # the field type operand_def 
 from xdsl.traits import EffectInstance, MemoryEffect, MemoryEffectKind
 from xdsl.utils.exceptions import VerifyException
 
-from npugrad import dtypes
 from npugrad.dialect.attributes import TRAIN_ATTRIBUTES, TileSizesAttr
-from npugrad.dialect.checks import FLOATS, Checker, Dim, static_product
+from npugrad.dialect.checks import FLOATS, Checker, Dim, element_name, static_product
 from npugrad.dialect.npu import MemorySpaceAttr
 
 MAX_RANK = 8
@@ -270,7 +269,7 @@ class TrainOp(IRDLOperation):
             if not isinstance(t.layout, NoneAttr | StridedLayoutAttr):
                 raise VerifyException(f"'{self.name}' op operand '{name}' must have an identity or strided layout, got {t}")
             shapes[name] = [None if d == DYNAMIC_INDEX else d for d in t.get_shape()]
-            types[name] = dtypes.name(t.element_type)
+            types[name] = element_name(t.element_type)
         try:
             self.check(Checker(f"'{self.name}' op", "operand", shapes, types, self.attribute_values()))
             self._verify_tile_sizes()

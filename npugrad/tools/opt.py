@@ -59,7 +59,7 @@ class NpugradOptMain(xDSLOptMain):
         self.register_all_frontends()
         self.register_all_passes()
         # "resolve": our -t/--target replaces xdsl-opt's output-format option.
-        arg_parser = argparse.ArgumentParser(
+        arg_parser = _ArgumentParser(
             prog="npugrad-opt", description=__doc__.split("\n\n")[0], conflict_handler="resolve",
             formatter_class=argparse.RawDescriptionHelpFormatter)
         self.register_all_arguments(arg_parser)
@@ -67,7 +67,7 @@ class NpugradOptMain(xDSLOptMain):
         progress.set_quiet(self.args.quiet)
         self.ctx.allow_unregistered = self.args.allow_unregistered_dialect
         for target in (self.args.target, self.args.cpu):
-            if target is not None:
+            if target not in (None, "host"):  # the host's description is read when a pass needs it
                 get_target(target)  # a malformed target file is a usage error, before any input
         if self.args.compare and not self.args.report:
             raise ValueError("--compare needs --report")
@@ -85,7 +85,9 @@ class NpugradOptMain(xDSLOptMain):
     def register_all_arguments(self, parser: argparse.ArgumentParser) -> None:
         # npugrad's options and passes first, then xdsl-opt's, each group apart.
         arg_parser = parser.add_argument_group("npugrad's options")
-        parser.add_argument_group("npugrad's passes (-p 'name{option=value ...}', in pipeline order)", _passes_help())
+        passes = parser.add_argument_group("npugrad's passes (-p 'name{option=value ...}', in pipeline order)")
+        if isinstance(parser, _ArgumentParser):
+            parser.passes_group = passes
         xdsl = parser.add_argument_group(f"xdsl-opt's options (xDSL {_version('xdsl')})")
         super().register_all_arguments(xdsl)
         theirs = ",".join(n for n in self.available_passes if n not in ALL_PASSES)
@@ -341,6 +343,18 @@ class NpugradOptMain(xDSLOptMain):
         if out is not sys.stdout:
             out.close()
         sys.exit(1 if failed else 0)
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    """Lists npugrad's passes in --help, importing them only then (every RUN line's start-up
+    would pay for importing all of them)."""
+
+    passes_group: argparse._ArgumentGroup | None = None
+
+    def format_help(self) -> str:
+        if self.passes_group is not None and self.passes_group.description is None:
+            self.passes_group.description = _passes_help()
+        return super().format_help()
 
 
 def _passes_help() -> str:
