@@ -28,11 +28,10 @@ machine_code.to_llvmlite_syntax bridges the two LLVMs' float syntax.
 to the `llvm.br`'s own `loop_annotation`, which mlir-translate emits as `!llvm.loop` metadata
 (`llvm.loop.unroll.disable`, `llvm.loop.unroll.count`). The name must be `loop_annotation`, not
 `llvm.loop_annotation`: only the former becomes the branch's own attribute, and mlir-translate
-drops the latter. vectorize-contractions marks its tail blocks' float32 reduction loops
-`disable` (`_rolled` there says what it measured). Its whole blocks' loops are left to LLVM:
-measured on a Zen 3, marking them too cut the FLCE float32 kernel's cold compile from 3.1 to
-1.8 s but cost 5-8 % of its run time (4096 x 4096 x 8192, 2 threads, fresh processes taking
-turns).
+drops the latter. vectorize-contractions marks its whole blocks' float32 reduction loops
+`count = 2` and its tail blocks' `disable`; LLVM unrolls no loop npugrad does not annotate
+(lowering/machine_code.py). `_unrolled` in vectorize-contractions says what each choice
+measured.
 """
 
 from __future__ import annotations
