@@ -65,12 +65,13 @@ class CompileError(Exception):
 
 def make_context() -> Context:
     """xDSL's dialects and npugrad's, each loaded when the parser first meets one of its ops or
-    attributes; memref and llvm with the upstream ops the pinned xDSL lacks (dialect/upstream.py)."""
+    attributes: train and npu as the xdsl.universe entry point loads them, memref and llvm
+    with the upstream ops the pinned xDSL lacks (dialect/upstream.py)."""
+    from npugrad.universe import NPUGRAD_UNIVERSE
+
     ctx = Context()
-    ours = {"train": _loaded("npugrad.dialect.train", "Train"), "npu": _loaded("npugrad.dialect.npu", "Npu"),
-            "memref": _loaded("npugrad.dialect.upstream", "memref_dialect", call=True),
-            "x86vector": _loaded("npugrad.dialect.upstream", "x86vector_dialect", call=True),
-            "llvm": _loaded("npugrad.dialect.upstream", "llvm_dialect", call=True)}
+    ours = {**NPUGRAD_UNIVERSE.all_dialects, "memref": _upstream("memref_dialect"),
+            "x86vector": _upstream("x86vector_dialect"), "llvm": _upstream("llvm_dialect")}
     for name, factory in get_all_dialects().items():
         if name not in ours:
             ctx.register_dialect(name, factory)
@@ -79,14 +80,9 @@ def make_context() -> Context:
     return ctx
 
 
-def _loaded(module: str, name: str, call: bool = False) -> Callable[[], Dialect]:
-    """A dialect factory that imports `module` when called: its `name` (called, with `call`)."""
-
-    def factory() -> Dialect:
-        found = getattr(importlib.import_module(module), name)
-        return found() if call else found
-
-    return factory
+def _upstream(function: str) -> Callable[[], Dialect]:
+    """A dialect factory that imports dialect/upstream.py when called and calls `function` there."""
+    return lambda: getattr(importlib.import_module("npugrad.dialect.upstream"), function)()
 
 
 class _LocatingParser(Parser):
