@@ -3,7 +3,11 @@ npugrad's fused kernels (`npugrad.ops.linear_cross_entropy`: the online max/sum 
 collectives, the loss, the fused gradient; no BT×V buffer anywhere) against PyTorch eager
 (`F.cross_entropy(X @ W.T, y)` + `backward()`), in one run on the same inputs:
 
-  1. forward + backward, per dtype: time and peak extra memory, ratio to PyTorch eager;
+  1. forward + backward, per dtype: time and peak extra memory, ratio to PyTorch eager, in
+     `--rounds` rounds (3) in which the two take turns, each in a fresh process, the first
+     of them in alternate order: the ratio pools every round's timed calls, and each round's
+     own ratio is printed beside it (a shared machine's speed drifts by more than the margins
+     this ratio is read against within the minutes a round takes);
   2. the forward alone (one GEMM's worth of FLOPs, 2·BT·H·V) against the machine's SGEMM
      ceiling (NumPy 4096³) measured in the same run;
   3. the whole step with 50 % of the rows ignored (`ignore_index`), against none ignored;
@@ -40,7 +44,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np
 
-from bench.common import Result, measure, release_free_memory, table
+from bench.common import Result, combine, measure, release_free_memory, table
 
 SEED = 0
 
@@ -139,6 +143,30 @@ def eager_not_run(args, kw: dict, flops: float) -> Result | None:
                   f"(over --predicted-limit {args.predicted_limit:.0f} s)", predicted=predicted)
 
 
+def _taking_turns(args, case: dict, kw: dict, flops: float) -> tuple[Result, Result, list[float]]:
+    """The step and PyTorch eager's, in `args.rounds` rounds in which they take turns (the first
+    of them in alternate order), each in a fresh process: both pooled (common.combine), and each
+    round's ratio of the step's median to eager's. Where eager's bfloat16 is not run
+    (eager_not_run), one round of the step alone, against the prediction."""
+    predicted = eager_not_run(args, kw, flops) if case["dtype"] == "bfloat16" else None
+    ours_runs: list[Result] = []
+    eager_runs: list[Result] = []
+    for turn in range(1 if predicted else args.rounds):
+        order = ["ours"] if predicted else ["ours", "eager"] if turn % 2 == 0 else ["eager", "ours"]
+        for who in order:
+            if args.rounds > 1 and not predicted:
+                print(f"  {case['dtype']} step, round {turn + 1} of {args.rounds}: {who}", flush=True)
+            if who == "ours":
+                ours_runs.append(measure("npugrad fused (no BT×V buffer)", "bench.loss:npugrad_step", case, **kw))
+            else:
+                eager_runs.append(measure("PyTorch eager (logits materialised)", "bench.loss:torch_step", case, **kw))
+    ours = combine(ours_runs)
+    if predicted:
+        return ours, predicted, []
+    ratios = [o.median / e.median for o, e in zip(ours_runs, eager_runs) if not (o.error or e.error)]
+    return ours, combine(eager_runs), ratios
+
+
 def _of_own(flops: float, r: Result) -> str:
     """A row's rate over the SGEMM ceiling read in its own process (common.child's `ceiling`)."""
     own = r.ceiling()
@@ -152,6 +180,8 @@ def main() -> None:
     ap.add_argument("--v", type=int, default=32000)
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="rounds in which the step and PyTorch eager's take turns (default 3; module docstring)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=900.0, help="per contender, seconds")
     ap.add_argument("--quick", action="store_true", help="BT=1024 H=1024 V=8192, float32 only")
@@ -161,6 +191,8 @@ def main() -> None:
     ap.add_argument("--chunk-rows", type=int, default=0,
                     help="also run the chunked schedule in chunks of this many rows (0: not)")
     args = ap.parse_args()
+    if args.rounds < 1:
+        raise SystemExit("bench/loss.py: --rounds must be at least 1")
     if args.quick:
         args.bt, args.h, args.v, args.dtypes = 1024, 1024, 8192, "float32"
     size = {"bt": args.bt, "h": args.h, "v": args.v}
@@ -173,9 +205,7 @@ def main() -> None:
     summary = []
     for dtype in args.dtypes.split(","):
         case = {**size, "dtype": dtype}
-        ours = measure("npugrad fused (no BT×V buffer)", "bench.loss:npugrad_step", case, **kw)
-        eager = (eager_not_run(args, kw, 3 * gemm) if dtype == "bfloat16" else None) or measure(
-            "PyTorch eager (logits materialised)", "bench.loss:torch_step", case, **kw)
+        ours, eager, rounds = _taking_turns(args, case, kw, 3 * gemm)
         rows = [(ours, "default schedule")]
         others = [("recompute", measure("npugrad recompute (chunk_rows=0)", "bench.loss:npugrad_step",
                                         {**case, "chunk_rows": 0}, **kw))]
@@ -194,9 +224,9 @@ def main() -> None:
         half = measure("npugrad fused, 50 % rows ignored", "bench.loss:npugrad_step", {**case, "ignored": 0.5}, **kw)
         print(table(f"50 % of the rows ignored, {dtype}", [(half, ""), (ours, "none ignored")], ours.name,
                     None) + "\n")
-        summary.append((dtype, ours, eager, fwd, half, others))
+        summary.append((dtype, ours, eager, fwd, half, others, rounds))
     print("targets (issue 14)                         measured")
-    for dtype, ours, eager, fwd, half, others in summary:
+    for dtype, ours, eager, fwd, half, others, rounds in summary:
         # Both return dX and dW (PyTorch as X.grad, W.grad): the memory either spends beyond them.
         grads = (args.bt + args.v) * args.h * (2 if dtype == "bfloat16" else np.dtype(dtype).itemsize) / 2**20
         ours_extra = max(ours.peak_mib - grads, 0.0)
@@ -207,7 +237,9 @@ def main() -> None:
             eager_extra, eager_time = max(eager.peak_mib - grads, 0.0), eager.median
             eager_how = "measured"
         print(f"{dtype:<9} time vs PyTorch eager ≤ 1.0×          {ours.median / eager_time:6.2f}×"
-              + (" (eager's time predicted from its GEMM rate: at most this)" if eager.predicted else ""))
+              + (" (eager's time predicted from its GEMM rate: at most this)" if eager.predicted else
+                 f" (all {len(rounds)} rounds' calls; each round's: {', '.join(f'{r:.3f}' for r in rounds)})"
+                 if len(rounds) > 1 else ""))
         print(f"{dtype:<9} peak memory beyond the gradients ({grads:.0f} MiB): npugrad {ours_extra:.1f} MiB, "
               f"eager {eager_extra:.1f} MiB {eager_how} (≤ 1/16: 1/{eager_extra / max(ours_extra, 0.1):.1f}, "
               f"{'met' if 16 * ours_extra <= eager_extra else 'missed'})")

@@ -3,6 +3,7 @@ and the optional compilers (the `[bench]` extra) against NumPy at a small size."
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import os
@@ -16,6 +17,7 @@ sys.path.insert(0, ROOT)
 
 from bench import common
 from bench import contenders as compilers
+from bench import loss as bench_loss
 from bench import ops as bench_ops
 from bench.common import Result, combine, paired_costs
 from npugrad.runtime import specialize
@@ -132,6 +134,34 @@ def test_rounds_pool_every_timed_call():
     assert sorted(pooled.times) == [1.0, 2.0, 3.0, 4.0, 9.0] and pooled.error is None
     failed = Result("npugrad", float("nan"), float("nan"), float("nan"), "MemoryError")
     assert combine([runs[0], failed]).error == "MemoryError"
+
+
+def test_loss_bench_rounds_take_turns_in_alternate_order_and_give_each_rounds_ratio(monkeypatch):
+    """bench/loss.py's step and PyTorch eager's take turns, the first of them in alternate order
+    (a drift of the machine's speed then falls on both), pooled over the rounds, with each
+    round's own ratio; where eager's bfloat16 is not run, one round of the step alone."""
+    calls = []
+    seconds = {"npugrad_step": iter([2.0, 3.0, 4.0]), "torch_step": iter([4.0, 2.0, 4.0])}
+
+    def fake_measure(name, spec, args, **options):
+        function = spec.split(":")[1]
+        calls.append(function)
+        t = next(seconds[function])
+        return Result(name, t, t, 1.0, times=(t,))
+
+    monkeypatch.setattr(bench_loss, "measure", fake_measure)
+    args = argparse.Namespace(rounds=3, predicted_limit=0.0, threads=2)
+    case = {"bt": 8, "h": 8, "v": 8, "dtype": "float32"}
+    ours, eager, ratios = bench_loss._taking_turns(args, case, {}, 1.0)
+    assert calls == ["npugrad_step", "torch_step", "torch_step", "npugrad_step", "npugrad_step", "torch_step"]
+    assert ratios == [0.5, 1.5, 1.0]
+    assert (ours.median, eager.median) == (3.0, 4.0) and sorted(ours.times) == [2.0, 3.0, 4.0]
+    calls.clear()
+    predicted = Result("PyTorch eager", float("nan"), float("nan"), float("nan"), "not run", predicted=99.0)
+    monkeypatch.setattr(bench_loss, "eager_not_run", lambda *a: predicted)
+    seconds["npugrad_step"] = iter([5.0])
+    ours, eager, ratios = bench_loss._taking_turns(args, {**case, "dtype": "bfloat16"}, {}, 1.0)
+    assert calls == ["npugrad_step"] and eager is predicted and ratios == [] and ours.median == 5.0
 
 
 def test_pytorch_bf16_on_its_fallback_loop_is_predicted_not_run(monkeypatch):
