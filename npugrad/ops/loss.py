@@ -43,7 +43,14 @@ recomputing; by parts, 268 rows (the default before the budget counted W's packs
 the 3-GEMM work at 0.83 of the same run's SGEMM (Zen 3, 2 threads, BT = H = 4096, K = 32000:
 20.1 s, 0.94x PyTorch eager's step and 0.73x the recompute schedule's, bench/loss.py). The parts are the
 target's, not the thread count's, and so is the chunk size (it changes dW's sums): results are
-the same on any number of threads.
+the same on any number of threads. A task's kernels compile as on one thread (pool.threads() is 1
+on a task's thread: runtime/specialize.py), with no wavefront, so the gradient's token loop is
+not phased (tiling/flce_groups.py): a part packs all of its W tile before the token loop, and
+GEMM 3 adds into dW once per token tile. Where its time goes (bench/loop_profile.py on the
+step, BT = H = 4096, K = 32000, float32, Zen 3, 2 threads; two runs): in the backward, the FMA
+loops 78 % of the samples, the W tile's pack 7 %, the updates of dW (GEMM 3) and dX (GEMM 2)
+after their reductions 7.1-7.6 and 4.4-4.7 %; in the forward, its FMA loop 86-87 % and the
+transposing pack 8.8-9.7 %.
 
 `chunk_rows` picks: 0 recompute; n > 0 chunks of n rows; None (default) the largest chunk that
 fits, with each core's pack of a chunk of W, its rows of X and its stash of the softmax
