@@ -248,7 +248,8 @@ def main() -> None:
         print(f"{dtype:<9} 50 % ignored vs none ≤ 0.6×            {half.median / ours.median:6.2f}×")
         for label, other in others:
             extra = max(other.peak_mib - grads, 0.0)
-            print(f"{dtype:<9} {label}: time vs eager {other.median / eager.median:.2f}×, "
+            print(f"{dtype:<9} {label}: time vs eager {other.median / eager_time:.2f}×"
+                  + (" (eager's time predicted)" if eager.predicted else "") + ", "
                   f"peak beyond the gradients {extra:.1f} MiB (1/{eager_extra / max(extra, 0.1):.0f} of eager's)")
 
 
