@@ -19,8 +19,6 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute
 
-from npugrad.dialect.checks import element_name
-
 ui8 = IntegerType(8, Signedness.UNSIGNED)
 
 BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
@@ -49,9 +47,6 @@ def to_mlir(dtype) -> Attribute:
 
 def to_numpy(element_type: Attribute) -> np.dtype:
     return _TO_NUMPY[str(element_type)]
-
-
-name = element_name  # the NumPy name of an element type, as users know it ('float32', 'bfloat16'...)
 
 
 def is_float(t: Attribute) -> bool:

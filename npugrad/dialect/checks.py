@@ -16,7 +16,7 @@ FLOATS = ("float32", "float16", "bfloat16")
 # The NumPy name (as users know it) of each MLIR element type npugrad has kernels for: the
 # names alone, so that the dialects' verifiers need not import NumPy and ml_dtypes (an
 # npugrad-opt that only parses and prints loads neither); npugrad/dtypes.py maps the dtypes
-# themselves, and names them with this table.
+# themselves (tests/test_architecture.py checks the two agree).
 ELEMENT_NAMES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16", "i1": "bool", "ui8": "uint8",
                  "i32": "int32", "i64": "int64"}
 
