@@ -329,6 +329,18 @@ def dots(gen: GenericOp, shape: _Contraction, target: Target) -> bool:
             and unit_innermost_stride(a) and unit_innermost_stride(b))  # type: ignore[arg-type]
 
 
+def summing_chunk(gen: GenericOp, target: Target) -> int | None:
+    """KC for `gen` on `target`: the reduction steps its micro-kernel sums in registers before
+    adding them into C (twice as many where it runs on bfloat16 pairs), or None where the
+    contraction is not vectorized here. A pass that splits the reduction itself (flce_groups)
+    splits it on multiples of this, so that every sum keeps its association."""
+    shape = _match(gen)
+    if shape is None or target.vector_registers == 0:
+        return None
+    _, nr = block_shape(target)
+    return reduction_chunk(target, nr * max(1, target.vector_bits // 32), 2 if dots(gen, shape, target) else 4)
+
+
 class _Kernels:
     def __init__(self, gen: GenericOp, shape: _Contraction, target: Target, e: IRBuilder, panel: SSAValue,
                  hoisted: _Hoisted | None = None):

@@ -34,8 +34,10 @@ took 3.6-3.8 MiB on 2 threads of a Zen 3, where it took 12.7), and below that ea
 packs stay about 1 % of its time (a packed
 element cost about 48 FLOPs' time, read off X's pack in GEMM 3; two per v·H, against the
 group's 6·rows·v·H FLOPs: 16/rows). Every sum runs in the order it did: GEMM 1's chunks add
-into the logits tile one after the other in H's order (its micro-kernel's own chunks did the
-same), GEMM 2's chunks split columns, not its sum. The results stay bit-identical for any
+into the logits tile one after the other in H's order, on the micro-kernel's own chunks
+(vectorize_contractions.summing_chunk: bfloat16 pairs on vdpbf16ps take twice float32's KC;
+chunks of float32's there summed the logits in another association on 2 threads than on 1),
+GEMM 2's chunks split columns, not its sum. The results stay bit-identical for any
 number of blocks.
 
 The wait for the block before moves from the start of the step to GEMM 3: GEMMs 1 and 2 and the
@@ -57,7 +59,7 @@ from npugrad.dialect.attributes import ROLE, Contraction, NestRole
 from npugrad.dialect.npu import WaitFlagOp, element_bytes
 from npugrad.ir import IRBuilder
 from npugrad.passes.tiling.blocks import body_closure, contraction_of, mixed_offsets, mixed_sizes, nest_role
-from npugrad.passes.vectorize_contractions import line_bytes, panel_width, reduction_chunk, view_root
+from npugrad.passes.vectorize_contractions import line_bytes, panel_width, reduction_chunk, summing_chunk, view_root
 from npugrad.targets import Target
 
 # The fewest rows a group holds (see the module docstring: W's two packs ≈ 16/rows of its time).
@@ -293,12 +295,14 @@ def split(wave: scf.ForOp, target: Target, e: IRBuilder) -> None:
     _only(tokens, [o for o, p in phases.items() if p == _WEIGHT_GRAD], e)
 
     # GEMMs 1 and 2 over chunks of W's columns, each chunk packed once for the group's tiles.
-    kc = weight_chunk(target)
+    # GEMM 1's chunks split its reduction: on the micro-kernel's own chunks (summing_chunk:
+    # bfloat16 pairs take twice float32's), so that its sums associate as they did unsplit.
     line = line_bytes(target)
     for phase, kind, maps, narrow in ((_LOGITS, Contraction.LOGITS, _GEMM1_MAPS, 0),
                                       (_INPUT_GRAD, Contraction.INPUT_GRAD, _GEMM2_MAPS, 2)):
         gen = next((o for o in loops[phase].walk() if contraction_of(o) is kind), None) if phase in loops else None
         if gen is not None and gen.inputs[1] is weight and _maps(gen) == maps:
+            kc = (summing_chunk(gen, target) if narrow == 0 else None) or weight_chunk(target)
             _chunks(gen, loops[phase], e, kc, narrow, weight, line)
 
     # The wait for the block before: before GEMM 3, and again once the step's work is done.
