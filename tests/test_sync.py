@@ -296,3 +296,31 @@ def test_run_tasks_keeps_order_balances_and_raises_after_all_end():
     finally:
         pool.set_threads(before)
     assert pool.threads() == before
+
+
+def test_run_tasks_compile_with_the_callers_pipeline():
+    """A task runs in a copy of the caller's context: the pipeline of a `launch.using` block
+    around run_tasks is the one its kernels compile with, on the pool's threads too (it was the
+    default there: the chunked loss schedule's part kernels ignored a pipeline's `cpu`)."""
+    import threading as th
+
+    from npugrad.runtime import pool
+    from npugrad.runtime.launch import current_pipeline, using
+
+    before = pool.threads()
+    pool.set_threads(2)
+    met = th.Barrier(2, timeout=30)
+
+    def task():
+        met.wait()  # two threads: one of the tasks runs on the pool's
+        return current_pipeline(), th.current_thread()
+
+    try:
+        chosen = Pipeline(vectorize=False, distribute=False)
+        with using(chosen):
+            seen = pool.run_tasks([task, task])
+    finally:
+        pool.set_threads(before)
+    assert [p for p, _ in seen] == [chosen, chosen]
+    assert seen[0][1] is not seen[1][1]
+    assert current_pipeline() is None

@@ -7,6 +7,8 @@ splits a problem itself (ops/loss.py's lanes) rather than letting each kernel sp
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -83,7 +85,9 @@ def run_tasks(tasks) -> list:
     is raised once every task has ended. Tasks run by a task run on its thread, one by one. A
     task must not launch a kernel with an explicit `threads` > 1: its blocks would wait for pool
     threads the lanes hold."""
-    tasks = list(tasks)
+    # Each task runs in a copy of the caller's context: the pipeline a `launch.using` block set
+    # (a context variable) compiles the tasks' kernels too, on whichever thread runs them.
+    tasks = [functools.partial(contextvars.copy_context().run, task) for task in tasks]
     lanes = min(len(tasks), threads())
     results: list = [None] * len(tasks)
     order = iter(range(len(tasks)))
