@@ -920,7 +920,12 @@ class VectorizeContraction(RewritePattern):
         %packed[p, k, :] = B[k, p·W : (p + 1)·W] as float32 (W = NR·lanes), what the micro-kernel
         packs per reduction chunk otherwise, for every chunk at once. The token loops of the
         linear cross-entropy nests read one W tile for every token tile: GEMMs 1 and 2 then pack it
-        once per vocabulary tile instead of once per token tile. Costs B's size in float32.
+        once per vocabulary tile instead of once per token tile. Costs B's size in float32 (in
+        bfloat16 pairs), so only where the loop runs more than once, a condition at run time
+        (otherwise the micro-kernel packs per call, as below): the chunked loss schedule's
+        bfloat16 chunks are one token tile each (ops/loss.py), and there the W tile's packs,
+        2 MiB a core in the forward and in GEMM 2 (256 x 4096, Zen 5), were a fifteenth of the
+        step's memory beyond the gradients, for nothing.
 
         B a view of rows of a base invariant in the loop around B's loop (invariant_rows: GEMM 3
         reading X's token tile): all of the base is packed before that loop, if its float32 size
@@ -943,8 +948,14 @@ class VectorizeContraction(RewritePattern):
         lanes = self.target.vector_bits // 32
         e = IRBuilder(rewriter, loop)
         k, n = (e.dim(b, 1), e.dim(b, 0)) if shape.rhs_transposed else (e.dim(b, 0), e.dim(b, 1))
+        repeats = None
+        if offset is None:  # B invariant in `loop`: packed ahead only where the loop runs more than once
+            repeats = e.emit(arith.CmpiOp(e.emit(arith.AddiOp(loop.lb, loop.step)), loop.ub, "slt"))
+            repeats.name_hint = "repeats"
         if dot:
             panels = e.emit(arith.DivUIOp(n, e.idx(wide)))
+            assert repeats is not None  # B's rows (invariant_rows) are not hoisted for pairs
+            panels = e.emit(arith.SelectOp(repeats, panels, e.idx(0)))
             # Pairs of reduction steps (pack_pairs), ceil(K / 2) rows of 2W bfloat16 per panel.
             rows = e.emit(arith.DivUIOp(_plus(e, k, 1), e.idx(2)))
             packed = e.emit(memref.AllocOp([panels, rows], [], MemRefType(bf16, [DYNAMIC_INDEX, DYNAMIC_INDEX, 2 * wide]),
@@ -961,7 +972,7 @@ class VectorizeContraction(RewritePattern):
             after = loop.next_op
             assert after is not None
             IRBuilder(rewriter, after).dealloc(packed)
-            self.hoisted[key] = _Hoisted(packed)
+            self.hoisted[key] = _Hoisted(packed, fits=repeats)
             return self.hoisted[key]
         # The panels start at the first column that begins a line of C (line_head, as the
         # micro-kernel's own packs do), where C's memory is there before the loop.
@@ -979,7 +990,9 @@ class VectorizeContraction(RewritePattern):
             first = e.line_head(row, n, 4, line_bytes(self.target))
             first.name_hint = "first"
         panels = e.emit(arith.DivUIOp(n if first is None else e.emit(arith.SubiOp(n, first)), e.idx(wide)))
-        fits = None
+        fits = repeats
+        if repeats is not None:
+            panels = e.emit(arith.SelectOp(repeats, panels, e.idx(0)))
         if offset is not None:
             budget = max((lv.capacity for lv in self.target.local_levels() if lv.capacity), default=0)
             size = e.emit(arith.MuliOp(e.emit(arith.MuliOp(k, n)), e.idx(4)))

@@ -214,14 +214,20 @@
 // first + 64p + 64] (float32), freed after it; the micro-kernel reads panel (j - first) / 64 and
 // packs nothing in the loop. C is there before the loop too (an argument): the panels start at
 // its first column that begins a 64-byte line, %first, as the micro-kernel's own blocks do.
+// Only where the loop runs more than once (%repeats, at run time: a pack ahead of one iteration
+// holds all of B for nothing); otherwise no panel is packed ahead and the micro-kernel packs its
+// own, chunk by chunk, from C's first line (%head).
 // CHECK-LABEL: func.func @gemm_in_a_loop_b_invariant
 // CHECK-DAG:     %[[WIDE:.*]] = arith.constant 64 : index
 // CHECK-DAG:     %[[K:.*]] = memref.dim %b, %{{.*}} : memref<?x?xbf16>
 // CHECK-DAG:     %[[N:.*]] = memref.dim %b, %{{.*}} : memref<?x?xbf16>
+// CHECK:         %[[SECOND:.*]] = arith.addi %c0, %c1 : index
+// CHECK-NEXT:    %repeats = arith.cmpi slt, %[[SECOND]], %n : index
 // CHECK:         memref.extract_strided_metadata %c
 // CHECK:         %first = arith.minsi %[[N]], %{{.*}} : index
 // CHECK-NEXT:    %[[AFTER_FIRST:.*]] = arith.subi %[[N]], %first : index
-// CHECK-NEXT:    %[[NP:.*]] = arith.divui %[[AFTER_FIRST]], %[[WIDE]] : index
+// CHECK-NEXT:    %[[ALL:.*]] = arith.divui %[[AFTER_FIRST]], %[[WIDE]] : index
+// CHECK-NEXT:    %[[NP:.*]] = arith.select %repeats, %[[ALL]], %{{.*}} : index
 // CHECK-NEXT:    %b_panels = memref.alloc(%[[NP]], %[[K]]) {alignment = 64 : i64} : memref<?x?x64xf32>
 // CHECK-NEXT:    scf.for %[[P:.*]] = %{{.*}} to %[[NP]] step %{{.*}} {
 // CHECK-NEXT:      %[[J0_:.*]] = arith.muli %[[P]], %[[WIDE]] : index
@@ -235,11 +241,17 @@
 // CHECK-COUNT-3:     vector.store %{{.*}}, %b_panels[%[[P]], %[[KP]], %{{.*}}] : memref<?x?x64xf32>, vector<16xf32>
 // CHECK:         scf.for %[[T:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
 // CHECK-NOT:       %b_panel[
-// CHECK:           scf.for %[[J:.*]] = %first to %{{.*}} step %{{.*}} {
-// CHECK-NEXT:        %[[JF:.*]] = arith.subi %[[J]], %first : index
-// CHECK-NEXT:        %[[PJ:.*]] = arith.divui %[[JF]], %{{.*}} : index
-// CHECK:             scf.for %[[KK:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(
-// CHECK-COUNT-4:       vector.load %b_panels[%[[PJ]], %[[KK]], %{{.*}}] : memref<?x?x64xf32>, vector<16xf32>
+// CHECK:           %head = arith.minsi
+// CHECK:           scf.if %repeats {
+// CHECK-NOT:         %b_panel[
+// CHECK:             scf.for %[[J:.*]] = %first to %{{.*}} step %{{.*}} {
+// CHECK-NEXT:          %[[JF:.*]] = arith.subi %[[J]], %first : index
+// CHECK-NEXT:          %[[PJ:.*]] = arith.divui %[[JF]], %{{.*}} : index
+// CHECK:               scf.for %[[KK:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(
+// CHECK-COUNT-4:         vector.load %b_panels[%[[PJ]], %[[KK]], %{{.*}}] : memref<?x?x64xf32>, vector<16xf32>
+// CHECK:           } else {
+// CHECK:             scf.for %{{.*}} = %head to %{{.*}} step %{{.*}} {
+// CHECK:               vector.store %{{.*}}, %b_panel[
 // CHECK:         memref.dealloc %b_panels : memref<?x?x64xf32>
 // CHECK-NEXT:    memref.dealloc %b_panel : memref<256x64xf32>
 // CHECK-NEXT:    func.return
@@ -366,12 +378,16 @@
 
 // B read [j, k] in a loop that leaves it unchanged: the panels, packed before the loop, hold
 // (K + 1) / 2 rows of pairs; a column's pair is one i32 of its row, so 16 x 16 blocks of i32
-// are transposed in registers (64 shuffles each), the last pairs packed one at a time.
+// are transposed in registers (64 shuffles each), the last pairs packed one at a time; none
+// where the loop runs once (%repeats false: the micro-kernel packs its own, as outside a loop).
 // DOT-LABEL:  func.func @gemm_bf16_dot_b_transposed_in_a_loop
 // DOT:          %[[K:.*]] = memref.dim %b, %{{.*}} : memref<?x?xbf16>
+// DOT:          %repeats = arith.cmpi slt, %{{.*}}, %n : index
+// DOT-NEXT:     %[[ALL:.*]] = arith.divui
+// DOT-NEXT:     %[[NP:.*]] = arith.select %repeats, %[[ALL]], %{{.*}} : index
 // DOT:          %[[K1:.*]] = arith.addi %[[K]], %{{.*}} : index
 // DOT-NEXT:     %[[ROWS:.*]] = arith.divui %[[K1]], %{{.*}} : index
-// DOT-NEXT:     %b_panels = memref.alloc(%{{.*}}, %[[ROWS]]) {alignment = 64 : i64} : memref<?x?x128xbf16>
+// DOT-NEXT:     %b_panels = memref.alloc(%[[NP]], %[[ROWS]]) {alignment = 64 : i64} : memref<?x?x128xbf16>
 // DOT:          %[[L0:.*]] = vector.load %b[%{{.*}}, %[[K0:.*]]] : memref<?x?xbf16>, vector<32xbf16>
 // DOT-NEXT:     vector.bitcast %[[L0]] : vector<32xbf16> to vector<16xi32>
 // DOT-COUNT-64: vector.shuffle %{{.*}}, %{{.*}} [{{.*}}] : vector<16xi32>, vector<16xi32>
@@ -379,8 +395,12 @@
 // DOT-NEXT:     vector.store %[[T]], %b_panels[%{{.*}}, %{{.*}}, %{{.*}}] : memref<?x?x128xbf16>, vector<32xbf16>
 // DOT:          vector.insert %{{.*}}, %{{.*}} [15] : i32 into vector<16xi32>
 // DOT:          scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} {
+// DOT:            scf.if %repeats {
 // DOT:            scf.for %[[Q:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(
 // DOT:              vector.load %b_panels[%{{.*}}, %{{.*}}, %{{.*}}] : memref<?x?x128xbf16>, vector<32xbf16>
+// DOT:              x86vector.avx512.dot
+// DOT:            } else {
+// DOT:              vector.store %{{.*}}, %b_panel[
 // DOT:              x86vector.avx512.dot
 // DOT:          memref.dealloc %b_panels
 
