@@ -64,9 +64,15 @@ tiling/flce_groups.py) gave 268.
 bfloat16/float16 take the chunked schedule too where it applies, in chunks of the rows that fit
 in the same budget in the input's dtype (_narrow_chunk_rows):
 each lane's float32 dW accumulator tile and packs of W, and per row the compact logits, each
-lane's float32 dX row and packed row of X; where not even a token tile fits, a token tile if
-its logits take at most twice that budget, else the recompute schedule. At BT = H = 4096,
-K = 32000 not even a token tile fits, and a token tile it is. With the logits kept in float32
+lane's float32 dX row and packed row of X. Where not even a token tile fits, the rows that
+fit in all of 1/16 (the target itself) if they are half a token tile or more, in chunks as
+even as rows make them; else a token tile if its logits take at most twice the budget; else
+the recompute schedule. At BT = H = 4096, K = 32000 not even a token tile fits the budget. A
+token tile was taken there until a Zen 5 (tiles of 252 x 256) held 29.6-30.8 MiB beyond the
+gradients with it, 1/15.3 of PyTorch eager's 470.4 measured in the same run (its time 0.91x
+eager's); 21 chunks of 196 rows, the rows that fit the target, held 22.7 MiB in 4239 and 4306 ms
+against a token tile's 4010 and 4021 (fresh processes, both with a part's token tiles balanced
+over its one block: _side_by_side). With the logits kept in float32
 that was 46.5 MiB beyond the gradients against the recompute schedule's 72.1, 9.14 s against
 11.10 (PyTorch eager: 470.5 MiB, 8.93 s; Zen 4, 2 threads, bench/loss.py; a second run:
 45.0 MiB, 9.18 s, recompute 11.02 s, eager 8.49 s); kept compact, on a Zen 3 (tiles of
@@ -284,7 +290,7 @@ def _statistics(xc, yc, pieces, o: _Options, logits=None, side_by_side: bool = F
                                   float32_logits=kept and not block, logits_block=block,
                                   logits_block_max_out=maxima[i] if block else None)
                 for i, (w, start) in enumerate(pieces)]
-    stats = pool.run_tasks(forwards) if side_by_side else [f() for f in forwards]
+    stats = _side_by_side(forwards) if side_by_side else [f() for f in forwards]
     group = o.group
     outside = [_outside(st.target_mask, n) for st in stats]
     if not isinstance(group, InProcess):  # ranks beyond this one: an id in no shard of any rank
@@ -395,12 +401,33 @@ def _chunked(xc, yc, ws, per_row, rows: int, o: _Options):
         st, loss[a:b] = _statistics(x_c, yc[a:b], pieces, o, logits, side_by_side=True, block=block, maxima=maxima)
         m, s = st.logits_max, st.sum_exp_logits
         outs = ([] if wide else [dx[a:b]]) + [p[: b - a] for p in partial]
-        pool.run_tasks([functools.partial(_part_backward, logits[i], maxima[i] if block else None, block, m, s,
+        _side_by_side([functools.partial(_part_backward, logits[i], maxima[i] if block else None, block, m, s,
                                           st.shards[i], outs[i], i > 0 or wide, per_row[a:b], x_c, pieces[i][0],
                                           grads[i], o) for i in range(len(parts))])
         if partial:
             dx[a:b] = o.group.all_reduce(outs, "sum")
     return loss, dx, dws
+
+
+def _side_by_side(tasks) -> list:
+    """pool.run_tasks(tasks), their kernels compiled for the one block each runs as: the fuse
+    passes' token tiles balanced over one block (balance_blocks = 1), not over the target's
+    cores as for a kernel the wavefront may split (the default pipeline's; the same kernels on
+    any number of threads either way). A chunk of a token tile's rows is then one tile, not two
+    halves: its W tile is packed per call, a reduction chunk at a time, not all of it before a
+    token loop that runs once (vectorize_contractions.hoisted_panels). bfloat16, BT = H = 4096,
+    K = 32000 (Zen 5, tiles of 252 x 256): the two cores' 2 MiB packs of W in the forward and
+    in GEMM 2 went, and the step's time stayed."""
+    from dataclasses import replace
+
+    from npugrad.runtime.launch import current_pipeline, using
+    from npugrad.runtime.specialize import pipeline_in_use
+
+    base = pipeline_in_use(current_pipeline())
+    passes = [replace(p, balance_blocks=1) if getattr(p, "balance_blocks", None) == 0 else p
+              for p in base.fused_passes]
+    with using(replace(base, fused_passes=passes)):
+        return pool.run_tasks(tasks)
 
 
 def _part_backward(z, c, block: int, m, s, part, gx, zero: bool, g, x_c, w, gw, o: _Options) -> None:
@@ -462,17 +489,24 @@ def _narrow_chunk_rows(n: int, bt: int, h: int, k: int, size: int, tiles: dict[s
     part's blocks), each part's float32 dX (the kernel's accumulator: float32_input_grad where
     there are several, summed and rounded once), each lane's packed row of X and its stash of
     the softmax gradient (a row of the vocabulary tile, float32). Where not even a
-    token tile fits, a token tile still if its logits take at most twice the budget: the
-    recompute schedule holds about as much (its ring of float32 dW tiles, its float32 dX rows,
-    its packs; measured above) for four GEMMs' work instead of three. Beyond that (few rows, a
-    large vocabulary) the recompute schedule."""
+    token tile fits, the rows (at most a token tile's) that fit in all of 1/16 of those
+    buffers, issue 14's target itself, if they are at least half a token tile (fewer rows
+    would pack W and update dW for too few), the chunks as even as whole rows make them (the
+    last is not a remnant that costs a whole chunk's packs); else a token tile still if its
+    logits take at most twice the budget: the recompute schedule holds about as much (its ring
+    of float32 dW tiles, its float32 dX rows, its packs; measured above) for four GEMMs' work
+    instead of three. Beyond that (few rows, a large vocabulary) the recompute schedule."""
     whole = _budget(bt, k, size)
     kept = k * 2 + (k // tiles["v"] + parts) * 4  # per row: compact logits (float16) and their blocks' maxima
     per_row = kept + lanes * h * size + parts * h * 4 + lanes * tiles["v"] * 4  # parts' float32 dX: accumulators
-    rows = max(whole - lanes * (tiles["v"] * h * 4 + _weight_pack(tiles["v"], h)), 0) // per_row
+    fixed = lanes * (tiles["v"] * h * 4 + _weight_pack(tiles["v"], h))
+    rows = max(whole - fixed, 0) // per_row
     tile = min(n, tiles["bt"])
     if rows >= tile:
         return min(n, rows)
+    fit = min(tile, max(2 * bt * k * size // 16 - fixed, 0) // per_row)
+    if 2 * fit >= tile:
+        return -(-n // -(-n // fit))  # ceil(n / count) rows, count = ceil(n / fit) chunks
     return tile if tile * kept <= 2 * whole else 0
 
 

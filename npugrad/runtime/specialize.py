@@ -143,6 +143,12 @@ def _pipeline_and_key(pipeline: Pipeline | None) -> tuple[Pipeline, tuple]:
     return _DEFAULT_PIPELINES[one_thread]
 
 
+def pipeline_in_use(pipeline: Pipeline | None) -> Pipeline:
+    """The pipeline an API call made on this thread compiles with, given launch.using's (None:
+    the default for this thread's thread count; _pipeline_and_key)."""
+    return _pipeline_and_key(pipeline)[0]
+
+
 def compile_op(
     op_cls: type[TrainOp],
     operands: Mapping[str, OperandClass],
