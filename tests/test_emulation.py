@@ -205,3 +205,15 @@ def test_every_op_on_kernels_shaped_for_an_avx512_bf16_cpu(rng, dot_kernels, key
     for name, (got, want) in case.run(rng).items():
         err = harness.max_error(got, want)
         assert err <= harness.tolerance(got.dtype), f"{case.op} {case.label} {name}: max error {err:.2e}"
+
+
+def test_chunked_loss_schedule_counts_x_pack_as_the_kernels_hold_it():
+    """ops/loss.py's chunk rows count each lane's pack of X's rows as GEMM 3 holds it: none where
+    bfloat16 runs on the CPU's dot product (pairs packed per call), float32 panels otherwise."""
+    from npugrad.ops import loss as loss_mod
+
+    with using(Pipeline(cpu=AVX512BF16)):
+        assert loss_mod._x_pack_bytes(BF16) == 0
+        assert loss_mod._x_pack_bytes(np.float16) == 4
+    with using(Pipeline(cpu=str(Path(__file__).parent / "lit" / "Inputs" / "avx2.toml"))):
+        assert loss_mod._x_pack_bytes(BF16) == 4

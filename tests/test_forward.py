@@ -513,6 +513,7 @@ def test_chunked_schedule_choice(rng, monkeypatch):
     it applies to is an error naming the parameter."""
     monkeypatch.setattr(loss_mod, "_tiles", lambda: {"bt": 8, "v": 16})
     monkeypatch.setattr(loss_mod, "_cores", lambda: 2)
+    monkeypatch.setattr(loss_mod, "_x_pack_bytes", lambda dtype: 4)  # X packed ahead in float32: no bf16 dot product
     calls = []
     real = loss_mod._chunked
     monkeypatch.setattr(loss_mod, "_chunked", lambda *a: calls.append(a[4]) or real(*a))
@@ -521,16 +522,20 @@ def test_chunked_schedule_choice(rng, monkeypatch):
     # packed row of X and each lane's stash row of the softmax gradient.
     # bfloat16/float16 (_narrow_chunk_rows): a lane's float32 16 x 8 dW tile and float32 pack of
     # W; a row's compact logits (256 float16, and at most 256 / 16 + 2 float32 maxima of the
-    # parts' blocks), each part's float32 dX row, each lane's packed row of X and float32 stash
-    # row: at bt = 512 in bfloat16, (26624 - 2048) // (584 + 64 + 32 + 128) = 30 rows; where fewer
-    # than a token tile fit, the rows that fit all of 1/16 if at least 4 (at bt = 128 in float16,
-    # (8192 - 2048) // 808 = 7, in ceil(128 / 7) = 19 chunks of ceil(128 / 19) = 7), else a token
-    # tile (8) if its logits (8 x 584 bytes) take at most twice the budget (2 x 3328 at bt = 64,
-    # where 2 rows fit 1/16), else recompute (2 x 1664 at bt = 32). z_loss: recompute.
+    # parts' blocks), each part's float32 dX row, each lane's float32 packed row of X and float32
+    # stash row: at bt = 512 in bfloat16, (26624 - 2048) // (584 + 64 + 64 + 128) = 29 rows; where
+    # fewer than a token tile fit, the rows that fit 15/16 of 1/16 if at least 4 (at bt = 128 in
+    # float16, (7680 - 2048) // 840 = 6, in ceil(128 / 6) = 22 chunks of ceil(128 / 22) = 6), else
+    # a token tile (8) if its logits (8 x 584 bytes) take at most twice the budget (2 x 3328 at
+    # bt = 64, where 2 rows fit), else recompute (2 x 1664 at bt = 32). z_loss: recompute. On a
+    # CPU whose dot product takes bfloat16 pairs, X is not packed ahead: (26624 - 2048) // 776 = 31.
     for bt, dtype, options, rows in [(64, np.float32, {}, None), (255, np.float32, {}, 20), (512, np.float32, {}, 41),
-                                     (512, np.float32, {"z_loss": 1e-3}, None), (512, BFLOAT16, {}, 30),
-                                     (128, np.float16, {}, 7), (64, BFLOAT16, {}, 8), (32, BFLOAT16, {}, None),
-                                     (512, BFLOAT16, {"z_loss": 1e-3}, None)]:
+                                     (512, np.float32, {"z_loss": 1e-3}, None), (512, BFLOAT16, {}, 29),
+                                     (128, np.float16, {}, 6), (64, BFLOAT16, {}, 8), (32, BFLOAT16, {}, None),
+                                     (512, BFLOAT16, {"z_loss": 1e-3}, None), (512, "dot", {}, 31)]:
+        if dtype == "dot":
+            dtype = BFLOAT16
+            monkeypatch.setattr(loss_mod, "_x_pack_bytes", lambda dtype: 0)
         calls.clear()
         x, w, y = _loss_case(rng, bt, 8, 256, dtype, ignored=0.0)
         ops.linear_cross_entropy(x, w, y, **options)
@@ -539,7 +544,7 @@ def test_chunked_schedule_choice(rng, monkeypatch):
             held = rows * (256 + 8 + 16 + 32) * 4 + 2 * 16 * 8 * 4
             assert held <= 2 * bt * 256 * 4 / 16 * 13 / 16 < (rows + 1) * (256 + 8 + 16 + 32) * 4 + 2 * 16 * 8 * 4
         if (bt, dtype) == (128, np.float16):  # within issue 14's target: 1/16 of eager's two float16 buffers
-            assert rows * 808 + 2048 <= 2 * bt * 256 * 2 / 16
+            assert rows * 840 + 2048 <= 2 * bt * 256 * 2 / 16 * 15 / 16
     x, w, y = _loss_case(rng, 20, 8, 256, np.float32)
     with pytest.raises(SignatureError, match="'chunk_rows' = 4 needs the chunked schedule"):
         ops.linear_cross_entropy(x, w, y, softcap=5.0, chunk_rows=4)

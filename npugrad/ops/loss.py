@@ -65,14 +65,16 @@ bfloat16/float16 take the chunked schedule too where it applies, in chunks of th
 in the same budget in the input's dtype (_narrow_chunk_rows):
 each lane's float32 dW accumulator tile and packs of W, and per row the compact logits, each
 lane's float32 dX row and packed row of X. Where not even a token tile fits, the rows that
-fit in all of 1/16 (the target itself) if they are half a token tile or more, in chunks as
-even as rows make them; else a token tile if its logits take at most twice the budget; else
-the recompute schedule. At BT = H = 4096, K = 32000 not even a token tile fits the budget. A
-token tile was taken there until a Zen 5 (tiles of 252 x 256) held 29.6-30.8 MiB beyond the
-gradients with it, 1/15.3 of PyTorch eager's 470.4 measured in the same run (its time 0.91x
-eager's); 21 chunks of 196 rows, the rows that fit the target, held 22.7 MiB in 4239 and 4306 ms
-against a token tile's 4010 and 4021 (fresh processes, both with a part's token tiles balanced
-over its one block: _side_by_side). With the logits kept in float32
+fit in 15/16 of 1/16 (the target, less what the count leaves out) if they are half a token
+tile or more, in chunks as even as rows make them; else a token tile if its logits take at
+most twice the budget; else the recompute schedule. At BT = H = 4096, K = 32000 not even a
+token tile fits the budget. A token tile was taken there until a Zen 5 (tiles of 252 x 256)
+held 29.6-30.8 MiB beyond the gradients with it, 1/15.3 of PyTorch eager's 470.4 measured in
+the same run (its time 0.91x eager's). Fresh processes on that Zen 5, with a part's token
+tiles balanced over its one block (_side_by_side): a token tile (17 chunks) 28.5-29.2 MiB in
+4010-4021 ms; 19 chunks of 216 rows (the rule, X's pairs not packed ahead there) 24.4-24.8 MiB
+in 4061-4087 ms; 21 chunks of 196 (all of 1/16, X's pack counted) 22.7 MiB in 4239-4306 ms.
+With the logits kept in float32
 that was 46.5 MiB beyond the gradients against the recompute schedule's 72.1, 9.14 s against
 11.10 (PyTorch eager: 470.5 MiB, 8.93 s; Zen 4, 2 threads, bench/loss.py; a second run:
 45.0 MiB, 9.18 s, recompute 11.02 s, eager 8.49 s); kept compact, on a Zen 3 (tiles of
@@ -466,7 +468,7 @@ def _chunk_rows(chunk: int | None, ws, dtype, n: int, bt: int, h: int, o: _Optio
     parts = len(_parts(ws, cores))
     lanes = min(parts, cores)  # the target's, not the thread count: chunks change dW's sums
     if dtype != F32:
-        return _narrow_chunk_rows(n, bt, h, o.k, np.dtype(dtype).itemsize, tiles, parts, lanes)
+        return _narrow_chunk_rows(n, bt, h, o.k, np.dtype(dtype).itemsize, tiles, parts, lanes, _x_pack_bytes(dtype))
     # Within 13/16 of 1/16 of the two bt x K float32 buffers PyTorch eager holds (the logits and
     # their gradient, ignored rows included): each lane's pack of a chunk of W's tile (GEMM 2's,
     # _weight_pack), then per row the kept logits, the other parts' dX, each lane's packed rows of
@@ -481,33 +483,43 @@ def _chunk_rows(chunk: int | None, ws, dtype, n: int, bt: int, h: int, o: _Optio
 
 
 def _narrow_chunk_rows(n: int, bt: int, h: int, k: int, size: int, tiles: dict[str, int], parts: int,
-                       lanes: int) -> int:
+                       lanes: int, x_pack: int) -> int:
     """bfloat16/float16: the chunked schedule's rows per chunk, or 0 for the recompute schedule.
     In the same budget as the float32 rule's, in the dtype (13/16 of 1/16 of two bt x K
     buffers): each lane's float32 dW accumulator tile and its pack of a chunk of W (GEMM 2's,
     _weight_pack), then per row the compact logits (float16, and the float32 maxima of each
     part's blocks), each part's float32 dX (the kernel's accumulator: float32_input_grad where
-    there are several, summed and rounded once), each lane's packed row of X and its stash of
-    the softmax gradient (a row of the vocabulary tile, float32). Where not even a
-    token tile fits, the rows (at most a token tile's) that fit in all of 1/16 of those
-    buffers, issue 14's target itself, if they are at least half a token tile (fewer rows
-    would pack W and update dW for too few), the chunks as even as whole rows make them (the
-    last is not a remnant that costs a whole chunk's packs); else a token tile still if its
+    there are several, summed and rounded once), each lane's packed row of X (`x_pack` bytes an
+    element: _x_pack_bytes) and its stash of the softmax gradient (a row of the vocabulary tile,
+    float32). Where not even a token tile fits, the rows (at most a token tile's) that fit in
+    15/16 of 1/16 of those buffers (issue 14's target; the 1/16 of it left for what this does
+    not count), if they are at least half a token tile (fewer rows would pack W and update dW
+    for too few), the chunks as even as whole rows make them (the last is not a remnant that
+    costs a whole chunk's packs); else a token tile still if its
     logits take at most twice the budget: the recompute schedule holds about as much (its ring
     of float32 dW tiles, its float32 dX rows, its packs; measured above) for four GEMMs' work
     instead of three. Beyond that (few rows, a large vocabulary) the recompute schedule."""
     whole = _budget(bt, k, size)
     kept = k * 2 + (k // tiles["v"] + parts) * 4  # per row: compact logits (float16) and their blocks' maxima
-    per_row = kept + lanes * h * size + parts * h * 4 + lanes * tiles["v"] * 4  # parts' float32 dX: accumulators
+    per_row = kept + lanes * h * x_pack + parts * h * 4 + lanes * tiles["v"] * 4  # parts' float32 dX: accumulators
     fixed = lanes * (tiles["v"] * h * 4 + _weight_pack(tiles["v"], h))
     rows = max(whole - fixed, 0) // per_row
     tile = min(n, tiles["bt"])
     if rows >= tile:
         return min(n, rows)
-    fit = min(tile, max(2 * bt * k * size // 16 - fixed, 0) // per_row)
+    fit = min(tile, max(2 * bt * k * size // 16 * 15 // 16 - fixed, 0) // per_row)
     if 2 * fit >= tile:
         return -(-n // -(-n // fit))  # ceil(n / count) rows, count = ceil(n / fit) chunks
     return tile if tile * kept <= 2 * whole else 0
+
+
+def _x_pack_bytes(dtype) -> int:
+    """Bytes an element of a lane's pack of the chunk's rows of X takes (GEMM 3's B): float32
+    panels packed once per chunk (vectorize_contractions.invariant_rows), or none where
+    bfloat16 runs on the target's dot product (its pairs are packed per call, not ahead)."""
+    from npugrad.passes.vectorize_contractions import dot_bf16
+
+    return 0 if np.dtype(dtype) == BFLOAT16 and dot_bf16(_cpu()) else 4
 
 
 def _backward_rows(chunk: int | None, dtype, n: int, bt: int, h: int, ws, o: _Options) -> int:
