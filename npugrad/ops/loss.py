@@ -428,7 +428,7 @@ def _side_by_side(tasks) -> list:
     base = pipeline_in_use(current_pipeline())
     passes = [replace(p, balance_blocks=1) if getattr(p, "balance_blocks", None) == 0 else p
               for p in base.fused_passes]
-    with using(replace(base, fused_passes=passes)):
+    with using(replace(base, fused_passes=passes, distribute=False)):  # a task's kernels run as one block
         return pool.run_tasks(tasks)
 
 
@@ -507,7 +507,7 @@ def _narrow_chunk_rows(n: int, bt: int, h: int, k: int, size: int, tiles: dict[s
     tile = min(n, tiles["bt"])
     if rows >= tile:
         return min(n, rows)
-    fit = min(tile, max(2 * bt * k * size // 16 * 15 // 16 - fixed, 0) // per_row)
+    fit = min(tile, max(_budget(bt, k, size, 15) - fixed, 0) // per_row)
     if 2 * fit >= tile:
         return -(-n // -(-n // fit))  # ceil(n / count) rows, count = ceil(n / fit) chunks
     return tile if tile * kept <= 2 * whole else 0
@@ -541,11 +541,11 @@ def _backward_rows(chunk: int | None, dtype, n: int, bt: int, h: int, ws, o: _Op
     return 0 if rows >= n else max(rows, tiles["bt"] * cores)
 
 
-def _budget(bt: int, k: int, size: int) -> int:
-    """Bytes a schedule may hold: 13/16 of 1/16 of the two bt x K buffers of `size`-byte elements
-    PyTorch eager holds (the logits and their gradient: issue 14's memory target), the 3/16 left
-    for what the schedules' rules do not count."""
-    return 2 * bt * k * size // 16 * 13 // 16
+def _budget(bt: int, k: int, size: int, sixteenths: int = 13) -> int:
+    """Bytes a schedule may hold: 13/16 (`sixteenths`) of 1/16 of the two bt x K buffers of
+    `size`-byte elements PyTorch eager holds (the logits and their gradient: issue 14's memory
+    target), the 3/16 left for what the schedules' rules do not count."""
+    return 2 * bt * k * size // 16 * sixteenths // 16
 
 
 def _weight_pack(v: int, h: int) -> int:

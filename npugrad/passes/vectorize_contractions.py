@@ -329,16 +329,21 @@ def dots(gen: GenericOp, shape: _Contraction, target: Target) -> bool:
             and unit_innermost_stride(a) and unit_innermost_stride(b))  # type: ignore[arg-type]
 
 
+def kernel_chunk(target: Target, dot: bool) -> int:
+    """KC of the micro-kernel on `target`: the reduction steps whose panel of B (float32, or
+    with `dot` bfloat16 pairs: twice the steps) it packs and sums in registers before adding
+    them into C."""
+    return reduction_chunk(target, panel_width(target), 2 if dot else 4)
+
+
 def summing_chunk(gen: GenericOp, target: Target) -> int | None:
-    """KC for `gen` on `target`: the reduction steps its micro-kernel sums in registers before
-    adding them into C (twice as many where it runs on bfloat16 pairs), or None where the
-    contraction is not vectorized here. A pass that splits the reduction itself (flce_groups)
-    splits it on multiples of this, so that every sum keeps its association."""
+    """KC for `gen` on `target` (kernel_chunk), or None where the contraction is not vectorized
+    here. A pass that splits the reduction itself (flce_groups) splits it on multiples of this,
+    so that every sum keeps its association."""
     shape = _match(gen)
     if shape is None or target.vector_registers == 0:
         return None
-    _, nr = block_shape(target)
-    return reduction_chunk(target, nr * max(1, target.vector_bits // 32), 2 if dots(gen, shape, target) else 4)
+    return kernel_chunk(target, dots(gen, shape, target))
 
 
 class _Kernels:
@@ -358,7 +363,7 @@ class _Kernels:
         self.rows_full = self._floor(self.m, self.mr)  # rows that fill whole MR-row blocks
         self.dot = dots(gen, shape, target)  # bfloat16 pairs into x86vector.avx512.dot (dots)
         self.pairs = VectorType(bf16, [2 * self.lanes])
-        self.kc = reduction_chunk(target, self.nr * self.lanes, 2 if self.dot else 4)
+        self.kc = kernel_chunk(target, self.dot)
         self.k_lo = self.k_hi = self.k  # the current reduction chunk, set by emit()
         self.panel = panel  # KC x NR vectors of float32 (dot: KC/2 x NR vectors of pairs): B's panel, packed (emit)
         self.a_wide: SSAValue | None = None  # A's rows over the chunk, widened to float32 (widen_a)
@@ -1051,9 +1056,9 @@ class VectorizeContraction(RewritePattern):
         if (f, dot) not in self.panels:
             wide = panel_width(self.target)
             if dot:
-                alloc = memref.AllocOp.get(bf16, 64, [reduction_chunk(self.target, wide, 2) // 2, 2 * wide])
+                alloc = memref.AllocOp.get(bf16, 64, [kernel_chunk(self.target, True) // 2, 2 * wide])
             else:
-                alloc = memref.AllocOp.get(f32, 64, [reduction_chunk(self.target, wide), wide])
+                alloc = memref.AllocOp.get(f32, 64, [kernel_chunk(self.target, False), wide])
             alloc.memref.name_hint = "b_panel"
             rewriter.insert(alloc, InsertPoint.at_start(f.body.blocks[0]))
             for ret in [op for op in f.walk() if isinstance(op, func.ReturnOp)]:

@@ -59,7 +59,7 @@ from npugrad.dialect.attributes import ROLE, Contraction, NestRole
 from npugrad.dialect.npu import WaitFlagOp, element_bytes
 from npugrad.ir import IRBuilder
 from npugrad.passes.tiling.blocks import body_closure, contraction_of, mixed_offsets, mixed_sizes, nest_role
-from npugrad.passes.vectorize_contractions import line_bytes, panel_width, reduction_chunk, summing_chunk, view_root
+from npugrad.passes.vectorize_contractions import kernel_chunk, line_bytes, summing_chunk, view_root
 from npugrad.targets import Target
 
 # The fewest rows a group holds (see the module docstring: W's two packs ≈ 16/rows of its time).
@@ -76,7 +76,7 @@ _START, _LOGITS, _SOFTMAX, _INPUT_GRAD, _WEIGHT_GRAD = range(5)
 
 def weight_chunk(target: Target) -> int:
     """Columns of W's tile per chunk (KC): the reduction chunk of the micro-kernels' panels."""
-    return reduction_chunk(target, panel_width(target))
+    return kernel_chunk(target, False)
 
 
 def weight_pack_bytes(target: Target, v: int, h: int) -> int:
