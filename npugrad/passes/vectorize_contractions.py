@@ -197,24 +197,33 @@ def pack_pairs(e: IRBuilder, b: SSAValue, transposed_b: bool, k_lo: SSAValue, k_
                         for r in range(lanes)]
                 for r, column in enumerate(transposed(e, rows)):
                     store(_plus(e, q0, r), c, e.emit(vector.BitcastOp(column, pairs_t)))
-    with e.loop(count, lb=rest) as q:
-        k = e.emit(arith.AddiOp(k_lo, e.emit(arith.AddiOp(q, q))))
-        k1, odd = second(e, k, k_hi)
-        for c, j in enumerate(js):
-            if transposed_b:
+    if transposed_b:
+        with e.loop(count, lb=rest) as q:
+            k = e.emit(arith.AddiOp(k_lo, e.emit(arith.AddiOp(q, q))))
+            k1, odd = second(e, k, k_hi)
+            for c, j in enumerate(js):
                 v = e.const(0, words)
                 for lane in range(lanes):
                     column = _plus(e, j, lane)
                     v = e.emit(vector.InsertOp(pair_bits(e, e.load(b, [column, k]), e.load(b, [column, k1]), odd), v, [lane]))
                 store(q, c, e.emit(vector.BitcastOp(v, pairs_t)))
-            else:
-                half = VectorType(bf16, [lanes])
+        return
+    # Rows k and k + 1 interleaved: the whole pairs, then an odd count's last row alone (its
+    # pair's second half zero). A select of the second row in the loop became a branch per
+    # vector (GEMM 3's pack of X's token tile, the bfloat16 FLCE gradient on vdpbf16ps).
+    half = VectorType(bf16, [lanes])
+    whole = e.emit(arith.DivUIOp(e.emit(arith.SubiOp(k_hi, k_lo)), e.idx(2)))
+    for lb, ub, last in ((None, whole, False), (whole, count, True)):
+        with e.loop(ub, lb=lb) as q:
+            k = e.emit(arith.AddiOp(k_lo, e.emit(arith.AddiOp(q, q))))
+            k1 = None if last else _plus(e, k, 1)
+            for c, j in enumerate(js):
                 lo = e.emit(vector.LoadOp(b, [k, j], half))
-                hi = e.emit(arith.SelectOp(odd, e.emit(vector.LoadOp(b, [k1, j], half)), e.const(0.0, half)))
+                hi = e.const(0.0, half) if k1 is None else e.emit(vector.LoadOp(b, [k1, j], half))
                 store(q, c, interleaved(e, lo, hi))
-        if ahead is not None:
-            e.emit(PrefetchOp(b, [k, ahead], write=False))
-            e.emit(PrefetchOp(b, [k1, ahead], write=False))
+            if ahead is not None and k1 is not None:
+                e.emit(PrefetchOp(b, [k, ahead], write=False))
+                e.emit(PrefetchOp(b, [k1, ahead], write=False))
 
 
 def panel_level(target: Target) -> str | None:
