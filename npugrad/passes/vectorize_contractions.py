@@ -179,14 +179,13 @@ def pack_pairs(e: IRBuilder, b: SSAValue, transposed_b: bool, k_lo: SSAValue, k_
     k_hi) and each of the panel's nr vectors c (columns j0 + c·lanes, lanes of them): v holds
     the pairs (B[k, j], B[k + 1, j]) of those columns, what x86vector.avx512.dot reads. B read [k, j]:
     rows k and k + 1 interleaved (a shuffle), the row after next panel's line prefetched at
-    column `ahead`. B read [j, k], where a column's pair is one i32 of B's row: lanes x lanes
+    column `ahead`, over the whole pairs, then an odd count's last row alone. B read [j, k], where a column's pair is one i32 of B's row: lanes x lanes
     blocks of i32, each row a vector load and the block transposed in registers; the last
     pairs a pair at a time."""
     words = VectorType(i32, [lanes])
     pairs_t = VectorType(bf16, [2 * lanes])
     count = e.emit(arith.DivUIOp(e.emit(arith.AddiOp(e.emit(arith.SubiOp(k_hi, k_lo)), e.idx(1))), e.idx(2)))
     js = [_plus(e, j0, c * lanes) for c in range(nr)]
-    rest = e.idx(0)
     if transposed_b:
         blocks = e.emit(arith.DivUIOp(e.emit(arith.SubiOp(k_hi, k_lo)), e.idx(2 * lanes)))
         rest = e.emit(arith.MuliOp(blocks, e.idx(lanes)))
@@ -197,7 +196,6 @@ def pack_pairs(e: IRBuilder, b: SSAValue, transposed_b: bool, k_lo: SSAValue, k_
                         for r in range(lanes)]
                 for r, column in enumerate(transposed(e, rows)):
                     store(_plus(e, q0, r), c, e.emit(vector.BitcastOp(column, pairs_t)))
-    if transposed_b:
         with e.loop(count, lb=rest) as q:
             k = e.emit(arith.AddiOp(k_lo, e.emit(arith.AddiOp(q, q))))
             k1, odd = second(e, k, k_hi)
