@@ -1,0 +1,177 @@
+"""How long each block of a launch waits at the flags (npu.wait_flag): the FLCE gradient's
+wavefront made visible, block by block, on the host's threads.
+
+    NPUGRAD_THREADS=2 .venv/bin/python bench/flag_waits.py                       # FLCE bf16 4096 x 4096 x 8192
+    NPUGRAD_THREADS=2 .venv/bin/python bench/flag_waits.py --size bt=2048,h=2048,v=32000,dtype=float32 --steps
+
+The machine code of npu.wait_flag is a support function the JIT links by name
+(lowering/machine_code.py: an acquire load repeated, spinning, until the counter reaches the
+value). Here that name is bound, before npugrad defines it, to a Python function that checks the
+counter once and, if it has not reached the value yet, times the wait (giving the GIL and the
+core away between checks, so the other blocks run on). Every other instruction of the kernels
+is the one the op runs anyway. A wait is charged to the flag it reads: block b > 0 waits on
+flag b − 1 (the block before it, done with the vocabulary tile that block b's GEMM 3 takes
+next), and block 0 on flag P − 1 (a bfloat16/float16 dW's ring: a slot the last block still
+rounds; tiling/flce.py).
+
+Each check is a call into Python (a few microseconds): at sizes whose steps take
+microseconds, the figures are as much the tool's as the kernel's. What it cannot see: a block that finishes its last step before the others waits at the end of
+the launch (the pool's join), not at a flag; that drain is the wall time less the slowest
+block's work, and is not in these figures. The first wait of block 1 is the wavefront's fill
+(GEMMs 1 and 2 of its first tile against all three of block 0's); a wait at nearly every step
+after it says the block before is the slower one, by about that much a step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import statistics
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+WAIT_SYMBOL = "_mlir_ciface_npugrad_wait_flag"
+
+
+@dataclass
+class Waits:
+    """The waits seen so far: per call, (flag address, value, seconds waited or 0.0 where the
+    counter had the value already, start time in the call)."""
+    calls: list[list[tuple[int, int, float, float]]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    start: float = 0.0
+
+    def new_call(self) -> None:
+        self.calls.append([])
+        self.start = time.perf_counter()
+
+    def add(self, address: int, value: int, waited: float, at: float) -> None:
+        with self.lock:
+            if self.calls:
+                self.calls[-1].append((address, value, waited, at - self.start))
+
+
+WAITS = Waits()
+
+
+@ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64)
+def _wait_flag(address: int, value: int) -> None:
+    counter = ctypes.c_int64.from_address(address)  # an aligned i64 load: atomic on x86-64
+    at = time.perf_counter()
+    if counter.value >= value:
+        WAITS.add(address, value, 0.0, at)
+        return
+    while counter.value < value:
+        time.sleep(0)  # the GIL and the core to the others
+    WAITS.add(address, value, time.perf_counter() - at, at)
+
+
+def install() -> None:
+    """Bind npu.wait_flag's support function to the timing one, before npugrad binds its own
+    (machine_code.init keeps a symbol the process already has)."""
+    import llvmlite.binding as llvm
+
+    from npugrad.lowering import machine_code
+
+    if machine_code.init.cache_info().currsize:  # type: ignore[attr-defined]
+        raise RuntimeError("flag_waits: npugrad's support functions are bound already; install() first")
+    llvm.add_symbol(WAIT_SYMBOL, ctypes.cast(_wait_flag, ctypes.c_void_p).value)
+
+
+@dataclass(frozen=True)
+class FlagReport:
+    flag: int  # its index in the launch's counters
+    waiter: str
+    per_call_ms: float
+    blocked: float  # waits a call that found the counter short (the mean over the calls)
+    checks: float  # waits a call in all
+    first_ms: float  # the first wait that blocked, averaged over the calls
+    others_median_ms: float  # the median of the other blocked waits
+    steps: list[tuple[int, float, float]]  # the last call's (value, start ms, waited ms) of blocked waits
+
+
+def report(calls: list[list[tuple[int, int, float, float]]], blocks: int) -> list[FlagReport]:
+    """Per flag, over the calls: the flag's index is its address's offset from the call's lowest
+    flag address in 64-byte lines (one counter a line: tiling/flce.py's _FLAG_STRIDE)."""
+    per_flag: dict[int, list[list[tuple[int, float, float]]]] = {}
+    for call in calls:
+        if not call:
+            continue
+        base = min(a for a, *_ in call)
+        seen: dict[int, list[tuple[int, float, float]]] = {}
+        for address, value, waited, at in call:
+            seen.setdefault((address - base) // 64, []).append((value, at, waited))
+        for flag, entries in seen.items():
+            per_flag.setdefault(flag, []).append(entries)
+    out = []
+    n = len(calls)
+    for flag in sorted(per_flag):
+        runs = per_flag[flag]
+        waiter = f"block {flag + 1} (on block {flag})" if flag + 1 < blocks else f"block 0 (on block {flag}: dW's ring)"
+        blocked = [[(v, at, w) for v, at, w in run if w > 0] for run in runs]
+        firsts = [b[0][2] for b in blocked if b]
+        others = [w for b in blocked for _, _, w in b[1:]]
+        out.append(FlagReport(
+            flag, waiter,
+            per_call_ms=sum(w for run in runs for *_, w in run) / n * 1e3,
+            blocked=sum(len(b) for b in blocked) / n,
+            checks=sum(len(run) for run in runs) / n,
+            first_ms=statistics.fmean(firsts) * 1e3 if firsts else 0.0,
+            others_median_ms=statistics.median(others) * 1e3 if others else 0.0,
+            steps=[(v, at * 1e3, w * 1e3) for v, at, w in blocked[-1]] if blocked else [],
+        ))
+    return out
+
+
+def _size(text: str) -> dict:
+    out: dict = {}
+    for part in filter(None, text.split(",")):
+        key, value = part.split("=")
+        out[key] = int(value) if value.isdigit() else value
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", default="bt=4096,h=4096,v=8192,dtype=bfloat16", help="FLCE sizes, k=v,... (bench.ops)")
+    ap.add_argument("--calls", type=int, default=3, help="timed calls after the warm-up (default 3)")
+    ap.add_argument("--steps", action="store_true", help="list the last call's blocked waits, one a line")
+    args = ap.parse_args(argv)
+    install()
+    from bench.ops import flce_npugrad
+    from npugrad.runtime import pool
+
+    size = _size(args.size)
+    run = flce_npugrad(**size, alloc=False)
+    run()  # compile, touch
+    WAITS.calls.clear()
+    walls = []
+    for _ in range(args.calls):
+        WAITS.new_call()
+        t = time.perf_counter()
+        run()
+        walls.append(time.perf_counter() - t)
+    blocks = pool.threads()
+    wall = statistics.median(walls) * 1e3
+    print(f"flag_waits: FLCE {args.size} on {blocks} block(s), {args.calls} call(s): {wall:.1f} ms a call (median)")
+    rows = report(WAITS.calls, blocks)
+    if not rows:
+        print("no flag waits (one block, or a kernel without a wavefront)")
+        return
+    print(f"{'flag':>4}  {'waiter':<32} {'waited/call':>12} {'of call':>8} {'blocked/checks':>15} "
+          f"{'first':>9} {'median other':>13}")
+    for r in rows:
+        print(f"{r.flag:>4}  {r.waiter:<32} {r.per_call_ms:>9.1f} ms {r.per_call_ms / wall:>8.1%} "
+              f"{r.blocked:>7g}/{r.checks:<7g} {r.first_ms:>6.2f} ms {r.others_median_ms:>10.2f} ms")
+        if args.steps:
+            for value, at, waited in r.steps:
+                print(f"        value {value:>4}  at {at:8.1f} ms  waited {waited:6.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
