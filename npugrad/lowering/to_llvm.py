@@ -28,7 +28,9 @@ TO_LLVM_PASSES = (
     # x86.avx512.dot (AVX512-BF16's vdpbf16ps; x86vector.avx512.dot in the printed stages, LLVM
     # 22's name: _NEWER) as its LLVM intrinsic.
     "convert-vector-to-llvm{enable-x86=true}",
-    "finalize-memref-to-llvm",
+    # memref.alloc and dealloc as calls of _mlir_memref_to_llvm_alloc and _free: machine_code's
+    # support functions (malloc and free, a large buffer advised to take huge pages).
+    "finalize-memref-to-llvm{use-generic-functions=true}",
     "convert-arith-to-llvm",
     "convert-index-to-llvm",
     "convert-func-to-llvm",

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from npugrad.dialect.checks import SignatureError, SignatureTypeError
+from npugrad.runtime.address import HUGE_PAGE_BYTES
 from npugrad.runtime.address import aligned as aligned_empty  # uninitialised, 64-byte aligned
 from npugrad.runtime.launch import as_input, owned_and_distinct
 
@@ -197,16 +198,6 @@ def human_bytes(n: int) -> str:
     return f"{n} bytes"
 
 
-def _huge_page_bytes() -> int:
-    """The transparent huge page's size (2 MiB on x86-64), where the system says."""
-    try:
-        with open("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size") as f:
-            return int(f.read())
-    except (OSError, ValueError):
-        return 2 << 20
-
-
-HUGE_PAGE_BYTES = _huge_page_bytes()
 _MADV_POPULATE_WRITE = 23  # Linux 5.14
 _madvise = None
 

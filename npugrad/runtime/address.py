@@ -51,6 +51,18 @@ data_address = _from_struct if _FAST else _documented
 data_addresses = _all_from_struct if _FAST else _all_documented
 
 
+def _huge_page_bytes() -> int:
+    """The transparent huge page's size (2 MiB on x86-64), where the system says."""
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 2 << 20
+
+
+HUGE_PAGE_BYTES = _huge_page_bytes()
+
+
 def aligned(shape: Sequence[int], dtype, alignment: int = 64, *, zeroed: bool = False) -> np.ndarray:
     """A C-contiguous array whose first element is on an `alignment`-byte boundary,
     uninitialised (or `zeroed`: calloc's fresh zero pages where it is large). NumPy's large

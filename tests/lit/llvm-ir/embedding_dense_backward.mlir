@@ -1,11 +1,12 @@
-// LLVM IR of the embedding gradient: malloc'd scratch for the counting sort, sign-extended i32
+// LLVM IR of the embedding gradient: heap scratch for the counting sort (the runtime's allocation
+// functions: malloc, huge pages advised for a large one), sign-extended i32
 // indices bounded by one unsigned compare plus the padding compare, the float32 sums
 // (frequency-scaled), and the scratch freed.
 // RUN: npugrad-opt %examples/embedding_dense_backward.mlir --stage llvm-ir --cpu %inputs/avx512.toml | FileCheck %s
 
 // CHECK:      define void @embedding_dense_backward(ptr %{{.*}}, ptr %{{.*}}, i64 %{{.*}}, i64 %{{.*}},
-// CHECK:        call ptr @malloc(i64 {{[0-9]+}})
-// CHECK:        call ptr @malloc(i64 {{[0-9]+}})
+// CHECK:        call ptr @_mlir_memref_to_llvm_alloc(i64 {{[0-9]+}})
+// CHECK:        call ptr @_mlir_memref_to_llvm_alloc(i64 {{[0-9]+}})
 // CHECK:        %[[K:.*]] = sext i32 %{{.*}} to i64
 // CHECK-NEXT:   icmp ult i64 %[[K]], 50
 // CHECK-NEXT:   icmp ne i64 %[[K]], 0
@@ -14,7 +15,7 @@
 // CHECK:        %[[CNT:.*]] = sitofp i64 %{{.*}} to float
 // CHECK:        %[[S:.*]] = fdiv <16 x float> %{{.*}}, %{{.*}}
 // CHECK:        fadd <16 x float> %{{.*}}, %[[S]]
-// CHECK:        call void @free(
-// CHECK:        call void @free(
+// CHECK:        call void @_mlir_memref_to_llvm_free(
+// CHECK:        call void @_mlir_memref_to_llvm_free(
 // CHECK:      define void @_mlir_ciface_embedding_dense_backward(ptr %{{.*}}, ptr %{{.*}}, ptr %{{.*}})
 // CHECK:        call void @embedding_dense_backward(
