@@ -101,11 +101,7 @@ declare i32 @sched_yield()
 # bytes, freed when the kernel frees them.
 _HUGE_PAGES = platform.system() == "Linux"
 _MADV_HUGEPAGE = 14
-ALLOC_IR = f"""
-define ptr @_mlir_memref_to_llvm_alloc(i64 %size) {{
-entry:
-  %p = call ptr @malloc(i64 %size)
-  %large = icmp uge i64 %size, {2 * HUGE_PAGE_BYTES}
+_ADVISE = f"""  %large = icmp uge i64 %size, {2 * HUGE_PAGE_BYTES}
   %mapped = icmp ne ptr %p, null
   %advise = and i1 %large, %mapped
   br i1 %advise, label %whole_pages, label %done
@@ -119,7 +115,12 @@ whole_pages:
   %at = inttoptr i64 %first to ptr
   %ignored = call i32 @madvise(ptr %at, i64 %length, i32 {_MADV_HUGEPAGE})
   br label %done
-done:
+""" if _HUGE_PAGES else "  br label %done\n"
+ALLOC_IR = f"""
+define ptr @_mlir_memref_to_llvm_alloc(i64 %size) {{
+entry:
+  %p = call ptr @malloc(i64 %size)
+{_ADVISE}done:
   ret ptr %p
 }}
 
@@ -130,21 +131,7 @@ define void @_mlir_memref_to_llvm_free(ptr %p) {{
 
 declare ptr @malloc(i64)
 declare void @free(ptr)
-declare i32 @madvise(ptr, i64, i32)
-""" if _HUGE_PAGES else """
-define ptr @_mlir_memref_to_llvm_alloc(i64 %size) {
-  %p = call ptr @malloc(i64 %size)
-  ret ptr %p
-}
-
-define void @_mlir_memref_to_llvm_free(ptr %p) {
-  call void @free(ptr %p)
-  ret void
-}
-
-declare ptr @malloc(i64)
-declare void @free(ptr)
-"""
+""" + ("declare i32 @madvise(ptr, i64, i32)\n" if _HUGE_PAGES else "")
 SUPPORT_IR += ALLOC_IR
 SUPPORT_FUNCTIONS = ("__truncsfbf2", "_mlir_ciface_npugrad_set_flag", "_mlir_ciface_npugrad_wait_flag",
                      "_mlir_memref_to_llvm_alloc", "_mlir_memref_to_llvm_free")
