@@ -35,7 +35,10 @@ from dataclasses import dataclass, field
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-WAIT_SYMBOL = "_mlir_ciface_npugrad_wait_flag"
+from bench.loop_profile import _size  # the same k=v,... sizes
+from npugrad.runtime.sync import WAIT_FLAG
+
+WAIT_SYMBOL = f"_mlir_ciface_{WAIT_FLAG}"  # the C interface of npu.wait_flag's support function
 
 
 @dataclass
@@ -125,14 +128,6 @@ def report(calls: list[list[tuple[int, int, float, float]]], blocks: int) -> lis
             others_median_ms=statistics.median(others) * 1e3 if others else 0.0,
             steps=[(v, at * 1e3, w * 1e3) for v, at, w in blocked[-1]] if blocked else [],
         ))
-    return out
-
-
-def _size(text: str) -> dict:
-    out: dict = {}
-    for part in filter(None, text.split(",")):
-        key, value = part.split("=")
-        out[key] = int(value) if value.isdigit() else value
     return out
 
 

@@ -177,11 +177,11 @@ def pack_pairs(e: IRBuilder, b: SSAValue, transposed_b: bool, k_lo: SSAValue, k_
                lanes: int, nr: int, store: Callable[[SSAValue, int, SSAValue], None], ahead: SSAValue | None = None) -> None:
     """store(q, c, v) for each pair q of reduction steps k = k_lo + 2q, k + 1 (k + 1 zero past
     k_hi) and each of the panel's nr vectors c (columns j0 + c·lanes, lanes of them): v holds
-    the pairs (B[k, j], B[k + 1, j]) of those columns, what x86vector.avx512.dot reads. B read [k, j]:
-    rows k and k + 1 interleaved (a shuffle), the row after next panel's line prefetched at
-    column `ahead`, over the whole pairs, then an odd count's last row alone. B read [j, k], where a column's pair is one i32 of B's row: lanes x lanes
-    blocks of i32, each row a vector load and the block transposed in registers; the last
-    pairs a pair at a time."""
+    the pairs (B[k, j], B[k + 1, j]) of those columns, what x86vector.avx512.dot reads. B read
+    [k, j]: rows k and k + 1 interleaved (a shuffle), the row after next panel's line prefetched
+    at column `ahead`, over the whole pairs, then an odd count's last row alone. B read [j, k],
+    where a column's pair is one i32 of B's row: lanes x lanes blocks of i32, each row a vector
+    load and the block transposed in registers; the last pairs a pair at a time."""
     words = VectorType(i32, [lanes])
     pairs_t = VectorType(bf16, [2 * lanes])
     count = e.emit(arith.DivUIOp(e.emit(arith.AddiOp(e.emit(arith.SubiOp(k_hi, k_lo)), e.idx(1))), e.idx(2)))
