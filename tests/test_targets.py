@@ -154,6 +154,18 @@ def test_stream_prefetch_distance_comes_from_the_global_level():
     assert 0 < h.stream_prefetch_bytes - g.latency * g.bandwidth / h.cores <= 64
 
 
+def test_stream_store_threshold_is_a_core_share_of_the_largest_level(monkeypatch):
+    """Loops storing at least this much of an output write it past the caches: one core's
+    share of the largest local level (host: its L3 share, as read off /sys); none where the
+    machine code is not x86-64's (the store fence is x86's sfence)."""
+    t = from_dict(tomllib.loads(USER))
+    assert t.stream_store_bytes == max(lv.capacity for lv in t.local_levels())
+    h = host()
+    assert h.stream_store_bytes == h.level("l3").capacity
+    monkeypatch.setattr("platform.machine", lambda: "aarch64")
+    assert from_dict(tomllib.loads(USER)).stream_store_bytes == 0
+
+
 def test_host_shape():
     t = get("host")
     assert t is host()  # read once

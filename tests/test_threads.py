@@ -6,9 +6,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+from api_cases import flce
 from conftest import assert_close
 
-from npugrad import ops
 from npugrad.tools.demo import all_cases
 
 
@@ -39,11 +39,13 @@ def test_all_ops_from_several_threads():
 
 def test_gil_is_released_during_a_kernel():
     """Another Python thread runs bytecode in the middle of a kernel's run. Were the GIL held
-    for the whole call, no bytecode of another thread could run between its start and end."""
-    n = 1 << 25
-    x = np.random.default_rng(0).uniform(0.01, 0.99, n).astype(np.float32)
-    out = np.empty_like(x)
-    ops.binary_cross_entropy_grad(x[:10], x[:10], np.float32(1.0))  # compile outside the timing
+    for the whole call, no bytecode of another thread could run between its start and end.
+    The kernel: the linear cross-entropy gradient, 6 x 1024 x 512 x 8192 FLOP (tens of ms on
+    any machine of this kind, with 20 MiB of arrays; a memory-bound op long enough to tell
+    needs hundreds of MiB, and gets shorter as its stores get cheaper)."""
+    rng = np.random.default_rng(0)
+    flce(rng, 3, 4, 5).call()  # compile outside the timing (the kernel takes any shape)
+    case = flce(rng, 1024, 512, 8192)
     stamps: list[float] = []
     stop = threading.Event()
 
@@ -57,7 +59,7 @@ def test_gil_is_released_during_a_kernel():
     try:
         time.sleep(0.01)
         start = time.perf_counter()
-        ops.binary_cross_entropy_grad(x, x, np.float32(1.0), out=out)
+        case.call()
         end = time.perf_counter()
     finally:
         stop.set()

@@ -184,7 +184,9 @@ def test_access_patterns(store, lanes):
         text = text.replace("memref.store", "%j = arith.addi %i, %c1 : index\n      memref.store")
     module = _vectorized(text)
     loads = _vector_loads(module)
-    assert [ld.result.type.get_shape() for ld in loads] == ([(lanes,)] if lanes else [])
+    # Vectorised twice: %b is an output the loop does not read, written past the caches or
+    # through them, a run-time choice (vectorize-elementwise-loops-stream.mlir).
+    assert [ld.result.type.get_shape() for ld in loads] == ([(lanes,)] * 2 if lanes else [])
 
 
 def test_in_place_needs_the_same_index_list():

@@ -4,13 +4,18 @@ other way a float32 accumulator starts: from an output, widened (`widen_into`).
 A fill of contiguous memory is one flat loop (LLVM makes it a memset: the lines stay in cache for
 whoever reads them next). A fill so large that no cache could keep it anyway (STREAM_BYTES and
 up) is written with non-temporal stores, which skip reading each line before overwriting it: half
-the memory traffic. A window whose rows are not contiguous (known only at run time for a strided
-memref) is filled row by row.
+the memory traffic, then a store fence. A window whose rows are not contiguous (known only at run
+time for a strided memref) is filled row by row.
+
+The non-temporal store and the fence are built here for every loop that writes past the caches
+(vectorize-elementwise-loops' streamed stores too): `streaming_store`, `store_fence`.
 """
 
 from __future__ import annotations
 
-from xdsl.dialects import arith, memref, vector
+from collections.abc import Sequence
+
+from xdsl.dialects import arith, llvm, memref, vector
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     BoolAttr,
@@ -26,6 +31,22 @@ from npugrad.ir import IRBuilder, unit_innermost_stride
 
 LINE_BYTES = 64  # a cache line
 STREAM_BYTES = 8 << 20  # zero fills at least this large bypass the caches
+
+
+def streaming_store(value: SSAValue, ref: SSAValue, indices: Sequence[SSAValue], alignment: int) -> vector.StoreOp:
+    """vector.store past the caches (upstream's `nontemporal` property) at an address that is a
+    multiple of `alignment` bytes (upstream's `alignment` attribute): LLVM emits x86's
+    non-temporal store (vmovntps) only for an aligned vector, a plain store otherwise."""
+    store = vector.StoreOp(value, ref, list(indices), nontemporal=BoolAttr.from_bool(True))
+    store.attributes["alignment"] = IntegerAttr(alignment, 64)  # upstream's vector.store attribute
+    return store
+
+
+def store_fence() -> Operation:
+    """x86's sfence: the non-temporal stores before it are seen by every core before any store
+    after it (they are weakly ordered: without it, a flag set after them, a plain release
+    store on x86, could be seen before they are)."""
+    return llvm.CallIntrinsicOp("llvm.x86.sse.sfence", [], [])
 
 
 def zero_fill(e: IRBuilder, ref: SSAValue) -> None:
@@ -92,11 +113,10 @@ def zero_fill_flat(e: IRBuilder, ref: SSAValue, n: SSAValue) -> None:
             e.store(zero, ref, [i])
         zeros = e.const(0.0, VectorType(t.element_type, [lanes]))
         with e.loop(body_end, lb=head, step=e.idx(lanes)) as i:
-            store = vector.StoreOp(zeros, ref, [i], nontemporal=BoolAttr.from_bool(True))
-            store.attributes["alignment"] = IntegerAttr(LINE_BYTES, 64)  # upstream's vector.store attribute
-            e.emit(store)
+            e.emit(streaming_store(zeros, ref, [i], LINE_BYTES))
         with e.loop(n, lb=body_end) as i:
             e.store(zero, ref, [i])
+        e.emit(store_fence())
 
     known = e.static_value(n)
     if known is None:

@@ -30,6 +30,7 @@ OPTION_HELP = {
     "tile_v": "vocabulary rows per tile, for ops without a tile_sizes attribute (an op's own sizes win; 0: from the cpu's caches)",
     "cpu": "the CPU whose caches size the tiles left at 0: host or a target .toml file",
     "wide_grad": "keep G (rounded to the input type) in a float32 tile for a CPU's GEMMs 2 and 3, but a bfloat16 G where the cpu multiplies bfloat16 pairs (the untiled pipeline sets it)",
+    "streaming": "write an output a loop stores at least the target's stream_store_bytes of, and does not read, past the caches (non-temporal stores, chosen at run time; false: always through them)",
     "balance_blocks": "spread BT evenly over token tiles whose count is a multiple of this many blocks, each starting at a multiple of the cpu's micro-kernel rows (the gradient's loop then runs over tile indices; 0: steps of tile_bt; the untiled pipeline sets the cpu's cores)",
 }
 

@@ -55,6 +55,27 @@ while a load is in flight:
 EMA-Adam's step on 16M float32 parameters (Zen 4, 2 threads, fresh processes taking turns, eight
 each): 11.97 ms median against 12.80 without; BCE's gradient 7.6 against 8.0.
 
+A loop that stores to global memory a memref it does not read (an output: BCE's dx) and stores
+at least Target.stream_store_bytes there (one core's share of the largest cache) writes it past
+the caches. Through them, every line written is first read from memory (the write-allocate):
+BCE's gradient with a weight moves 5 bytes per 4 it needs. The loop is emitted twice, chosen at
+run time (or at compile time, for constant bounds too short to stream):
+
+    %streamed = (trips · 4 >= stream_store_bytes) and (y's first element is float-aligned in a line)
+    scf.if %streamed {
+      scf.for %i = %lb to %line_start step %c1 { ...the scalar body... }   // up to y's next line
+      scf.for %i = %line_start to %main step %c16 {
+        ... vector.store %z, %y[%i] {alignment = 64 : i64, nontemporal = true} ... } {train.vectorized}
+      scf.for %i = %main to %ub step %c1 { ...the scalar body... }
+      llvm.call_intrinsic "llvm.x86.sse.sfence"() : () -> ()             // lowering/fills.py
+    } else { ...the vector loop and the scalar rest, as above... }
+
+The non-temporal stores (vmovntps) write whole lines without reading them; the fence makes them
+visible to every core before any later store (a flag another block waits on). Results are the
+same ops on the same elements either way: bit-identical. A loop carrying values (a reduction)
+is not streamed. BCE's gradient with a weight, 16M float32 elements, 2 threads of a Zen 5,
+fresh processes taking turns: see the README's bench figures.
+
 A loop is left as it is when anything
 else is in it: other ops or nested regions, the induction variable in arithmetic or in another
 index position, a store not indexed by it, an index or i1 memref (i1 vectors are bit-packed in
@@ -67,6 +88,7 @@ operands are assumed not to overlap partially, as in the scalar loop's lowering 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -93,7 +115,9 @@ from xdsl.utils.exceptions import VerifyException
 
 from npugrad.dialect.attributes import VECTORIZED
 from npugrad.dialect.upstream import LOOP_ANNOTATION, PrefetchOp
-from npugrad.ir import unit_innermost_stride
+from npugrad.ir import IRBuilder, unit_innermost_stride
+from npugrad.lowering.fills import store_fence, streaming_store
+from npugrad.passes.vectorize_contractions import line_bytes
 from npugrad.targets import get
 
 _MEMORY_ELEMENTS = (f16, bf16, f32, f64) + tuple(IntegerType(w) for w in (8, 16, 32, 64))
@@ -101,13 +125,16 @@ _LANE_ELEMENTS = (*_MEMORY_ELEMENTS, IntegerType(1))
 index = IndexType()
 
 
-def _is_constant_one(value: SSAValue) -> bool:
+def _constant(value: SSAValue) -> int | None:
+    """The value of an integer constant, else None."""
     owner = value.owner
-    return (
-        isinstance(owner, arith.ConstantOp)
-        and isinstance(owner.value, IntegerAttr)
-        and owner.value.value.data == 1
-    )
+    if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, IntegerAttr):
+        return owner.value.value.data
+    return None
+
+
+def _is_constant_one(value: SSAValue) -> bool:
+    return _constant(value) == 1
 
 
 def _contiguous(ref: SSAValue) -> bool:
@@ -236,12 +263,18 @@ class _Inserter:
 _VIEWS = (memref.SubviewOp, memref.ReinterpretCastOp, memref.CastOp, memref.CollapseShapeOp, memref.ExpandShapeOp)
 
 
+def _root(ref: SSAValue) -> SSAValue:
+    """The memref `ref` is a view of (itself if none)."""
+    while isinstance(ref.owner, _VIEWS):
+        ref = ref.owner.operands[0]  # the source, whatever each view names it
+    return ref
+
+
 def _in_global_memory(ref: SSAValue) -> bool:
     """Whether `ref` is (a view of) an argument of the function: global memory, which a loop
     streams from, as opposed to a buffer the function allocates (a tile meant to stay in a cache
     level or in local memory, where a prefetch would only take a load slot)."""
-    while isinstance(ref.owner, _VIEWS):
-        ref = ref.owner.operands[0]  # the source, whatever each view names it
+    ref = _root(ref)
     if not isinstance(ref, BlockArgument):
         return False
     parent = ref.owner.parent_op()
@@ -253,10 +286,37 @@ def _element_bytes(t: Attribute) -> int | None:
     return width // 8 if isinstance(width, int) and width >= 8 else None
 
 
+def _streamed_store(loop: scf.ForOp, line: int) -> memref.StoreOp | None:
+    """The store whose stream the loop may write past the caches: the first to global memory
+    (_in_global_memory) of a memref nothing in the loop reads (no load of a view of the same
+    root), its other indices defined before the loop, its element a whole fraction of a line.
+    None in a loop carrying values (its vector loop's results would have to leave an scf.if)."""
+    if loop.iter_args:
+        return None
+    body = loop.body.block
+    read = {_root(op.memref) for op in body.ops if isinstance(op, memref.LoadOp)}
+    for op in body.ops:
+        if not isinstance(op, memref.StoreOp) or not _in_global_memory(op.memref) or _root(op.memref) in read:
+            continue
+        width = _element_bytes(op.value.type)
+        outer = op.indices[:-1]
+        if width is None or line % width or any(_in_body(i, body) for i in outer):
+            continue
+        return op
+    return None
+
+
+def _in_body(value: SSAValue, body: Block) -> bool:
+    owner = value.owner
+    return owner is body if isinstance(owner, Block) else owner.parent_block() is body
+
+
 class _Vectorizer:
     def __init__(self, loop: scf.ForOp, varying: set[SSAValue], lanes: int, rewriter: PatternRewriter,
-                 prefetch: int = 0):
+                 prefetch: int = 0, streamed: tuple[SSAValue, int] | None = None):
         self.loop = loop
+        # (memref, alignment): its vector stores non-temporal, each at an address of that alignment
+        self.streamed = streamed
         self.varying = varying
         self.lanes = lanes
         self.rewriter = rewriter
@@ -322,7 +382,11 @@ class _Vectorizer:
                 self._prefetch(op, inside)
             new = vector.LoadOp(op.memref, self._indices(op), self._vector_type(op.res.type))
         elif isinstance(op, memref.StoreOp):
-            new = vector.StoreOp(self._vector(op.value, inside), op.memref, self._indices(op))
+            value = self._vector(op.value, inside)
+            if self.streamed is not None and op.memref is self.streamed[0]:
+                new = streaming_store(value, op.memref, self._indices(op), self.streamed[1])
+            else:
+                new = vector.StoreOp(value, op.memref, self._indices(op))
         elif any(r in self.varying for r in op.results):
             new = _vector_op(op, [self._vector(v, inside) for v in op.operands], self.lanes)
         else:  # uniform: the same scalar op
@@ -380,13 +444,80 @@ class _Vectorizer:
 class VectorizeLoop(RewritePattern):
     lanes: int
     prefetch: int = 0
+    stream_bytes: int = 0  # Target.stream_store_bytes (0: never past the caches)
+    line: int = 64  # bytes of a cache line
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, loop: scf.ForOp, rewriter: PatternRewriter) -> None:
         if VECTORIZED.on(loop):
             return
-        if (varying := _varying_values(loop, self.lanes)) is not None:
+        if (varying := _varying_values(loop, self.lanes)) is None:
+            return
+        store = _streamed_store(loop, self.line) if self.stream_bytes else None
+        lb, ub = _constant(loop.lb), _constant(loop.ub)
+        if store is not None and lb is not None and ub is not None:
+            width = _element_bytes(store.value.type)
+            assert width is not None
+            if (ub - lb) * width < self.stream_bytes:
+                store = None  # too few to stream, known here
+        if store is None:
             _Vectorizer(loop, varying, self.lanes, rewriter, self.prefetch).emit()
+            return
+        self._streamed(loop, store, rewriter)
+
+    def _streamed(self, loop: scf.ForOp, store: memref.StoreOp, rewriter: PatternRewriter) -> None:
+        """The loop twice, chosen at run time: where it stores at least stream_bytes and the
+        streamed memref's elements can fall on line boundaries, scalar iterations up to the first
+        element that starts a line, the vector loop with that memref's stores non-temporal (each
+        vector aligned), the scalar rest and a store fence (sfence: the non-temporal stores are
+        seen by every core before any store after them, such as a flag another block waits on);
+        otherwise the loop as without (emit)."""
+        e = IRBuilder(rewriter, loop)
+        ref = store.memref
+        width = _element_bytes(store.value.type)
+        assert width is not None
+        lb, ub = loop.lb, loop.ub
+        trips = e.emit(arith.MaxSIOp(e.emit(arith.SubiOp(ub, lb)), e.idx(0)))
+        # The address of the element the first iteration stores.
+        meta = memref.ExtractStridedMetaDataOp(ref)
+        e.emit(meta)
+        element = meta.offset
+        for i, stride in zip([*store.indices[:-1], lb], meta.strides):
+            element = e.emit(arith.AddiOp(element, e.emit(arith.MuliOp(i, stride))))
+        base = e.emit(memref.ExtractAlignedPointerAsIndexOp.build(operands=[ref], result_types=[index]))
+        first = e.emit(arith.AddiOp(base, e.emit(arith.MuliOp(element, e.idx(width)))))
+        first.name_hint = "first_byte"
+        gap = e.emit(arith.RemUIOp(e.emit(arith.SubiOp(e.idx(self.line), e.emit(arith.RemUIOp(first, e.idx(self.line))))),
+                                   e.idx(self.line)))
+        gap.name_hint = "to_line"  # bytes from the first element to the next line
+        large = e.emit(arith.CmpiOp(e.emit(arith.MuliOp(trips, e.idx(width))), e.idx(self.stream_bytes), "uge"))
+        whole = e.emit(arith.CmpiOp(e.emit(arith.RemUIOp(gap, e.idx(width))), e.idx(0), "eq"))
+        streamed = e.emit(arith.AndIOp(large, whole))
+        streamed.name_hint = "streamed"
+        alignment = math.gcd(self.line, self.lanes * width)
+
+        def past_the_caches() -> None:
+            head = e.emit(arith.AddiOp(lb, e.emit(arith.MinSIOp(trips, e.emit(arith.DivUIOp(gap, e.idx(width)))))))
+            head.name_hint = "line_start"
+            peel, body = loop.clone(), loop.clone()
+            peel.operands[1] = head
+            body.operands[0] = head
+            e.emit(peel)
+            e.emit(body)
+            varying = _varying_values(body, self.lanes)
+            assert varying is not None  # the same loop
+            _Vectorizer(body, varying, self.lanes, rewriter, self.prefetch, (ref, alignment)).emit()
+            e.emit(store_fence())
+
+        def through_the_caches() -> None:
+            plain = loop.clone()
+            e.emit(plain)
+            varying = _varying_values(plain, self.lanes)
+            assert varying is not None
+            _Vectorizer(plain, varying, self.lanes, rewriter, self.prefetch).emit()
+
+        e.if_else(streamed, past_the_caches, through_the_caches)
+        e.erase(loop)
 
 
 @dataclass(frozen=True)
@@ -394,10 +525,13 @@ class VectorizeElementwiseLoopsPass(ModulePass):
     name = "vectorize-elementwise-loops"
 
     target: str = "host"
+    streaming: bool = True  # false: no loop writes past the caches, however much it stores
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         target = get(self.target)
         lanes = target.vector_bits // 32
         if lanes < 2:
             return
-        PatternRewriteWalker(VectorizeLoop(lanes, target.stream_prefetch_bytes), apply_recursively=False).rewrite_module(op)
+        stream_bytes = target.stream_store_bytes if self.streaming else 0
+        pattern = VectorizeLoop(lanes, target.stream_prefetch_bytes, stream_bytes, line_bytes(target))
+        PatternRewriteWalker(pattern, apply_recursively=False).rewrite_module(op)

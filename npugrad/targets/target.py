@@ -40,6 +40,7 @@ bandwidth, how far ahead loops streaming from it prefetch, Target.stream_prefetc
 from __future__ import annotations
 
 import os
+import platform
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -203,6 +204,20 @@ class Target:
         line = min((lv.alignment for lv in self.local_levels()), default=64)
         line = line if line >= 16 else 64
         return -(-int(g.latency * g.bandwidth / self.cores) // line) * line
+
+    @cached_property
+    def stream_store_bytes(self) -> int:
+        """From how many bytes a core writes to global memory in one loop, writing nothing it
+        reads there, the loop's stores bypass the caches (x86 non-temporal stores): one core's
+        share of the largest local level. Written through the caches, each line is first read
+        from memory (the write-allocate), one more transfer per line written, to be kept for a
+        reader the caches could not hold that much for anyway (glibc's memcpy takes its
+        non-temporal path at a similar share of the shared cache). 0 where the target has no
+        local level, or where the machine code is not x86-64's: every target's kernels run on
+        this machine, and the loop's store fence (sfence) is an x86 instruction."""
+        if platform.machine().lower() not in ("x86_64", "amd64"):
+            return 0
+        return max((lv.capacity or 0 for lv in self.local_levels()), default=0)
 
     def key(self) -> tuple:
         """What compiled code depends on (for compile caches)."""

@@ -5,9 +5,10 @@
 // last element, which the loop reads itself: never out of bounds. A buffer the function
 // allocates (a tile meant to stay in a cache level) gets none, nor does a uniform load. Loads of
 // one element size share the clamped index. On a target without the latency
-// (vectorize-elementwise-loops.mlir) no prefetch is emitted.
-// RUN: npugrad-opt %s -p 'vectorize-elementwise-loops{target="%inputs/avx512_dram_latency.toml"}' | FileCheck %s
-// RUN: npugrad-opt %s -p 'vectorize-elementwise-loops{target="%inputs/avx512.toml"}' | FileCheck %s --check-prefix=NONE
+// (vectorize-elementwise-loops.mlir) no prefetch is emitted. streaming=false: the loop as it runs
+// through the caches (vectorize-elementwise-loops-stream.mlir: its prefetches where it streams).
+// RUN: npugrad-opt %s -p 'vectorize-elementwise-loops{target="%inputs/avx512_dram_latency.toml" streaming=false}' | FileCheck %s
+// RUN: npugrad-opt %s -p 'vectorize-elementwise-loops{target="%inputs/avx512.toml" streaming=false}' | FileCheck %s --check-prefix=NONE
 
 // CHECK-LABEL: func.func @stream
 // CHECK:         %[[LEFT:.*]] = arith.remui

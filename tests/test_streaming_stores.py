@@ -1,0 +1,127 @@
+"""Outputs written past the caches (vectorize-elementwise-loops: a loop storing at least the
+target's stream_store_bytes of an output it does not read; non-temporal stores from the first
+element on a cache line, scalar iterations before it and after the last whole vector, then an
+sfence). The CPU targets here are AVX2 ones (any x86-64 machine of this kind runs them) that
+differ only in their cache: 64 KiB (a core streams from 16 Ki float32 on) or 1 GiB (never).
+
+Every output position gives the same bits either way, matches the reference, and nothing
+outside the output is written, wherever the output starts relative to a line; an output whose
+elements cannot start a line (a float32 array at an odd byte address) runs through the caches."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import assert_close
+
+from npugrad import ops
+from npugrad.compiler import Pipeline
+from npugrad.runtime import launch
+
+TARGET = """\
+name = "avx2-{name}"
+cores = 2
+vector_bits = 256
+vector_registers = 16
+llvm_cpu = "x86-64-v3"
+
+[roles]
+vector = "l2"
+stage = "l2"
+matrix_a = "l2"
+matrix_b = "l2"
+accumulator = "l2"
+
+[[level]]
+name = "dram"
+kind = "global"
+
+[[level]]
+name = "l2"
+capacity = "{l2}"
+alignment = 64
+unit = "cpu"
+parent = "dram"
+
+[[level]]
+name = "l1"
+capacity = "32KiB"
+alignment = 64
+unit = "cpu"
+parent = "l2"
+"""
+
+N = 100_003  # elements: about 50 000 a block on 2, odd, not a whole number of vectors
+
+
+@pytest.fixture(scope="module")
+def cpus(tmp_path_factory):
+    d = tmp_path_factory.mktemp("targets")
+    paths = {}
+    for name, l2 in (("streams", "64KiB"), ("caches", "1GiB")):
+        paths[name] = d / f"{name}.toml"
+        paths[name].write_text(TARGET.format(name=name, l2=l2))
+    return paths
+
+
+def _inputs(rng, n):
+    x = rng.uniform(0.01, 0.99, n).astype(np.float32)
+    y = (rng.random(n) < 0.5).astype(np.float32)
+    w = rng.uniform(0.5, 2.0, n).astype(np.float32)
+    return x, y, w
+
+
+def _bce_sum(x, y, w, dloss):
+    """BCE's gradient, sum reduction, in float32 (OPS.md): dloss·w·(x − y) / max((1 − x)·x, eps)."""
+    eps = np.float32(1e-12)
+    return (np.float32(dloss) * w * (x - y) / np.maximum((np.float32(1) - x) * x, eps)).astype(np.float32)
+
+
+def _run(cpu, x, y, w, out):
+    with launch.using(Pipeline(cpu=str(cpu))):
+        return ops.binary_cross_entropy_grad(x, y, np.float32(0.75), w, 2, out=out)
+
+
+@pytest.mark.parametrize("start", [0, 1, 3, 4, 15, 16, 17])
+def test_streamed_output_anywhere_on_a_line(cpus, start):
+    """The output `start` float32 into a fresh line-aligned buffer (NaN around it): the scalar
+    iterations before its first line take 16 − start mod 16 elements, then whole vectors."""
+    x, y, w = _inputs(np.random.default_rng(start), N)
+    got = {}
+    for name, cpu in cpus.items():
+        raw = np.full(N + 64, np.nan, np.float32)
+        base = (-raw.ctypes.data % 64) // 4  # the buffer's first line-aligned element
+        out = raw[base + start: base + start + N]
+        assert _run(cpu, x, y, w, out) is out
+        assert np.isnan(raw[: base + start]).all() and np.isnan(raw[base + start + N:]).all(), name
+        got[name] = out.copy()
+    assert np.array_equal(got["streams"].view(np.uint32), got["caches"].view(np.uint32))
+    assert_close(got["streams"], _bce_sum(x, y, w, 0.75))
+
+
+def test_output_at_an_odd_byte_address(cpus):
+    """float32 elements 2 bytes past a 4-byte boundary never start a line: the loop runs through
+    the caches (or the call refuses the array), and the answer is the same."""
+    x, y, w = _inputs(np.random.default_rng(7), N)
+    raw = np.zeros(4 * N + 64 + 2, np.uint8)
+    skew = (-raw.ctypes.data % 64) + 2
+    out = raw[skew: skew + 4 * N].view(np.float32)
+    assert out.ctypes.data % 4 == 2
+    try:
+        got = _run(cpus["streams"], x, y, w, out)
+    except ValueError as e:
+        assert str(e).startswith("binary_cross_entropy_grad")
+        return
+    assert got is out
+    assert_close(out, _bce_sum(x, y, w, 0.75))
+
+
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 16 * 1024 * 2 + 5])
+def test_sizes_around_the_threshold(cpus, n):
+    """Below the threshold, at it and just above (64 KiB per block: 16 Ki float32 on each of
+    two): the same bits as through the caches."""
+    x, y, w = _inputs(np.random.default_rng(n), n)
+    a = _run(cpus["streams"], x, y, w, np.empty(n, np.float32))
+    b = _run(cpus["caches"], x, y, w, np.empty(n, np.float32))
+    assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+    assert_close(a, _bce_sum(x, y, w, 0.75))
