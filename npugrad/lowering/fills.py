@@ -28,6 +28,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Operation, SSAValue
 
 from npugrad.ir import IRBuilder, unit_innermost_stride
+from npugrad.targets.target import x86_64
 
 LINE_BYTES = 64  # a cache line
 STREAM_BYTES = 8 << 20  # zero fills at least this large bypass the caches
@@ -42,11 +43,13 @@ def streaming_store(value: SSAValue, ref: SSAValue, indices: Sequence[SSAValue],
     return store
 
 
-def store_fence() -> Operation:
+def store_fence(e: IRBuilder) -> None:
     """x86's sfence: the non-temporal stores before it are seen by every core before any store
     after it (they are weakly ordered: without it, a flag set after them, a plain release
-    store on x86, could be seen before they are)."""
-    return llvm.CallIntrinsicOp("llvm.x86.sse.sfence", [], [])
+    store on x86, could be seen before they are). Nothing on another machine, where LLVM
+    orders its non-temporal stores as it does others."""
+    if x86_64():
+        e.emit(llvm.CallIntrinsicOp("llvm.x86.sse.sfence", [], []))
 
 
 def zero_fill(e: IRBuilder, ref: SSAValue) -> None:
@@ -116,7 +119,7 @@ def zero_fill_flat(e: IRBuilder, ref: SSAValue, n: SSAValue) -> None:
             e.emit(streaming_store(zeros, ref, [i], LINE_BYTES))
         with e.loop(n, lb=body_end) as i:
             e.store(zero, ref, [i])
-        e.emit(store_fence())
+        store_fence(e)
 
     known = e.static_value(n)
     if known is None:

@@ -70,6 +70,11 @@ class TargetError(ValueError):
     """A target description that cannot be used; the message names the file and the field."""
 
 
+def x86_64() -> bool:
+    """Whether this machine, which runs every target's kernels (the JIT's), is an x86-64 one."""
+    return platform.machine().lower() in ("x86_64", "amd64")
+
+
 @dataclass(frozen=True)
 class MemoryLevel:
     name: str
@@ -215,7 +220,7 @@ class Target:
         non-temporal path at a similar share of the shared cache). 0 where the target has no
         local level, or where the machine code is not x86-64's: every target's kernels run on
         this machine, and the loop's store fence (sfence) is an x86 instruction."""
-        if platform.machine().lower() not in ("x86_64", "amd64"):
+        if not x86_64():
             return 0
         return max((lv.capacity or 0 for lv in self.local_levels()), default=0)
 
