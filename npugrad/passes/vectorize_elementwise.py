@@ -288,17 +288,41 @@ def _element_bytes(t: Attribute) -> int | None:
     return width // 8 if isinstance(width, int) and width >= 8 else None
 
 
+# What a function may do with a memref it only writes: store into it, view it, ask its shape
+# and address, free it.
+_WRITES_ONLY = (memref.StoreOp, vector.StoreOp, vector.MaskedStoreOp, memref.DimOp, memref.ExtractStridedMetaDataOp,
+                memref.ExtractAlignedPointerAsIndexOp, memref.DeallocOp)
+
+
+def _write_only(ref: SSAValue) -> bool:
+    """Whether every use of `ref` and of its views stores into it (never reads it, never hands it
+    to anything else): the caller then reads it only after the function returns."""
+    for use in ref.uses:
+        op = use.operation
+        if isinstance(op, _VIEWS) and use.index == 0:
+            if not all(_write_only(r) for r in op.results):
+                return False
+        elif isinstance(op, memref.StoreOp):
+            if op.value is ref:  # the memref stored as a value, not into
+                return False
+        elif isinstance(op, vector.StoreOp | vector.MaskedStoreOp):
+            continue  # their values are vectors
+        elif not isinstance(op, _WRITES_ONLY):
+            return False
+    return True
+
+
 def _streamed_store(loop: scf.ForOp, line: int) -> memref.StoreOp | None:
-    """The store whose stream the loop may write past the caches: the first to global memory
-    (_in_global_memory) of a memref nothing in the loop reads (no load of a view of the same
-    root), its other indices defined before the loop, its element a whole fraction of a line.
-    None in a loop carrying values (its vector loop's results would have to leave an scf.if)."""
+    """The store whose stream the loop may write past the caches: the first to a memref of
+    global memory (an argument, or a view of one) that the function only writes (_write_only),
+    its other indices defined before the loop, its element a whole fraction of a line. A memref
+    the function also reads (in place, or again after this loop) stays in the caches. None in a
+    loop carrying values (its vector loop's results would have to leave an scf.if)."""
     if loop.iter_args:
         return None
     body = loop.body.block
-    read = {_root(op.memref) for op in body.ops if isinstance(op, memref.LoadOp)}
     for op in body.ops:
-        if not isinstance(op, memref.StoreOp) or not _in_global_memory(op.memref) or _root(op.memref) in read:
+        if not isinstance(op, memref.StoreOp) or not _in_global_memory(op.memref) or not _write_only(_root(op.memref)):
             continue
         width = _element_bytes(op.value.type)
         outer = op.indices[:-1]

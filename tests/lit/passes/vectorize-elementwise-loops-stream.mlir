@@ -139,3 +139,39 @@ func.func @constant_bounds(%x: memref<?xf32>, %y: memref<?xf32>) {
   }
   func.return
 }
+
+// An output the function reads again after the loop (a later loop, or a call it is handed to)
+// stays in the caches; one that is only stored into, through views too, streams.
+// CHECK-LABEL: func.func @read_later
+// CHECK-NOT:     nontemporal
+// CHECK:         func.return
+func.func @read_later(%x: memref<?xf32>, %y: memref<?xf32>, %acc: memref<1xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %x, %c0 : memref<?xf32>
+  scf.for %i = %c0 to %n step %c1 {
+    %a = memref.load %x[%i] : memref<?xf32>
+    memref.store %a, %y[%i] : memref<?xf32>
+  }
+  %view = memref.subview %y[0] [%n] [1] : memref<?xf32> to memref<?xf32, strided<[1]>>
+  %first = memref.load %view[%c0] : memref<?xf32, strided<[1]>>
+  memref.store %first, %acc[%c0] : memref<1xf32>
+  func.return
+}
+
+// CHECK-LABEL: func.func @stored_through_views
+// CHECK:         scf.if %streamed {
+// CHECK:           nontemporal = true
+func.func @stored_through_views(%x: memref<?xf32>, %y: memref<?xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %x, %c0 : memref<?xf32>
+  %view = memref.subview %y[0] [%n] [1] : memref<?xf32> to memref<?xf32, strided<[1]>>
+  %other = memref.subview %y[0] [%n] [1] : memref<?xf32> to memref<?xf32, strided<[1]>>
+  %m = memref.dim %other, %c0 : memref<?xf32, strided<[1]>>
+  scf.for %i = %c0 to %m step %c1 {
+    %a = memref.load %x[%i] : memref<?xf32>
+    memref.store %a, %view[%i] : memref<?xf32, strided<[1]>>
+  }
+  func.return
+}
