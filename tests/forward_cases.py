@@ -134,6 +134,8 @@ def _int(value, lo: int = INT64_MIN, hi: int = INT64_MAX) -> int:
 
 
 def _real(value, float32: bool = False) -> float:
+    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iuf":
+        value = value[()]  # a 0-d array of numbers: its number
     if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
         raise Rejected(f"not a real number: {value!r}")
     try:

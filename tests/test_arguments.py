@@ -4,8 +4,9 @@ parameter: no int()/float() coercion of whatever was passed.
 What each kind accepts:
 - integer enums (reduction, mode) and int64 values (ignore_index, num_weights, padding_idx, an
   int step): Python and NumPy integers, not bool, not floats (not even 1.0);
-- real numbers (label_smoothing, EMA-Adam's lr, eps, betas, decays): Python and NumPy reals, not
-  bool, finite (EMA-Adam's also finite as the float32 the kernel computes with);
+- real numbers (label_smoothing, EMA-Adam's lr, eps, betas, decays): Python and NumPy reals and
+  0-d arrays of numbers, not bool, finite (EMA-Adam's also finite as the float32 the kernel
+  computes with);
 - flags (scale_grad_by_freq, bias_correction): bool and numpy.bool_, and the integers 0 and 1
   (the vendor API's C bool); nothing else.
 """

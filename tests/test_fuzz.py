@@ -376,9 +376,11 @@ BAD_SCALARS = {
 # Other spellings of a valid value: the same result.
 SAME_SCALARS = {
     int: lambda v: [np.int64(v), np.int32(v), np.array(v)] if -(1 << 31) <= v < (1 << 31) else [np.int64(v)],
-    float: lambda v: [np.float64(v), int(v)] if float(v).is_integer() else [np.float64(v)],
+    float: lambda v: [np.float64(v), np.array(v), *([int(v), np.array(int(v))] if float(v).is_integer() else [])],
     bool: lambda v: [np.bool_(v), int(v)],
 }
+# The parameters that take real numbers (the others: integers, and bools where the value is one).
+REALS = {"label_smoothing", "lr", "eps", "beta1", "beta2", "ema_decay", "weight_decay", "z_loss", "softcap"}
 
 
 def bad_scalar(case: Case, data) -> bool:
@@ -388,7 +390,10 @@ def bad_scalar(case: Case, data) -> bool:
         return True
     if data.draw(st.booleans(), label="other spelling"):
         v = case.scalars[name]
-        kind = bool if isinstance(v, bool) else float if isinstance(v, float) else int
+        # The parameter's kind, not its value's: a real may already be spelled as an int.
+        kind = float if name in REALS else bool if isinstance(v, bool) else int
+        if kind is float:
+            v = float(v)
         if kind is int and (not isinstance(v, int) or not -(1 << 63) <= v < 1 << 63):
             return True
         case.scalars[name] = data.draw(st.sampled_from(SAME_SCALARS[kind](v)), label="spelling")

@@ -492,7 +492,7 @@ def _spellings(v) -> list:
         out += [np.int32(v), np.array(v)] if -(1 << 31) <= v < (1 << 31) else []
         return out + ([np.uint64(v)] if 0 <= v < (1 << 64) else [])
     if isinstance(v, float):
-        out = [np.float64(v)] + ([int(v)] if v.is_integer() else [])
+        out = [np.float64(v), np.array(v)] + ([int(v)] if v.is_integer() else [])
         return out + ([np.float32(v)] if float(np.float32(v)) == v else [])
     if isinstance(v, str):
         return [np.str_(v)]

@@ -76,10 +76,13 @@ def integer(op: str, name: str, value, meaning: str = "an integer", lo: int = _I
 
 
 def real(op: str, name: str, value, float32: bool = False) -> float:
-    """A real argument as a finite Python float: Python and NumPy reals (ints too), not bool.
-    With float32, also finite once rounded to the float32 the kernel computes with."""
+    """A real argument as a finite Python float: Python and NumPy reals (ints too), and a NumPy
+    0-d array of an integer or float dtype (as an integer argument takes a 0-d integer array);
+    not bool. With float32, also finite once rounded to the float32 the kernel computes with."""
     if type(value) is float:  # the common case, without the ABC check
         v = value
+    elif isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iuf":
+        v = float(value)
     elif isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_):
         try:
             v = float(value)
