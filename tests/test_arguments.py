@@ -86,6 +86,10 @@ REJECTS = [
     (EMA_ADAM, "lr", "1e-3", TypeError, ["real number"]),
     (EMA_ADAM, "lr", True, TypeError, ["real number"]),
     (EMA_ADAM, "lr", float("inf"), ValueError, ["finite"]),
+    (EMA_ADAM, "lr", np.array([1e-3]), TypeError, ["real number"]),  # 1-d: not a scalar
+    (EMA_ADAM, "lr", np.array(True), TypeError, ["real number"]),
+    (EMA_ADAM, "lr", np.array(1e-3 + 0j), TypeError, ["real number"]),
+    (EMA_ADAM, "lr", np.array(np.inf), ValueError, ["finite"]),
     (EMA_ADAM, "lr", 1e39, ValueError, ["finite", "float32"]),
     (EMA_ADAM, "eps", float("nan"), ValueError, ["finite"]),
     (EMA_ADAM, "weight_decay", 10**400, ValueError, ["finite"]),
@@ -134,6 +138,9 @@ ACCEPTS = [
     (EMA_ADAM, "step", np.int32(7)),
     (FLCE, "label_smoothing", 0),
     (FLCE, "label_smoothing", np.float16(0)),
+    (FLCE, "label_smoothing", np.array(0)),  # a 0-d array of numbers is its number
+    (EMA_ADAM, "lr", np.array(1e-3)),
+    (EMA_ADAM, "eps", np.array(1e-8, np.float32)),
 ]
 
 
