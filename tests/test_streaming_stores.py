@@ -125,3 +125,34 @@ def test_sizes_around_the_threshold(cpus, n):
     b = _run(cpus["caches"], x, y, w, np.empty(n, np.float32))
     assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
     assert_close(a, _bce_sum(x, y, w, 0.75))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("start", [0, 5])
+def test_embedding_rows_streamed(cpus, dtype, start):
+    """The embedding gradient writes `out` a row at a time from a float32 scratch row: the
+    nest's rows x D elements decide (here 300 rows of 260, 305 KiB of float32: past a 64 KiB
+    cache), each row from its first line on, whatever the row's offset in a line (a row of 260
+    float32 shifts each next row by 16 bytes). The same bits as through the caches, the
+    reference's values, nothing written around `out`."""
+    rng = np.random.default_rng(start)
+    n, d, rows = 700, 260, 300
+    grad = rng.standard_normal((n, d)).astype(dtype)
+    idx = rng.integers(0, rows, n).astype(np.int64)
+    got = {}
+    for name, cpu in cpus.items():
+        raw = np.full(rows * d + 64, np.nan, dtype)
+        base = (-raw.ctypes.data % 64) // raw.itemsize
+        out = raw[base + start: base + start + rows * d].reshape(rows, d)
+        with launch.using(Pipeline(cpu=str(cpu))):
+            res = ops.embedding_dense_backward(grad, idx, rows, padding_idx=3, scale_grad_by_freq=True, out=out)
+        assert res is out
+        assert np.isnan(raw[: base + start]).all() and np.isnan(raw[base + start + rows * d:]).all(), name
+        got[name] = out.copy()
+    assert np.array_equal(got["streams"].view(np.uint8), got["caches"].view(np.uint8))
+    want = np.zeros((rows, d), np.float32)
+    counts = np.bincount(idx, minlength=rows)
+    for i, k in enumerate(idx):
+        if k != 3:
+            want[k] += grad[i].astype(np.float32) / np.float32(counts[k])
+    assert_close(got["streams"], want.astype(dtype))

@@ -13,7 +13,8 @@ Why a sort rather than a float32 (num_weights, D) scratch that the rows of grad 
 the scratch would cost 4·num_weights·D bytes (a second copy of a vocabulary-sized gradient) and
 scatter read-modify-writes over it; the sort needs 8·(num_weights + n) bytes, reads each row of
 grad once, and writes each element of `out` once, rounded once from a float32 row accumulator (a
-D-element scratch; `out`'s own row when it is float32). A bucket lists its positions in
+D-element scratch, whatever out's type: `out` is then only written, never read, a stream
+vectorize-elementwise-loops writes past the caches when it is large). A bucket lists its positions in
 increasing i, so every sum runs in the fixed order i = 0, 1, ... (the reference's order), and the
 bucket's length is the frequency count. Padding and out-of-range indices never enter a bucket.
 """
@@ -127,11 +128,11 @@ def lower_embedding_dense_backward(op: EmbeddingDenseBackwardOp, e: IRBuilder) -
                 e.store(e.emit(arith.AddiOp(e.load(off, [nxt]), e.load(off, [r]))), off, [nxt])
             each_valid_index(place)
 
-        # The float32 accumulator of one row: out's own row when out is float32.
-        buf = None if out_type.element_type == f32 else e.alloc([d], f32)
+        # The float32 accumulator of one row, in the caches; `out` is only written, a row at a time.
+        buf = e.alloc([d], f32)
         zero = e.f32(0.0)
         with e.loop(e.idx(num_weights)) as r:
-            acc, acc_at = (op.out, lambda j: [r, j]) if buf is None else (buf, lambda j: [j])
+            acc, acc_at = buf, lambda j: [j]
             with e.loop(d) as j:
                 e.store(zero, acc, acc_at(j))
             lo = e.load(off, [r])
@@ -145,9 +146,7 @@ def lower_embedding_dense_backward(op: EmbeddingDenseBackwardOp, e: IRBuilder) -
                     if scale:
                         g = e.emit(arith.DivfOp(g, cnt))
                     e.store(e.emit(arith.AddfOp(e.load(acc, acc_at(j)), g)), acc, acc_at(j))
-            if buf is not None:
-                with e.loop(d) as j:
-                    e.store_f32(e.load(buf, [j]), op.out, [r, j])
+            with e.loop(d) as j:
+                e.store_f32(e.load(buf, [j]), op.out, [r, j])
         for scratch in (buf, perm, off):
-            if scratch is not None:
-                e.dealloc(scratch)
+            e.dealloc(scratch)

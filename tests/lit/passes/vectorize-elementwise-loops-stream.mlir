@@ -16,14 +16,14 @@
 // CHECK:         %[[LINE:.*]] = arith.constant 64 : index
 // CHECK:         %[[THRESHOLD:.*]] = arith.constant 1048576 : index
 // CHECK:         %[[TRIPS:.*]] = arith.maxsi
+// CHECK-NEXT:    %stored_bytes = arith.muli %[[TRIPS]], %[[FOUR]] : index
 // CHECK:         memref.extract_strided_metadata %y
 // CHECK:         %[[BASE:.*]] = "memref.extract_aligned_pointer_as_index"(%y)
 // CHECK:         %first_byte = arith.addi %[[BASE]], %{{.*}} : index
 // CHECK-NEXT:    %[[MISALIGNED:.*]] = arith.remui %first_byte, %[[LINE]] : index
 // CHECK-NEXT:    %[[BEFORE:.*]] = arith.subi %[[LINE]], %[[MISALIGNED]] : index
 // CHECK-NEXT:    %to_line = arith.remui %[[BEFORE]], %[[LINE]] : index
-// CHECK-NEXT:    %[[BYTES:.*]] = arith.muli %[[TRIPS]], %[[FOUR]] : index
-// CHECK-NEXT:    %[[LARGE:.*]] = arith.cmpi uge, %[[BYTES]], %[[THRESHOLD]] : index
+// CHECK-NEXT:    %[[LARGE:.*]] = arith.cmpi uge, %stored_bytes, %[[THRESHOLD]] : index
 // CHECK-NEXT:    %[[PART:.*]] = arith.remui %to_line, %[[FOUR]] : index
 // CHECK-NEXT:    %[[WHOLE:.*]] = arith.cmpi eq, %[[PART]], %{{.*}} : index
 // CHECK-NEXT:    %streamed = arith.andi %[[LARGE]], %[[WHOLE]] : i1
@@ -172,6 +172,79 @@ func.func @stored_through_views(%x: memref<?xf32>, %y: memref<?xf32>) {
   scf.for %i = %c0 to %m step %c1 {
     %a = memref.load %x[%i] : memref<?xf32>
     memref.store %a, %view[%i] : memref<?xf32, strided<[1]>>
+  }
+  func.return
+}
+
+// A loop inside loops that call nothing: what the nest stores through the store (its trips
+// times theirs: a row at a time, 8 rows of 32768 float32 here, known at compile time) decides,
+// and one fence follows the outermost loop instead of one per row. Where a loop around calls
+// a function (the runtime's flag services), the fence stays after the streamed loop itself.
+// CHECK-LABEL: func.func @rows
+// CHECK:         scf.for %[[R:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK:           %stored_bytes = arith.muli %{{.*}}, %{{.*}} : index
+// CHECK:           scf.if %streamed {
+// CHECK:             vector.store %{{.*}}, %y[%[[R]], %{{.*}}] {alignment = 64 : i64, nontemporal = true}
+// CHECK-NOT:         sfence
+// CHECK:           } else {
+// CHECK:             } {train.vectorized}
+// CHECK:             }
+// CHECK-NEXT:      }
+// CHECK-NEXT:    }
+// CHECK-NEXT:    llvm.call_intrinsic "llvm.x86.sse.sfence"() : () -> ()
+// CHECK-NEXT:    func.return
+func.func @rows(%x: memref<?xf32>, %y: memref<8x32768xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c8 = arith.constant 8 : index
+  %d = arith.constant 32768 : index
+  scf.for %r = %c0 to %c8 step %c1 {
+    scf.for %i = %c0 to %d step %c1 {
+      %a = memref.load %x[%i] : memref<?xf32>
+      memref.store %a, %y[%r, %i] : memref<8x32768xf32>
+    }
+  }
+  func.return
+}
+
+// CHECK-LABEL: func.func @rows_with_a_call
+// CHECK:         scf.for
+// CHECK:           scf.if %streamed {
+// CHECK:             nontemporal = true
+// CHECK:             llvm.call_intrinsic "llvm.x86.sse.sfence"() : () -> ()
+// CHECK-NEXT:      } else {
+// CHECK:           func.call @flag
+func.func private @flag(index)
+func.func @rows_with_a_call(%x: memref<?xf32>, %y: memref<8x32768xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c8 = arith.constant 8 : index
+  %d = arith.constant 32768 : index
+  scf.for %r = %c0 to %c8 step %c1 {
+    scf.for %i = %c0 to %d step %c1 {
+      %a = memref.load %x[%i] : memref<?xf32>
+      memref.store %a, %y[%r, %i] : memref<8x32768xf32>
+    }
+    func.call @flag(%r) : (index) -> ()
+  }
+  func.return
+}
+
+// A row of 32 float32 in 8 rows (1 KiB), known at compile time: too little, no choice emitted.
+// CHECK-LABEL: func.func @small_rows
+// CHECK-NOT:     nontemporal
+// CHECK-NOT:     sfence
+// CHECK:         func.return
+func.func @small_rows(%x: memref<?xf32>, %y: memref<8x32xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c8 = arith.constant 8 : index
+  %d = arith.constant 32 : index
+  scf.for %r = %c0 to %c8 step %c1 {
+    scf.for %i = %c0 to %d step %c1 {
+      %a = memref.load %x[%i] : memref<?xf32>
+      memref.store %a, %y[%r, %i] : memref<8x32xf32>
+    }
   }
   func.return
 }
