@@ -1,7 +1,8 @@
 """The default pipeline spreads each op over the cores (distribute-over-cores): at sizes large
 enough to be split, results match the reference and are bit for bit the same for 1, 2 and 3
 threads and for the one-core pipeline (`distribute=False`) — for the FLCE wavefront also with
-more blocks than token tiles; the IR shows what each block does.
+more blocks than token tiles, for the embedding gradient rows of out per block; the IR shows
+what each block does.
 Large zero fills stream past the caches (Emitter.zeros_flat): checked on outputs whose start is
 not 64-byte aligned and whose length is not a multiple of a cache line."""
 
@@ -88,6 +89,28 @@ def test_nll_rows_split_over_blocks(rng, threads, dtype, reduction):
     results = _per_thread_count(threads, lambda: (_nll(a, reduction),))
     _all_same(results)
     assert_close(results[0][0], _nll_want(a, reduction))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("scale, padding", [(False, -1), (True, 7)])
+def test_embedding_rows_split_over_blocks(rng, threads, dtype, scale, padding):
+    """Each block sorts the indices of its own rows of out and writes them: three blocks' worth
+    of rows (out 3 x MIN_ELEMENTS elements and more), repeated indices, a padding row."""
+    from npugrad import ops
+
+    rows, d = 389, 3 * MIN_ELEMENTS // 389 + 3
+    grad = rng.standard_normal((2, 301, d)).astype(dtype)
+    idx = rng.integers(0, rows, (2, 301))
+    idx[0, :40] = 11  # one row from many tokens
+
+    def run():
+        return (ops.embedding_dense_backward(grad, idx, rows, padding, scale),)
+
+    results = _per_thread_count(threads, run)
+    _all_same(results)
+    want = harness.expected("embedding_dense_backward", {"grad": grad, "indices": idx},
+                            {"num_weights": rows, "padding_idx": padding, "scale_grad_by_freq": scale})["out"]
+    assert_close(results[0][0], want)
 
 
 @pytest.mark.parametrize("offset", [0, 1, 13])

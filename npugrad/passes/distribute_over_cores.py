@@ -24,7 +24,9 @@ becomes
   before it); every sum runs in the order of the one-block nest, so results are bit-identical
   to it for any number of threads, with the same FLOPs. The runtime still compiles without
   this pass for one thread (runtime/specialize.py): the one-block nest needs no flag.
-- Embedding backward stays on one block (its recipe says why).
+- Embedding backward (passes/tiling/embedding.distribute_embedding): rows of `out`; each block
+  sorts the indices of its own rows and writes those rows (lowered here, not by
+  convert-train-to-loops).
 
 Only a function holding exactly one such op is distributed: blocks (but the wavefront's) do not
 wait for each other, so two ops where one reads what the other writes must not be split. Ops whose static sizes are

@@ -3,7 +3,7 @@
 A recipe is a subclass of `OpRecipe` naming its op class (`op = BinaryCrossEntropyGradOp`) and
 defining every part in PARTS. A part the op does not have is declared so, with the reason:
 
-    distribute = not_supported("its counting sort spans all the indices")
+    distribute = not_supported("spread over cores as its fused nest; unfused it stays on one block")
 
 A recipe that leaves a part undefined fails when its class is created (when `npugrad.recipes`
 loads), with a RecipeError naming the op and the part; an op of the dialect without a recipe

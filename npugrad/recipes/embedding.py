@@ -9,7 +9,7 @@ import numpy as np
 from npugrad.dialect import EmbeddingDenseBackwardOp
 from npugrad.lowering.train_to_loops.embedding import lower_embedding_dense_backward
 from npugrad.passes.tiling import embedding
-from npugrad.recipes.base import FLOAT_DTYPES, Example, OpRecipe, cast, not_supported
+from npugrad.recipes.base import FLOAT_DTYPES, Example, OpRecipe, cast
 from npugrad.reference import ops as ref
 
 
@@ -31,9 +31,8 @@ class EmbeddingDenseBackward(OpRecipe):
     def tile(self, op, target, e):
         embedding.tile_embedding_dense_backward(op, target, e)
 
-    # Its counting sort spans all the indices: a block split would sort them once per block
-    # (its tiling does, for blocks of rows, with local memory to stage them).
-    distribute = not_supported("its counting sort spans all the indices")
+    def distribute(self, op, e):
+        return embedding.distribute_embedding(op, e)
 
     def reference(self, arrays, props):
         a = arrays

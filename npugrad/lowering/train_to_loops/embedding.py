@@ -84,7 +84,11 @@ def place_index(e: IRBuilder, off: SSAValue, perm: SSAValue, ivs, k_dims, slot: 
     e.store(e.emit(arith.AddiOp(pos, e.idx(1))), off, [at])
 
 
-def lower_embedding_dense_backward(op: EmbeddingDenseBackwardOp, e: IRBuilder) -> None:
+def lower_embedding_dense_backward(op: EmbeddingDenseBackwardOp, e: IRBuilder,
+                                   share: tuple[SSAValue, SSAValue] | None = None) -> None:
+    """The loops above; with `share` = (r0, rn), only rows [r0, r0 + rn) of `out` (a block's:
+    passes/tiling/embedding.distribute_embedding): the sort keeps the indices of those rows, in
+    buckets numbered from r0, and only those rows are written."""
     num_weights = op.prop_int("num_weights")
     scale = op.prop_bool("scale_grad_by_freq")
     g_type, k_type, out_type = op.grad.type, op.indices.type, op.out.type
@@ -96,10 +100,17 @@ def lower_embedding_dense_backward(op: EmbeddingDenseBackwardOp, e: IRBuilder) -
     lead, d = g_dims[:-1], g_dims[-1]
     one = e.idx(1)
 
+    # The rows written: all of them, or the share's, bucket r for row first + r.
+    first, n_rows = (e.idx(0), e.idx(num_weights)) if share is None else share
+
     def each_valid_index(body: Callable[[list[SSAValue], SSAValue], None]) -> None:
-        """body(position in indices, row) for each index in [0, num_weights) other than padding_idx, in order."""
+        """body(position in indices, bucket) for each index in [0, num_weights) other than
+        padding_idx (and in the share's rows), in order."""
         with e.loop_nest(k_dims) as ivs:
             row, valid = load_index(e, op, ivs)
+            if share is not None:
+                row = e.emit(arith.SubiOp(row, first))  # below first: a huge unsigned value
+                valid = e.emit(arith.AndIOp(valid, e.emit(arith.CmpiOp(row, n_rows, "ult"))))
             with e.if_(valid):
                 body(ivs, row)
 
@@ -114,16 +125,16 @@ def lower_embedding_dense_backward(op: EmbeddingDenseBackwardOp, e: IRBuilder) -
         n_k = e.product(k_dims)
         # Counts go to off[r + 2]; the prefix sum makes off[r + 1] the start of bucket r; placing
         # advances it to the bucket's end, so bucket r is [off[r], off[r + 1]).
-        off = e.alloc([num_weights + 2], index)
+        off = e.alloc([num_weights + 2] if share is None else [e.emit(arith.AddiOp(n_rows, e.idx(2)))], index)
         perm = e.alloc([n_k], index)
-        with e.loop(e.idx(num_weights + 2)) as r:
+        with e.loop(e.idx(num_weights + 2) if share is None else e.emit(arith.AddiOp(n_rows, e.idx(2)))) as r:
             e.store(e.idx(0), off, [r])
         # n != indices.numel is rejected before launch; never index grad past its end regardless.
         n_lead = static_product(g_shape[:-1])
         same = n_lead is not None and n_lead == static_product(k_shape)
         with if_known(e, None if same else e.emit(arith.CmpiOp(e.product(lead), n_k, "eq"))):
             each_valid_index(count)
-            with e.loop(e.idx(num_weights + 1)) as r:
+            with e.loop(e.idx(num_weights + 1) if share is None else e.emit(arith.AddiOp(n_rows, one))) as r:
                 nxt = e.emit(arith.AddiOp(r, one))
                 e.store(e.emit(arith.AddiOp(e.load(off, [nxt]), e.load(off, [r]))), off, [nxt])
             each_valid_index(place)
@@ -131,7 +142,7 @@ def lower_embedding_dense_backward(op: EmbeddingDenseBackwardOp, e: IRBuilder) -
         # The float32 accumulator of one row, in the caches; `out` is only written, a row at a time.
         buf = e.alloc([d], f32)
         zero = e.f32(0.0)
-        with e.loop(e.idx(num_weights)) as r:
+        with e.loop(n_rows) as r:
             acc, acc_at = buf, lambda j: [j]
             with e.loop(d) as j:
                 e.store(zero, acc, acc_at(j))
@@ -146,7 +157,8 @@ def lower_embedding_dense_backward(op: EmbeddingDenseBackwardOp, e: IRBuilder) -
                     if scale:
                         g = e.emit(arith.DivfOp(g, cnt))
                     e.store(e.emit(arith.AddfOp(e.load(acc, acc_at(j)), g)), acc, acc_at(j))
+            row = r if share is None else e.emit(arith.AddiOp(first, r))
             with e.loop(d) as j:
-                e.store_f32(e.load(buf, [j]), op.out, [r, j])
+                e.store_f32(e.load(buf, [j]), op.out, [row, j])
         for scratch in (buf, perm, off):
             e.dealloc(scratch)

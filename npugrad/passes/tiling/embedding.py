@@ -48,8 +48,15 @@ from npugrad.dialect import EmbeddingDenseBackwardOp
 from npugrad.dialect.checks import static_product
 from npugrad.dialect.npu import AllocLocalOp, CopyOp, element_bytes, local_type
 from npugrad.ir import IRBuilder, index, static_shape
-from npugrad.lowering.train_to_loops.embedding import count_index, delinearize, if_known, load_index, place_index
-from npugrad.passes.tiling.blocks import block_range, record_tile_sizes, tile_sizes
+from npugrad.lowering.train_to_loops.embedding import (
+    count_index,
+    delinearize,
+    if_known,
+    load_index,
+    lower_embedding_dense_backward,
+    place_index,
+)
+from npugrad.passes.tiling.blocks import MIN_ELEMENTS, block_range, block_share, record_tile_sizes, tile_sizes
 from npugrad.targets import Target
 
 
@@ -227,3 +234,27 @@ def tile_embedding_dense_backward(op: EmbeddingDenseBackwardOp, target: Target, 
         e.dealloc(perm)
         e.dealloc(off)
     e.erase(op)
+
+
+def distribute_embedding(op: EmbeddingDenseBackwardOp, e: IRBuilder) -> bool:
+    """Untiled, over the cores (distribute-over-cores): one contiguous range of `out`'s rows per
+    block, enough of them for MIN_ELEMENTS of `out` each. Each block scans all the indices and
+    sorts those of its own rows (8 bytes an index, against D elements written per row), then
+    sums and writes its rows as the untiled lowering does (lower_embedding_dense_backward's
+    share): every row the same sum in the same order, bit-identical for any number of blocks.
+    Fewer than two blocks' worth of `out`, known at compile time: left on one block."""
+    out_t = op.out.type
+    assert isinstance(out_t, MemRefType)
+    n = static_product(static_shape(out_t))
+    if n is not None and n < 2 * MIN_ELEMENTS:
+        return False
+    bid, nblk = block_range(e)
+    rows = e.idx(op.prop_int("num_weights"))
+    d = e.dim(op.out, 1)
+    min_rows = e.emit(arith.CeilDivUIOp(e.idx(MIN_ELEMENTS), e.emit(arith.MaxUIOp(d, e.idx(1)))))
+    r0, chunk = block_share(e, bid, nblk, rows, min_rows, 1)
+    with e.if_(e.emit(arith.CmpiOp(r0, rows, "ult"))):
+        rn = e.emit(arith.MinSIOp(chunk, e.emit(arith.SubiOp(rows, r0))))
+        lower_embedding_dense_backward(op, e, (r0, rn))
+    e.erase(op)
+    return True

@@ -56,6 +56,30 @@ func.func @nll_none(%g: memref<?xf32>, %self: memref<?x?xf32>, %t: memref<?xi64>
   func.return
 }
 
+// Embedding backward: contiguous rows of out per block, as many blocks as have 65536 elements
+// of out each; each block scans all the indices, keeps those of its own rows (index - r0 below
+// its row count, unsigned: one compare for both ends) in buckets numbered from r0, and writes
+// its rows from a float32 scratch row (lowered here: no train op left).
+// CHECK-LABEL: func.func @embedding
+// CHECK:         %[[BID:.*]] = npu.block_idx
+// CHECK:         %[[R0:.*]] = arith.muli %[[BID]], %[[CHUNK:.*]] : index
+// CHECK:         scf.if
+// CHECK:           %[[RN:.*]] = arith.minsi %[[CHUNK]], %{{.*}} : index
+// CHECK:           %[[OFF_N:.*]] = arith.addi %[[RN]], %{{.*}} : index
+// CHECK:           memref.alloc(%[[OFF_N]]) {alignment = 64 : i64} : memref<?xindex>
+// CHECK:           %[[REL:.*]] = arith.subi %{{.*}}, %[[R0]] : index
+// CHECK-NEXT:      %[[MINE:.*]] = arith.cmpi ult, %[[REL]], %[[RN]] : index
+// CHECK:           %[[ACC:.*]] = memref.alloc(%{{.*}}) {alignment = 64 : i64} : memref<?xf32>
+// CHECK:           scf.for %[[R:.*]] = %{{.*}} to %[[RN]] step
+// CHECK:             %[[ROW:.*]] = arith.addi %[[R0]], %[[R]] : index
+// CHECK:             memref.store %{{.*}}, %out[%[[ROW]], %{{.*}}] : memref<32000x?xf32>
+// CHECK-NOT:     train.embedding_dense_backward
+func.func @embedding(%grad: memref<?x?xf32>, %idx: memref<?xi64>, %out: memref<32000x?xf32>) {
+  train.embedding_dense_backward grad(%grad : memref<?x?xf32>) indices(%idx : memref<?xi64>)
+      -> out(%out : memref<32000x?xf32>) {num_weights = 32000 : i64}
+  func.return
+}
+
 // Static sizes below two blocks' worth of work stay whole.
 // CHECK-LABEL: func.func @small
 // CHECK-NOT:     npu.block_idx
