@@ -16,6 +16,7 @@ from functools import cache
 import llvmlite.binding as llvm
 
 from npugrad.runtime.address import HUGE_PAGE_BYTES
+from npugrad.targets.target import x86_64
 
 LOCK = threading.Lock()  # LLVM's global context is not thread-safe
 
@@ -41,7 +42,7 @@ def init() -> None:
 # passes the counter's address): a release store, and an acquire load repeated until the counter
 # reaches the value (spinning, with the CPU's spin-wait hint where it has one, then giving the
 # core away on every try: a launch may have more blocks than the machine has cores).
-_SPIN_HINT = "  call void @llvm.x86.sse2.pause()\n" if platform.machine().lower() in ("x86_64", "amd64") else ""
+_SPIN_HINT = "  call void @llvm.x86.sse2.pause()\n" if x86_64() else ""
 SUPPORT_IR = """
 define bfloat @__truncsfbf2(float %x) {
   %bits = bitcast float %x to i32
