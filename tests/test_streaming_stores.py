@@ -156,3 +156,26 @@ def test_embedding_rows_streamed(cpus, dtype, start):
         if k != 3:
             want[k] += grad[i].astype(np.float32) / np.float32(counts[k])
     assert_close(got["streams"], want.astype(dtype))
+
+
+def test_strided_output_rows_streamed(cpus):
+    """An output whose rows are apart (every other row of a wider buffer, each row starting 12
+    bytes further into a line than the one before): written a row at a time, each row from its
+    first line on. The same bits as through the caches, the reference's values, and the gaps
+    between the rows untouched."""
+    rng = np.random.default_rng(3)
+    rows, cols, pitch = 120, 1001, 2 * 1001 + 3
+    x, y, w = (a.reshape(rows, cols) for a in _inputs(rng, rows * cols))
+    got = {}
+    for name, cpu in cpus.items():
+        raw = np.full(rows * pitch + 64, np.nan, np.float32)
+        base = (-raw.ctypes.data % 64) // 4
+        out = raw[base: base + rows * pitch].reshape(rows, pitch)[:, 5: 5 + cols]
+        assert not out.flags.c_contiguous
+        assert _run(cpu, x, y, w, out) is out
+        keep = np.ones(raw.shape, bool)
+        keep[base: base + rows * pitch].reshape(rows, pitch)[:, 5: 5 + cols] = False
+        assert np.isnan(raw[keep]).all(), name
+        got[name] = out.copy()
+    assert np.array_equal(got["streams"].view(np.uint32), got["caches"].view(np.uint32))
+    assert_close(got["streams"], _bce_sum(x, y, w, 0.75))
