@@ -175,13 +175,23 @@ class IRBuilder:
         starts a cache line: min(n, ((line − first_byte % line) % line) / element_bytes), from
         the address of ref's first element at run time. A hint for laying vectors on lines,
         never needed for correctness (an element that straddles lines counts as before)."""
+        _, gap = self.bytes_to_line(ref, element_bytes, line_bytes)
+        return self.emit(arith.MinSIOp(n, self.emit(arith.DivUIOp(gap, self.idx(element_bytes)))))
+
+    def bytes_to_line(self, ref: SSAValue, element_bytes: int, line_bytes: int,
+                      at: Sequence[SSAValue] | None = None) -> tuple[SSAValue, SSAValue]:
+        """(first_byte, (line − first_byte % line) % line): the address of the element of `ref`
+        at indices `at` (None: its first) at run time, and the bytes from it to the next line."""
         meta = memref.ExtractStridedMetaDataOp(ref)
         self.emit(meta)
+        element = meta.offset
+        for i, stride in zip(at or (), meta.strides):
+            element = self.emit(arith.AddiOp(element, self.emit(arith.MuliOp(i, stride))))
         base = self.emit(memref.ExtractAlignedPointerAsIndexOp.build(operands=[ref], result_types=[index]))
-        first_byte = self.emit(arith.AddiOp(base, self.emit(arith.MuliOp(meta.offset, self.idx(element_bytes)))))
+        first_byte = self.emit(arith.AddiOp(base, self.emit(arith.MuliOp(element, self.idx(element_bytes)))))
         misaligned = self.emit(arith.RemUIOp(first_byte, self.idx(line_bytes)))
         gap = self.emit(arith.RemUIOp(self.emit(arith.SubiOp(self.idx(line_bytes), misaligned)), self.idx(line_bytes)))
-        return self.emit(arith.MinSIOp(n, self.emit(arith.DivUIOp(gap, self.idx(element_bytes)))))
+        return first_byte, gap
 
     # -- control flow -----------------------------------------------------------------------
     @contextmanager

@@ -515,9 +515,8 @@ class VectorizeLoop(RewritePattern):
         if (varying := _varying_values(loop, self.lanes)) is None:
             return
         store = _streamed_store(loop, self.line) if self.stream_bytes else None
+        width = 0 if store is None else _element_bytes(store.value.type) or 0
         if store is not None:
-            width = _element_bytes(store.value.type)
-            assert width is not None
             known = [(_constant(f.lb), _constant(f.ub), _constant(f.step)) for f in [loop, *_nest(loop)]]
             if all(None not in k for k in known):
                 total = math.prod(-(-max(ub - lb, 0) // step) for lb, ub, step in known)  # type: ignore[operator]
@@ -526,9 +525,9 @@ class VectorizeLoop(RewritePattern):
         if store is None:
             _Vectorizer(loop, varying, self.lanes, rewriter, self.prefetch).emit()
             return
-        self._streamed(loop, store, rewriter)
+        self._streamed(loop, store, width, rewriter)
 
-    def _streamed(self, loop: scf.ForOp, store: memref.StoreOp, rewriter: PatternRewriter) -> None:
+    def _streamed(self, loop: scf.ForOp, store: memref.StoreOp, width: int, rewriter: PatternRewriter) -> None:
         """The loop twice, chosen at run time: where it stores at least stream_bytes and the
         streamed memref's elements can fall on line boundaries, scalar iterations up to the first
         element that starts a line, the vector loop with that memref's stores non-temporal (each
@@ -537,8 +536,6 @@ class VectorizeLoop(RewritePattern):
         otherwise the loop as without (emit)."""
         e = IRBuilder(rewriter, loop)
         ref = store.memref
-        width = _element_bytes(store.value.type)
-        assert width is not None
         lb = loop.lb
         trips = _trips(e, loop)
         # What the nest stores through this store: the loop's trips times those of the loops
@@ -547,18 +544,9 @@ class VectorizeLoop(RewritePattern):
         for around in _nest(loop):
             stored = e.emit(arith.MuliOp(stored, _trips(e, around)))
         stored.name_hint = "stored_bytes"
-        # The address of the element the first iteration stores.
-        meta = memref.ExtractStridedMetaDataOp(ref)
-        e.emit(meta)
-        element = meta.offset
-        for i, stride in zip([*store.indices[:-1], lb], meta.strides):
-            element = e.emit(arith.AddiOp(element, e.emit(arith.MuliOp(i, stride))))
-        base = e.emit(memref.ExtractAlignedPointerAsIndexOp.build(operands=[ref], result_types=[index]))
-        first = e.emit(arith.AddiOp(base, e.emit(arith.MuliOp(element, e.idx(width)))))
-        first.name_hint = "first_byte"
-        gap = e.emit(arith.RemUIOp(e.emit(arith.SubiOp(e.idx(self.line), e.emit(arith.RemUIOp(first, e.idx(self.line))))),
-                                   e.idx(self.line)))
-        gap.name_hint = "to_line"  # bytes from the first element to the next line
+        # From the element the first iteration stores to the next line.
+        first, gap = e.bytes_to_line(ref, width, self.line, [*store.indices[:-1], lb])
+        first.name_hint, gap.name_hint = "first_byte", "to_line"
         large = e.emit(arith.CmpiOp(stored, e.idx(self.stream_bytes), "uge"))
         whole = e.emit(arith.CmpiOp(e.emit(arith.RemUIOp(gap, e.idx(width))), e.idx(0), "eq"))
         streamed = e.emit(arith.AndIOp(large, whole))

@@ -125,9 +125,10 @@ def lower_embedding_dense_backward(op: EmbeddingDenseBackwardOp, e: IRBuilder,
         n_k = e.product(k_dims)
         # Counts go to off[r + 2]; the prefix sum makes off[r + 1] the start of bucket r; placing
         # advances it to the bucket's end, so bucket r is [off[r], off[r + 1]).
-        off = e.alloc([num_weights + 2] if share is None else [e.emit(arith.AddiOp(n_rows, e.idx(2)))], index)
+        slots = num_weights + 2 if share is None else e.emit(arith.AddiOp(n_rows, e.idx(2)))
+        off = e.alloc([slots], index)
         perm = e.alloc([n_k], index)
-        with e.loop(e.idx(num_weights + 2) if share is None else e.emit(arith.AddiOp(n_rows, e.idx(2)))) as r:
+        with e.loop(e.idx(slots) if isinstance(slots, int) else slots) as r:
             e.store(e.idx(0), off, [r])
         # n != indices.numel is rejected before launch; never index grad past its end regardless.
         n_lead = static_product(g_shape[:-1])
