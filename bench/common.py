@@ -12,6 +12,9 @@ NumPy's float32 matmul n³ right before its timed calls and right after them (`c
 GFLOP/s): the machine's SGEMM ceiling in the same minutes and process as the row, for a shared
 machine whose speed drifts during a run (the operands are allocated before the baseline of the
 peak, and the product goes into a preallocated output, so the peak stays the contender's).
+With `bandwidth` m > 0 it reads the machine's memory bandwidth there in the same way (`bandwidths`,
+GB/s: bench.contenders.stream_numpy, NumPy's in-place add over two arrays of m MiB on the
+contender's threads), for the memory-bound rows.
 `combine` pools the calls of several such runs (rounds in which the contenders take turns, so
 that a slow spell of a shared machine falls on all of them rather than on one).
 """
@@ -65,12 +68,14 @@ def release_free_memory() -> None:
         pass
 
 
-def child(spec: str, args: dict, repeats: int, warmup: int, slow: float | None = None, ceiling: int = 0) -> dict:
+def child(spec: str, args: dict, repeats: int, warmup: int, slow: float | None = None, ceiling: int = 0,
+          bandwidth: int = 0) -> dict:
     module_name, func_name = spec.split(":")
     sys.path.insert(0, ROOT)
     module = __import__(module_name, fromlist=[func_name])
     fn = getattr(module, func_name)(**args)
     sgemm = _sgemm(ceiling) if ceiling else None
+    stream = _stream(bandwidth) if bandwidth else None
     release_free_memory()
     before = _status_kib()["VmRSS"]
     exact = _reset_hwm()
@@ -82,6 +87,7 @@ def child(spec: str, args: dict, repeats: int, warmup: int, slow: float | None =
     for _ in range(0 if first_only else warmup):
         fn()
     ceilings = [sgemm()] if sgemm else []
+    bandwidths = [stream()] if stream else []
     times = []
     for _ in range(0 if first_only else repeats):
         start = time.perf_counter()
@@ -89,13 +95,15 @@ def child(spec: str, args: dict, repeats: int, warmup: int, slow: float | None =
         times.append(time.perf_counter() - start)
     if sgemm:
         ceilings.append(sgemm())
+    if stream:
+        bandwidths.append(stream())
     median = statistics.median(times) if times else first
     compile_s = getattr(fn, "compile_s", None)
     if compile_s is not None and getattr(fn, "compile_includes_call", False):
         compile_s = max(compile_s - median, 0.0)
     return {"median": median, "min": min(times or [first]), "first": first, "peak_mib": max(peak, 0) / 1024,
             "exact_peak": exact, "times": times if times else [first], "first_only": first_only,
-            "compile_s": compile_s, "ceilings": ceilings}
+            "compile_s": compile_s, "ceilings": ceilings, "bandwidths": bandwidths}
 
 
 def _sgemm(n: int, tries: int = 2) -> Callable[[], float]:
@@ -119,6 +127,23 @@ def _sgemm(n: int, tries: int = 2) -> Callable[[], float]:
     return reading
 
 
+def _stream(mib: int, tries: int = 3) -> Callable[[], float]:
+    """A reading of the memory-bandwidth ceiling (bench.contenders.stream_numpy over two arrays
+    of `mib` MiB, mapped here, before the baseline of the peak), the best of `tries` (GB/s)."""
+    from bench.contenders import stream_numpy
+
+    stream = stream_numpy(mib)
+    stream()
+
+    def reading() -> float:
+        time.sleep(0.2)  # the contender's runtime threads still spinning after its call go idle first
+        best = max(stream() for _ in range(tries))
+        time.sleep(0.2)
+        return best
+
+    return reading
+
+
 @dataclass
 class Result:
     name: str
@@ -132,11 +157,16 @@ class Result:
     timed_out: float | None = None  # the time-out (s) that stopped it: its time is at least that
     predicted: float | None = None  # not run: the seconds a call was predicted to take
     ceilings: tuple[float, ...] = ()  # SGEMM ceiling readings in the contender's process (child's `ceiling`)
+    bandwidths: tuple[float, ...] = ()  # memory-bandwidth readings there (child's `bandwidth`)
 
     def ceiling(self) -> float | None:
         """The SGEMM ceiling of the row's own minutes: the best of its readings, so that one
         reading taken in a slow moment does not flatter the row (None: not read)."""
         return max(self.ceilings) if self.ceilings else None
+
+    def bandwidth(self) -> float | None:
+        """The memory bandwidth of the row's own minutes, the best of its readings (None: not read)."""
+        return max(self.bandwidths) if self.bandwidths else None
 
 
 def combine(runs: list[Result]) -> Result:
@@ -149,20 +179,22 @@ def combine(runs: list[Result]) -> Result:
     median = statistics.median(times) if times else runs[0].median
     return Result(runs[0].name, median, runs[0].first, max(r.peak_mib for r in runs), None, times,
                   runs[0].compile_s, any(r.first_only for r in runs),
-                  ceilings=tuple(c for r in runs for c in r.ceilings))
+                  ceilings=tuple(c for r in runs for c in r.ceilings),
+                  bandwidths=tuple(b for r in runs for b in r.bandwidths))
 
 
 def measure(name: str, spec: str, args: dict, repeats: int = 3, warmup: int = 1, threads: int | None = None,
             slow: float | None = None, timeout: float | None = None, env: dict[str, str] | None = None,
-            ceiling: int = 0) -> Result:
+            ceiling: int = 0, bandwidth: int = 0) -> Result:
     """Run one contender in a fresh interpreter (with `env` added to this one's environment)
     and return its figures (or the error it hit, or "timed out" after `timeout` seconds); with
-    `ceiling` n, the SGEMM n³ readings around its timed calls too (child)."""
+    `ceiling` n, the SGEMM n³ readings around its timed calls too, with `bandwidth` m the
+    memory-bandwidth readings over two m MiB arrays (child)."""
     r = in_child("bench.common:child", {"spec": spec, "args": args, "repeats": repeats, "warmup": warmup, "slow": slow,
-                                        "ceiling": ceiling}, threads, timeout, env)
+                                        "ceiling": ceiling, "bandwidth": bandwidth}, threads, timeout, env)
     if isinstance(r, dict):
         return Result(name, r["median"], r["first"], r["peak_mib"], None, tuple(r["times"]), r["compile_s"],
-                      r["first_only"], ceilings=tuple(r["ceilings"]))
+                      r["first_only"], ceilings=tuple(r["ceilings"]), bandwidths=tuple(r["bandwidths"]))
     nan = float("nan")
     if r is None:
         return Result(name, nan, nan, nan, f"timed out after {timeout:.0f} s", timed_out=timeout)

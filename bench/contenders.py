@@ -234,6 +234,57 @@ def sgemm_numpy(n: int):
     return lambda: np.matmul(a, b, out=c)
 
 
+STREAM_BYTES_PER_ELEMENT = 12  # a += b in float32: two reads and one write, in place (no write-allocate)
+
+
+def stream_numpy(mib: int, count: int | None = None):
+    """The memory-bandwidth ceiling of an in-place stream, for the memory-bound rows as the SGEMM
+    is for the GEMM-bound ones: `count` threads (default: the contender's, `threads()`) each add
+    their share of b into a, in place, with NumPy (`a += b` on float32: two reads and a write an
+    element, as the in-place ops' own traffic is counted; NumPy lets go of the GIL in the ufunc's
+    loop, so the threads run at once). a and b are `mib` MiB each, far beyond the last cache
+    level. The callable returns one reading in GB/s: every thread's bytes over the time from the
+    first thread's start to the last one's end (threads started beforehand, held at a barrier,
+    so that starting them is not timed)."""
+    import threading
+
+    count = count or threads()
+    n = mib * 2**20 // 4
+    a, b = np.ones(n, np.float32), np.ones(n, np.float32)
+    bounds = [n * i // count for i in range(count + 1)]
+    parts = [(a[lo:hi], b[lo:hi]) for lo, hi in zip(bounds, bounds[1:])]
+
+    def reading() -> float:
+        gate = threading.Barrier(count)
+        spans = [(0.0, 0.0)] * count
+
+        def part(i: int) -> None:
+            x, y = parts[i]
+            gate.wait()
+            start = time.perf_counter()
+            np.add(x, y, out=x)
+            spans[i] = (start, time.perf_counter())
+
+        workers = [threading.Thread(target=part, args=(i,)) for i in range(count)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        took = max(end for _, end in spans) - min(start for start, _ in spans)
+        return STREAM_BYTES_PER_ELEMENT * n / took / 1e9
+
+    reading.arrays = (a, b)
+    return reading
+
+
+def stream_ceiling(mib: int, tries: int = 5) -> dict:
+    """The run's memory-bandwidth ceiling in a process of its own: the best of `tries` readings
+    of stream_numpy (GB/s)."""
+    reading = stream_numpy(mib)
+    reading()  # the pages mapped
+    return {"gbs": max(reading() for _ in range(tries)), "threads": threads()}
+
+
 def instruction_peaks(threads: int) -> dict:
     """The machine's float32 FMA and bf16 dot-product (vdpbf16ps) peaks on `threads` threads
     (npugrad/tools/peak.py): {kind: [GFLOP/s or None, its text]}."""

@@ -428,7 +428,8 @@ def _fmt_ratio(other: Result | None, ours: Result) -> str:
 
 @dataclass
 class Ceilings:
-    """The machine's GEMM ceilings, measured in the same run (GFLOP/s; None: not measured)."""
+    """The machine's ceilings, measured in the same run: the GEMMs' (GFLOP/s) and the memory
+    bandwidth (GB/s); None: not measured."""
 
     sgemm: float | None = None
     bf16: float | None = None
@@ -437,6 +438,8 @@ class Ceilings:
     fma: float | None = None  # the float32 FMA instruction peak (npugrad/tools/peak.py)
     dot_bf16: float | None = None  # the vdpbf16ps instruction peak; None where the CPU lacks it
     n: int = 0  # the SGEMM's size, n³; each GEMM-bound row reads it again in its own process (0: not)
+    bandwidth: float | None = None  # the in-place stream's GB/s (bench.contenders.stream_numpy)
+    stream_mib: int = 0  # its arrays' size; each memory-bound row reads it again in its own process (0: not)
 
     def instruction_peak(self, dtype: str | None) -> float | None:
         """The peak of the instruction a GEMM in `dtype` runs on at best: vdpbf16ps for
@@ -459,14 +462,31 @@ class Ceilings:
 
 
 CEILING_N = 4096  # the issue's SGEMM ceiling: NumPy matmul 4096³, float32
+STREAM_MIB, STREAM_MIB_QUICK = 256, 16  # the bandwidth ceiling's arrays: far beyond any last-level cache
 SLOW_S = 60.0  # an FLCE call slower than this is timed on its first call alone
 
 
-def measure_ceilings(quick: bool, threads: int, log: Callable[[str], None], timeout: float | None) -> Ceilings:
-    """SGEMM (NumPy float32 matmul n³) and the bf16 GEMM peak: the better of torch.mm on bfloat16
-    (oneDNN's bf16 dot-product kernels where the CPU has them; elsewhere PyTorch's fallback loop,
-    measured at a smaller n so that it ends) and bfloat16 operands widened to float32 and multiplied
-    by NumPy's SGEMM (what a CPU without bf16 dot-product instructions can do)."""
+def measure_ceilings(quick: bool, threads: int, log: Callable[[str], None], timeout: float | None,
+                     gemm: bool = True, memory: bool = False) -> Ceilings:
+    """With `gemm`: SGEMM (NumPy float32 matmul n³) and the bf16 GEMM peak: the better of
+    torch.mm on bfloat16 (oneDNN's bf16 dot-product kernels where the CPU has them; elsewhere
+    PyTorch's fallback loop, measured at a smaller n so that it ends) and bfloat16 operands
+    widened to float32 and multiplied by NumPy's SGEMM (what a CPU without bf16 dot-product
+    instructions can do). With `memory`: the memory bandwidth of an in-place stream."""
+    stream_mib = STREAM_MIB_QUICK if quick else STREAM_MIB
+    bandwidth, lines = None, []
+    if memory:
+        log("  ceiling: memory bandwidth")
+        got = in_child("bench.contenders:stream_ceiling", {"mib": stream_mib}, threads, timeout)
+        if isinstance(got, dict):
+            bandwidth = got["gbs"]
+            text = f"{bandwidth:.1f} GB/s"
+        else:
+            text = f"failed: {got or 'timed out'}"
+        lines.append(f"Memory bandwidth: NumPy in-place float32 add a += b over 2 x {stream_mib} MiB, "
+                     f"{threads} thread(s) (12 bytes an element) = {text}")
+    if not gemm:
+        return Ceilings(lines=tuple(lines), bandwidth=bandwidth, stream_mib=stream_mib if memory else 0)
     n = 512 if quick else CEILING_N
 
     def rate(name: str, spec: str, size: int, repeats: int = 3) -> tuple[float | None, str]:
@@ -477,7 +497,7 @@ def measure_ceilings(quick: bool, threads: int, log: Callable[[str], None], time
         return 2.0 * size**3 / r.median / 1e9, f"{2.0 * size**3 / r.median / 1e9:.1f} GFLOP/s"
 
     sgemm, sgemm_text = rate("sgemm", "bench.contenders:sgemm_numpy", n)
-    lines = [f"SGEMM ceiling: NumPy float32 matmul {n}^3 = {sgemm_text}"]
+    lines.insert(0, f"SGEMM ceiling: NumPy float32 matmul {n}^3 = {sgemm_text}")
     widened, widened_text = rate("bf16 widened", "bench.contenders:bf16_gemm_widened", n)
     candidates = [widened]
     parts = [f"bfloat16 widened to float32 + NumPy SGEMM {n}^3 = {widened_text}"]
@@ -503,7 +523,7 @@ def measure_ceilings(quick: bool, threads: int, log: Callable[[str], None], time
     else:
         fma = dot = None
         lines.append(f"Instruction peaks: failed: {peaks or 'timed out'}")
-    return Ceilings(sgemm, bf16, tuple(lines), fallback, fma, dot, n)
+    return Ceilings(sgemm, bf16, tuple(lines), fallback, fma, dot, n, bandwidth, stream_mib if memory else 0)
 
 
 def _fraction(rate: float, ceiling: float | None) -> str:
@@ -527,9 +547,11 @@ def run_table(title: str, selected: Sequence[Case], alloc: bool, repeats: int, t
     prediction."""
     ratio_cols = [c for c in contenders if c != "npugrad"] + [c for c in extra if any(s.op == "flce" for s in selected)]
     gemm_cols = ceilings is not None and any(s.unit == "GFLOP/s" for s in selected)
+    bw_cols = ceilings is not None and ceilings.stream_mib > 0 and any(s.unit == "GB/s" for s in selected)
     widths = [max(10, len(c) + 4) for c in ratio_cols]
     header = (f"{'case':<40} {'contender':<13} {'median ms':>10} {'rate':>16}"
               + (f" {'of SGEMM':>8} {'own SGEMM':>9} {'of bf16 pk':>10} {'of instr pk':>11}" if gemm_cols else "")
+              + (f" {'of BW':>6} {'own BW':>6}" if bw_cols else "")
               + f" {'peak extra MiB':>15}"
               + "".join(f" {'vs ' + c:>{w}}" for c, w in zip(ratio_cols, widths)))
     lines = [title, header, "-" * len(header)]
@@ -551,7 +573,8 @@ def run_table(title: str, selected: Sequence[Case], alloc: bool, repeats: int, t
                     log(f"  {case.label}: {c}" + (f" (round {turn + 1} of {case_rounds})" if case_rounds > 1 else ""))
                     r = measure(c, spec_of(case, c), {**case.size, "alloc": alloc}, repeats, warmup, threads,
                                 slow=slow, timeout=timeout,
-                                ceiling=ceilings.n if ceilings is not None and case.unit == "GFLOP/s" else 0)
+                                ceiling=ceilings.n if ceilings is not None and case.unit == "GFLOP/s" else 0,
+                                bandwidth=ceilings.stream_mib if ceilings is not None and case.unit == "GB/s" else 0)
                 runs[c].append(r)
                 if c in compilers.CONTENDERS:
                     shared[case.label, c] = r
@@ -576,6 +599,10 @@ def run_table(title: str, selected: Sequence[Case], alloc: bool, repeats: int, t
                 instr = (_fraction(rate, ceilings.instruction_peak(case.size.get("dtype")))
                          if case.unit == "GFLOP/s" else "")
                 cols += f" {sgemm:>8} {own:>9} {bf16:>10} {instr:>11}"
+            if bw_cols:
+                memory = case.unit == "GB/s"
+                cols += (f" {_fraction(rate, ceilings.bandwidth) if memory else '':>6}"
+                         f" {_fraction(rate, r.bandwidth()) if memory else '':>6}")
             cols += f" {r.peak_mib:>15.1f}"
             if c == "npugrad":
                 cols += "".join(f" {_fmt_ratio(results.get(o), ours) if o in results else '':>{w}}"
@@ -699,6 +726,7 @@ def run(args: argparse.Namespace) -> None:
     print("FLCE: memory-saving mode; NumPy computes in float32 for the bfloat16 rows; "
           "rates: FLCE 6*BT*V*H FLOP, others bytes read + written")
     ceilings = None
+    memory_bound = any(c.unit == "GB/s" for c in selected)
     if gemm_bound:
         if extra:
             print("FLCE compilers, each compiling the same unfused program (logits materialised) for the exact "
@@ -706,13 +734,20 @@ def run(args: argparse.Namespace) -> None:
         for why in absent.values():
             if why:
                 print(why)
-        ceilings = measure_ceilings(args.quick, args.threads, log, timeout)
+    if gemm_bound or memory_bound:
+        ceilings = measure_ceilings(args.quick, args.threads, log, timeout, gemm=gemm_bound, memory=memory_bound)
         print("Measured in this run, " + f"{args.threads} thread(s): " + "\n".join(ceilings.lines))
+    if gemm_bound:
         print("'of SGEMM' / 'of bf16 pk' / 'of instr pk': the row's GFLOP/s as a fraction of these (instr: "
               "vdpbf16ps's peak for bfloat16 where the CPU has it, else the float32 FMA's); 'own SGEMM': of the "
               f"same SGEMM ({ceilings.n}^3) timed again in the row's own process, right before and right after its "
               "timed calls (the best of those readings): the ceiling of the row's own minutes, on a machine whose "
               "speed drifts during the run")
+    if memory_bound:
+        print("'of BW' / 'own BW': a memory-bound row's GB/s (the bytes it must read and write, counted once) as a "
+              "fraction of that bandwidth, measured at the start of the run / again in the row's own process, right "
+              "before and right after its timed calls (the best of those readings): the memory of a shared machine "
+              "moves between processes, and a ratio between two rows is fair only where their 'own BW' agree")
     print()
     shared: dict = {}
     limit = args.predicted_limit or None

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -46,6 +47,7 @@ def test_quick_bench_prints_every_op_with_ratio_columns():
     proc = _quick_bench("--rounds", "1")
     assert "median of 1 timed call(s)" in proc.stdout and "pooled over 1 round(s)" in proc.stdout
     assert "SGEMM ceiling: NumPy float32 matmul 512^3 = " in proc.stdout and "bf16 GEMM peak = " in proc.stdout
+    assert "Memory bandwidth: NumPy in-place float32 add a += b over 2 x 16 MiB" in proc.stdout
     for c in compilers.CONTENDERS:  # absent: a one-line note, never an error
         assert (f"{c}: skipped," in proc.stdout) == (c not in EXTRA)
     main, allocating, compile_times, *contender_compile = _tables(proc.stdout)
@@ -54,6 +56,7 @@ def test_quick_bench_prints_every_op_with_ratio_columns():
     for table in (main, allocating):
         header = next(line for line in table if line.startswith("case "))
         assert "vs numpy" in header and "of SGEMM" in header and "own SGEMM" in header and "of bf16 pk" in header
+        assert "of BW" in header and "own BW" in header
         assert ("vs torch " in header) == HAS_TORCH
         for c in compilers.CONTENDERS:
             assert (f"vs {c}" in header) == (c in EXTRA)
@@ -69,6 +72,8 @@ def test_quick_bench_prints_every_op_with_ratio_columns():
             assert all(r.endswith("x") for r in ratios), ours
             if op == "flce":  # the rate as a fraction of the SGEMM ceiling: the run's, and the row's own
                 assert all(all(f.endswith("%") for f in r.split("GFLOP/s")[1].split()[:2]) for r in group), group
+            else:  # of the memory bandwidth: the run's, and the row's own
+                assert all(all(f.endswith("%") for f in r.split("GB/s")[1].split()[:2]) for r in group), group
     assert "cold compile ms" in compile_times[1] and "from disk ms" in compile_times[1]
     compiled = {line.split()[0] for line in compile_times[3:]}
     assert compiled == set(bench_ops.OPS) and not [r for r in compile_times[3:] if "failed" in r]
@@ -324,6 +329,67 @@ def test_child_reads_the_sgemm_ceiling_around_its_timed_calls():
     got = common.child("tests.test_bench:heap_reuser", {"mib": 1}, repeats=1, warmup=0, ceiling=64)
     assert len(got["ceilings"]) == 2 and all(r > 0 for r in got["ceilings"]), got
     assert common.child("tests.test_bench:heap_reuser", {"mib": 1}, repeats=1, warmup=0)["ceilings"] == []
+
+
+def test_child_reads_the_memory_bandwidth_around_its_timed_calls():
+    """With `bandwidth` m the child reads the in-place stream's GB/s (two m MiB arrays, mapped
+    before the baseline of the peak: the contender's peak stays its own) right before and right
+    after the contender's timed calls; without, it reads none."""
+    got = common.child("tests.test_bench:heap_reuser", {"mib": 1}, repeats=1, warmup=0, bandwidth=8)
+    assert len(got["bandwidths"]) == 2 and all(r > 0 for r in got["bandwidths"]), got
+    assert got["peak_mib"] < 8.0, got
+    assert common.child("tests.test_bench:heap_reuser", {"mib": 1}, repeats=1, warmup=0)["bandwidths"] == []
+
+
+def test_stream_reading_counts_every_threads_bytes(monkeypatch):
+    """A reading is 12 bytes an element (a += b: two reads, one write) over the span from the
+    first thread's start to the last one's end; every thread adds its own share, once."""
+    from bench import contenders
+
+    reading = contenders.stream_numpy(1, count=3)
+    a, b = reading.arrays
+    clock = iter(range(100))
+    monkeypatch.setattr(contenders.time, "perf_counter", lambda: float(next(clock)))  # a tick a call, 6 calls
+    rate = reading()
+    monkeypatch.undo()
+    n = 2**20 // 4
+    assert a.size == b.size == n and np.all(a == 2.0) and np.all(b == 1.0)  # 1 + 1, each element once
+    assert 12 * n / 5 / 1e9 <= rate <= 12 * n / 1 / 1e9  # 6 distinct ticks: the span is 1 to 5 of them
+    reading()
+    assert np.all(a == 3.0)
+
+
+def test_memory_rows_show_their_fraction_of_the_bandwidth(monkeypatch):
+    """'of BW' / 'own BW': a memory-bound row's GB/s over the run's bandwidth reading and over
+    the best of the readings in its own process; only memory-bound rows ask for those readings,
+    at the run's size, and GEMM-bound rows leave the columns empty."""
+    asked = {}
+
+    def fake_measure(name, spec, args, *rest, bandwidth=0, **options):
+        asked[spec] = bandwidth
+        took = case.work / 30e9  # 30 GB/s
+        return Result(name, took, took, 1.0, times=(took,), bandwidths=(40.0, 60.0) if bandwidth else ())
+
+    monkeypatch.setattr(bench_ops, "measure", fake_measure)
+    ceilings = bench_ops.Ceilings(50.0, 50.0, (), fma=100.0, n=4096, bandwidth=50.0, stream_mib=256)
+    case = next(c for c in bench_ops.cases(False) if c.op == "ema_adam")
+    text = bench_ops.run_table("t", [case], False, 1, 2, ["npugrad"], lambda s: None, ceilings=ceilings)
+    header = text.splitlines()[1]
+    row = next(line for line in text.splitlines() if line.startswith(case.label))
+    assert row.split("GB/s")[1].split()[:2] == ["60%", "50%"]
+    assert header.index("of BW") < header.index("own BW") and "of SGEMM" not in header
+    assert asked == {"bench.ops:ema_adam_npugrad": 256}
+    flce = next(c for c in bench_ops.cases(False) if c.op == "flce")
+    asked.clear()
+    text = bench_ops.run_table("t", [flce, case], False, 1, 2, ["npugrad"], lambda s: None, ceilings=ceilings)
+    assert asked == {"bench.ops:flce_npugrad": 0, "bench.ops:ema_adam_npugrad": 256}
+    header = text.splitlines()[1]
+    flce_row = next(line for line in text.splitlines() if line.startswith(flce.label))
+    assert flce_row[header.index("of BW"):header.index("own BW") + len("own BW")].strip() == ""
+    no_stream = bench_ops.Ceilings(50.0, 50.0, (), fma=100.0, n=4096)  # not measured: no columns, no readings
+    asked.clear()
+    text = bench_ops.run_table("t", [case], False, 1, 2, ["npugrad"], lambda s: None, ceilings=no_stream)
+    assert "own BW" not in text and asked == {"bench.ops:ema_adam_npugrad": 0}
 
 
 def test_gemm_rows_show_their_fraction_of_their_own_sgemm_readings(monkeypatch):
