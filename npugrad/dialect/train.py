@@ -636,7 +636,10 @@ class FusedCrossEntropyLossWithMaxSumOp(TrainOp):
 
 @train_op
 class EmbeddingDenseBackwardOp(TrainOp):
-    """out[r] = Σ_{i: indices[i] = r ≠ padding_idx} s_i·grad[i], s_i = 1/count(r) with scale_grad_by_freq."""
+    """out[r] = Σ_{i: indices[i] = r ≠ padding_idx} s_i·grad[i], s_i = 1/count(r) with scale_grad_by_freq.
+
+    `out_zeroed`: `out` holds zeros when the op runs (a fresh mapping the API allocated: the
+    system hands out zeroed pages), so a row no index names is not written at all."""
 
     name = "train.embedding_dense_backward"
     grad = input_def()
@@ -645,6 +648,7 @@ class EmbeddingDenseBackwardOp(TrainOp):
     num_weights = prop_def(IntegerAttr[I64])
     padding_idx = prop_def(IntegerAttr[I64], default_value=_i64(-1))
     scale_grad_by_freq = prop_def(BoolAttr, default_value=_bool(False))
+    out_zeroed = prop_def(BoolAttr, default_value=_bool(False))
     tile_sizes = opt_prop_def(TileSizesAttr)
     TILE_DIMS: ClassVar[tuple[str, ...]] = ("rows", "d")
 
@@ -670,7 +674,10 @@ class EmbeddingDenseBackwardOp(TrainOp):
 
 @train_op
 class NLLLossBackwardOp(TrainOp):
-    """Gradient of NLL loss w.r.t. its log-probabilities: −w[y]·scale at (t, y_t), zero elsewhere."""
+    """Gradient of NLL loss w.r.t. its log-probabilities: −w[y]·scale at (t, y_t), zero elsewhere.
+
+    `out_zeroed`: `out` holds zeros when the op runs (a fresh mapping the API allocated), so only
+    the samples' elements are written, not the zeros around them."""
 
     name = "train.nll_loss_backward"
     grad_output = input_def()
@@ -681,6 +688,7 @@ class NLLLossBackwardOp(TrainOp):
     out = output_def()
     reduction = prop_def(IntegerAttr[I64], default_value=_i64(1))
     ignore_index = prop_def(IntegerAttr[I64], default_value=_i64(-100))
+    out_zeroed = prop_def(BoolAttr, default_value=_bool(False))
     tile_sizes = opt_prop_def(TileSizesAttr)
     TILE_DIMS: ClassVar[tuple[str, ...]] = ("rows", "c")
 

@@ -166,10 +166,24 @@ class Planned:
         self.mapped = False  # its pages mapped before the kernel writes it (allocate)
 
     def new(self) -> np.ndarray:
-        """A fresh array of this plan."""
+        """A fresh array of this plan. Filled with 0, it is np.zeros: calloc, whose large blocks
+        are fresh mappings of pages the system zeroes as they are first touched, so the zeros
+        cost no pass over memory of their own (what a kernel told `out_zeroed` relies on)."""
+        if self.fill == 0:
+            return np.zeros(self.shape, self.dtype)
         if self.fill is not None:
             return np.full(self.shape, self.fill, self.dtype)
         return prefault(np.empty(self.shape, self.dtype)) if self.mapped else np.empty(self.shape, self.dtype)
+
+
+def zeroed(out: np.ndarray | Planned) -> bool:
+    """Whether `out` (output's result) will hold zeros when the kernel runs: a planned output is
+    then allocated as np.zeros, and the kernel writes only what is not zero (the ops' `out_zeroed`
+    property). A caller's array holds whatever it holds: False."""
+    if type(out) is not Planned:
+        return False
+    out.fill = 0
+    return True
 
 
 def output(op: str, name: str, given, shape, dtype, sized_by: str = "") -> np.ndarray | Planned:

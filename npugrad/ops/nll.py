@@ -5,7 +5,17 @@ from __future__ import annotations
 import numpy as np
 
 from npugrad.dialect import NLLLossBackwardOp
-from npugrad.ops.common import REDUCTION, Planned, allocate, as_input, first_bad_id, integer, output, reject_overlap
+from npugrad.ops.common import (
+    REDUCTION,
+    Planned,
+    allocate,
+    as_input,
+    first_bad_id,
+    integer,
+    output,
+    reject_overlap,
+    zeroed,
+)
 from npugrad.runtime.launch import Call, check, two_phase
 
 OP = "nll_loss_backward"
@@ -46,6 +56,7 @@ def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index
         "total_weight": as_input(OP, "total_weight", total_weight),
         "out": output(OP, "out", out, s.shape, s.dtype, "parameter 'self'"),
     }
+    props["out_zeroed"] = zeroed(arrays["out"])  # allocated here: only the samples' elements are written
     props = check(NLLLossBackwardOp, arrays, props)
     reject_overlap(OP, arrays, ("out",))
     fresh = allocate(OP, arrays, ("weight", "out"))

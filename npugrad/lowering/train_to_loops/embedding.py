@@ -8,6 +8,8 @@ becomes
     scf.for %r { %off[r+1] += %off[r] }                                                     // offsets
     scf.for %i { k = ...; if valid { %perm[%off[k+1]] = i; %off[k+1] += 1 } }               // buckets
     scf.for %r { acc = 0; scf.for %p = %off[r] to %off[r+1] { acc += g[perm[p]] / cnt }; %o[r] = trunc acc }
+With `out_zeroed` (out holds zeros already: a fresh mapping the API allocated) a row whose bucket
+is empty is skipped: `scf.if %off[r] != %off[r+1]` around the row's body.
 
 Why a sort rather than a float32 (num_weights, D) scratch that the rows of grad are added into:
 the scratch would cost 4·num_weights·D bytes (a second copy of a vocabulary-sized gradient) and
@@ -143,23 +145,25 @@ def lower_embedding_dense_backward(op: EmbeddingDenseBackwardOp, e: IRBuilder,
         # The float32 accumulator of one row, in the caches; `out` is only written, a row at a time.
         buf = e.alloc([d], f32)
         zero = e.f32(0.0)
+        zeroed = op.prop_bool("out_zeroed")
         with e.loop(n_rows) as r:
-            acc, acc_at = buf, lambda j: [j]
-            with e.loop(d) as j:
-                e.store(zero, acc, acc_at(j))
             lo = e.load(off, [r])
             hi = e.load(off, [e.emit(arith.AddiOp(r, one))])
-            if scale:
-                cnt = e.index_to_f32(e.emit(arith.SubiOp(hi, lo)))
-            with e.loop(hi, lo) as p:
-                rows = delinearize(e, e.load(perm, [p]), lead)
+            with if_known(e, e.emit(arith.CmpiOp(lo, hi, "ne")) if zeroed else None):
+                acc, acc_at = buf, lambda j: [j]
                 with e.loop(d) as j:
-                    g = e.load_f32(op.grad, [*rows, j])
-                    if scale:
-                        g = e.emit(arith.DivfOp(g, cnt))
-                    e.store(e.emit(arith.AddfOp(e.load(acc, acc_at(j)), g)), acc, acc_at(j))
-            row = r if share is None else e.emit(arith.AddiOp(first, r))
-            with e.loop(d) as j:
-                e.store_f32(e.load(buf, [j]), op.out, [row, j])
+                    e.store(zero, acc, acc_at(j))
+                if scale:
+                    cnt = e.index_to_f32(e.emit(arith.SubiOp(hi, lo)))
+                with e.loop(hi, lo) as p:
+                    rows = delinearize(e, e.load(perm, [p]), lead)
+                    with e.loop(d) as j:
+                        g = e.load_f32(op.grad, [*rows, j])
+                        if scale:
+                            g = e.emit(arith.DivfOp(g, cnt))
+                        e.store(e.emit(arith.AddfOp(e.load(acc, acc_at(j)), g)), acc, acc_at(j))
+                row = r if share is None else e.emit(arith.AddiOp(first, r))
+                with e.loop(d) as j:
+                    e.store_f32(e.load(buf, [j]), op.out, [row, j])
         for scratch in (buf, perm, off):
             e.dealloc(scratch)

@@ -7,6 +7,7 @@ becomes
       %y = memref.load %t[%n]
       scf.if (%y != ignore_index) & (%y <u C) { memref.store −w[%y]·scale, %o[%n, %y] }
     }
+With `out_zeroed` (out holds zeros already: a fresh mapping the API allocated) there is no fill.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ def lower_nll_loss_backward(op: NLLLossBackwardOp, e: IRBuilder) -> None:
     c = e.dim(op.out, rank - 1)
     ignore = e.const(op.prop_int("ignore_index"), i64)
 
-    zero_fill(e, op.out)
+    if not op.prop_bool("out_zeroed"):
+        zero_fill(e, op.out)
     if not per_sample:
         scale = load_scalar(e, op.grad_output)
         if reduction == 1:

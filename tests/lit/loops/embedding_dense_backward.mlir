@@ -1,6 +1,7 @@
 // convert-train-to-loops on embedding_dense_backward: a stable counting sort of the indices
 // (count, prefix sum, place), then one pass per output row that zero-fills a float32 accumulator,
-// adds the bucket's grad rows in index order and rounds once to out's type.
+// adds the bucket's grad rows in index order and rounds once to out's type; with out_zeroed (a
+// fresh, zeroed out the API allocated) a row whose bucket is empty is skipped.
 // RUN: npugrad-opt %s --stage loops --no-distribute | FileCheck %s
 // RUN: npugrad-opt %s -p convert-train-to-loops | FileCheck %s
 
@@ -48,11 +49,11 @@
 // Per row: zero fill, count = bucket length, accumulate grad[perm[p]] / count, round once.
 // CHECK:           %[[ACC:.*]] = memref.alloc(%[[D]]) {alignment = 64 : i64} : memref<?xf32>
 // CHECK:           scf.for %[[R:.*]] = %{{.*}} to %{{.*}} step
+// CHECK-NEXT:        %[[LO:.*]] = memref.load %[[OFF]][%[[R]]] : memref<12xindex>
+// CHECK:             %[[HI:.*]] = memref.load %[[OFF]]
 // CHECK-NEXT:        scf.for %[[J0:.*]] = %{{.*}} to %[[D]] step
 // CHECK-NEXT:          memref.store %[[ZERO]], %[[ACC]][%[[J0]]] : memref<?xf32>
-// CHECK:             %[[LO:.*]] = memref.load %[[OFF]][%[[R]]] : memref<12xindex>
-// CHECK:             %[[HI:.*]] = memref.load %[[OFF]]
-// CHECK-NEXT:        %[[LEN:.*]] = arith.subi %[[HI]], %[[LO]] : index
+// CHECK:             %[[LEN:.*]] = arith.subi %[[HI]], %[[LO]] : index
 // CHECK-NEXT:        %[[LEN64:.*]] = arith.index_cast %[[LEN]] : index to i64
 // CHECK-NEXT:        %[[CNT:.*]] = arith.sitofp %[[LEN64]] : i64 to f32
 // CHECK-NEXT:        scf.for %[[P:.*]] = %[[LO]] to %[[HI]] step
@@ -93,7 +94,7 @@ func.func @scaled_padded(%g: memref<?x?x?xf16>, %i: memref<?x?xi32>, %out: memre
 // CHECK:         memref.store %{{.*}}, %[[PERM]]
 // CHECK:         %[[ACC:.*]] = memref.alloc() {alignment = 64 : i64} : memref<16xf32>
 // CHECK:         scf.for %[[R:.*]] = %{{.*}} to %{{.*}} step
-// CHECK-NEXT:      scf.for %[[J0:.*]] = %{{.*}} to %{{.*}} step
+// CHECK:           scf.for %[[J0:.*]] = %{{.*}} to %{{.*}} step
 // CHECK-NEXT:        memref.store %{{.*}}, %[[ACC]][%[[J0]]] : memref<16xf32>
 // CHECK:           scf.for
 // CHECK-NEXT:        %[[I:.*]] = memref.load
@@ -121,5 +122,30 @@ func.func @plain_f32(%g: memref<7x16xf32>, %i: memref<7xi64>, %out: memref<5x16x
 func.func @no_columns(%g: memref<4x0xf32>, %i: memref<4xi32>, %out: memref<9x0xf32>) {
   train.embedding_dense_backward grad(%g : memref<4x0xf32>) indices(%i : memref<4xi32>)
       -> out(%out : memref<9x0xf32>) {num_weights = 9 : i64}
+  func.return
+}
+
+// out_zeroed: the row's body runs only where its bucket is not empty; the rest of out keeps the
+// zeros it came with.
+// CHECK-LABEL: func.func @zeroed_out
+// CHECK:           %[[ACC:.*]] = memref.alloc(%{{.*}}) {alignment = 64 : i64} : memref<?xf32>
+// CHECK-NEXT:      scf.for %[[R:.*]] = %{{.*}} to %{{.*}} step
+// CHECK-NEXT:        %[[LO:.*]] = memref.load %[[OFF:.*]][%[[R]]] : memref<6xindex>
+// CHECK:             %[[HI:.*]] = memref.load %[[OFF]]
+// CHECK-NEXT:        %[[USED:.*]] = arith.cmpi ne, %[[LO]], %[[HI]] : index
+// CHECK-NEXT:        scf.if %[[USED]] {
+// CHECK-NEXT:          scf.for
+// CHECK-NEXT:            memref.store %{{.*}}, %[[ACC]][%{{.*}}] : memref<?xf32>
+// CHECK:               scf.for %{{.*}} = %[[LO]] to %[[HI]] step
+// CHECK:                   arith.addf
+// CHECK:               scf.for %[[J:.*]] = %{{.*}} to %{{.*}} step
+// CHECK-NEXT:            %[[V:.*]] = memref.load %[[ACC]][%[[J]]] : memref<?xf32>
+// CHECK-NEXT:            memref.store %[[V]], %{{.*}}[%[[R]], %[[J]]] : memref<4x?xf32>
+// CHECK-NEXT:          }
+// CHECK-NEXT:        }
+// CHECK-NEXT:      }
+func.func @zeroed_out(%g: memref<?x?xf32>, %i: memref<?xi64>, %out: memref<4x?xf32>) {
+  train.embedding_dense_backward grad(%g : memref<?x?xf32>) indices(%i : memref<?xi64>)
+      -> out(%out : memref<4x?xf32>) {num_weights = 4 : i64, out_zeroed = true}
   func.return
 }

@@ -1,6 +1,6 @@
 // convert-train-to-loops on nll_loss_backward: a zero fill of out as one flat range (streamed
 // past the caches when it is 8 MiB or more), then per sample the ignore_index compare and the
-// bounds check guarding one store of −w[y]·scale.
+// bounds check guarding one store of −w[y]·scale; with out_zeroed, no fill.
 // RUN: npugrad-opt %s --stage loops --no-distribute | FileCheck %s
 // RUN: npugrad-opt %s -p convert-train-to-loops | FileCheck %s
 
@@ -74,5 +74,23 @@ func.func @nll_mean_1d_i32(%g: memref<f32>, %s: memref<7xf32>, %t: memref<i32>, 
                            %tw: memref<f32>, %o: memref<7xf32>) {
   train.nll_loss_backward grad_output(%g : memref<f32>) self(%s : memref<7xf32>) target(%t : memref<i32>)
       weight(%w : memref<7xf32>) total_weight(%tw : memref<f32>) -> out(%o : memref<7xf32>) {ignore_index = 3 : i64}
+  func.return
+}
+
+// out_zeroed (a fresh, zeroed out the API allocated): no fill at all, only the samples' stores.
+// CHECK-LABEL: func.func @nll_zeroed_out
+// CHECK-NOT:     memref.collapse_shape
+// CHECK-NOT:     arith.constant 0.000000e+00
+// CHECK:         scf.for %[[N:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK-NEXT:      %[[T:.*]] = memref.load %t[%[[N]]] : memref<?xi64>
+// CHECK:           scf.if %{{.*}} {
+// CHECK:             memref.store %{{.*}}, %o[%[[N]], %{{.*}}] : memref<?x?xf32>
+// CHECK-NEXT:      }
+// CHECK-NEXT:    }
+// CHECK-NEXT:    func.return
+func.func @nll_zeroed_out(%g: memref<f32>, %s: memref<?x?xf32>, %t: memref<?xi64>, %w: memref<?xf32>,
+                          %tw: memref<f32>, %o: memref<?x?xf32>) {
+  train.nll_loss_backward grad_output(%g : memref<f32>) self(%s : memref<?x?xf32>) target(%t : memref<?xi64>)
+      weight(%w : memref<?xf32>) total_weight(%tw : memref<f32>) -> out(%o : memref<?x?xf32>) {out_zeroed = true}
   func.return
 }
