@@ -130,6 +130,21 @@ def test_deterministic(rng, dtype):
     assert_close(first, _expected(a, 5, scale=True))
 
 
+@pytest.mark.parametrize("given", [False, True], ids=["allocated", "given-out"])
+def test_a_row_of_negative_zeros_sums_to_positive_zero(given):
+    """The sum starts from +0 (the reference's np.add.at into zeros): 0 + -0 is +0, so a row
+    whose only contribution is -0 is +0, not the -0 a copy of the first row would give; -0 + -0
+    within a row stays +0 too."""
+    grad = np.array([[-0.0, 1.0, -0.0], [-0.0, -2.0, 3.0], [-0.0, -0.0, 5.0]], np.float32)
+    idx = np.array([2, 0, 0])
+    out = np.full((3, 3), np.nan, np.float32) if given else None
+    got = ops.embedding_dense_backward(grad, idx, 3, out=out)
+    want = np.zeros((3, 3), np.float32)
+    np.add.at(want, idx, grad)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert not np.signbit(got[2, 0]) and not np.signbit(got[0, 0])
+
+
 def test_kernel_skips_indices_out_of_range(rng):
     # The API rejects them; the kernel itself must still neither read nor write out of bounds.
     grad = rng.standard_normal((6, 4)).astype(np.float32)

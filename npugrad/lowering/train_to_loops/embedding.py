@@ -7,7 +7,12 @@ becomes
     scf.for %i { k = sext(%k[%i]); if k <u 10 (and k != padding_idx) { %off[k+2] += 1 } }  // counts
     scf.for %r { %off[r+1] += %off[r] }                                                     // offsets
     scf.for %i { k = ...; if valid { %perm[%off[k+1]] = i; %off[k+1] += 1 } }               // buckets
-    scf.for %r { acc = 0; scf.for %p = %off[r] to %off[r+1] { acc += g[perm[p]] / cnt }; %o[r] = trunc acc }
+    scf.for %r {
+      lo, hi = %off[r], %off[r+1]
+      scf.if lo != hi { acc = 0 + g[perm[lo]] / cnt } else { acc = 0 }     // the first addition
+      scf.for %p = min(lo + 1, hi) to hi { acc += g[perm[p]] / cnt }
+      %o[r] = trunc acc
+    }
 With `out_zeroed` (out holds zeros already: a fresh mapping the API allocated) a row whose bucket
 is empty is skipped: `scf.if %off[r] != %off[r+1]` around the row's body.
 
@@ -149,19 +154,32 @@ def lower_embedding_dense_backward(op: EmbeddingDenseBackwardOp, e: IRBuilder,
         with e.loop(n_rows) as r:
             lo = e.load(off, [r])
             hi = e.load(off, [e.emit(arith.AddiOp(r, one))])
-            with if_known(e, e.emit(arith.CmpiOp(lo, hi, "ne")) if zeroed else None):
-                acc, acc_at = buf, lambda j: [j]
-                with e.loop(d) as j:
-                    e.store(zero, acc, acc_at(j))
+            used = e.emit(arith.CmpiOp(lo, hi, "ne"))
+            with if_known(e, used if zeroed else None):
                 if scale:
                     cnt = e.index_to_f32(e.emit(arith.SubiOp(hi, lo)))
-                with e.loop(hi, lo) as p:
+
+                def add_row(p: SSAValue, into: SSAValue | None) -> None:
+                    """acc (+)= grad's row of the bucket's position p (0 + that for the first
+                    one: the sum's first addition, without a pass that zeroes acc first)."""
                     rows = delinearize(e, e.load(perm, [p]), lead)
                     with e.loop(d) as j:
                         g = e.load_f32(op.grad, [*rows, j])
                         if scale:
                             g = e.emit(arith.DivfOp(g, cnt))
-                        e.store(e.emit(arith.AddfOp(e.load(acc, acc_at(j)), g)), acc, acc_at(j))
+                        e.store(e.emit(arith.AddfOp(into or e.load(buf, [j]), g)), buf, [j])
+
+                def zero_row() -> None:
+                    with e.loop(d) as j:
+                        e.store(zero, buf, [j])
+
+                if zeroed:
+                    add_row(lo, zero)
+                else:
+                    e.if_else(used, lambda: add_row(lo, zero), zero_row)
+                # The bucket's other positions: from lo + 1, or none when it is empty.
+                with e.loop(hi, e.emit(arith.MinUIOp(e.emit(arith.AddiOp(lo, one)), hi))) as p:
+                    add_row(p, None)
                 row = r if share is None else e.emit(arith.AddiOp(first, r))
                 with e.loop(d) as j:
                     e.store_f32(e.load(buf, [j]), op.out, [row, j])

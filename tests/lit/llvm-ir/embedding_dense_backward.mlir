@@ -10,9 +10,13 @@
 // CHECK:        %[[K:.*]] = sext i32 %{{.*}} to i64
 // CHECK-NEXT:   icmp ult i64 %[[K]], 50
 // CHECK-NEXT:   icmp ne i64 %[[K]], 0
-// Along the embedding dimension, 16 floats at a time: the zero fill and the scaled sums.
-// CHECK:        store <16 x float> zeroinitializer
+// Along the embedding dimension, 16 floats at a time: a bucket's first row, scaled and added to
+// zero (kept: 0 + -0 is +0, as in the reference's sum), an empty bucket's zeros, then the
+// scaled sums of the bucket's other rows.
 // CHECK:        %[[CNT:.*]] = sitofp i64 %{{.*}} to float
+// CHECK:        %[[S0:.*]] = fdiv <16 x float> %{{.*}}, %{{.*}}
+// CHECK-NEXT:   fadd <16 x float> %[[S0]], zeroinitializer
+// CHECK:        store <16 x float> zeroinitializer
 // CHECK:        %[[S:.*]] = fdiv <16 x float> %{{.*}}, %{{.*}}
 // CHECK:        fadd <16 x float> %{{.*}}, %[[S]]
 // CHECK:        call void @_mlir_memref_to_llvm_free(

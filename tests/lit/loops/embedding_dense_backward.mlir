@@ -1,6 +1,6 @@
 // convert-train-to-loops on embedding_dense_backward: a stable counting sort of the indices
-// (count, prefix sum, place), then one pass per output row that zero-fills a float32 accumulator,
-// adds the bucket's grad rows in index order and rounds once to out's type; with out_zeroed (a
+// (count, prefix sum, place), then one pass per output row that adds the bucket's grad rows into
+// a float32 accumulator in index order (the first to zero) and rounds once to out's type; with out_zeroed (a
 // fresh, zeroed out the API allocated) a row whose bucket is empty is skipped.
 // RUN: npugrad-opt %s --stage loops --no-distribute | FileCheck %s
 // RUN: npugrad-opt %s -p convert-train-to-loops | FileCheck %s
@@ -46,17 +46,31 @@
 // CHECK:                 %[[FLAT:.*]] = arith.addi
 // CHECK:                 %[[AT:.*]] = memref.load %[[OFF]]
 // CHECK:                 memref.store %[[FLAT]], %[[PERM]][%[[AT]]] : memref<?xindex>
-// Per row: zero fill, count = bucket length, accumulate grad[perm[p]] / count, round once.
+// Per row: count = bucket length; the bucket's first grad row / count added to zero (the sum's
+// first addition, with no pass zeroing the accumulator first), or zeros for an empty bucket;
+// then the others accumulated in index order; rounded once.
 // CHECK:           %[[ACC:.*]] = memref.alloc(%[[D]]) {alignment = 64 : i64} : memref<?xf32>
 // CHECK:           scf.for %[[R:.*]] = %{{.*}} to %{{.*}} step
 // CHECK-NEXT:        %[[LO:.*]] = memref.load %[[OFF]][%[[R]]] : memref<12xindex>
 // CHECK:             %[[HI:.*]] = memref.load %[[OFF]]
-// CHECK-NEXT:        scf.for %[[J0:.*]] = %{{.*}} to %[[D]] step
-// CHECK-NEXT:          memref.store %[[ZERO]], %[[ACC]][%[[J0]]] : memref<?xf32>
-// CHECK:             %[[LEN:.*]] = arith.subi %[[HI]], %[[LO]] : index
+// CHECK-NEXT:        %[[USED:.*]] = arith.cmpi ne, %[[LO]], %[[HI]] : index
+// CHECK-NEXT:        %[[LEN:.*]] = arith.subi %[[HI]], %[[LO]] : index
 // CHECK-NEXT:        %[[LEN64:.*]] = arith.index_cast %[[LEN]] : index to i64
 // CHECK-NEXT:        %[[CNT:.*]] = arith.sitofp %[[LEN64]] : i64 to f32
-// CHECK-NEXT:        scf.for %[[P:.*]] = %[[LO]] to %[[HI]] step
+// CHECK-NEXT:        scf.if %[[USED]] {
+// CHECK-NEXT:          %[[I0:.*]] = memref.load %[[PERM]][%[[LO]]] : memref<?xindex>
+// CHECK:               scf.for %[[J0:.*]] = %{{.*}} to %[[D]] step
+// CHECK-NEXT:            %[[G0:.*]] = memref.load
+// CHECK-NEXT:            %[[G032:.*]] = arith.extf %[[G0]] : f16 to f32
+// CHECK-NEXT:            %[[S0:.*]] = arith.divf %[[G032]], %[[CNT]] : f32
+// CHECK-NEXT:            %[[A0:.*]] = arith.addf %[[ZERO]], %[[S0]] : f32
+// CHECK-NEXT:            memref.store %[[A0]], %[[ACC]][%[[J0]]] : memref<?xf32>
+// CHECK:             } else {
+// CHECK-NEXT:          scf.for %[[JZ:.*]] = %{{.*}} to %[[D]] step
+// CHECK-NEXT:            memref.store %[[ZERO]], %[[ACC]][%[[JZ]]] : memref<?xf32>
+// CHECK:             %[[NEXT:.*]] = arith.addi %[[LO]], %{{.*}} : index
+// CHECK-NEXT:        %[[FROM:.*]] = arith.minui %[[NEXT]], %[[HI]] : index
+// CHECK-NEXT:        scf.for %[[P:.*]] = %[[FROM]] to %[[HI]] step
 // CHECK-NEXT:          %[[I:.*]] = memref.load %[[PERM]][%[[P]]] : memref<?xindex>
 // CHECK-NEXT:          %[[I1:.*]] = arith.remui %[[I]], %{{.*}} : index
 // CHECK-NEXT:          %[[I0:.*]] = arith.divui %[[I]], %{{.*}} : index
@@ -94,8 +108,10 @@ func.func @scaled_padded(%g: memref<?x?x?xf16>, %i: memref<?x?xi32>, %out: memre
 // CHECK:         memref.store %{{.*}}, %[[PERM]]
 // CHECK:         %[[ACC:.*]] = memref.alloc() {alignment = 64 : i64} : memref<16xf32>
 // CHECK:         scf.for %[[R:.*]] = %{{.*}} to %{{.*}} step
-// CHECK:           scf.for %[[J0:.*]] = %{{.*}} to %{{.*}} step
-// CHECK-NEXT:        memref.store %{{.*}}, %[[ACC]][%[[J0]]] : memref<16xf32>
+// CHECK:           scf.if
+// CHECK:           } else {
+// CHECK-NEXT:        scf.for %[[J0:.*]] = %{{.*}} to %{{.*}} step
+// CHECK-NEXT:          memref.store %{{.*}}, %[[ACC]][%[[J0]]] : memref<16xf32>
 // CHECK:           scf.for
 // CHECK-NEXT:        %[[I:.*]] = memref.load
 // CHECK-NEXT:        scf.for %[[J:.*]] = %{{.*}} to %{{.*}} step
@@ -134,9 +150,13 @@ func.func @no_columns(%g: memref<4x0xf32>, %i: memref<4xi32>, %out: memref<9x0xf
 // CHECK:             %[[HI:.*]] = memref.load %[[OFF]]
 // CHECK-NEXT:        %[[USED:.*]] = arith.cmpi ne, %[[LO]], %[[HI]] : index
 // CHECK-NEXT:        scf.if %[[USED]] {
+// CHECK-NEXT:          memref.load
 // CHECK-NEXT:          scf.for
+// CHECK-NEXT:            memref.load %g
+// CHECK-NEXT:            arith.addf
 // CHECK-NEXT:            memref.store %{{.*}}, %[[ACC]][%{{.*}}] : memref<?xf32>
-// CHECK:               scf.for %{{.*}} = %[[LO]] to %[[HI]] step
+// CHECK-NOT:           else
+// CHECK:               scf.for %{{.*}} = %{{.*}} to %[[HI]] step
 // CHECK:                   arith.addf
 // CHECK:               scf.for %[[J:.*]] = %{{.*}} to %{{.*}} step
 // CHECK-NEXT:            %[[V:.*]] = memref.load %[[ACC]][%[[J]]] : memref<?xf32>
