@@ -238,8 +238,9 @@ STREAM_BYTES_PER_ELEMENT = 12  # a += b in float32: two reads and one write, in 
 
 
 def stream_numpy(mib: int, count: int | None = None):
-    """The memory-bandwidth ceiling of an in-place stream, for the memory-bound rows as the SGEMM
-    is for the GEMM-bound ones: `count` threads (default: the contender's, `threads()`) each add
+    """A reading of the machine's memory bandwidth, for the memory-bound rows as the SGEMM is for
+    the GEMM-bound ones (a reference, not a bound: a kernel with more streams in flight, such as
+    EMA-Adam's nine, can move more): `count` threads (default: the contender's, `threads()`) each add
     their share of b into a, in place, with NumPy (`a += b` on float32: two reads and a write an
     element, as the in-place ops' own traffic is counted; NumPy lets go of the GIL in the ufunc's
     loop, so the threads run at once). a and b are `mib` MiB each, far beyond the last cache

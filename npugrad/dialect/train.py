@@ -639,7 +639,8 @@ class EmbeddingDenseBackwardOp(TrainOp):
     """out[r] = Σ_{i: indices[i] = r ≠ padding_idx} s_i·grad[i], s_i = 1/count(r) with scale_grad_by_freq.
 
     `out_zeroed`: `out` holds zeros when the op runs (a fresh mapping the API allocated: the
-    system hands out zeroed pages), so a row no index names is not written at all."""
+    system hands out zeroed pages), so a row no index names is not written at all. The lowering
+    through local memory (tile-for-target) writes whole tiles all the same."""
 
     name = "train.embedding_dense_backward"
     grad = input_def()
@@ -677,7 +678,8 @@ class NLLLossBackwardOp(TrainOp):
     """Gradient of NLL loss w.r.t. its log-probabilities: −w[y]·scale at (t, y_t), zero elsewhere.
 
     `out_zeroed`: `out` holds zeros when the op runs (a fresh mapping the API allocated), so only
-    the samples' elements are written, not the zeros around them."""
+    the samples' elements are written, not the zeros around them. The lowering through local
+    memory (tile-for-target) writes whole tiles all the same."""
 
     name = "train.nll_loss_backward"
     grad_output = input_def()
