@@ -4,6 +4,9 @@ tiles are dealt over, the record of the sizes in the IR, and the linear nests' t
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from xdsl.dialects import arith, memref, scf
 from xdsl.dialects.builtin import DYNAMIC_INDEX
 from xdsl.dialects.linalg.ops import FillOp
@@ -95,6 +98,22 @@ def block_share(e: IRBuilder, bid: SSAValue, nblk: SSAValue, n: SSAValue, min_un
         lines = e.emit(arith.CeilDivUIOp(per_block, e.idx(line)))
         per_block = e.emit(arith.MuliOp(lines, e.idx(line)))
     return e.emit(arith.MuliOp(bid, per_block)), per_block
+
+
+@contextmanager
+def block_part(e: IRBuilder, bid: SSAValue, nblk: SSAValue, n: SSAValue, min_units: SSAValue,
+               line: int = 1) -> Iterator[tuple[SSAValue, SSAValue]]:
+    """Inside `scf.if first < n`: (first, size) of this block's range of [0, n) (block_share),
+    its size cut at n, for the code that works on that range."""
+    first, chunk = block_share(e, bid, nblk, n, min_units, line)
+    with e.if_(e.emit(arith.CmpiOp(first, n, "ult"))):
+        yield first, e.emit(arith.MinSIOp(chunk, e.emit(arith.SubiOp(n, first))))
+
+
+def rows_for_min_elements(e: IRBuilder, row_elements: SSAValue) -> SSAValue:
+    """The rows of `row_elements` each (0 counts as 1) that hold MIN_ELEMENTS: a block's least
+    share of a row-split op."""
+    return e.emit(arith.CeilDivUIOp(e.idx(MIN_ELEMENTS), e.emit(arith.MaxUIOp(row_elements, e.idx(1)))))
 
 
 class TokenLoop:

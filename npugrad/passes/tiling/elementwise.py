@@ -60,7 +60,7 @@ from npugrad.dialect import TrainOp
 from npugrad.dialect.checks import static_product
 from npugrad.dialect.npu import AllocLocalOp, CopyOp, element_bytes, level_of, local_type
 from npugrad.ir import IRBuilder, static_shape
-from npugrad.passes.tiling.blocks import LINE, MIN_ELEMENTS, block_range, block_share, record_tile_sizes, tile_sizes
+from npugrad.passes.tiling.blocks import LINE, MIN_ELEMENTS, block_part, block_range, record_tile_sizes, tile_sizes
 from npugrad.targets import Target
 
 # Beyond this many elements a tile buys nothing more and only wastes local memory.
@@ -245,9 +245,7 @@ def distribute_elementwise(op: TrainOp, e: IRBuilder, names: Sequence[str], prep
     state = prepare(e)
     flats = {name: flat(e, r) for name, r in refs.items()}
     n = e.numel(flats[names[0]])
-    lo, chunk = block_share(e, bid, nblk, n, e.idx(MIN_ELEMENTS), LINE)
-    with e.if_(e.emit(arith.CmpiOp(lo, n, "ult"))):
-        size = e.emit(arith.MinSIOp(chunk, e.emit(arith.SubiOp(n, lo))))
+    with block_part(e, bid, nblk, n, e.idx(MIN_ELEMENTS), LINE) as (lo, size):
         windows = {name: e.subview(r, [lo], [size]) for name, r in flats.items()}
         compute(e, windows, state)
     e.erase(op)

@@ -56,7 +56,14 @@ from npugrad.lowering.train_to_loops.embedding import (
     lower_embedding_dense_backward,
     place_index,
 )
-from npugrad.passes.tiling.blocks import MIN_ELEMENTS, block_range, block_share, record_tile_sizes, tile_sizes
+from npugrad.passes.tiling.blocks import (
+    MIN_ELEMENTS,
+    block_part,
+    block_range,
+    record_tile_sizes,
+    rows_for_min_elements,
+    tile_sizes,
+)
 from npugrad.targets import Target
 
 
@@ -250,11 +257,7 @@ def distribute_embedding(op: EmbeddingDenseBackwardOp, e: IRBuilder) -> bool:
         return False
     bid, nblk = block_range(e)
     rows = e.idx(op.prop_int("num_weights"))
-    d = e.dim(op.out, 1)
-    min_rows = e.emit(arith.CeilDivUIOp(e.idx(MIN_ELEMENTS), e.emit(arith.MaxUIOp(d, e.idx(1)))))
-    r0, chunk = block_share(e, bid, nblk, rows, min_rows, 1)
-    with e.if_(e.emit(arith.CmpiOp(r0, rows, "ult"))):
-        rn = e.emit(arith.MinSIOp(chunk, e.emit(arith.SubiOp(rows, r0))))
-        lower_embedding_dense_backward(op, e, (r0, rn))
+    with block_part(e, bid, nblk, rows, rows_for_min_elements(e, e.dim(op.out, 1))) as share:
+        lower_embedding_dense_backward(op, e, share)
     e.erase(op)
     return True

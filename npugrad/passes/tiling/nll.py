@@ -47,9 +47,10 @@ from npugrad.lowering.fills import zero_fill
 from npugrad.lowering.train_to_loops.nll import load_scalar, load_target
 from npugrad.passes.tiling.blocks import (
     MIN_ELEMENTS,
+    block_part,
     block_range,
-    block_share,
     record_tile_sizes,
+    rows_for_min_elements,
     tile_count,
     tile_sizes,
 )
@@ -118,10 +119,7 @@ def distribute_nll(op: NLLLossBackwardOp, e: IRBuilder) -> bool:
         return False
     bid, nblk = block_range(e)
     rows, c = e.dim(op.out, 0), e.dim(op.out, 1)
-    min_rows = e.emit(arith.CeilDivUIOp(e.idx(MIN_ELEMENTS), e.emit(arith.MaxUIOp(c, e.idx(1)))))
-    r0, chunk = block_share(e, bid, nblk, rows, min_rows, 1)
-    with e.if_(e.emit(arith.CmpiOp(r0, rows, "ult"))):
-        rn = e.emit(arith.MinSIOp(chunk, e.emit(arith.SubiOp(rows, r0))))
+    with block_part(e, bid, nblk, rows, rows_for_min_elements(e, c)) as (r0, rn):
         windows = {
             "self": e.subview(op.self, [r0, 0], [rn, e.dim(op.self, 1)]),
             "target": e.subview(op.target, [r0], [rn]),

@@ -32,7 +32,7 @@ from npugrad.dialect import FusedCrossEntropyLossWithMaxSumOp
 from npugrad.dialect.attributes import CONTRACTION, FUSED, ROLE, NestRole
 from npugrad.dialect.npu import PROMOTE, BlockDimOp, BlockIdxOp, element_bytes
 from npugrad.ir import IRBuilder, enclosing_function, index
-from npugrad.passes.tiling.blocks import TokenLoop, block_share, nest_role
+from npugrad.passes.tiling.blocks import TokenLoop, block_part, block_share, nest_role
 from npugrad.passes.tiling.contraction import staged, tile_contraction
 from npugrad.passes.tiling.elementwise import tile_op
 from npugrad.passes.tiling.flce import (
@@ -208,9 +208,7 @@ def distribute_loss_rows(op: FusedCrossEntropyLossWithMaxSumOp, e: IRBuilder) ->
         return False
     bid, nblk = e.emit(BlockIdxOp()), e.emit(BlockDimOp())
     rows = e.dim(op.logits_max, 0)
-    r0, chunk = block_share(e, bid, nblk, rows, e.idx(64), 1)
-    with e.if_(e.emit(arith.CmpiOp(r0, rows, "ult"))):
-        rn = e.emit(arith.MinSIOp(chunk, e.emit(arith.SubiOp(rows, r0))))
+    with block_part(e, bid, nblk, rows, e.idx(64)) as (r0, rn):
         windows = {n: e.subview(getattr(op, n), [r0], [rn]) for n in loss_rows(op)}
         for n in ("vocab_parallel_logits", "softmax_out"):
             ref = getattr(op, n)
