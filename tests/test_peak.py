@@ -1,5 +1,6 @@
 """npugrad/tools/peak.py: the instruction-peak loops are shaped by the target, compute what their
-IR says (so no chain is dead or folded away), and report the instructions a CPU lacks. No speed is
+IR says (so no chain is dead or folded away), and report the instructions a CPU lacks; the
+micro-kernels (float32, and bfloat16 on vdpbf16ps) add what their IR says. No speed is
 asserted: the bench prints the rates."""
 
 import math
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 
 from npugrad.lowering.emulation import emulating
+from npugrad.passes.vectorize_contractions import dot_bf16
 from npugrad.targets import get
 from npugrad.tools import peak
 
@@ -61,32 +63,52 @@ def test_a_measured_peak_is_a_rate():
     assert "GFLOP/s" in r.text()
 
 
-@pytest.mark.parametrize("toml, block", [("avx2.toml", (6, 16, 186)), ("avx512.toml", (6, 64, 86))])
-def test_the_micro_kernel_is_the_targets_block_on_half_its_l1(toml, block):
+@pytest.mark.parametrize("toml, dtype, block", [("avx2.toml", "float32", (6, 16, 186)),
+                                               ("avx512.toml", "float32", (6, 64, 86)),
+                                               ("avx512bf16.toml", "bfloat16", (6, 64, 174))])
+def test_the_micro_kernel_is_the_targets_block_on_half_its_l1(toml, dtype, block):
     """vectorize-contractions' MR x NR·lanes block, and the longest even K whose A rows and packed
-    B panel take half the L1: 32 KiB, 6 + 16 columns: 186; 48 KiB, 6 + 64: 86."""
-    shape = peak.microkernel_shape(get(f"{INPUTS}/{toml}"))
-    assert (shape.mr, shape.n, shape.k) == block
-    assert 4 * shape.k * (shape.mr + shape.n) <= min(lv.capacity for lv in get(f"{INPUTS}/{toml}").local_levels()) // 2
+    B panel take half the L1: 32 KiB, 6 + 16 float32 columns: 186; 48 KiB, 6 + 64: 86; bfloat16
+    (2 bytes an element): 174."""
+    cpu = get(f"{INPUTS}/{toml}")
+    shape = peak.microkernel_shape(cpu, dtype)
+    assert (shape.mr, shape.n, shape.k, shape.dtype) == (*block, dtype)
+    size = np.dtype(np.float32).itemsize if dtype == "float32" else 2
+    smallest = min(lv.capacity for lv in cpu.local_levels())
+    assert size * shape.k * (shape.mr + shape.n) <= smallest // 2 < size * (shape.k + 2) * (shape.mr + shape.n)
 
 
-def test_the_micro_kernel_adds_its_product_each_repeat_with_b_packed_once():
+def _bfloat16_operands(rng, shape):
+    import ml_dtypes
+
+    return tuple(rng.standard_normal(s, dtype=np.float32).astype(ml_dtypes.bfloat16)
+                 for s in ((shape.mr, shape.k), (shape.k, shape.n)))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_micro_kernel_adds_its_product_each_repeat_with_b_packed_once(dtype):
     """C += A·B `repeats` times, B's panel packed before the repeat loop (what lets the operands
-    stay in the L1): the vectorized IR allocates the panels before the loop, and C ends as
-    repeats · A·B to float32's rounding."""
+    stay in the L1), C alternating between two tiles (so that no compiler keeps it in registers
+    across the repeats): the vectorized IR allocates the panels before the loop, and tile 0 ends
+    as c0 + 2·A·B, tile 1 as c1 + A·B after three repeats, to float32's rounding (bfloat16 on
+    vdpbf16ps where the CPU has it, widened to float32 FMAs where not)."""
     from npugrad.compiler import Pipeline, make_context, parse
 
-    shape = peak.microkernel_shape(get("host"))
+    shape = peak.microkernel_shape(get("host"), dtype)
     ctx = make_context()
-    text = peak._MICROKERNEL.format(mr=shape.mr, n=shape.n, k=shape.k, repeats=3)
+    text = peak.microkernel_text(shape, 3)
     vectorized = str(Pipeline(fuse=False, distribute=False).lower(parse(text, "m.mlir", ctx), "vectorized", ctx))
     assert 0 <= vectorized.index("b_panels") < vectorized.index("scf.for")
     kernel = peak.microkernel(shape, 3)
     rng = np.random.default_rng(7)
-    a = rng.standard_normal((shape.mr, shape.k), dtype=np.float32)
-    b = rng.standard_normal((shape.k, shape.n), dtype=np.float32)
-    c = rng.standard_normal((shape.mr, shape.n), dtype=np.float32)
-    expected = c.astype(np.float64) + 3 * (a.astype(np.float64) @ b.astype(np.float64))
+    if dtype == "float32":
+        a = rng.standard_normal((shape.mr, shape.k), dtype=np.float32)
+        b = rng.standard_normal((shape.k, shape.n), dtype=np.float32)
+    else:
+        a, b = _bfloat16_operands(rng, shape)
+    c = rng.standard_normal((2, shape.mr, shape.n), dtype=np.float32)
+    product = a.astype(np.float64) @ b.astype(np.float64)
+    expected = c.astype(np.float64) + np.stack([2 * product, product])
     kernel(a, b, c)
     np.testing.assert_allclose(c, expected, rtol=1e-5, atol=1e-4 * np.sqrt(shape.k))
 
@@ -95,6 +117,23 @@ def test_a_measured_micro_kernel_is_a_rate_beside_the_fma_loops():
     shape, threads, gflops, fma = peak.measure_microkernel(threads=1, seconds=0.01, repeats=1)
     assert threads == 1 and shape == peak.microkernel_shape(get("host"))
     assert math.isfinite(gflops) and gflops > 0 and math.isfinite(fma) and fma > 0
+    assert "% of the FMA loop's" in shape.text(gflops, threads, fma)
+
+
+@pytest.mark.skipif(not dot_bf16(get("host")), reason="the host CPU lacks AVX512-BF16 (vdpbf16ps)")
+def test_a_measured_bfloat16_micro_kernel_is_a_rate_beside_the_dot_loops():
+    shape, threads, gflops, dot = peak.measure_microkernel(threads=1, seconds=0.01, repeats=1, dtype="bfloat16")
+    assert threads == 1 and shape == peak.microkernel_shape(get("host"), "bfloat16") and shape.peak_kind == "dot_bf16"
+    assert math.isfinite(gflops) and gflops > 0 and math.isfinite(dot) and dot > 0
+    assert shape.text(gflops, threads, dot).startswith("bfloat16 micro-kernel (") and "vdpbf16ps loop's" in \
+        shape.text(gflops, threads, dot)
+
+
+def test_a_bfloat16_micro_kernel_without_vdpbf16ps_is_not_measured():
+    with pytest.raises(ValueError, match="runs on vdpbf16ps, which the CPU lacks"):
+        peak.measure_microkernel(threads=1, seconds=0.01, repeats=1, cpu=f"{INPUTS}/avx2.toml", dtype="bfloat16")
+    with pytest.raises(ValueError, match="unknown micro-kernel dtype 'float16'"):
+        peak.microkernel_shape(get("host"), "float16")
 
 
 def test_an_unknown_kind_is_rejected():
@@ -107,7 +146,11 @@ def test_the_command_prints_both_peaks_and_rejects_bad_options(capsys):
 
     main(["peak", "--threads", "1", "--seconds", "0.01"])
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 3 and lines[0].startswith("float32 FMA = ") and lines[1].startswith("bf16 dot product")
+    assert len(lines) == 4 and lines[0].startswith("float32 FMA = ") and lines[1].startswith("bf16 dot product")
     assert lines[2].startswith("float32 micro-kernel (vectorize-contractions, ") and "% of the FMA loop's" in lines[2]
+    if dot_bf16(get("host")):
+        assert lines[3].startswith("bfloat16 micro-kernel (vectorize-contractions, ") and "vdpbf16ps loop's" in lines[3]
+    else:
+        assert lines[3].startswith("bfloat16 micro-kernel: not measured: ") and "lacks" in lines[3]
     with pytest.raises(SystemExit, match="--seconds > 0"):
         main(["peak", "--seconds", "0"])

@@ -1,7 +1,7 @@
 """The machine's arithmetic peak: what its vector FMA and bf16 dot-product instructions can do
 when nothing else is in the way, measured, for benchmarks to state GEMM rates against.
 
-    npugrad peak                      # both and the micro-kernel, on every core of the host (or python -m npugrad.tools.peak)
+    npugrad peak                      # both, and the micro-kernels, on every core of the host (or python -m npugrad.tools.peak)
 
 A JIT-compiled loop (runtime/jit.py: the host CPU, O3) keeps `chains` independent accumulators
 of one vector register each and applies the instruction to each of them once per iteration:
@@ -13,12 +13,17 @@ and the loop), not from a constant tuned to one CPU. Every core runs the loop at
 calling the machine code, which holds no GIL); the rate is all their FLOPs over the wall time,
 the best of `repeats`.
 
-The third line is the compiler's own float32 micro-kernel against that peak: the MR x NR block
+The next lines are the compiler's own micro-kernels against those peaks: the MR x NR block
 vectorize-contractions makes of a contraction (block_shape), run over a reduction whose operands
-fit half the L1 (A's MR rows and B's packed panel), again and again, on every core at once. It
-is the ceiling the code generated for the GEMMs reaches when no load waits on memory: what a
-kernel's rate short of it (bench/loop_profile.py gives its reduction loops' share of the samples)
-costs in the memory hierarchy, not in the instructions.
+fit half the L1 (A's MR rows and B's packed panel), again and again, on every core at once; in
+float32 against the FMA loop and, where the CPU has AVX512-BF16, on bfloat16 operands (pairs on
+vdpbf16ps, float32 sums) against the vdpbf16ps loop. It is the ceiling the code generated for
+the GEMMs reaches when no load waits on memory: what a kernel's rate short of it
+(bench/loop_profile.py gives its reduction loops' share of the samples) costs in the memory
+hierarchy, not in the instructions. C alternates between two tiles from one repeat to the next:
+with one, LLVM kept the bfloat16 kernel's C in registers across the repeats, which spilled 22 of
+them to the stack on every repeat (Zen 5, K = 174: 95-96 % of the vdpbf16ps loop, 99 % with two
+tiles); no GEMM the compiler generates has a C that stays put.
 """
 
 from __future__ import annotations
@@ -160,19 +165,26 @@ def _peak_loop(kind: str, shape: Shape) -> tuple[Callable[[], None], float]:
 
 
 # The micro-kernel's contraction: C (MR x N) += A (MR x K) · B (K x N), `repeats` times in a loop
-# around it, so that B's panel is packed once, before that loop (vectorize_contractions.invariant_loop).
+# around it, so that B's panel is packed once, before that loop (vectorize_contractions.invariant_loop);
+# C is tile r % 2 of two (the module docstring). A and B float32, or bfloat16 widened in the body
+# (what vectorize-contractions runs on vdpbf16ps pairs where the target has them).
 _MICROKERNEL = """
-func.func @microkernel(%a: memref<{mr}x{k}xf32>, %b: memref<{k}x{n}xf32>, %c: memref<{mr}x{n}xf32>) {{
+func.func @microkernel(%a: memref<{mr}x{k}x{t}>, %b: memref<{k}x{n}x{t}>, %c2: memref<2x{mr}x{n}xf32>) {{
   %lo = arith.constant 0 : index
   %hi = arith.constant {repeats} : index
   %one = arith.constant 1 : index
+  %two = arith.constant 2 : index
   scf.for %r = %lo to %hi step %one {{
+    %tile = arith.remui %r, %two : index
+    %c = memref.subview %c2[%tile, 0, 0] [1, {mr}, {n}] [1, 1, 1]
+        : memref<2x{mr}x{n}xf32> to memref<{mr}x{n}xf32, strided<[{n}, 1], offset: ?>>
     linalg.generic {{indexing_maps = [affine_map<(i, k, j) -> (i, k)>, affine_map<(i, k, j) -> (k, j)>,
                                      affine_map<(i, k, j) -> (i, j)>],
                      iterator_types = ["parallel", "reduction", "parallel"]}}
-        ins(%a, %b : memref<{mr}x{k}xf32>, memref<{k}x{n}xf32>) outs(%c : memref<{mr}x{n}xf32>) {{
-    ^bb0(%x: f32, %y: f32, %z: f32):
-      %p = arith.mulf %x, %y : f32
+        ins(%a, %b : memref<{mr}x{k}x{t}>, memref<{k}x{n}x{t}>)
+        outs(%c : memref<{mr}x{n}xf32, strided<[{n}, 1], offset: ?>>) {{
+    ^bb0(%x: {t}, %y: {t}, %z: f32):
+{widen}      %p = arith.mulf %xw, %yw : f32
       %s = arith.addf %z, %p : f32
       linalg.yield %s : f32
     }}
@@ -180,50 +192,73 @@ func.func @microkernel(%a: memref<{mr}x{k}xf32>, %b: memref<{k}x{n}xf32>, %c: me
   func.return
 }}
 """
+_WIDEN = """      %xw = arith.extf %x : bf16 to f32
+      %yw = arith.extf %y : bf16 to f32
+"""
+_DTYPES = {"float32": ("f32", 4, "fma"), "bfloat16": ("bf16", 2, "dot_bf16")}  # MLIR type, bytes, peak loop
+
+
+def microkernel_text(shape: "MicroKernel", repeats: int) -> str:
+    """The micro-kernel's function (`_MICROKERNEL`) for `shape`, `repeats` times."""
+    t = _DTYPES[shape.dtype][0]
+    text = _MICROKERNEL.format(mr=shape.mr, n=shape.n, k=shape.k, repeats=repeats, t=t,
+                               widen=_WIDEN if t == "bf16" else "")
+    return text if t == "bf16" else text.replace("%xw, %yw", "%x, %y")
 
 
 @dataclass(frozen=True)
 class MicroKernel:
-    """The micro-kernel's block (MR rows x N float32 columns) and its reduction length K."""
+    """The micro-kernel's block (MR rows x N float32 columns), its reduction length K and the
+    operands' element type (float32, or bfloat16 on vdpbf16ps)."""
 
     mr: int
     n: int
     k: int
+    dtype: str = "float32"
 
-    def text(self, gflops: float, threads: int, fma: float) -> str:
-        return (f"float32 micro-kernel (vectorize-contractions, {self.mr} x {self.n} block, K = {self.k}, operands "
-                f"in L1) = {gflops:.1f} GFLOP/s ({threads} thread(s)): {100 * gflops / fma:.0f}% of the FMA loop's "
-                f"{fma:.1f}, timed in turn with it")
+    @property
+    def peak_kind(self) -> str:
+        """The peak loop (KINDS) of the instruction its reduction runs on."""
+        return _DTYPES[self.dtype][2]
+
+    def text(self, gflops: float, threads: int, peak: float) -> str:
+        loop = "FMA" if self.peak_kind == "fma" else "vdpbf16ps"
+        return (f"{self.dtype} micro-kernel (vectorize-contractions, {self.mr} x {self.n} block, K = {self.k}, "
+                f"operands in L1) = {gflops:.1f} GFLOP/s ({threads} thread(s)): {100 * gflops / peak:.0f}% of the "
+                f"{loop} loop's {peak:.1f}, timed in turn with it")
 
 
-def microkernel_shape(cpu: Target) -> MicroKernel:
+def microkernel_shape(cpu: Target, dtype: str = "float32") -> MicroKernel:
     """The block vectorize-contractions makes on `cpu` and the longest even K whose A rows and
-    packed B panel take half its smallest local level (the L1 on a CPU)."""
+    packed B panel of `dtype` elements take half its smallest local level (the L1 on a CPU)."""
     from npugrad.passes.vectorize_contractions import block_shape, panel_width
 
+    if dtype not in _DTYPES:
+        raise ValueError(f"peak: unknown micro-kernel dtype {dtype!r} (known: {', '.join(_DTYPES)})")
     mr, n = block_shape(cpu)[0], panel_width(cpu)
     smallest = min(lv.capacity for lv in cpu.local_levels())
-    return MicroKernel(mr, n, max(2, smallest // 2 // (4 * (mr + n)) // 2 * 2))
+    size = _DTYPES[dtype][1]
+    return MicroKernel(mr, n, max(2, smallest // 2 // (size * (mr + n)) // 2 * 2), dtype)
 
 
 def microkernel(shape: MicroKernel, repeats: int, cpu: str = "host"):
     """The micro-kernel compiled by the pipeline (untiled, vectorized for `cpu`): a Kernel of
-    (a, b, c) that adds A·B into C `repeats` times."""
+    (a, b, c2) that adds A·B into C = c2[r % 2] on repeat r, `repeats` times."""
     from npugrad.compiler import Pipeline, make_context, parse
     from npugrad.runtime.executable import Executable, block_kernels, signatures
 
     ctx = make_context()
-    text = _MICROKERNEL.format(mr=shape.mr, n=shape.n, k=shape.k, repeats=repeats)
-    module = parse(text, "microkernel.mlir", ctx)
+    module = parse(microkernel_text(shape, repeats), "microkernel.mlir", ctx)
     sigs, blocks = signatures(module), block_kernels(module)
     llvm_ir = Pipeline(fuse=False, distribute=False, cpu=cpu).lower(module, "llvm-ir", ctx)
     return Executable(llvm_ir, sigs, blocks)["microkernel"]
 
 
-def _own_pages(shape: tuple[int, int], page: int = 4096) -> np.ndarray:
-    """A zeroed C-contiguous float32 array starting a page, a page of its own buffer after it."""
-    count = shape[0] * shape[1]
-    return aligned((count + page // 4,), np.float32, page, zeroed=True)[:count].reshape(shape)
+def _own_pages(shape: tuple[int, ...], dtype=np.float32, page: int = 4096) -> np.ndarray:
+    """A zeroed C-contiguous array starting a page, a page of its own buffer after it."""
+    count = int(np.prod(shape))
+    item = np.dtype(dtype).itemsize
+    return aligned((count + page // item,), dtype, page, zeroed=True)[:count].reshape(shape)
 
 
 def _calibrated(fn: Callable[[], None], seconds: float) -> int:
@@ -254,36 +289,51 @@ def _rate(fns: Sequence[Callable[[], None]], n: int, flop: float) -> float:
     return flop / (time.perf_counter() - start) / 1e9
 
 
-def measure_microkernel(threads: int = 0, seconds: float = 0.25, repeats: int = 5, cpu: str = "host") \
-        -> tuple[MicroKernel, int, float, float]:
-    """(shape, threads, micro-kernel GFLOP/s, FMA peak GFLOP/s): the micro-kernel on `threads`
-    threads (0: the target's cores), each on arrays of its own, and the float32 FMA loop, taking
-    turns `repeats` times (runs of about `seconds`), the best of each: a machine whose speed
-    drifts scales both alike."""
+def measure_microkernel(threads: int = 0, seconds: float = 0.25, repeats: int = 5, cpu: str = "host",
+                        dtype: str = "float32") -> tuple[MicroKernel, int, float, float]:
+    """(shape, threads, micro-kernel GFLOP/s, peak GFLOP/s): the micro-kernel on `dtype` operands
+    on `threads` threads (0: the target's cores), each on arrays of its own, and the peak loop of
+    its instruction (float32: the FMA's; bfloat16: vdpbf16ps's), taking turns `repeats` times
+    (runs of about `seconds`), the best of each: a machine whose speed drifts scales both alike.
+    bfloat16 needs a CPU with AVX512-BF16 (a ValueError otherwise: the widened fallback is
+    float32's micro-kernel)."""
+    from npugrad.passes.vectorize_contractions import dot_bf16
+
     target = get(cpu)
     threads = threads or target.cores
-    shape = microkernel_shape(target)
+    shape = microkernel_shape(target, dtype)
+    if shape.peak_kind == "dot_bf16" and not dot_bf16(target):
+        raise ValueError(f"peak: the {dtype} micro-kernel runs on vdpbf16ps, which the CPU lacks "
+                         f"({FEATURE['dot_bf16']})")
     calls = 1 << 10  # the reduction's repeats in one call: about a millisecond at tens of GFLOP/s
     kernel = microkernel(shape, calls, cpu)
+    operand = np.float32 if dtype == "float32" else _bfloat16()
     rng = np.random.default_rng(0)
     bound = []
     for _ in range(threads):
         # Each thread's arrays on pages of their own: C's stores share no cache line with another
         # thread's operands. Values that keep C finite over any run: |A·B| per call well below 1.
-        a, b, c = (_own_pages(s) for s in ((shape.mr, shape.k), (shape.k, shape.n), (shape.mr, shape.n)))
-        a[...] = rng.uniform(-1e-3, 1e-3, a.shape)
-        b[...] = rng.uniform(-1e-3, 1e-3, b.shape)
+        a, b = (_own_pages(s, operand) for s in ((shape.mr, shape.k), (shape.k, shape.n)))
+        c = _own_pages((2, shape.mr, shape.n))
+        a[...] = rng.uniform(-1e-3, 1e-3, a.shape).astype(operand)
+        b[...] = rng.uniform(-1e-3, 1e-3, b.shape).astype(operand)
         bound.append(kernel.bind(a, b, c))
-    fma, fma_flop_per_call = _peak_loop("fma", shape_for(target, "fma"))
-    fma_fns = [fma] * threads
-    n_kernel, n_fma = _calibrated(bound[0], seconds), _calibrated(fma, seconds)
+    loop, loop_flop_per_call = _peak_loop(shape.peak_kind, shape_for(target, shape.peak_kind))
+    loop_fns = [loop] * threads
+    n_kernel, n_loop = _calibrated(bound[0], seconds), _calibrated(loop, seconds)
     kernel_flop = 2.0 * shape.mr * shape.n * shape.k * calls * n_kernel * threads
-    fma_flop = fma_flop_per_call * n_fma * threads
-    best_kernel = best_fma = 0.0
+    loop_flop = loop_flop_per_call * n_loop * threads
+    best_kernel = best_loop = 0.0
     for _ in range(repeats):
         best_kernel = max(best_kernel, _rate(bound, n_kernel, kernel_flop))
-        best_fma = max(best_fma, _rate(fma_fns, n_fma, fma_flop))
-    return shape, threads, best_kernel, best_fma
+        best_loop = max(best_loop, _rate(loop_fns, n_loop, loop_flop))
+    return shape, threads, best_kernel, best_loop
+
+
+def _bfloat16():
+    import ml_dtypes
+
+    return ml_dtypes.bfloat16
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -296,8 +346,13 @@ def run(args: argparse.Namespace) -> None:
         raise SystemExit("npugrad peak: --threads must be >= 0 and --seconds > 0")
     for kind in KINDS:
         print(measure(kind, args.threads, args.seconds).text())
-    shape, threads, gflops, fma = measure_microkernel(args.threads, args.seconds)
-    print(shape.text(gflops, threads, fma))
+    for dtype in _DTYPES:
+        try:
+            shape, threads, gflops, peak = measure_microkernel(args.threads, args.seconds, dtype=dtype)
+        except ValueError as lacking:  # bfloat16 on a CPU without vdpbf16ps
+            print(f"{dtype} micro-kernel: not measured: {str(lacking).removeprefix('peak: ')}")
+            continue
+        print(shape.text(gflops, threads, peak))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
