@@ -22,8 +22,8 @@ the GEMMs reaches when no load waits on memory: what a kernel's rate short of it
 (bench/loop_profile.py gives its reduction loops' share of the samples) costs in the memory
 hierarchy, not in the instructions. C alternates between two tiles from one repeat to the next:
 with one, LLVM kept the bfloat16 kernel's C in registers across the repeats, which spilled 22 of
-them to the stack on every repeat (Zen 5, K = 174: 95-96 % of the vdpbf16ps loop, 99 % with two
-tiles); no GEMM the compiler generates has a C that stays put.
+them to the stack on every repeat (Zen 5, K = 174: 96-97 % of the vdpbf16ps loop, 98-99 % with
+two tiles); no GEMM the compiler generates has a C that stays put.
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ func.func @microkernel(%a: memref<{mr}x{k}x{t}>, %b: memref<{k}x{n}x{t}>, %c2: m
         ins(%a, %b : memref<{mr}x{k}x{t}>, memref<{k}x{n}x{t}>)
         outs(%c : memref<{mr}x{n}xf32, strided<[{n}, 1], offset: ?>>) {{
     ^bb0(%x: {t}, %y: {t}, %z: f32):
-{widen}      %p = arith.mulf %xw, %yw : f32
+{widen}      %p = arith.mulf {x}, {y} : f32
       %s = arith.addf %z, %p : f32
       linalg.yield %s : f32
     }}
@@ -201,9 +201,9 @@ _DTYPES = {"float32": ("f32", 4, "fma"), "bfloat16": ("bf16", 2, "dot_bf16")}  #
 def microkernel_text(shape: "MicroKernel", repeats: int) -> str:
     """The micro-kernel's function (`_MICROKERNEL`) for `shape`, `repeats` times."""
     t = _DTYPES[shape.dtype][0]
-    text = _MICROKERNEL.format(mr=shape.mr, n=shape.n, k=shape.k, repeats=repeats, t=t,
-                               widen=_WIDEN if t == "bf16" else "")
-    return text if t == "bf16" else text.replace("%xw, %yw", "%x, %y")
+    wide = t == "bf16"
+    return _MICROKERNEL.format(mr=shape.mr, n=shape.n, k=shape.k, repeats=repeats, t=t, widen=_WIDEN if wide else "",
+                               x="%xw" if wide else "%x", y="%yw" if wide else "%y")
 
 
 @dataclass(frozen=True)
