@@ -17,6 +17,9 @@ GB/s: bench.contenders.stream_numpy, NumPy's in-place add over two arrays of m M
 contender's threads), for the memory-bound rows.
 `combine` pools the calls of several such runs (rounds in which the contenders take turns, so
 that a slow spell of a shared machine falls on all of them rather than on one).
+`paired` runs several contenders in one child instead, taking turns batch by batch, for ratios
+measured in the same minutes and the same process (no peak memory there: the process holds all
+of their inputs).
 """
 
 from __future__ import annotations
@@ -104,6 +107,60 @@ def child(spec: str, args: dict, repeats: int, warmup: int, slow: float | None =
     return {"median": median, "min": min(times or [first]), "first": first, "peak_mib": max(peak, 0) / 1024,
             "exact_peak": exact, "times": times if times else [first], "first_only": first_only,
             "compile_s": compile_s, "ceilings": ceilings, "bandwidths": bandwidths}
+
+
+def paired_child(specs: dict[str, str], args: dict, batches: int, size: int, pause: float = 0.2) -> dict:
+    """The contenders `specs` (name -> `module:function`, each called with `args`) in this one
+    process: each set up and called once (its warm-up), then `batches` turns in which each runs a
+    batch of `size` timed calls (the order reversed every other turn), `pause` seconds before
+    each batch, so that threads a contender's runtime leaves spinning after its calls (OpenMP's,
+    BLAS's) go idle before the next one's. Returns each contender's batch medians, in turn order."""
+    sys.path.insert(0, ROOT)
+    fns = {}
+    for name, spec in specs.items():
+        module_name, func_name = spec.split(":")
+        fns[name] = getattr(__import__(module_name, fromlist=[func_name]), func_name)(**args)
+        fns[name]()
+    names = list(fns)
+    medians: dict[str, list[float]] = {n: [] for n in names}
+    for turn in range(batches):
+        for name in names if turn % 2 == 0 else names[::-1]:
+            time.sleep(pause)
+            times = []
+            for _ in range(size):
+                start = time.perf_counter()
+                fns[name]()
+                times.append(time.perf_counter() - start)
+            medians[name].append(statistics.median(times))
+    return {"medians": medians}
+
+
+@dataclass
+class Paired:
+    """Contenders timed in one process, taking turns batch by batch (paired_child)."""
+
+    medians: dict[str, tuple[float, ...]]  # name -> its batches' medians (s), in turn order
+    error: str | None = None
+
+    def time(self, name: str) -> float:
+        """The median of `name`'s batch medians (s)."""
+        return statistics.median(self.medians[name])
+
+    def ratio(self, other: str, base: str) -> float:
+        """The median over turns of other's batch median / base's (>1: base faster): each
+        quotient of two batches run a fraction of a second apart."""
+        return statistics.median(o / b for o, b in zip(self.medians[other], self.medians[base]))
+
+
+def paired(specs: dict[str, str], args: dict, batches: int, size: int, threads: int | None = None,
+           timeout: float | None = None) -> Paired:
+    """`specs` in one fresh interpreter, taking turns (paired_child): their batch medians, or the
+    error it hit, or "timed out" after `timeout` seconds."""
+    r = in_child("bench.common:paired_child", {"specs": specs, "args": args, "batches": batches, "size": size},
+                 threads, timeout)
+    if isinstance(r, dict):
+        return Paired({n: tuple(m) for n, m in r["medians"].items()})
+    return Paired({}, f"timed out after {timeout:.0f} s" if r is None else r)
 
 
 def _sgemm(n: int, tries: int = 2) -> Callable[[], float]:

@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np
 
 from bench import contenders as compilers
-from bench.common import Result, combine, in_child, measure, paired_costs
+from bench.common import Result, combine, in_child, measure, paired, paired_costs
 from npugrad import progress
 
 SEED = 1234
@@ -618,6 +618,31 @@ def run_table(title: str, selected: Sequence[Case], alloc: bool, repeats: int, t
     return "\n".join(lines + sorted(notes))
 
 
+PAIRED_CALLS = 5  # timed calls in a batch of the paired tables (--quick: 2)
+
+
+def paired_table(title: str, selected: Sequence[Case], alloc: bool, threads: int, contenders: Sequence[str],
+                 log: Callable[[str], None], batches: int, size: int, timeout: float | None = None) -> str:
+    """The memory-bound cases once more, all `contenders` in one process, taking turns in
+    `batches` batches of `size` calls (bench.common.paired): a memory-bound row's time follows
+    the machine's memory, which moves between processes (the 'own BW' readings), so each ratio
+    here is of two batches run a fraction of a second apart, its median over the turns."""
+    others = [c for c in contenders if c != "npugrad"]
+    header = (f"{'case':<40}" + "".join(f" {c + ' ms':>12}" for c in contenders)
+              + "".join(f" {'vs ' + c:>10}" for c in others))
+    lines = [title, header, "-" * len(header)]
+    for case in (c for c in selected if c.unit == "GB/s"):
+        log(f"  {case.label}: {', '.join(contenders)} in one process")
+        r = paired({c: spec_of(case, c) for c in contenders}, {**case.size, "alloc": alloc}, batches, size, threads,
+                   timeout)
+        if r.error:
+            lines.append(f"{case.label:<40} failed: {r.error}")
+            continue
+        lines.append(f"{case.label:<40}" + "".join(f" {r.time(c) * 1e3:>12.2f}" for c in contenders)
+                     + "".join(f" {r.ratio(c, 'npugrad'):>9.2f}x" for c in others))
+    return "\n".join(lines)
+
+
 def contender_compile_table(shared: dict) -> str:
     """The compilers' compile time at each FLCE case's exact shapes (outside the timed calls)."""
     header = f"{'case':<40} {'contender':<13} {'compile s':>10}"
@@ -685,6 +710,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--rounds", type=int, default=3,
                     help="times the contenders take turns on each case except FLCE, each time in a fresh process; "
                          "the median is over all their timed calls (default 3)")
+    ap.add_argument("--paired", type=int, default=6,
+                    help="after each table, its memory-bound rows again with every contender in one process, taking "
+                         "turns in this many batches of calls, for ratios under one state of the machine's memory "
+                         "(default 6; 0: none)")
     ap.add_argument("--threads", type=int, default=2, help="threads for every contender (default 2)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test, not a measurement")
     ap.add_argument("-q", "--quiet", action="store_true",
@@ -708,6 +737,8 @@ def run(args: argparse.Namespace) -> None:
         raise SystemExit("npugrad bench: --repeats must be at least 1")
     if args.rounds < 1:
         raise SystemExit("npugrad bench: --rounds must be at least 1")
+    if args.paired < 0:
+        raise SystemExit("npugrad bench: --paired must be at least 0")
     timeout = args.timeout or None
     contenders = ["npugrad", "numpy", *(["torch"] if torch_available() else [])]
     selected = [c for c in cases(args.quick) if c.op in ops]
@@ -751,13 +782,19 @@ def run(args: argparse.Namespace) -> None:
     print()
     shared: dict = {}
     limit = args.predicted_limit or None
-    print(run_table("Outputs preallocated (and pre-touched) for every contender", selected, False,
-                    args.repeats, args.threads, contenders, log, args.rounds, extra, ceilings, shared, timeout, limit),
-          "\n", flush=True)
-    print(run_table("Outputs allocated by every contender (npugrad without out=, functional NumPy/PyTorch; "
-                    "EMA-Adam is in place in both tables)", selected, True, args.repeats, args.threads, contenders, log,
-                    args.rounds, extra, ceilings, shared, timeout, limit),
-          "\n", flush=True)
+    batches, size = (min(args.paired, 2), 2) if args.quick else (args.paired, PAIRED_CALLS)
+    pairing = (f"the memory-bound rows again, every contender in one process, taking turns in {batches} batches of "
+               f"{size} calls (0.2 s apart, the order reversed every other turn): ms, the median of its batches' "
+               "medians; vs, the median over the turns of the other's batch median / npugrad's (>1: npugrad "
+               "faster), each of two batches under one state of the machine's memory")
+    for title, alloc in (("Outputs preallocated (and pre-touched) for every contender", False),
+                         ("Outputs allocated by every contender (npugrad without out=, functional NumPy/PyTorch; "
+                          "EMA-Adam is in place in both tables)", True)):
+        print(run_table(title, selected, alloc, args.repeats, args.threads, contenders, log, args.rounds, extra,
+                        ceilings, shared, timeout, limit), "\n", flush=True)
+        if batches and memory_bound:
+            print(paired_table(f"Paired ({'allocated' if alloc else 'preallocated'}): {pairing}", selected, alloc,
+                               args.threads, contenders, log, batches, size, timeout), "\n", flush=True)
     print(compile_table(ops, args.threads, 300 if args.quick else 5000, log))
     if shared:
         print("\n" + contender_compile_table(shared))

@@ -50,9 +50,19 @@ def test_quick_bench_prints_every_op_with_ratio_columns():
     assert "Memory bandwidth: NumPy in-place float32 add a += b over 2 x 16 MiB" in proc.stdout
     for c in compilers.CONTENDERS:  # absent: a one-line note, never an error
         assert (f"{c}: skipped," in proc.stdout) == (c not in EXTRA)
-    main, allocating, compile_times, *contender_compile = _tables(proc.stdout)
+    main, paired_main, allocating, paired_allocating, compile_times, *contender_compile = _tables(proc.stdout)
     assert "preallocated" in main[0] and "allocated by every contender" in allocating[0]
     contenders = ["npugrad", "numpy", *(["torch"] if HAS_TORCH else [])]
+    memory_ops = [c.op for c in bench_ops.cases(True) if c.unit == "GB/s"]
+    for table, kind in ((paired_main, "Paired (preallocated)"), (paired_allocating, "Paired (allocated)")):
+        assert table[0].startswith(kind) and "taking turns in 2 batches of 2 calls" in table[0]
+        assert table[1].split()[1:] == [*(w for c in contenders for w in (c, "ms")),
+                                        *(w for c in contenders[1:] for w in ("vs", c))]
+        rows = [line for line in table[3:] if line.strip()]
+        assert [r.split()[0] for r in rows] == memory_ops  # the memory-bound rows only, in order
+        for r in rows:
+            fields = r[41:].split()
+            assert len(fields) == 2 * len(contenders) - 1 and all(f.endswith("x") for f in fields[len(contenders):]), r
     for table in (main, allocating):
         header = next(line for line in table if line.startswith("case "))
         assert "vs numpy" in header and "of SGEMM" in header and "own SGEMM" in header and "of bf16 pk" in header
@@ -85,8 +95,8 @@ def test_quick_bench_prints_every_op_with_ratio_columns():
 def test_rounds_take_turns_and_pool_their_calls():
     """Every op but FLCE runs in rounds in which the contenders take turns (the same loop for
     each of them: one op shows it)."""
-    proc = _quick_bench("--rounds", "2", "--ops", "bce")
-    assert "pooled over 2 round(s)" in proc.stdout
+    proc = _quick_bench("--rounds", "2", "--ops", "bce", "--paired", "0")
+    assert "pooled over 2 round(s)" in proc.stdout and "Paired" not in proc.stdout  # --paired 0: none
     contenders = ["npugrad", "numpy", *(["torch"] if HAS_TORCH else [])]
     for c in contenders:
         assert proc.stderr.count(f"bce 4096 elements: {c} (round 2 of 2)") == 2  # both tables
@@ -312,6 +322,83 @@ def heap_reuser(mib: int):
 
     call.pins = pins
     return call
+
+
+def turn_taker(name: str, cost: float, log: list, clock: list):
+    """A contender whose call appends its name to `log` and takes `cost` ticks of `clock`."""
+    def call():
+        log.append(name)
+        clock[0] += cost
+
+    return call
+
+
+def first_of(costs, log, clock):
+    return turn_taker("a", costs[0], log, clock)
+
+
+def second_of(costs, log, clock):
+    return turn_taker("b", costs[1], log, clock)
+
+
+def test_paired_child_takes_turns_batch_by_batch_in_alternate_order(monkeypatch):
+    """Each contender is set up and called once, then every turn runs a batch of each, the order
+    reversed every other turn, a pause before each batch; each batch's median is its own."""
+    clock, calls, pauses = [0.0], [], []
+    monkeypatch.setattr(common.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(common.time, "sleep", pauses.append)
+    got = common.paired_child({"a": "tests.test_bench:first_of", "b": "tests.test_bench:second_of"},
+                              {"costs": [2.0, 5.0], "log": calls, "clock": clock}, batches=3, size=2, pause=0.5)
+    assert calls == ["a", "b"] + ["a", "a", "b", "b"] + ["b", "b", "a", "a"] + ["a", "a", "b", "b"]
+    assert got == {"medians": {"a": [2.0, 2.0, 2.0], "b": [5.0, 5.0, 5.0]}} and pauses == [0.5] * 6
+
+
+def test_a_paired_ratio_is_the_median_of_each_turns_quotient():
+    """vs: the median over turns of the other's batch median / npugrad's, not the quotient of
+    their medians: a turn in which the machine's memory was slow for both counts as one."""
+    r = common.Paired({"npugrad": (1.0, 10.0, 3.0), "torch": (2.0, 11.0, 9.0)})
+    assert r.time("npugrad") == 3.0 and r.time("torch") == 9.0
+    assert r.ratio("torch", "npugrad") == 2.0  # quotients 2, 1.1, 3 (the medians' quotient: 3)
+
+
+def test_paired_runs_its_contenders_in_one_child_and_reports_an_error():
+    r = common.paired({"x": "tests.test_bench:heap_reuser", "y": "tests.test_bench:heap_reuser"}, {"mib": 1},
+                      batches=2, size=1)
+    assert r.error is None and set(r.medians) == {"x", "y"}
+    assert all(len(m) == 2 and all(t > 0 for t in m) for m in r.medians.values())
+    r = common.paired({"x": "tests.test_bench:no_such_setup"}, {}, batches=1, size=1)
+    assert r.error is not None and "no_such_setup" in r.error and not r.medians
+
+
+def test_paired_table_has_the_memory_bound_rows_with_each_contenders_spec(monkeypatch):
+    asked = []
+
+    def fake_paired(specs, args, batches, size, threads, timeout):
+        asked.append((specs, args, batches, size))
+        if args.get("t") == 16384:
+            return common.Paired({}, "boom")
+        return common.Paired({"npugrad": (1e-3, 2e-3, 3e-3), "numpy": (4e-3, 4e-3, 4e-3), "torch": (2e-3, 2e-3, 6e-3)})
+
+    monkeypatch.setattr(bench_ops, "paired", fake_paired)
+    selected = bench_ops.cases(False)
+    text = bench_ops.paired_table("T", selected, True, 2, ["npugrad", "numpy", "torch"], lambda s: None, 6, 5)
+    lines = text.splitlines()
+    assert lines[0] == "T" and lines[1].split() == ["case", "npugrad", "ms", "numpy", "ms", "torch", "ms",
+                                                    "vs", "numpy", "vs", "torch"]
+    memory = [c for c in selected if c.unit == "GB/s"]
+    assert [line.split()[0] for line in lines[3:]] == [c.op for c in memory]
+    assert [a[0] for a in asked] == [{c: bench_ops.spec_of(case, c) for c in ("npugrad", "numpy", "torch")}
+                                     for case in memory]
+    assert all(a[1]["alloc"] is True and a[2:] == (6, 5) for a in asked)
+    embedding = next(line for line in lines if line.startswith("embedding"))
+    assert embedding.endswith("failed: boom")
+    nll = next(line for line in lines if line.startswith("nll")).split()
+    assert nll[-5:] == ["2.00", "4.00", "2.00", "2.00x", "2.00x"]  # turns 4/1, 2/2, 4/3: 2; torch 2, 1, 2: 2
+
+
+def test_bench_rejects_a_negative_paired_count():
+    with pytest.raises(SystemExit, match="--paired must be at least 0"):
+        bench_ops.main(["--paired", "-1", "--ops", "bce"])
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"),
