@@ -4,7 +4,10 @@ compile time: `npugrad bench` (or `python bench/ops.py`).
 Each contender runs in its own child process (bench/common.py): the first call is the warm-up
 and measures peak extra memory, then `--repeats` timed calls give the median. The main table
 preallocates (and pre-touches) every contender's outputs; the second lets each allocate them
-(npugrad's API without `out=`, the functional NumPy/PyTorch forms). The PyTorch contenders are
+(npugrad's API without `out=`, the functional NumPy/PyTorch forms). After each, a paired table
+runs its memory-bound rows again with every contender in one process, taking turns batch by
+batch (bench.common.paired): ratios under one state of the machine's memory, which moves between
+processes. The PyTorch contenders are
 those of /work/shared/perf/measure_baselines.py: naive FLCE (logits materialised),
 aten.embedding_dense_backward, aten.nll_loss_backward, aten.binary_cross_entropy_backward,
 AdamW(fused=True) + _foreach_lerp_ EMA. With the optional `[bench]` extra, the FLCE rows also
