@@ -7,7 +7,8 @@ preallocates (and pre-touches) every contender's outputs; the second lets each a
 (npugrad's API without `out=`, the functional NumPy/PyTorch forms). After each, a paired table
 runs its memory-bound rows again with every contender in one process, taking turns batch by
 batch (bench.common.paired): ratios under one state of the machine's memory, which moves between
-processes. The PyTorch contenders are
+processes; the preallocated FLCE rows likewise, npugrad and PyTorch eager a call at a time, at
+one speed of the CPU, which drifts during a run. The PyTorch contenders are
 those of /work/shared/perf/measure_baselines.py: naive FLCE (logits materialised),
 aten.embedding_dense_backward, aten.nll_loss_backward, aten.binary_cross_entropy_backward,
 AdamW(fused=True) + _foreach_lerp_ EMA. With the optional `[bench]` extra, the FLCE rows also
@@ -622,19 +623,22 @@ def run_table(title: str, selected: Sequence[Case], alloc: bool, repeats: int, t
 
 
 PAIRED_CALLS = 5  # timed calls in a batch of the paired tables (--quick: 2)
+PAIRED_FLCE_TURNS = 3  # at most, of one call each: an FLCE call takes seconds
 
 
 def paired_table(title: str, selected: Sequence[Case], alloc: bool, threads: int, contenders: Sequence[str],
-                 log: Callable[[str], None], batches: int, size: int, timeout: float | None = None) -> str:
-    """The memory-bound cases once more, all `contenders` in one process, taking turns in
-    `batches` batches of `size` calls (bench.common.paired): a memory-bound row's time follows
-    the machine's memory, which moves between processes (the 'own BW' readings), so each ratio
-    here is of two batches run a fraction of a second apart, its median over the turns."""
+                 log: Callable[[str], None], batches: int, size: int, timeout: float | None = None,
+                 unit: str = "GB/s") -> str:
+    """The cases of `unit` once more, all `contenders` in one process, taking turns in `batches`
+    batches of `size` calls (bench.common.paired): a memory-bound row's time follows the
+    machine's memory, which moves between processes (the 'own BW' readings), and a GEMM-bound
+    one its CPU's speed, which drifts during a run (the 'own SGEMM' readings), so each ratio here
+    is of two batches run a fraction of a second apart, its median over the turns."""
     others = [c for c in contenders if c != "npugrad"]
     header = (f"{'case':<40}" + "".join(f" {c + ' ms':>12}" for c in contenders)
               + "".join(f" {'vs ' + c:>10}" for c in others))
     lines = [title, header, "-" * len(header)]
-    for case in (c for c in selected if c.unit == "GB/s"):
+    for case in (c for c in selected if c.unit == unit):
         log(f"  {case.label}: {', '.join(contenders)} in one process")
         r = paired({c: spec_of(case, c) for c in contenders}, {**case.size, "alloc": alloc}, batches, size, threads,
                    timeout)
@@ -798,6 +802,14 @@ def run(args: argparse.Namespace) -> None:
         if batches and memory_bound:
             print(paired_table(f"Paired ({'allocated' if alloc else 'preallocated'}): {pairing}", selected, alloc,
                                args.threads, contenders, log, batches, size, timeout), "\n", flush=True)
+        if batches and gemm_bound and not alloc and "torch" in contenders:
+            turns = min(batches, PAIRED_FLCE_TURNS)
+            print(paired_table(f"Paired FLCE (preallocated): npugrad and PyTorch eager in one process, taking turns "
+                               f"{turns} times, a call each (0.2 s apart, the order reversed every other turn): ms, "
+                               "the median of the turns; vs, the median over the turns of PyTorch's call / npugrad's, "
+                               "each of two calls at one speed of the machine's CPU, which drifts during a run",
+                               selected, alloc, args.threads, ["npugrad", "torch"], log, turns, 1, timeout,
+                               unit="GFLOP/s"), "\n", flush=True)
     print(compile_table(ops, args.threads, 300 if args.quick else 5000, log))
     if shared:
         print("\n" + contender_compile_table(shared))

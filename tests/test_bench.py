@@ -50,7 +50,16 @@ def test_quick_bench_prints_every_op_with_ratio_columns():
     assert "Memory bandwidth: NumPy in-place float32 add a += b over 2 x 16 MiB" in proc.stdout
     for c in compilers.CONTENDERS:  # absent: a one-line note, never an error
         assert (f"{c}: skipped," in proc.stdout) == (c not in EXTRA)
-    main, paired_main, allocating, paired_allocating, compile_times, *contender_compile = _tables(proc.stdout)
+    tables = _tables(proc.stdout)
+    if HAS_TORCH:  # npugrad and PyTorch eager's FLCE in one process, after the preallocated tables
+        paired_flce = tables.pop(2)
+        assert paired_flce[0].startswith("Paired FLCE (preallocated): npugrad and PyTorch eager in one process")
+        assert paired_flce[1].split() == ["case", "npugrad", "ms", "torch", "ms", "vs", "torch"]
+        rows = [line for line in paired_flce[3:] if line.strip()]
+        assert [r[:40].strip() for r in rows] == [c.label for c in bench_ops.cases(True) if c.op == "flce"]
+        assert all(r.rstrip().endswith("x") and len(r[41:].split()) == 3 for r in rows), rows
+    assert "Paired FLCE" not in proc.stdout.split("Outputs allocated")[1]  # preallocated only
+    main, paired_main, allocating, paired_allocating, compile_times, *contender_compile = tables
     assert "preallocated" in main[0] and "allocated by every contender" in allocating[0]
     contenders = ["npugrad", "numpy", *(["torch"] if HAS_TORCH else [])]
     memory_ops = [c.op for c in bench_ops.cases(True) if c.unit == "GB/s"]
@@ -394,6 +403,24 @@ def test_paired_table_has_the_memory_bound_rows_with_each_contenders_spec(monkey
     assert embedding.endswith("failed: boom")
     nll = next(line for line in lines if line.startswith("nll")).split()
     assert nll[-5:] == ["2.00", "4.00", "2.00", "2.00x", "2.00x"]  # turns 4/1, 2/2, 4/3: 2; torch 2, 1, 2: 2
+
+
+def test_paired_flce_table_has_the_gemm_bound_rows(monkeypatch):
+    asked = []
+
+    def fake_paired(specs, args, batches, size, threads, timeout):
+        asked.append((tuple(specs), args["dtype"], batches, size))
+        return common.Paired({"npugrad": (1.0, 2.0, 3.0), "torch": (1.2, 2.2, 3.6)})
+
+    monkeypatch.setattr(bench_ops, "paired", fake_paired)
+    selected = bench_ops.cases(False)
+    text = bench_ops.paired_table("T", selected, False, 2, ["npugrad", "torch"], lambda s: None, 3, 1,
+                                  unit="GFLOP/s")
+    flce = [c for c in selected if c.op == "flce"]
+    rows = text.splitlines()[3:]
+    assert [r[:40].strip() for r in rows] == [c.label for c in flce]
+    assert all(r.split()[-3:] == ["2000.00", "2200.00", "1.20x"] for r in rows), rows  # quotients 1.2, 1.1, 1.2
+    assert asked == [(("npugrad", "torch"), c.size["dtype"], 3, 1) for c in flce]
 
 
 def test_bench_rejects_a_negative_paired_count():
