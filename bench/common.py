@@ -71,12 +71,34 @@ def release_free_memory() -> None:
         pass
 
 
-def child(spec: str, args: dict, repeats: int, warmup: int, slow: float | None = None, ceiling: int = 0,
-          bandwidth: int = 0) -> dict:
+def _setup(spec: str, args: dict) -> Callable[[], object]:
+    """The contender `module:function` called with `args` (its setup): the call to time."""
     module_name, func_name = spec.split(":")
     sys.path.insert(0, ROOT)
-    module = __import__(module_name, fromlist=[func_name])
-    fn = getattr(module, func_name)(**args)
+    return getattr(__import__(module_name, fromlist=[func_name]), func_name)(**args)
+
+
+def _take_turns(fns: list[Callable[[], object]], batches: int, size: int, pause: float = 0.0) -> list[list[float]]:
+    """`batches` turns in which each of `fns` runs a batch of `size` timed calls (the order
+    reversed every other turn; `pause` seconds before each batch, if any): each one's batch
+    medians, in turn order."""
+    medians: list[list[float]] = [[] for _ in fns]
+    for turn in range(batches):
+        for j in range(len(fns)) if turn % 2 == 0 else reversed(range(len(fns))):
+            if pause:
+                time.sleep(pause)
+            times = []
+            for _ in range(size):
+                start = time.perf_counter()
+                fns[j]()
+                times.append(time.perf_counter() - start)
+            medians[j].append(statistics.median(times))
+    return medians
+
+
+def child(spec: str, args: dict, repeats: int, warmup: int, slow: float | None = None, ceiling: int = 0,
+          bandwidth: int = 0) -> dict:
+    fn = _setup(spec, args)
     sgemm = _sgemm(ceiling) if ceiling else None
     stream = _stream(bandwidth) if bandwidth else None
     release_free_memory()
@@ -115,24 +137,12 @@ def paired_child(specs: dict[str, str], args: dict, batches: int, size: int, pau
     batch of `size` timed calls (the order reversed every other turn), `pause` seconds before
     each batch, so that threads a contender's runtime leaves spinning after its calls (OpenMP's,
     BLAS's) go idle before the next one's. Returns each contender's batch medians, in turn order."""
-    sys.path.insert(0, ROOT)
     fns = {}
     for name, spec in specs.items():
-        module_name, func_name = spec.split(":")
-        fns[name] = getattr(__import__(module_name, fromlist=[func_name]), func_name)(**args)
+        fns[name] = _setup(spec, args)
         fns[name]()
-    names = list(fns)
-    medians: dict[str, list[float]] = {n: [] for n in names}
-    for turn in range(batches):
-        for name in names if turn % 2 == 0 else names[::-1]:
-            time.sleep(pause)
-            times = []
-            for _ in range(size):
-                start = time.perf_counter()
-                fns[name]()
-                times.append(time.perf_counter() - start)
-            medians[name].append(statistics.median(times))
-    return {"medians": medians}
+    medians = _take_turns(list(fns.values()), batches, size, pause)
+    return {"medians": dict(zip(fns, medians))}
 
 
 @dataclass
@@ -313,22 +323,9 @@ def paired_costs(first_call: Callable[[], Callable[[], object]], part: Callable[
     first = time.perf_counter() - start
     alone = part()
 
-    def batch(fn) -> float:
-        times = []
-        for _ in range(size):
-            t = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t)
-        return statistics.median(times)
-
     sides = [call, alone] + ([reference] if reference is not None else [])
-    for fn in sides:  # warm-up
-        batch(fn)
-    medians: list[list[float]] = [[] for _ in sides]
-    for i in range(batches):
-        order = range(len(sides)) if i % 2 == 0 else reversed(range(len(sides)))
-        for j in order:
-            medians[j].append(batch(sides[j]))
+    _take_turns(sides, 1, size)  # warm-up: a batch of each
+    medians = _take_turns(sides, batches, size)
     calls, parts = medians[0], medians[1]
     result = {"first": first, "call": statistics.median(calls), "part": statistics.median(parts),
               "overhead": statistics.median([c - p for c, p in zip(calls, parts)]),

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from npugrad.dtypes import BFLOAT16
 from npugrad.lowering.emulation import emulating
 from npugrad.passes.vectorize_contractions import dot_bf16
 from npugrad.targets import get
@@ -79,10 +80,7 @@ def test_the_micro_kernel_is_the_targets_block_on_half_its_l1(toml, dtype, block
 
 
 def _bfloat16_operands(rng, shape):
-    import ml_dtypes
-
-    return tuple(rng.standard_normal(s, dtype=np.float32).astype(ml_dtypes.bfloat16)
-                 for s in ((shape.mr, shape.k), (shape.k, shape.n)))
+    return tuple(rng.standard_normal(s, dtype=np.float32).astype(BFLOAT16) for s in ((shape.mr, shape.k), (shape.k, shape.n)))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

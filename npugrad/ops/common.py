@@ -176,10 +176,10 @@ class Planned:
         return prefault(np.empty(self.shape, self.dtype)) if self.mapped else np.empty(self.shape, self.dtype)
 
 
-def zeroed(out: np.ndarray | Planned) -> bool:
-    """Whether `out` (output's result) will hold zeros when the kernel runs: a planned output is
-    then allocated as np.zeros, and the kernel writes only what is not zero (the ops' `out_zeroed`
-    property). A caller's array holds whatever it holds: False."""
+def plan_zeroed(out: np.ndarray | Planned) -> bool:
+    """Plan `out` (output's result) as zeros where the call allocates it (np.zeros), and say
+    whether it will hold zeros when the kernel runs: then the kernel writes only what is not
+    zero (the ops' `out_zeroed` property). A caller's array holds whatever it holds: False."""
     if type(out) is not Planned:
         return False
     out.fill = 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from npugrad.dialect import EmbeddingDenseBackwardOp
-from npugrad.ops.common import all_in_range, allocate, as_input, flag, integer, output, reject_overlap, zeroed
+from npugrad.ops.common import all_in_range, allocate, as_input, flag, integer, output, plan_zeroed, reject_overlap
 from npugrad.runtime.launch import Call, check, two_phase
 
 OP = "embedding_dense_backward"
@@ -40,7 +40,7 @@ def embedding_dense_backward(grad, indices, num_weights, padding_idx=-1, scale_g
     d = g.shape[-1] if g.ndim else 0
     arrays = {"grad": g, "indices": idx,
               "out": output(OP, "out", out, (max(nw, 0), d), g.dtype, f"parameter 'num_weights' = {nw}")}
-    props["out_zeroed"] = zeroed(arrays["out"])  # allocated here: the rows no index names are not written
+    props["out_zeroed"] = plan_zeroed(arrays["out"])  # allocated here: the rows no index names are not written
     props = check(EmbeddingDenseBackwardOp, arrays, props, {"out": "out"})
     reject_overlap(OP, arrays, ("out",))
     fresh = allocate(OP, arrays, ("out",))

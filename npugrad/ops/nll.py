@@ -13,8 +13,8 @@ from npugrad.ops.common import (
     first_bad_id,
     integer,
     output,
+    plan_zeroed,
     reject_overlap,
-    zeroed,
 )
 from npugrad.runtime.launch import Call, check, two_phase
 
@@ -56,7 +56,7 @@ def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index
         "total_weight": as_input(OP, "total_weight", total_weight),
         "out": output(OP, "out", out, s.shape, s.dtype, "parameter 'self'"),
     }
-    props["out_zeroed"] = zeroed(arrays["out"])  # allocated here: only the samples' elements are written
+    props["out_zeroed"] = plan_zeroed(arrays["out"])  # allocated here: only the samples' elements are written
     props = check(NLLLossBackwardOp, arrays, props)
     reject_overlap(OP, arrays, ("out",))
     fresh = allocate(OP, arrays, ("weight", "out"))

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from npugrad.dtypes import BFLOAT16
 from npugrad.runtime.address import aligned
 from npugrad.targets import get
 from npugrad.targets.target import Target
@@ -307,7 +308,7 @@ def measure_microkernel(threads: int = 0, seconds: float = 0.25, repeats: int = 
                          f"({FEATURE['dot_bf16']})")
     calls = 1 << 10  # the reduction's repeats in one call: about a millisecond at tens of GFLOP/s
     kernel = microkernel(shape, calls, cpu)
-    operand = np.float32 if dtype == "float32" else _bfloat16()
+    operand = np.float32 if dtype == "float32" else BFLOAT16
     rng = np.random.default_rng(0)
     bound = []
     for _ in range(threads):
@@ -328,12 +329,6 @@ def measure_microkernel(threads: int = 0, seconds: float = 0.25, repeats: int = 
         best_kernel = max(best_kernel, _rate(bound, n_kernel, kernel_flop))
         best_loop = max(best_loop, _rate(loop_fns, n_loop, loop_flop))
     return shape, threads, best_kernel, best_loop
-
-
-def _bfloat16():
-    import ml_dtypes
-
-    return ml_dtypes.bfloat16
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
