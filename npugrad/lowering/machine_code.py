@@ -33,10 +33,16 @@ def init() -> None:
 
 
 # Library functions LLVM's code generator calls where the CPU has no instruction for an
-# operation, and which the process need not provide (libgcc has them only from GCC 13 on): an
-# unresolved one becomes a call to address 0. `__truncsfbf2` rounds float to bfloat16 on CPUs
-# without AVX512-BF16, where LLVM legalises a bfloat16 vector op (a masked load's lanes) through
-# float. Round to nearest even, NaNs kept quiet, as compiler-rt does.
+# operation, and which the process need not provide (libgcc has them only from GCC 12 or 13 on,
+# and only where something loaded libgcc_s): an unresolved one becomes a call to address 0
+# (JitModule refuses such a module: undefined_symbols). `__truncsfbf2` rounds float to bfloat16
+# on CPUs without AVX512-BF16, where LLVM legalises a bfloat16 vector op (a masked load's lanes)
+# through float. Round to nearest even, NaNs kept quiet, as compiler-rt does.
+# `__extendhfsf2` and `__truncsfhf2` convert float16 to and from float on CPUs without F16C
+# (vcvtph2ps, vcvtps2ph: x86-64-v2 machines, and virtual CPUs that hide it): without them every
+# float16 kernel called address 0 there (a segmentation fault: tests/test_other_cpus.py, QEMU's
+# SandyBridge). Bit for bit what those instructions compute: subnormals kept, round to nearest
+# even, overflow to infinity, a NaN quieted with its payload's high bits kept.
 #
 # And the flags blocks of a launch wait for (npu.set_flag, npu.wait_flag; lower-npu-to-cpu
 # passes the counter's address): a release store, and an acquire load repeated until the counter
@@ -58,6 +64,61 @@ define bfloat @__truncsfbf2(float %x) {
   %half = trunc i32 %high to i16
   %result = bitcast i16 %half to bfloat
   ret bfloat %result
+}
+
+define float @__extendhfsf2(half %h) {
+  %bits = bitcast half %h to i16
+  %x = zext i16 %bits to i32
+  %sign = shl i32 %x, 16
+  %sign_bit = and i32 %sign, -2147483648
+  %abs = and i32 %x, 32767
+  %exponent = and i32 %x, 31744
+  %mantissa = and i32 %x, 1023
+  %shifted = shl i32 %abs, 13
+  %normal = add i32 %shifted, 939524096
+  %high = shl i32 %mantissa, 13
+  %nan = icmp ne i32 %mantissa, 0
+  %quiet = select i1 %nan, i32 4194304, i32 0
+  %infinite = or i32 %high, 2139095040
+  %special = or i32 %infinite, %quiet
+  %units = uitofp i32 %mantissa to float
+  %tiny = fmul float %units, 0x3E70000000000000
+  %tiny_bits = bitcast float %tiny to i32
+  %is_special = icmp eq i32 %exponent, 31744
+  %is_tiny = icmp eq i32 %exponent, 0
+  %wide = select i1 %is_special, i32 %special, i32 %normal
+  %magnitude = select i1 %is_tiny, i32 %tiny_bits, i32 %wide
+  %result = or i32 %magnitude, %sign_bit
+  %f = bitcast i32 %result to float
+  ret float %f
+}
+
+define half @__truncsfhf2(float %f) {
+  %x = bitcast float %f to i32
+  %abs = and i32 %x, 2147483647
+  %sign = lshr i32 %x, 16
+  %sign_bit = and i32 %sign, 32768
+  %high = lshr i32 %abs, 13
+  %payload = and i32 %high, 1023
+  %nan_bits = or i32 %payload, 32256
+  %is_nan = icmp ugt i32 %abs, 2139095040
+  %overflows = icmp uge i32 %abs, 1199570944
+  %is_tiny = icmp ult i32 %abs, 947912704
+  %magnitude = bitcast i32 %abs to float
+  %aligned = fadd float %magnitude, 5.000000e-01
+  %aligned_bits = bitcast float %aligned to i32
+  %tiny = sub i32 %aligned_bits, 1056964608
+  %odd = and i32 %high, 1
+  %rebiased = add i32 %abs, -939520001
+  %rounded = add i32 %rebiased, %odd
+  %normal = lshr i32 %rounded, 13
+  %finite = select i1 %is_tiny, i32 %tiny, i32 %normal
+  %bounded = select i1 %overflows, i32 31744, i32 %finite
+  %value = select i1 %is_nan, i32 %nan_bits, i32 %bounded
+  %result = or i32 %value, %sign_bit
+  %narrow = trunc i32 %result to i16
+  %h = bitcast i16 %narrow to half
+  ret half %h
 }
 
 define void @_mlir_ciface_npugrad_set_flag(i64 %address, i64 %value) {
@@ -134,7 +195,7 @@ declare ptr @malloc(i64)
 declare void @free(ptr)
 """ + ("declare i32 @madvise(ptr, i64, i32)\n" if _HUGE_PAGES else "")
 SUPPORT_IR += ALLOC_IR
-SUPPORT_FUNCTIONS = ("__truncsfbf2", "_mlir_ciface_npugrad_set_flag", "_mlir_ciface_npugrad_wait_flag",
+SUPPORT_FUNCTIONS = ("__truncsfbf2", "__extendhfsf2", "__truncsfhf2", "_mlir_ciface_npugrad_set_flag", "_mlir_ciface_npugrad_wait_flag",
                      "_mlir_memref_to_llvm_alloc", "_mlir_memref_to_llvm_free")
 _SUPPORT: list = []  # the engine holding the support functions, alive as long as the process
 
@@ -327,6 +388,38 @@ def parsed(llvm_ir: str, tm: llvm.TargetMachine | None = None) -> tuple[llvm.Mod
     module.data_layout = str(tm.target_data)
     return module, tm
 
+
+
+_SHT_SYMTAB = 2
+_STB_WEAK = 2
+
+
+def undefined_symbols(code: bytes) -> list[str]:
+    """The symbols an object file (ELF, 64-bit, little-endian: what the JIT makes on x86-64
+    Linux) calls or reads without defining them, weak ones aside: what the JIT links from the
+    process. [] for another format."""
+    if code[:6] != b"\x7fELF\x02\x01":
+        return []
+    shoff, = struct.unpack_from("<Q", code, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", code, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", code, shoff + i * shentsize) for i in range(shnum)]
+    names = []
+    for _name, kind, _flags, _addr, offset, size, link, _info, _align, entsize in sections:
+        if kind != _SHT_SYMTAB or not entsize:
+            continue
+        strings = sections[link][4]
+        for at in range(offset, offset + size, entsize):
+            name, info, _other, index = struct.unpack_from("<IBBH", code, at)
+            if index == 0 and name and info >> 4 != _STB_WEAK:
+                names.append(code[strings + name:code.index(b"\0", strings + name)].decode())
+    return names
+
+
+def unresolved(code: bytes) -> list[str]:
+    """The symbols `code` leaves undefined that neither the process nor the support functions
+    define: the JIT would link each to address 0, and the first call to it would crash."""
+    init()
+    return [name for name in undefined_symbols(code) if not llvm.address_of_symbol(name)]
 
 
 def assembly(llvm_ir: str, cpu: str = "", features: str = "") -> str:

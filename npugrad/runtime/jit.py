@@ -6,7 +6,7 @@ from __future__ import annotations
 import llvmlite.binding as llvm
 
 from npugrad.lowering import emulation
-from npugrad.lowering.machine_code import LOCK, JitError, new_target_machine, optimised, parsed
+from npugrad.lowering.machine_code import LOCK, JitError, new_target_machine, optimised, parsed, unresolved
 from npugrad.runtime import object_cache, sync
 
 __all__ = ["JitError", "JitModule"]
@@ -30,13 +30,20 @@ class JitModule:
             module = optimised(llvm_ir) if code is None else parsed(llvm_ir)[0]
             # The engine takes ownership of its target machine and frees it with itself.
             self._engine = llvm.create_mcjit_compiler(module, new_target_machine())
+            made: list[bytes] = []
             if code is None:
-                self._engine.set_object_cache(lambda _module, compiled: object_cache.store(key, compiled))
+                self._engine.set_object_cache(lambda _module, compiled: (made.append(compiled), object_cache.store(key, compiled)))
             else:
                 self._engine.set_object_cache(getbuffer_func=lambda _module: code)
             self.from_cache = code is not None
             self.cache_key = key  # its disk cache entry's name (bench/loop_profile.py reads the object)
             self._engine.finalize_object()
+            # A function the code generator called for an instruction the CPU lacks and nothing
+            # defines is linked to address 0: refused here, before anything runs.
+            if missing := unresolved(code if code is not None else b"".join(made)):
+                raise JitError(f"the machine code calls {', '.join(missing)}, which nothing in this process defines: "
+                               f"declared by the module, or called by LLVM's code generator for an operation this CPU "
+                               f"({llvm.get_host_cpu_name()}) has no instruction for; linked to address 0, it would crash")
             self._engine.run_static_constructors()
 
     def address(self, symbol: str) -> int:

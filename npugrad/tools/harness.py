@@ -17,6 +17,7 @@ aligned_alloc (up to 64 per function), SUPPORT_IR's flags. Then it writes every 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -204,7 +205,8 @@ def harness(function: str, specs: Sequence[MemRefSpec], shapes: Sequence[tuple[i
     for i, nbytes in enumerate(sizes):
         body.append(f"  call void @write_output(ptr %dir, ptr @.name{i}, ptr %buf{i}, i64 {nbytes})")
     body += ["  ret i32 0", "}"]
-    support = SUPPORT_IR.replace("define bfloat", "define weak bfloat")
+    # The library routines weak: a C library or compiler runtime linked in may define them too.
+    support = re.sub(r"^define (\w+) @__", r"define weak \1 @__", SUPPORT_IR, flags=re.MULTILINE)
     return "\n".join([f"; npugrad harness for @{function}", *globals_, _PRELUDE, declare, support,
                       *_services(services), *body]) + "\n"
 
