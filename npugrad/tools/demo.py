@@ -1,5 +1,7 @@
 """`npugrad demo`: compile every op in every mode and dtype, run it on fresh random inputs through
-the Python API, and print its error against the NumPy reference."""
+the Python API, and print its error against the NumPy reference. `--quick`: each op in each
+dtype once (its first example signature), a check of a machine in a minute (tests/test_other_cpus.py
+runs it on emulated CPUs)."""
 
 from __future__ import annotations
 
@@ -41,13 +43,34 @@ def all_cases() -> list[Case]:
     return [_case(recipe_of(op), ex) for op in OPS for ex in recipe_of(op).examples()]
 
 
-def run_demo(seed: int | None = None) -> bool:
+def first_cases() -> list[Case]:
+    """Each op in each dtype once: the first of its example signatures in that dtype."""
+    first: dict[tuple[str, str], Case] = {}
+    for case in all_cases():
+        first.setdefault((case.op, case.dtype.name), case)
+    return list(first.values())
+
+
+def host_line() -> str:
+    """What the kernels are shaped for here: the host target's CPU (LLVM's name for it), vectors
+    and registers, and how bfloat16 contractions multiply."""
+    from npugrad.passes.vectorize_contractions import dot_bf16
+    from npugrad.targets import get
+
+    host = get("host")
+    dots = "vdpbf16ps" if dot_bf16(host) else "widened to float32 FMAs"
+    return (f"host: {host.llvm_cpu}, {host.vector_bits}-bit vectors, {host.vector_registers} vector registers, "
+            f"{host.cores} core(s); bfloat16 contractions: {dots}")
+
+
+def run_demo(seed: int | None = None, quick: bool = False) -> bool:
     rng = np.random.default_rng(seed)
+    print(host_line())
     print(f"{'op':<38} {'case':<40} {'dtype':<9} {'max error':>10} {'tolerance':>10} {'first call':>11}")
     print("-" * 124)
     ok = True
     worst: dict[tuple[str, str], float] = {}
-    for case in all_cases():
+    for case in first_cases() if quick else all_cases():
         start = time.perf_counter()
         pairs = case.run(rng)
         elapsed = time.perf_counter() - start

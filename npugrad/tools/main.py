@@ -31,6 +31,7 @@ def _main(argv: Sequence[str] | None) -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="compile, run and check every op (every mode and dtype)")
     demo.add_argument("--seed", type=int, default=None, help="fix the random inputs (default: fresh ones)")
+    demo.add_argument("--quick", action="store_true", help="each op in each dtype once (its first example)")
     bench = sub.add_parser("bench", help="time every op against NumPy and PyTorch (bench/ops.py)")
     ops_bench = _bench_module()
     if ops_bench is not None:
@@ -60,7 +61,7 @@ def _main(argv: Sequence[str] | None) -> None:
     if args.command == "demo":
         from npugrad.tools.demo import run_demo
 
-        sys.exit(0 if run_demo(seed=args.seed) else 1)
+        sys.exit(0 if run_demo(seed=args.seed, quick=args.quick) else 1)
 
 
 def _cache(clear: bool) -> None:
