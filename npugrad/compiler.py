@@ -376,12 +376,12 @@ class Pipeline:
         # In the syntax of LLVM 22 (llvmlite's, and Debian's opt-22/llc-22/lli-22), not the bindings' newer one.
         llvm_ir = machine_code.to_llvmlite_syntax(loops_to_llvm_ir(vectorized, lowered))
         # exp as straight-line vector code, not a libm call per lane (lowering/vector_math.py).
-        llvm_ir = replace_exp(llvm_ir)
+        cpu = get_target(self.cpu)
+        llvm_ir = replace_exp(llvm_ir, fused=not cpu.lacks_feature("fma"))
         self.report_step("translation to LLVM IR (mlir-translate)", None, start)
         if stage == "llvm-ir":
             return llvm_ir
         start = time.perf_counter()
-        cpu = get_target(self.cpu)
         asm = machine_code.assembly(llvm_ir, cpu.llvm_cpu, cpu.llvm_features)
         self.report_step("LLVM O3 and code generation (llvmlite)", None, start)
         return asm

@@ -7,6 +7,7 @@ for 0, ±inf and NaN; and the scalar and vector forms agree bit for bit."""
 from __future__ import annotations
 
 import ctypes
+import platform
 
 import numpy as np
 import pytest
@@ -92,3 +93,53 @@ def test_the_scalar_and_vector_forms_agree_bit_for_bit():
 def test_a_module_without_exp_is_left_as_it_is():
     text = "define void @f() {\n  ret void\n}\n"
     assert replace_exp(text) == text
+
+
+# x86-64-v2 (a Nehalem): SSE4.2, no AVX, FMA or F16C. Its machine code runs on any x86-64 CPU
+# since; only the instructions it leaves out matter here.
+NEHALEM = {"64bit", "cmov", "cx8", "cx16", "fxsr", "mmx", "sahf", "popcnt", "crc32",
+           "sse", "sse2", "sse3", "ssse3", "sse4.1", "sse4.2"}
+
+
+def _unfused(lanes: int) -> str:
+    t = "float" if lanes == 1 else f"<{lanes} x float>"
+    s = "f32" if lanes == 1 else f"v{lanes}f32"
+    return replace_exp(LOOP.replace("T", t).replace(".S", f".{s}").replace(" L\n", f" {lanes}\n"), fused=False)
+
+
+def test_exp_for_a_cpu_without_fma_multiplies_and_adds_instead_of_calling_fmaf():
+    """llvm.fma on a CPU without FMA instructions is a libm fmaf call per lane; llvm.fmuladd a
+    multiply and an add (and an FMA where the CPU has one)."""
+    from npugrad.lowering.machine_code import assembly
+
+    ir = _unfused(4)
+    assert "@llvm.fma." not in ir and "@llvm.fmuladd.v4f32" in ir
+    asm = assembly(ir, "nehalem", "")
+    assert "fmaf" not in asm and "mulps" in asm and "addps" in asm
+    assert "fmaf" in assembly(ir.replace("fmuladd", "fma"), "nehalem", "")  # what it replaces
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="runs x86-64-v2 machine code")
+@pytest.mark.parametrize("lanes", [1, 4])
+def test_exp_without_fma_is_within_one_ulp_of_float64_exp(monkeypatch, lanes):
+    """The same checks, the kernel compiled as for a Nehalem (the JIT told so): its multiply-adds
+    rounded twice."""
+    import llvmlite.binding as llvm
+    from llvmlite.binding.targets import FeatureMap
+
+    features = FeatureMap({name: name in NEHALEM for name in llvm.get_host_cpu_features()})
+    monkeypatch.setattr(llvm, "get_host_cpu_name", lambda: "nehalem")
+    monkeypatch.setattr(llvm, "get_host_cpu_features", lambda: features)
+    module = JitModule(_unfused(lanes))
+    fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(module.address("apply"))
+    x = _inputs()
+    x = x[np.isfinite(x) & (np.abs(x) < 87)]
+    x = np.concatenate([x, np.zeros(-x.size % lanes, np.float32)])
+    got = np.empty_like(x)
+    fn(x.ctypes.data, got.ctypes.data, x.size)
+    want = np.exp(x.astype(np.float64)).astype(np.float32)
+    normal = want >= np.finfo(np.float32).tiny
+    assert normal.sum() > 1_000_000
+    assert _ulps(got[normal], want[normal]).max() <= 1
+    fused = _kernel(lanes)(x)  # llvm.fma: libm's fmaf here, each multiply-add rounded once
+    assert 0 < (got != fused).sum() < x.size // 100  # another rounding, now and then

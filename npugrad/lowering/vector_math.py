@@ -8,7 +8,11 @@ tail, which thread).
 
     exp(x) = 2^n · p(r),  n = rint(x·log2 e),  r = x − n·C1 − n·C2  (C1 + C2 = ln 2, C1 exact in
     9 bits: n·C1 is exact),  p(r) = 1 + r + r²·(p5 + r·(p4 + … r·p0))   (Cephes' expf minimax
-    polynomial on |r| ≤ ln2/2: within 1 ulp of exp in float32 arithmetic with FMA)
+    polynomial on |r| ≤ ln2/2: within 1 ulp of exp in float32 arithmetic, with FMA or without)
+
+The multiply-adds are `llvm.fma`, or, for a CPU without FMA instructions (the `host` target's
+features say "-fma": x86-64-v2 machines), `llvm.fmuladd`: LLVM makes each lane of an `llvm.fma`
+a libm `fmaf` call there, and of an `llvm.fmuladd` a multiply and an add.
 
 x is first clamped to [−104, 88.8] (beyond those exp rounds to 0 and to +inf): n then lies in
 [−150, 129], and 2^n is applied as two factors 2^⌊n/2⌋ · 2^(n−⌊n/2⌋), each a normal float, so
@@ -51,8 +55,10 @@ def function_name(lanes: int) -> str:
     return f"npugrad.exp.{'f32' if lanes == 1 else f'v{lanes}f32'}"
 
 
-def expand_exp(lanes: int) -> str:
-    """The LLVM IR definition of exp on `lanes` float32 lanes (1: a scalar)."""
+def expand_exp(lanes: int, fused: bool = True) -> str:
+    """The LLVM IR definition of exp on `lanes` float32 lanes (1: a scalar). `fused`: its
+    multiply-adds are `llvm.fma`; otherwise `llvm.fmuladd`, a multiply and an add on a CPU
+    without FMA instructions, where each lane of an `llvm.fma` is a libm `fmaf` call."""
     t = "float" if lanes == 1 else f"<{lanes} x float>"
     it = "i32" if lanes == 1 else f"<{lanes} x i32>"
     bt = "i1" if lanes == 1 else f"<{lanes} x i1>"
@@ -64,7 +70,7 @@ def expand_exp(lanes: int) -> str:
     def i(value: int) -> str:
         return _splat(lanes, "i32", str(value))
 
-    fma = f"@llvm.fma.{sfx}"
+    fma = f"@llvm.{'fma' if fused else 'fmuladd'}.{sfx}"
     lines = [
         f"define internal {t} @{function_name(lanes)}({t} %x) alwaysinline {{",
         f"  %lo = call {t} @llvm.maxnum.{sfx}({t} %x, {t} {f(LOW)})",
@@ -101,16 +107,17 @@ def expand_exp(lanes: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _intrinsics(lanes: int) -> list[str]:
+def _intrinsics(lanes: int, fused: bool) -> list[str]:
     t = "float" if lanes == 1 else f"<{lanes} x float>"
     sfx = "f32" if lanes == 1 else f"v{lanes}f32"
     return [f"declare {t} @llvm.{name}.{sfx}({', '.join([t] * arity)})"
-            for name, arity in (("maxnum", 2), ("minnum", 2), ("rint", 1), ("fma", 3))]
+            for name, arity in (("maxnum", 2), ("minnum", 2), ("rint", 1), ("fma" if fused else "fmuladd", 3))]
 
 
-def replace_exp(llvm_ir: str) -> str:
+def replace_exp(llvm_ir: str, fused: bool = True) -> str:
     """`llvm_ir` with every float32 `llvm.exp` replaced by a call to expand_exp's function of its
-    width (defined once per width, appended with the intrinsics it calls)."""
+    width (defined once per width, appended with the intrinsics it calls); `fused`: whether the
+    CPU it is for has FMA instructions (expand_exp)."""
     widths = {1 if m.group(1) == "f32" else int(m.group(2)) for m in _USE.finditer(llvm_ir)}
     if not widths:
         return llvm_ir
@@ -119,8 +126,8 @@ def replace_exp(llvm_ir: str) -> str:
     declared = set(re.findall(r"^declare [^\n]*?(@[\w.]+)\(", text, re.MULTILINE))
     extra = []
     for lanes in sorted(widths):
-        extra.append(expand_exp(lanes))
-        for d in _intrinsics(lanes):
+        extra.append(expand_exp(lanes, fused))
+        for d in _intrinsics(lanes, fused):
             name = re.search(r"(@[\w.]+)\(", d).group(1)  # type: ignore[union-attr]
             if name not in declared:
                 declared.add(name)
