@@ -86,7 +86,7 @@ def test_every_op_runs_on_an_emulated_cpu_with_kernels_compiled_for_it(cache, mo
     before = set(os.listdir(cache))
     lines = _checked(_demo(cache, QEMU, "-cpu", model.qemu, openblas=model.openblas))  # type: ignore[arg-type]
     assert lines[0].startswith(f"host: {model.llvm_cpu}, {model.vector_bits}-bit vectors, 16 vector registers, ")
-    assert lines[0].endswith("bfloat16 contractions: widened to float32 FMAs")
+    assert lines[0].endswith("bfloat16 contractions: widened to float32")
     # Its own kernels: machine code and LLVM IR for each case, none of them this machine's.
     added = set(os.listdir(cache)) - before
     assert len([f for f in added if f.endswith(".o")]) >= len(first_cases())

@@ -30,9 +30,14 @@ class JitModule:
             module = optimised(llvm_ir) if code is None else parsed(llvm_ir)[0]
             # The engine takes ownership of its target machine and frees it with itself.
             self._engine = llvm.create_mcjit_compiler(module, new_target_machine())
-            made: list[bytes] = []
+            made: list[bytes] = []  # the machine code generated now
+
+            def generated(_module, compiled: bytes) -> None:
+                made.append(compiled)
+                object_cache.store(key, compiled)
+
             if code is None:
-                self._engine.set_object_cache(lambda _module, compiled: (made.append(compiled), object_cache.store(key, compiled)))
+                self._engine.set_object_cache(generated)
             else:
                 self._engine.set_object_cache(getbuffer_func=lambda _module: code)
             self.from_cache = code is not None

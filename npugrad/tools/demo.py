@@ -58,7 +58,7 @@ def host_line() -> str:
     from npugrad.targets import get
 
     host = get("host")
-    dots = "vdpbf16ps" if dot_bf16(host) else "widened to float32 FMAs"
+    dots = "vdpbf16ps" if dot_bf16(host) else "widened to float32"
     return (f"host: {host.llvm_cpu}, {host.vector_bits}-bit vectors, {host.vector_registers} vector registers, "
             f"{host.cores} core(s); bfloat16 contractions: {dots}")
 
