@@ -195,8 +195,8 @@ declare ptr @malloc(i64)
 declare void @free(ptr)
 """ + ("declare i32 @madvise(ptr, i64, i32)\n" if _HUGE_PAGES else "")
 SUPPORT_IR += ALLOC_IR
-SUPPORT_FUNCTIONS = ("__truncsfbf2", "__extendhfsf2", "__truncsfhf2", "_mlir_ciface_npugrad_set_flag", "_mlir_ciface_npugrad_wait_flag",
-                     "_mlir_memref_to_llvm_alloc", "_mlir_memref_to_llvm_free")
+# Every function SUPPORT_IR defines, each bound by name for the kernels to call.
+SUPPORT_FUNCTIONS = tuple(re.findall(r"^define [^@\n]*@([\w.]+)\(", SUPPORT_IR, re.MULTILINE))
 _SUPPORT: list = []  # the engine holding the support functions, alive as long as the process
 
 

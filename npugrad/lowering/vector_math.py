@@ -51,6 +51,11 @@ def _splat(lanes: int, element: str, value: str) -> str:
     return "<" + ", ".join(f"{element} {value}" for _ in range(lanes)) + ">"
 
 
+def _multiply_add(fused: bool) -> str:
+    """The intrinsic exp's multiply-adds call (expand_exp's `fused`)."""
+    return "fma" if fused else "fmuladd"
+
+
 def function_name(lanes: int) -> str:
     return f"npugrad.exp.{'f32' if lanes == 1 else f'v{lanes}f32'}"
 
@@ -70,7 +75,7 @@ def expand_exp(lanes: int, fused: bool = True) -> str:
     def i(value: int) -> str:
         return _splat(lanes, "i32", str(value))
 
-    fma = f"@llvm.{'fma' if fused else 'fmuladd'}.{sfx}"
+    fma = f"@llvm.{_multiply_add(fused)}.{sfx}"
     lines = [
         f"define internal {t} @{function_name(lanes)}({t} %x) alwaysinline {{",
         f"  %lo = call {t} @llvm.maxnum.{sfx}({t} %x, {t} {f(LOW)})",
@@ -111,7 +116,7 @@ def _intrinsics(lanes: int, fused: bool) -> list[str]:
     t = "float" if lanes == 1 else f"<{lanes} x float>"
     sfx = "f32" if lanes == 1 else f"v{lanes}f32"
     return [f"declare {t} @llvm.{name}.{sfx}({', '.join([t] * arity)})"
-            for name, arity in (("maxnum", 2), ("minnum", 2), ("rint", 1), ("fma" if fused else "fmuladd", 3))]
+            for name, arity in (("maxnum", 2), ("minnum", 2), ("rint", 1), (_multiply_add(fused), 3))]
 
 
 def replace_exp(llvm_ir: str, fused: bool = True) -> str:

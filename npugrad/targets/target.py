@@ -143,13 +143,16 @@ class Target:
 
     def has_feature(self, feature: str) -> bool:
         """Whether `llvm_features` enables `feature` (LLVM's name, e.g. "avx512bf16")."""
-        return f"+{feature}" in self.llvm_features.split(",")
+        return self._says("+", feature)
 
     def lacks_feature(self, feature: str) -> bool:
         """Whether `llvm_features` disables `feature` (as the host's list does for every feature
         the CPU lacks: "-fma" on a CPU without FMA instructions). A target file that names only
         what it adds lacks nothing it does not name."""
-        return f"-{feature}" in self.llvm_features.split(",")
+        return self._says("-", feature)
+
+    def _says(self, sign: str, feature: str) -> bool:
+        return sign + feature in self.llvm_features.split(",")
 
     def unit_for(self, work: str) -> Unit | None:
         """The unit doing `work` (one of WORK), or None when the target names none."""
