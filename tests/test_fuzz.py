@@ -393,6 +393,8 @@ def bad_scalar(case: Case, data) -> bool:
         # The parameter's kind, not its value's: a real may already be spelled as an int.
         kind = float if name in REALS else bool if isinstance(v, bool) else int
         if kind is float:
+            if type(v) not in (int, float):  # an earlier mutation's wrong type: nothing to respell
+                return True
             v = float(v)
         if kind is int and (not isinstance(v, int) or not -(1 << 63) <= v < 1 << 63):
             return True
