@@ -11,7 +11,10 @@ to the innermost loop that holds it (a backward branch and its target bound a lo
 It prints one row per loop: its share of the kernel's samples, its address range in the object,
 its instructions, multiply-adds (vfmadd*, vdpbf16ps) and operands addressed off %rsp, and off
 %rbp where it holds a frame (spills and reloads; one in a micro-kernel's reduction loop is worth
-a look). Compare two variants by their rows, not by their times: the shares are measured within one run, which a
+a look), and what it is: the label the passes gave its ops (the kernel is compiled with line
+tables, NPUGRAD_LINE_TABLES=1: `logits.k` is the reduction loop of the logits GEMM's
+micro-kernel, `weight_grad.pack_b` the pack of its B panel, `softmax_grad` the tile's G; `-`:
+code no pass labelled). Compare two variants by their rows, not by their times: the shares are measured within one run, which a
 shared machine's slow spells scale alike. Needs `perf`, `nm` and `objdump` (binutils); the op
 runs `--calls` times after a warm-up call, on the thread count NPUGRAD_THREADS gives.
 """
@@ -19,6 +22,7 @@ runs `--calls` times after a warm-up call, on the thread count NPUGRAD_THREADS g
 from __future__ import annotations
 
 import argparse
+import bisect
 import collections
 import json
 import os
@@ -85,6 +89,30 @@ def assembly_instructions(asm: str) -> list[tuple[int, str]]:
     return [(i, resolved(text)) for i, text in enumerate(body)]
 
 
+_LINE_ROW = re.compile(r"^(\S+)\s+(?:\d+|-)\s+(0x[0-9a-f]+|\d+)(?:\s|$)")
+
+
+def line_rows(decoded: str) -> list[tuple[int, str]]:
+    """(address, file) for every row of `objdump --dwarf=decodedline`, by address: the file of a
+    row is the label of the code from its address on (Pipeline.line_tables)."""
+    rows = [(int(m.group(2), 0), m.group(1)) for m in map(_LINE_ROW.match, decoded.splitlines()) if m]
+    return sorted(rows)
+
+
+def label(lp: Loop, code: list[tuple[int, str]], rows: list[tuple[int, str]], found: list[Loop] = ()) -> str:
+    """The label most of the loop's own instructions have (a labelled one over `-`), or `-`: its
+    own, not those of the loops in `found` nested in it, which the samples there are charged to."""
+    if not rows:
+        return "-"
+    inner = [(o.start, o.end) for o in found if o is not lp and lp.start <= o.start and o.end <= lp.end]
+    starts = [a for a, _ in rows]
+    counted = collections.Counter(rows[i][1] for a, _ in code if lp.start <= a <= lp.end
+                                  and not any(lo <= a <= hi for lo, hi in inner)
+                                  if (i := bisect.bisect_right(starts, a) - 1) >= 0)
+    named = [(n, f) for f, n in counted.items() if f != "-"]
+    return max(named)[1] if named else "-"
+
+
 def loops(code: list[tuple[int, str]]) -> list[Loop]:
     """A loop per backward branch: from its target to the branch."""
     found = []
@@ -110,16 +138,18 @@ def charge(offsets: list[int], found: list[Loop], size: int) -> tuple[collection
     return counts, inside
 
 
-def report(counts: collections.Counter, inside: int, top: int, show: int = 0) -> str:
-    """A row per loop, the `top` hottest; the instructions of the `show` hottest after the table."""
-    lines = [f"{'share':>7} {'samples':>8}  {'loop (object offsets)':<22} {'instrs':>6} {'FMAs':>5} {'stack':>5}"]
+def report(counts: collections.Counter, inside: int, top: int, show: int = 0, labels: dict | None = None) -> str:
+    """A row per loop, the `top` hottest, with its label (`labels`: loop -> label); the
+    instructions of the `show` hottest after the table."""
+    labels = labels or {}
+    lines = [f"{'share':>7} {'samples':>8}  {'loop (object offsets)':<22} {'instrs':>6} {'FMAs':>5} {'stack':>5}  label"]
     hottest = counts.most_common(top)
     for lp, n in hottest:
         where = "outside loops" if lp is None else f"{lp.start:#x}-{lp.end:#x}"
-        detail = "" if lp is None else f"{len(lp.instructions):>6} {lp.fmas:>5} {lp.stack:>5}"
-        lines.append(f"{100 * n / max(inside, 1):6.1f}% {n:>8}  {where:<22} {detail}")
+        detail = "" if lp is None else f"{len(lp.instructions):>6} {lp.fmas:>5} {lp.stack:>5}  {labels.get(lp, '-')}"
+        lines.append(f"{100 * n / max(inside, 1):6.1f}% {n:>8}  {where:<22} {detail}".rstrip())
     for lp in [lp for lp, _ in hottest if lp is not None][:show]:
-        lines.append(f"\nloop {lp.start:#x}-{lp.end:#x}:")
+        lines.append(f"\nloop {lp.start:#x}-{lp.end:#x} ({labels.get(lp, '-')}):")
         lines.extend(f"    {i}" for i in lp.instructions)
     return "\n".join(lines)
 
@@ -178,7 +208,8 @@ def main(argv: list[str] | None = None) -> None:
                 "from bench.loop_profile import child; "
                 f"print('ADDRESSES' + json.dumps(child({args.op!r}, {_size(args.size)!r}, {args.calls:d})))")
         run = subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-F", "999", "-o", data, sys.executable, "-c", script],
-                             capture_output=True, text=True, env={**os.environ, "NPUGRAD_CACHE_DIR": cache}, check=False)
+                             capture_output=True, text=True, check=False,
+                             env={**os.environ, "NPUGRAD_CACHE_DIR": cache, "NPUGRAD_LINE_TABLES": "1"})
         line = next((x for x in run.stdout.splitlines() if x.startswith("ADDRESSES")), None)
         if run.returncode or line is None:
             sys.exit(f"loop_profile: the sampled run failed:\n{run.stderr[-2000:]}")
@@ -196,6 +227,8 @@ def main(argv: list[str] | None = None) -> None:
             symbols = subprocess.run(["nm", obj], capture_output=True, text=True, check=True).stdout
             code = instructions(subprocess.run(["objdump", "-d", "--no-show-raw-insn", obj], capture_output=True,
                                                 text=True, check=True).stdout)
+            rows = line_rows(subprocess.run(["objdump", "--dwarf=decodedline", obj], capture_output=True,
+                                            text=True, check=True).stdout)
             # One report per kernel: the child lists a kernel once per call of it it saw.
             for name, address, key in dict.fromkeys(map(tuple, addresses)):
                 if f"{key}.o" != entry:  # another object's kernel (maybe of the same name)
@@ -204,10 +237,11 @@ def main(argv: list[str] | None = None) -> None:
                 if m is None or not code:
                     continue
                 base = address - int(m.group(1), 16)  # where the object's code section was loaded
-                counts, inside = charge([ip - base for ip in ips], loops(code), code[-1][0] + 16)
+                found = loops(code)
+                counts, inside = charge([ip - base for ip in ips], found, code[-1][0] + 16)
                 print(f"{name} (object {key[:12]}): {inside} of {len(ips)} samples in its code "
                       f"({args.op} {args.size}, {args.calls} call(s))")
-                print(report(counts, inside, args.top, args.show))
+                print(report(counts, inside, args.top, args.show, {lp: label(lp, code, rows, found) for lp in found}))
 
 if __name__ == "__main__":
     main()

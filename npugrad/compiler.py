@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 
 from xdsl.context import Context
 from xdsl.dialects import get_all_dialects
-from xdsl.dialects.builtin import FileLineColLoc, IntAttr, ModuleOp, StringAttr, UnknownLoc
+from xdsl.dialects.builtin import FileLineColLoc, IntAttr, ModuleOp, NameLoc, StringAttr, UnknownLoc
 from xdsl.ir import Attribute, Dialect, Operation, SSAValue
 from xdsl.parser import Parser, UnresolvedOperand
 from xdsl.passes import ModulePass
@@ -157,8 +157,15 @@ def parse(text: str, name: str = "<stdin>", ctx: Context | None = None) -> Modul
     return module
 
 
+def source_location(loc: Attribute) -> Attribute:
+    """The source position in a location: a label's (IRBuilder.labelled: a NameLoc) seen through."""
+    while isinstance(loc, NameLoc):
+        loc = loc.location
+    return loc
+
+
 def _located(op: Operation, message: str, text: str, name: str) -> Diagnostic:
-    loc = op.location
+    loc = source_location(op.location)
     if isinstance(loc, FileLineColLoc):
         line, col = loc.line.data, loc.column.data
         # An explicit loc(...) may point into another file: then `text` does not hold the line.
@@ -241,7 +248,14 @@ class Pipeline:
 
     `observer`, if given, is called after every step with its name, the module (None after the
     upstream steps, whose IR is text) and its seconds: npugrad-opt's --time-passes and
-    --print-between-passes."""
+    --print-between-passes.
+
+    `line_tables` (npugrad-opt --line-tables; NPUGRAD_LINE_TABLES=1 for the API's kernels) keeps
+    the ops' locations down to the machine code as line tables: the loops the passes label
+    (IRBuilder.labelled: `logits.k`, the reduction loop of the logits GEMM's micro-kernel) name
+    the instructions they became, and the others their source line. `!dbg` in the LLVM IR,
+    `.loc` in the assembly, and bench/loop_profile.py names each hot loop by them. The code is
+    the same instructions; only the object gains its .debug_line."""
 
     fuse: bool = True
     target: str | None = None  # "host", a shipped target's name, or a target file
@@ -256,13 +270,15 @@ class Pipeline:
     observer: Callable[[str, ModuleOp | None, float], None] | None = field(default=None, compare=False, repr=False)
     # False: tiles that do not fit are left for the report to say by how much (npugrad-opt --report).
     check_capacity: bool = field(default=True, compare=False)
+    line_tables: bool = False
 
     def key(self) -> tuple:
         """Identifies the pipeline in compile caches."""
         target = get_target(self.target).key() if self.target is not None else None
         passes = (*self.fused_passes, *self.loops_passes, *self.final_passes)
         cpu = get_target(self.cpu).key()
-        return (self.fuse, target, cpu, self.vectorize, self.distribute, *(repr(p) for p in passes))
+        key = (self.fuse, target, cpu, self.vectorize, self.distribute, *(repr(p) for p in passes))
+        return (*key, "line_tables") if self.line_tables else key
 
     def passes_to(self, stage: str) -> list[ModulePass]:
         order = XDSL_STAGES.index(stage)
@@ -360,11 +376,11 @@ class Pipeline:
         from npugrad.lowering.vector_math import replace_exp
 
         # For the parser, not for reading: MLIR's generic form, printed in a fifth of xDSL's time.
-        vectorized = generic_text(self.to_xdsl_stage(module, "vectorized", ctx, verify_last=False))
+        vectorized = generic_text(self.to_xdsl_stage(module, "vectorized", ctx, verify_last=False), self.line_tables)
         start = time.perf_counter()
         upstream = "upstream MLIR passes (mlir-opt --pass-pipeline)"
         if stage == "llvm-dialect":
-            llvm_dialect = to_llvm_dialect(vectorized)
+            llvm_dialect = to_llvm_dialect(vectorized, self.line_tables)
             self.report_step(upstream, None, start)
             return llvm_dialect
 
@@ -374,7 +390,7 @@ class Pipeline:
             start = time.perf_counter()
 
         # In the syntax of LLVM 22 (llvmlite's, and Debian's opt-22/llc-22/lli-22), not the bindings' newer one.
-        llvm_ir = machine_code.to_llvmlite_syntax(loops_to_llvm_ir(vectorized, lowered))
+        llvm_ir = machine_code.to_llvmlite_syntax(loops_to_llvm_ir(vectorized, lowered, self.line_tables))
         # exp as straight-line vector code, not a libm call per lane (lowering/vector_math.py).
         cpu = get_target(self.cpu)
         llvm_ir = replace_exp(llvm_ir, fused=not cpu.lacks_feature("fma"))

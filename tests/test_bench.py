@@ -294,10 +294,34 @@ def test_loop_profile_charges_each_sample_to_its_innermost_loop():
     rows = loop_profile.report(counts, inside, 5).splitlines()[1:]
     assert [r.split()[:3] for r in rows] == [["40.0%", "2", "0x18-0x30"], ["40.0%", "2", "0x10-0x40"],
                                              ["20.0%", "1", "outside"]]
-    assert rows[0].split()[3:] == ["4", "2", "1"]  # instructions, FMAs, stack operands
+    assert rows[0].split()[3:] == ["4", "2", "1", "-"]  # instructions, FMAs, stack operands, label
     shown = loop_profile.report(counts, inside, 5, show=1).splitlines()
-    at = shown.index("loop 0x18-0x30:")  # the hottest loop's instructions after the table, and no other's
+    at = shown.index("loop 0x18-0x30 (-):")  # the hottest loop's instructions after the table, and no other's
     assert at == len(rows) + 2 and shown[at + 1:] == [f"    {i}" for i in inner.instructions]
+
+    # Labels from the line tables (objdump --dwarf=decodedline): a loop is named by its own
+    # instructions, not by those of the loop inside it; code no pass labelled is `-`.
+    decoded = """
+kernel.o:     file format elf64-x86-64
+
+Contents of the .debug_line section:
+
+CU: -:
+File name                            Line number    Starting address    View    Stmt
+-                                              2                   0               x
+logits                                         7                0x10               x
+logits.k                                       7                0x18               x
+logits                                         0                0x38
+-                                             12                0x48               x
+"""
+    lines = loop_profile.line_rows(decoded)
+    assert lines == [(0, "-"), (0x10, "logits"), (0x18, "logits.k"), (0x38, "logits"), (0x48, "-")]
+    labels = {lp: loop_profile.label(lp, code, lines, found) for lp in found}
+    assert labels == {inner: "logits.k", outer: "logits"}
+    assert loop_profile.label(outer, code, lines) == "logits.k"  # counting the inner loop's, it would win
+    assert loop_profile.label(inner, code, []) == "-"
+    named = loop_profile.report(counts, inside, 5, labels=labels).splitlines()
+    assert named[0].split()[-1] == "label" and [r.split()[-1] for r in named[1:3]] == ["logits.k", "logits"]
 
 
 _CHUNK = 64 * 1024  # below glibc's mmap threshold: from the heap, kept there when freed

@@ -9,7 +9,9 @@ context managers, loads that widen to float32 and stores that round once to the 
         b.store_f32(b.emit(arith.MulfOp(v, v)), y, [i])
 
 Everything the builder emits is located at the anchor (errors found later point at the source
-op). Arithmetic is written with the dialects' own ops (`b.emit(arith.AddfOp(a, c))`).
+op); inside `b.labelled("logits.k")` at a named location around it, which line tables carry to
+the machine code (Pipeline.line_tables). Arithmetic is written with the dialects' own ops
+(`b.emit(arith.AddfOp(a, c))`).
 """
 
 from __future__ import annotations
@@ -29,9 +31,12 @@ from xdsl.dialects.builtin import (
     IndexType,
     IntegerAttr,
     IntegerType,
+    LocationAttr,
     MemRefType,
+    NameLoc,
     NoneAttr,
     Signedness,
+    StringAttr,
     UnknownLoc,
     UnrealizedConversionCastOp,
     VectorType,
@@ -48,6 +53,13 @@ from npugrad import dtypes
 index = IndexType()
 
 
+def labelled_location(label: str, location: LocationAttr) -> NameLoc:
+    """`location` labelled `label` (IRBuilder.labelled), in place of any label it had."""
+    while isinstance(location, NameLoc):
+        location = location.location  # type: ignore[assignment]
+    return NameLoc(StringAttr(label), location)
+
+
 class IRBuilder:
     def __init__(self, rewriter: Builder, anchor: Operation):
         """Emit before `anchor`, inserting through `rewriter` (a PatternRewriter inside a pattern,
@@ -61,6 +73,7 @@ class IRBuilder:
         self._consts: dict[tuple[object, str], SSAValue] = {}
         self._static: dict[SSAValue, int] = {}  # index constants, folded into subview shapes
         self._dims: dict[tuple[SSAValue, int], SSAValue] = {}
+        self._location: LocationAttr | None = None  # where emitted ops are (labelled); None: the anchor's
 
     @classmethod
     def before(cls, op: Operation) -> IRBuilder:
@@ -87,9 +100,23 @@ class IRBuilder:
             notify(op)
 
     def _locate(self, op: Operation) -> None:
+        location = self.anchor.location if self._location is None else self._location
         for inner in op.walk():
             if isinstance(inner.location, UnknownLoc):
-                inner.location = self.anchor.location
+                inner.location = location
+
+    @contextmanager
+    def labelled(self, label: str) -> Iterator[None]:
+        """Ops emitted inside are located at `label` around the anchor's location (a NameLoc,
+        `loc("logits.k"("flce.mlir":5:3))`): what a loop is for, which diagnostics see through
+        (compiler.source_location) and line tables name the machine code by (a profile's loops:
+        bench/loop_profile.py). Labels nest: the innermost names what is emitted."""
+        outer = self._location
+        self._location = labelled_location(label, self.anchor.location)
+        try:
+            yield
+        finally:
+            self._location = outer
 
     def emit(self, op: Operation) -> SSAValue:
         """Insert `op` at the current point; its (first) result, if it has one."""

@@ -8,7 +8,11 @@ remembered): about a fifth of that time. The result is for the parser, not for r
 
 - values are numbered `%0, %1, ...` and blocks `^bb0, ^bb1, ...` through the whole module (MLIR
   scopes names per region isolated from above, so unique names are valid everywhere);
-- no locations, as the xDSL printer gives none either (the upstream steps report none).
+- no locations (the xDSL printer gives none either), unless `line_tables`: then every op an
+  IRBuilder labelled (a NameLoc, `loc("logits.k"("flce.mlir":5:3))`) is at the label as its file,
+  `loc("logits.k":5:3)`, and an op at a source position is there. MLIR's line tables keep a
+  location's file, line and column and drop a NameLoc's name: so the machine code's line tables
+  name each instruction's loop (bench/loop_profile.py), and the others the source line.
 
 What users read at the `vectorized` stage is still xDSL's printer's custom form.
 tests/test_mlir_text.py checks that upstream MLIR reads both forms as the same module.
@@ -18,7 +22,7 @@ from __future__ import annotations
 
 from io import StringIO
 
-from xdsl.dialects.builtin import FunctionType, UnitAttr, UnregisteredOp
+from xdsl.dialects.builtin import FileLineColLoc, FunctionType, NameLoc, UnitAttr, UnregisteredOp
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.printer import Printer
 from xdsl.utils.mlir_lexer import MLIRLexer
@@ -26,13 +30,29 @@ from xdsl.utils.mlir_lexer import MLIRLexer
 _IDENTIFIER = MLIRLexer.bare_identifier_regex
 
 
-def generic_text(op: Operation) -> str:
-    """`op` (a builtin.module, or any op) in MLIR's generic form."""
-    return _GenericPrinter().text(op)
+def generic_text(op: Operation, line_tables: bool = False) -> str:
+    """`op` (a builtin.module, or any op) in MLIR's generic form; with `line_tables`, located."""
+    return _GenericPrinter(line_tables).text(op)
+
+
+def _line_table_location(loc: Attribute) -> str | None:
+    """`loc(...)` for an op at `loc` in the line tables: a label as the file (see above)."""
+    label = loc.desc.data if isinstance(loc, NameLoc) else None
+    while isinstance(loc, NameLoc):
+        loc = loc.location
+    line, column = (loc.line.data, loc.column.data) if isinstance(loc, FileLineColLoc) else (1, 1)
+    file = label if label is not None else loc.filename.data if isinstance(loc, FileLineColLoc) else None
+    if file is None:
+        return None
+    stream = StringIO()
+    Printer(stream=stream).print_string_literal(file)
+    return f" loc({stream.getvalue()}:{line}:{column})"
 
 
 class _GenericPrinter:
-    def __init__(self) -> None:
+    def __init__(self, line_tables: bool = False) -> None:
+        self._line_tables = line_tables
+        self._locations: dict[int, str | None] = {}  # by the location's id: few, held by the module
         self._out: list[str] = []
         self._values: dict[SSAValue, str] = {}
         self._blocks: dict[Block, str] = {}
@@ -123,6 +143,12 @@ class _GenericPrinter:
             out.append(self._attribute(results[0]))
         else:
             out.append("(" + ", ".join(map(self._attribute, results)) + ")")
+        if self._line_tables:
+            key = id(op.location)
+            if key not in self._locations:
+                self._locations[key] = _line_table_location(op.location)
+            if (located := self._locations[key]) is not None:
+                out.append(located)
 
     def _region(self, region: Region, indent: str) -> None:
         out = self._out

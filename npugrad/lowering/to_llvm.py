@@ -38,6 +38,9 @@ TO_LLVM_PASSES = (
     "reconcile-unrealized-casts",
 )
 TO_LLVM_PIPELINE = f"builtin.module({','.join(TO_LLVM_PASSES)})"
+# Pipeline.line_tables: every llvm.func gets a debug-info scope, so that the translation keeps the
+# ops' locations as line tables (labelled loops: lowering/mlir_text.py), and nothing else.
+LINE_TABLES_PASS = "ensure-debug-info-scope-on-llvm-func{emission-kind=LineTablesOnly}"
 # What the bindings' newer MLIR renamed, by LLVM 22's name: the printed stages and commands use
 # the latter (Debian's mlir-opt-22 reads them), the bindings parse and run the former.
 _NEWER = {"x86vector.avx512.dot": "x86.avx512.dot"}
@@ -76,12 +79,17 @@ def _outside_llvm_dialect(module) -> str | None:
     return found[0] if found else None
 
 
-def _llvm_dialect_module(ctx, loops_mlir: str):
+def to_llvm_pipeline(line_tables: bool = False) -> str:
+    """The upstream pass pipeline to the LLVM dialect, with line tables or without."""
+    return TO_LLVM_PIPELINE if not line_tables else f"builtin.module({','.join((*TO_LLVM_PASSES, LINE_TABLES_PASS))})"
+
+
+def _llvm_dialect_module(ctx, loops_mlir: str, line_tables: bool = False):
     """The loop-level module parsed into `ctx` and lowered there to the LLVM dialect."""
     from npugrad.lowering.mlir_bindings import ir, passmanager
 
     module = _parse(ctx, loops_mlir)
-    pm = passmanager.PassManager.parse(TO_LLVM_PIPELINE)
+    pm = passmanager.PassManager.parse(to_llvm_pipeline(line_tables))
     # The module is verified once, after the last pass, not after each of the 16 (MLIR's
     # default, -verify-each, for debugging passes): upstream's passes are upstream's to test, the
     # parser verified what they start from, and the translation needs valid IR only at the end.
@@ -97,22 +105,22 @@ def _llvm_dialect_module(ctx, loops_mlir: str):
     return module
 
 
-def to_llvm_dialect(loops_mlir: str) -> str:
+def to_llvm_dialect(loops_mlir: str, line_tables: bool = False) -> str:
     """The LLVM-dialect module (upstream's textual form) for a loop-level module."""
     from npugrad.lowering.mlir_bindings import ir
 
     with ir.Context() as ctx, ir.Location.unknown():
-        return str(_llvm_dialect_module(ctx, loops_mlir))
+        return str(_llvm_dialect_module(ctx, loops_mlir, line_tables))
 
 
-def loops_to_llvm_ir(loops_mlir: str, lowered: Callable[[], None] = lambda: None) -> str:
+def loops_to_llvm_ir(loops_mlir: str, lowered: Callable[[], None] = lambda: None, line_tables: bool = False) -> str:
     """LLVM IR text for a loop-level module: to_llvm_ir(to_llvm_dialect(...)) without printing
     the LLVM dialect and parsing it back (a third of a FLCE gradient's time in upstream MLIR). `lowered()`
     is called between the passes and the translation (Pipeline.report_step's timing)."""
     from npugrad.lowering.mlir_bindings import ir, translate_module_to_llvmir
 
     with ir.Context() as ctx, ir.Location.unknown():
-        module = _llvm_dialect_module(ctx, loops_mlir)
+        module = _llvm_dialect_module(ctx, loops_mlir, line_tables)
         lowered()
         return translate_module_to_llvmir(module.operation)
 

@@ -117,7 +117,7 @@ def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int], e: IRBuil
                 z_t = e.subview(z_buf, [0, 0], [tb, tv])
                 logits_tile(e, x_t, w_t_packed, z_t, grad.cap)
                 # G overwrites Z in place for float32: keep the one logit per row the one-hot needs.
-                with e.loop(tb) as i:
+                with e.labelled("target_logits"), e.loop(tb) as i:
                     t = e.emit(arith.AddiOp(t0, i))
                     hit, local = target_in_tile(e, op, t, v0, tv)
                     with e.if_(hit):
@@ -137,29 +137,34 @@ def fuse(op: FusedLinearCrossEntropyLossGradOp, tiles: dict[str, int], e: IRBuil
                 """G rounded to the input type, stored in g_t's (float32 where wide)."""
                 e.store_f32(e.to_f32(e.from_f32(value, in_t)) if g_type != in_t else value, into, at)
 
-            block = op.compact_block
-            with e.loop(tb) as i:
-                t = e.emit(arith.AddiOp(t0, i))
-                row = grad.row(t)
-                if block:  # compact kept logits: the tile's blocks, each with its scale exp(C − M)
-                    compact_blocks(e, op, grad, row, t, i, v0, tv, p_t, g_t, store_g)
-                else:
-                    with e.loop(tv) as j:
-                        logit = None if hp else e.load(z_t, [i, j])
-                        store_g(grad.element(row, probability(row, i, j, logit), logit, False), [i, j])
-            with e.loop(tb) as i:  # the one-hot term: only the target column of unmasked rows
-                t = e.emit(arith.AddiOp(t0, i))
-                hit, local = target_in_tile(e, op, t, v0, tv)
-                with e.if_(hit):
+            def softmax_grad() -> None:
+                """The tile's G, then its one-hot term."""
+                block = op.compact_block
+                with e.loop(tb) as i:
+                    t = e.emit(arith.AddiOp(t0, i))
                     row = grad.row(t)
-                    logit = None if hp else e.load(saved, [i])
-                    if block:
-                        column = e.emit(arith.AddiOp(v0, local))
-                        c = e.load(op.softmax_block_max, [t, e.emit(arith.DivUIOp(column, e.idx(block)))])
-                        p = grad.from_compact(row, e.load_f32(p_t, [i, local]), grad.block_scale(row, c))
+                    if block:  # compact kept logits: the tile's blocks, each with its scale exp(C − M)
+                        compact_blocks(e, op, grad, row, t, i, v0, tv, p_t, g_t, store_g)
                     else:
-                        p = probability(row, i, local, logit)
-                    store_g(grad.element(row, p, logit, True), [i, local])
+                        with e.loop(tv) as j:
+                            logit = None if hp else e.load(z_t, [i, j])
+                            store_g(grad.element(row, probability(row, i, j, logit), logit, False), [i, j])
+                with e.loop(tb) as i:  # the one-hot term: only the target column of unmasked rows
+                    t = e.emit(arith.AddiOp(t0, i))
+                    hit, local = target_in_tile(e, op, t, v0, tv)
+                    with e.if_(hit):
+                        row = grad.row(t)
+                        logit = None if hp else e.load(saved, [i])
+                        if block:
+                            column = e.emit(arith.AddiOp(v0, local))
+                            c = e.load(op.softmax_block_max, [t, e.emit(arith.DivUIOp(column, e.idx(block)))])
+                            p = grad.from_compact(row, e.load_f32(p_t, [i, local]), grad.block_scale(row, c))
+                        else:
+                            p = probability(row, i, local, logit)
+                        store_g(grad.element(row, p, logit, True), [i, local])
+
+            with e.labelled("softmax_grad"):  # its loops named in line tables (Pipeline.line_tables)
+                softmax_grad()
             gx_t = e.subview(gx_acc, [t0, 0], [tb, h])
             # GEMMs 2 and 3 reduce over the middle dimension, so the innermost loop runs along
             # H, contiguous in every operand: a broadcast-multiply-add that vectorises.

@@ -85,6 +85,7 @@ from xdsl.dialects.builtin import (
     IntegerAttr,
     MemRefType,
     ModuleOp,
+    NameLoc,
     VectorType,
     bf16,
     f16,
@@ -100,6 +101,7 @@ from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, RewritePattern, op_type_rewrite_pattern
 from xdsl.rewriter import InsertPoint
 
+from npugrad.dialect.attributes import CONTRACTION
 from npugrad.dialect.upstream import LOOP_ANNOTATION, DotBF16Op, LoopAnnotationAttr, PrefetchOp
 from npugrad.ir import IRBuilder, enclosing_function, iterator_kinds, unit_innermost_stride
 from npugrad.targets import Target, get
@@ -353,6 +355,19 @@ def summing_chunk(gen: GenericOp, target: Target) -> int | None:
     return kernel_chunk(target, dots(gen, shape, target))
 
 
+def kernel_label(gen: GenericOp) -> str:
+    """What the code of `gen` is labelled (IRBuilder.labelled): the linear cross-entropy nests'
+    contraction it is (`logits`, `input_grad`, `weight_grad`), or `contraction`. Its parts add a
+    suffix: `.pack_b` (B's panels), `.pack_a` (A's pairs), `.widen_a`, the reduction loops `.k`
+    (whole blocks), `.k_tail` (the rows below them) and `.k_edge` (the masked columns); the
+    rest (C's prefetches, loads, adds and stores, the loops over blocks) is the label alone."""
+    attr = CONTRACTION.get(gen)
+    if attr is not None:
+        return attr.contraction.value
+    # After convert-train-to-loops the kind is its location's label (a NameLoc).
+    return gen.location.desc.data if isinstance(gen.location, NameLoc) else "contraction"
+
+
 class _Kernels:
     def __init__(self, gen: GenericOp, shape: _Contraction, target: Target, e: IRBuilder, panel: SSAValue,
                  hoisted: _Hoisted | None = None):
@@ -376,6 +391,7 @@ class _Kernels:
         self.a_wide: SSAValue | None = None  # A's rows over the chunk, widened to float32 (widen_a)
         self.a_pairs: SSAValue | None = None  # dot: A's pairs over the chunk, as i32 (pack_a_pairs)
         self.hoisted = hoisted  # or all of B's panels, packed before an enclosing loop (hoisted_panels)
+        self.label = kernel_label(gen)
         self.packed = None if hoisted is None else hoisted.packed
 
     # -- one block --------------------------------------------------------------------------
@@ -438,11 +454,13 @@ class _Kernels:
                 e.emit(PrefetchOp(self.c, [i, j], write=True))
         zero = e.const(0.0, self.f32x)
         accs = [zero] * (self.mr * nr)
-        if self.dot and masks is None:
-            self.pair_steps(rows, nr, accs, p)
-        else:
-            self.steps(rows, cols, nr, accs, masks, p)
-            _unrolled(accs[0], 2 if masks is None and last is None else 1)
+        part = ".k_edge" if masks is not None else ".k_tail" if last is not None else ".k"
+        with e.labelled(self.label + part):
+            if self.dot and masks is None:
+                self.pair_steps(rows, nr, accs, p)
+            else:
+                self.steps(rows, cols, nr, accs, masks, p)
+                _unrolled(accs[0], 2 if masks is None and last is None else 1)
         for result in accs:
             result.name_hint = "sum"
         # Every load of C before any store: C's rows a power of two apart share their low 12
@@ -584,6 +602,10 @@ class _Kernels:
         B's row stride (a power-of-two stride maps every row of B to one cache set) and element
         type (bfloat16/float16 widened once per panel, not once per row block). With `masks`
         (the columns at the edges, float32 FMAs only), len(masks) vectors, each read masked."""
+        with self.e.labelled(self.label + ".pack_b"):
+            self._pack(j0, masks)
+
+    def _pack(self, j0: SSAValue, masks: list[SSAValue] | None) -> None:
         e = self.e
         ahead = None if self.shape.rhs_transposed or masks is not None else next_panel(e, j0, self.nr * self.lanes, self.n)
         if self.dot:
@@ -645,6 +667,11 @@ class _Kernels:
             self.block(i0, j0, nr, masks, p)
 
     def emit(self) -> None:
+        """All of it labelled (kernel_label), in _emit."""
+        with self.e.labelled(self.label):
+            self._emit()
+
+    def _emit(self) -> None:
         """The reduction in chunks of KC steps; in each, columns in blocks of NR vectors, B's
         KC×NR-vector panel packed first (pack) and shared by all row blocks, then the columns
         at the edges a line's worth of vectors at a time, masked to what is left (masked).
@@ -677,10 +704,12 @@ class _Kernels:
         with e.loop(self.k, step=e.idx(self.kc)) as k0:
             self.k_lo, self.k_hi = k0, e.emit(arith.MinSIOp(e.emit(arith.AddiOp(k0, e.idx(self.kc))), self.k))
             if buffer is not None and self.dot:
-                self.pack_a_pairs(buffer)
+                with e.labelled(self.label + ".pack_a"):
+                    self.pack_a_pairs(buffer)
                 self.a_pairs = buffer
             elif buffer is not None:
-                self.widen_a(buffer)
+                with e.labelled(self.label + ".widen_a"):
+                    self.widen_a(buffer)
                 self.a_wide = buffer
             if self.hoisted is None:
                 self.columns(head, hoisted=False)
@@ -955,10 +984,16 @@ class VectorizeContraction(RewritePattern):
         key = (loop, b, shape.rhs_transposed, dot)  # W's tile is B of GEMM 1 (transposed) and of GEMM 2
         if key in self.hoisted:
             return self.hoisted[key]
+        e = IRBuilder(rewriter, loop)
+        with e.labelled(kernel_label(gen) + ".pack_b"):
+            self.hoisted[key] = self._hoisted_panels(e, gen, shape, rewriter, loop, b, offset, dot)
+        return self.hoisted[key]
+
+    def _hoisted_panels(self, e: IRBuilder, gen: GenericOp, shape: _Contraction, rewriter: PatternRewriter,
+                        loop: scf.ForOp, b: SSAValue, offset: SSAValue | None, dot: bool) -> _Hoisted:
         nr = block_shape(self.target)[1]
         wide = panel_width(self.target)
         lanes = self.target.vector_bits // 32
-        e = IRBuilder(rewriter, loop)
         k, n = (e.dim(b, 1), e.dim(b, 0)) if shape.rhs_transposed else (e.dim(b, 0), e.dim(b, 1))
         repeats = None
         if offset is None:  # B invariant in `loop`: packed ahead only where the loop runs more than once
@@ -984,8 +1019,7 @@ class VectorizeContraction(RewritePattern):
             after = loop.next_op
             assert after is not None
             IRBuilder(rewriter, after).dealloc(packed)
-            self.hoisted[key] = _Hoisted(packed, fits=repeats)
-            return self.hoisted[key]
+            return _Hoisted(packed, fits=repeats)
         # The panels start at the first column that begins a line of C (line_head, as the
         # micro-kernel's own packs do), where C's memory is there before the loop.
         first = None
@@ -1050,8 +1084,7 @@ class VectorizeContraction(RewritePattern):
         after = loop.next_op
         assert after is not None  # a loop is never its block's terminator
         IRBuilder(rewriter, after).dealloc(packed)
-        self.hoisted[key] = _Hoisted(packed, offset, fits, first)
-        return self.hoisted[key]
+        return _Hoisted(packed, offset, fits, first)
 
     def panel(self, gen: GenericOp, rewriter: PatternRewriter, dot: bool) -> SSAValue:
         """The function's packed panel of B: KC rows of NR vectors of float32, or (`dot`) KC/2

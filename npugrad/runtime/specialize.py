@@ -120,7 +120,7 @@ def build_module(
 
 _CACHE: dict[tuple, Kernel] = {}
 _LOCK = threading.Lock()
-_DEFAULT_PIPELINES: dict[bool, tuple[Pipeline, tuple]] = {}
+_DEFAULT_PIPELINES: dict[tuple[bool, bool], tuple[Pipeline, tuple]] = {}
 
 
 def _pipeline_and_key(pipeline: Pipeline | None) -> tuple[Pipeline, tuple]:
@@ -130,17 +130,20 @@ def _pipeline_and_key(pipeline: Pipeline | None) -> tuple[Pipeline, tuple]:
 
     The default pipeline verifies the module once, after its last pass (the op was built and
     verified here, and the upstream parser verifies what it reads); NPUGRAD_VERIFY_EACH=1 makes
-    it verify after every pass, to find the pass that breaks the IR."""
+    it verify after every pass, to find the pass that breaks the IR; NPUGRAD_LINE_TABLES=1 gives
+    its machine code line tables (Pipeline.line_tables: a profile then names each loop)."""
     one_thread = pool.threads() == 1
     if pipeline is not None:
         if one_thread and pipeline.distribute:
             pipeline = replace(pipeline, distribute=False)
         return pipeline, pipeline.key()
     # The default pipeline's key is rebuilt from pass reprs otherwise: compute it once.
-    if one_thread not in _DEFAULT_PIPELINES:
-        default = Pipeline(distribute=not one_thread, verify_each=os.environ.get("NPUGRAD_VERIFY_EACH") == "1")
-        _DEFAULT_PIPELINES[one_thread] = (default, default.key())
-    return _DEFAULT_PIPELINES[one_thread]
+    line_tables = os.environ.get("NPUGRAD_LINE_TABLES") == "1"
+    if (one_thread, line_tables) not in _DEFAULT_PIPELINES:
+        default = Pipeline(distribute=not one_thread, verify_each=os.environ.get("NPUGRAD_VERIFY_EACH") == "1",
+                           line_tables=line_tables)
+        _DEFAULT_PIPELINES[one_thread, line_tables] = (default, default.key())
+    return _DEFAULT_PIPELINES[one_thread, line_tables]
 
 
 def pipeline_in_use(pipeline: Pipeline | None) -> Pipeline:

@@ -143,6 +143,12 @@ class NpugradOptMain(xDSLOptMain):
             help="without --target, keep each op on one core (no distribute-over-cores)",
         )
         arg_parser.add_argument(
+            "--line-tables",
+            action="store_true",
+            help="at the llvm-dialect, llvm-ir and asm stages, keep the ops' locations as line tables: the loops the "
+            "passes label (logits.k: the logits GEMM's reduction loop) name their code (!dbg, .loc)",
+        )
+        arg_parser.add_argument(
             "--entry", default=None,
             help="function to run (--stage run) or to write the harness for (--emit-harness): it and the functions it calls "
             "are compiled, not the rest of the module")
@@ -176,7 +182,8 @@ class NpugradOptMain(xDSLOptMain):
         """The stage pipeline; given the `stage` it runs to, with --time-passes and
         --print-between-passes as xdsl-opt's -p pipelines have them."""
         pipeline = Pipeline(fuse=not self.args.no_fuse, target=self.args.target, cpu=self.args.cpu,
-                            distribute=not self.args.no_distribute, check_capacity=not self.args.report)
+                            distribute=not self.args.no_distribute, check_capacity=not self.args.report,
+                            line_tables=self.args.line_tables)
         if stage is not None and (self.args.time_passes or self.args.print_between_passes):
             # The IR after the last pass of an xDSL stage is the output: not printed twice.
             last = len(pipeline.passes_to(stage)) if stage in XDSL_STAGES else None

@@ -12,6 +12,9 @@ The `train` dialect is illegal after this pass, as in MLIR's dialect conversion:
 is an error at its location, never passed on to fail later in the upstream lowering. So are the
 attributes that described train ops and their fused nests (#train.tiles, #train.role, ...): the pass
 drops them; the markers later passes and the runtime read (train.distributed, npu.blocks) stay.
+What a contraction or a part of a nest was stays in its location, as a label (a NameLoc, as
+IRBuilder.labelled makes: `logits`, `weight_grad_final`): the micro-kernels vectorize-contractions
+makes of a contraction are named after it, and line tables carry the names to the machine code.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, NameLoc
+from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     PatternRewriter,
@@ -30,7 +34,9 @@ from xdsl.pattern_rewriter import (
 
 from npugrad.diagnostics import PassFailure
 from npugrad.dialect import DISCARDABLE, TrainOp
+from npugrad.dialect.attributes import CONTRACTION, ROLE, NestRole
 from npugrad.ir import IRBuilder
+from npugrad.ir.builder import labelled_location
 from npugrad.recipes import recipe_of
 
 
@@ -52,5 +58,27 @@ class ConvertTrainToLoopsPass(ModulePass):
             raise PassFailure(left, f"'{left.name}' was not lowered to loops")
         grad_level = [d for d in DISCARDABLE.values() if not d.after_lowering]
         for o in op.walk():
+            _keep_label(o)
             for d in grad_level:
                 d.remove(o)
+
+
+# Parts of a fused nest named by their #train.role: those that compute something of their own
+# (the token loops hold everything, the masks' loop is its own op's code).
+_LABELLED_ROLES = {NestRole.INPUT_GRAD_INIT, NestRole.INPUT_GRAD_FINAL, NestRole.WEIGHT_GRAD_INIT,
+                   NestRole.WEIGHT_GRAD_FINAL, NestRole.STATISTICS_INIT, NestRole.STATISTICS_FINAL,
+                   NestRole.WEIGHT_PACK, NestRole.TARGET_MASKS}
+
+
+def _keep_label(o: Operation) -> None:
+    """A contraction's kind, or a labelled part's role, as the label of its ops' locations
+    (every op inside a part not labelled already: an inner part keeps its own)."""
+    contraction = CONTRACTION.get(o)
+    if contraction is not None:
+        o.location = labelled_location(contraction.contraction.value, o.location)
+        return
+    role = ROLE.get(o)
+    if role is not None and role.data in _LABELLED_ROLES:
+        for inner in o.walk():
+            if not isinstance(inner.location, NameLoc):
+                inner.location = labelled_location(role.data.value, inner.location)
