@@ -102,8 +102,8 @@ def test_generic_text_locations():
     """With line_tables the text for upstream locates labelled ops at their label (as the file,
     the source line kept), source ops at their source, and leaves unknown locations out."""
     from npugrad.ir import IRBuilder
-    from npugrad.lowering.mlir_text import generic_text
     from npugrad.lowering.mlir_bindings import ir
+    from npugrad.lowering.mlir_text import generic_text
 
     module = _example("bce_grad.mlir")
     func = module.body.block.first_op
@@ -159,3 +159,10 @@ def test_api_kernels_with_line_tables(monkeypatch, tmp_path):
     assert len(specialize._CACHE) == 2  # two pipelines' kernels, side by side
     for a, b in zip(plain, with_tables):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("example, label", [("bce_grad.mlir", "binary_cross_entropy_grad"),
+                                            ("nll_loss_backward.mlir", "nll_loss_backward")])
+def test_an_op_lowered_to_loops_is_labelled_by_its_name(example, label):
+    labelled = _labelled_instructions(Pipeline(line_tables=True).lower(_example(example), "asm"))
+    assert sum(name == label for name, _ in labelled) > 10, collections.Counter(name for name, _ in labelled)

@@ -15,6 +15,7 @@ drops them; the markers later passes and the runtime read (train.distributed, np
 What a contraction or a part of a nest was stays in its location, as a label (a NameLoc, as
 IRBuilder.labelled makes: `logits`, `weight_grad_final`): the micro-kernels vectorize-contractions
 makes of a contraction are named after it, and line tables carry the names to the machine code.
+What a train op lowers to is labelled with its name (`binary_cross_entropy_grad`).
 """
 
 from __future__ import annotations
@@ -43,7 +44,9 @@ from npugrad.recipes import recipe_of
 class LowerTrainOp(RewritePattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: TrainOp, rewriter: PatternRewriter) -> None:
-        recipe_of(op).lower(op, IRBuilder(rewriter, op))
+        e = IRBuilder(rewriter, op)
+        with e.labelled(op.short_name()):  # its loops named after it (line tables), parts within by their own
+            recipe_of(op).lower(op, e)
         rewriter.erase(op)
 
 
