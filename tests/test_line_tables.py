@@ -75,10 +75,10 @@ def test_every_dot_product_is_in_a_labelled_reduction_loop(bf16_asm):
         assert dots[f"{kind}.k"] >= 24, dots
     found = {label for label, _ in labelled}
     # The packs, the softmax gradient, the rounding of the float32 accumulators: named too.
-    assert {"logits.pack_b", "weight_grad.pack_b", "weight_grad.pack_a", "softmax_grad", "input_grad_final",
-            "weight_grad_final"} <= found, found
-    # exp's polynomial is the softmax gradient's.
-    assert any(label == "softmax_grad" and text.startswith(("vrndscaleps", "vroundps")) for label, text in labelled)
+    assert {"logits.pack_b", "weight_grad.pack_b", "weight_grad.pack_a", "softmax_grad", "softmax_grad.vector",
+            "input_grad_final", "weight_grad_final"} <= found, found
+    # exp's polynomial is the softmax gradient's vector loop's.
+    assert any(label == "softmax_grad.vector" and text.startswith(("vrndscaleps", "vroundps")) for label, text in labelled)
 
 
 def test_default_llvm_ir_has_no_debug_information():
@@ -164,5 +164,11 @@ def test_api_kernels_with_line_tables(monkeypatch, tmp_path):
 @pytest.mark.parametrize("example, label", [("bce_grad.mlir", "binary_cross_entropy_grad"),
                                             ("nll_loss_backward.mlir", "nll_loss_backward")])
 def test_an_op_lowered_to_loops_is_labelled_by_its_name(example, label):
-    labelled = _labelled_instructions(Pipeline(line_tables=True).lower(_example(example), "asm"))
-    assert sum(name == label for name, _ in labelled) > 10, collections.Counter(name for name, _ in labelled)
+    """Its loops under its name; vectorize-elementwise's main loop `.vector` (the vector
+    instructions), the scalar loop doing the rest under the name alone."""
+    for pipeline in (Pipeline(line_tables=True), Pipeline(target="host", line_tables=True)):  # distributed, tiled
+        labelled = _labelled_instructions(pipeline.lower(_example(example), "asm"))
+        names = collections.Counter(name for name, _ in labelled)
+        assert names[label] > 10 and names[f"{label}.vector"] > 5, names
+        vector = [text for name, text in labelled if name == f"{label}.vector"]
+        assert any(re.search(r"%[yz]mm", text) for text in vector), vector

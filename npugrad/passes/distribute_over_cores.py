@@ -74,7 +74,11 @@ class DistributeFunction(RewritePattern):
             recipe = recipe_of(grads[0])
             if recipe.supports("distribute"):
                 record_source(grads[0], rewriter)
-            done = recipe.supports("distribute") and recipe.distribute(grads[0], IRBuilder(rewriter, grads[0]))
+            done = False
+            if recipe.supports("distribute"):
+                e = IRBuilder(rewriter, grads[0])
+                with e.labelled(grads[0].short_name()):  # its loops named after it (line tables)
+                    done = recipe.distribute(grads[0], e)
         if done:
             DISTRIBUTED.set(f)
             rewriter.notify_op_modified(f)

@@ -107,6 +107,7 @@ from xdsl.dialects.builtin import (
     IntegerType,
     MemRefType,
     ModuleOp,
+    NameLoc,
     Signedness,
     VectorType,
     bf16,
@@ -123,6 +124,7 @@ from xdsl.utils.exceptions import VerifyException
 from npugrad.dialect.attributes import VECTORIZED
 from npugrad.dialect.upstream import LOOP_ANNOTATION, PrefetchOp
 from npugrad.ir import IRBuilder, unit_innermost_stride
+from npugrad.ir.builder import labelled_location
 from npugrad.lowering.fills import store_fence, streaming_store
 from npugrad.passes.vectorize_contractions import line_bytes
 from npugrad.targets import get
@@ -342,6 +344,15 @@ def _in_body(value: SSAValue, body: Block) -> bool:
     return owner is body if isinstance(owner, Block) else owner.parent_block() is body
 
 
+def vector_location(location: Attribute) -> Attribute:
+    """Where an op of the vector main loop is: its scalar op's label with `.vector` (line tables
+    then tell the main loop from the scalar one doing the rest, which keeps the label), or the
+    scalar op's location where it has no label."""
+    if isinstance(location, NameLoc):
+        return labelled_location(location.desc.data + ".vector", location)
+    return location
+
+
 class _Vectorizer:
     def __init__(self, loop: scf.ForOp, varying: set[SSAValue], lanes: int, rewriter: PatternRewriter,
                  prefetch: int = 0, streamed: tuple[SSAValue, int] | None = None):
@@ -358,6 +369,13 @@ class _Vectorizer:
         self.outside = _Inserter(rewriter, InsertPoint.before(loop))  # hoisted: bounds, broadcasts
         self.mapping: dict[SSAValue, SSAValue] = {}
         self.broadcasts: dict[SSAValue, SSAValue] = {}
+        self.locations: dict[int, Attribute] = {}  # a scalar op's location (by id) -> its vector op's
+
+    def _located(self, new: Operation, old: Attribute) -> None:
+        """`new`, an op of the main loop, at the vector location of `old` (vector_location)."""
+        if id(old) not in self.locations:
+            self.locations[id(old)] = vector_location(old)
+        new.location = self.locations[id(old)]
 
     def _hoist(self, op: Operation) -> SSAValue:
         op.location = self.loop.location
@@ -373,7 +391,7 @@ class _Vectorizer:
         if value not in self.broadcasts:
             op = vector.BroadcastOp(self.mapping.get(value, value), self._vector_type(value.type))
             if value in self.mapping:  # computed in the loop
-                op.location = value.owner.location  # type: ignore[union-attr]
+                self._located(op, value.owner.location)  # type: ignore[union-attr]
                 inside.insert(op)
             else:
                 self._hoist(op)
@@ -403,9 +421,10 @@ class _Vectorizer:
         if (i, ahead) not in self.ahead:  # one index per distance: loads of the same element size share it
             at = inside.insert(arith.AddiOp(i, self.distance[ahead])).results[0]
             self.ahead[i, ahead] = inside.insert(arith.MinSIOp(at, self.last)).results[0]
-            at.owner.location = self.ahead[i, ahead].owner.location = op.location
+            self._located(at.owner, op.location)
+            self._located(self.ahead[i, ahead].owner, op.location)
         fetch = inside.insert(PrefetchOp(op.memref, [*outer, self.ahead[i, ahead]], write=False, locality=3))
-        fetch.location = op.location
+        self._located(fetch, op.location)
 
     def _emit_op(self, op: Operation, inside: _Inserter) -> None:
         if isinstance(op, memref.LoadOp) and op.res in self.varying:
@@ -421,9 +440,11 @@ class _Vectorizer:
         elif any(r in self.varying for r in op.results):
             new = _vector_op(op, [self._vector(v, inside) for v in op.operands], self.lanes)
         else:  # uniform: the same scalar op
-            inside.insert(op.clone(self.mapping))
+            uniform = op.clone(self.mapping)
+            self._located(uniform, op.location)
+            inside.insert(uniform)
             return
-        new.location = op.location
+        self._located(new, op.location)
         inside.insert(new)
         for old, result in zip(op.results, new.results):
             result.name_hint = old.name_hint
@@ -445,7 +466,7 @@ class _Vectorizer:
             new.name_hint = old.name_hint
             self.mapping[old] = new
         main = scf.ForOp(loop.lb, main_bound, self.step, identities, body)
-        main.location = loop.location
+        self._located(main, loop.location)
         VECTORIZED.set(main)
         # What the loop says to LLVM's unrollers (#llvm.loop_annotation) holds for both loops it becomes.
         if (annotation := LOOP_ANNOTATION.get(loop)) is not None:
