@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 
 from xdsl.context import Context
 from xdsl.dialects import get_all_dialects
-from xdsl.dialects.builtin import FileLineColLoc, IntAttr, ModuleOp, NameLoc, StringAttr, UnknownLoc
+from xdsl.dialects.builtin import FileLineColLoc, IntAttr, ModuleOp, StringAttr, UnknownLoc
 from xdsl.ir import Attribute, Dialect, Operation, SSAValue
 from xdsl.parser import Parser, UnresolvedOperand
 from xdsl.passes import ModulePass
@@ -28,6 +28,7 @@ from xdsl.utils.exceptions import ParseError, VerifyException
 from xdsl.utils.lexer import Span
 
 from npugrad.diagnostics import PassFailure
+from npugrad.ir.builder import source_location
 from npugrad.targets import get as get_target
 
 # The passes, the dialects and the lowering are imported where they are first used, not here:
@@ -155,13 +156,6 @@ def parse(text: str, name: str = "<stdin>", ctx: Context | None = None) -> Modul
         raise CompileError([Diagnostic(name, where.line, where.col, message, _source_line(text, where.line))]) from None
     verify(module, text, name)
     return module
-
-
-def source_location(loc: Attribute) -> Attribute:
-    """The source position in a location: a label's (IRBuilder.labelled: a NameLoc) seen through."""
-    while isinstance(loc, NameLoc):
-        loc = loc.location
-    return loc
 
 
 def _located(op: Operation, message: str, text: str, name: str) -> Diagnostic:

@@ -15,6 +15,7 @@ import pytest
 from xdsl.dialects import arith
 from xdsl.dialects.builtin import FileLineColLoc, IntAttr, ModuleOp, NameLoc, StringAttr, UnknownLoc
 
+from bench import loop_profile
 from npugrad.compiler import Pipeline, parse, source_location
 from npugrad.ir.builder import labelled_location
 
@@ -26,11 +27,6 @@ def _example(name: str) -> ModuleOp:
     path = os.path.join(EXAMPLES, name)
     with open(path) as f:
         return parse(f.read(), path)
-
-
-def _instructions(asm: str) -> list[str]:
-    """The instructions of an assembly listing, without labels and directives."""
-    return [t for line in asm.splitlines() if line.startswith("\t") and (t := line.strip()) and not t.startswith((".", "#"))]
 
 
 def _labelled_instructions(asm: str) -> list[tuple[str, str]]:
@@ -61,7 +57,7 @@ def bf16_asm() -> tuple[str, str]:
 def test_line_tables_change_no_instruction(bf16_asm):
     plain, tables = bf16_asm
     assert ".loc" not in plain and ".loc" in tables
-    assert _instructions(tables) == _instructions(plain)
+    assert loop_profile.assembly_instructions(tables) == loop_profile.assembly_instructions(plain)
 
 
 def test_every_dot_product_is_in_a_labelled_reduction_loop(bf16_asm):

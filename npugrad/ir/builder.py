@@ -53,17 +53,23 @@ from npugrad import dtypes
 index = IndexType()
 
 
+def source_location(location: Attribute) -> Attribute:
+    """The source position in a location: a label's (IRBuilder.labelled: a NameLoc) seen through."""
+    while isinstance(location, NameLoc):
+        location = location.location
+    return location
+
+
 def labelled_location(label: str, location: LocationAttr) -> NameLoc:
     """`location` labelled `label` (IRBuilder.labelled), in place of any label it had."""
-    while isinstance(location, NameLoc):
-        location = location.location  # type: ignore[assignment]
-    return NameLoc(StringAttr(label), location)
+    return NameLoc(StringAttr(label), source_location(location))
 
 
 class IRBuilder:
-    def __init__(self, rewriter: Builder, anchor: Operation):
+    def __init__(self, rewriter: Builder, anchor: Operation, label: str | None = None):
         """Emit before `anchor`, inserting through `rewriter` (a PatternRewriter inside a pattern,
-        so the walker sees every new op; any xDSL Builder elsewhere)."""
+        so the walker sees every new op; any xDSL Builder elsewhere); with `label`, everything
+        labelled so (as inside `labelled(label)`: a pass emitting an op's code names it after the op)."""
         self.rewriter = rewriter
         self.anchor = anchor
         self.point = InsertPoint.before(anchor)
@@ -73,7 +79,8 @@ class IRBuilder:
         self._consts: dict[tuple[object, str], SSAValue] = {}
         self._static: dict[SSAValue, int] = {}  # index constants, folded into subview shapes
         self._dims: dict[tuple[SSAValue, int], SSAValue] = {}
-        self._location: LocationAttr | None = None  # where emitted ops are (labelled); None: the anchor's
+        # Where emitted ops are (labelled); None: the anchor's.
+        self._location: LocationAttr | None = None if label is None else labelled_location(label, anchor.location)
 
     @classmethod
     def before(cls, op: Operation) -> IRBuilder:
@@ -109,7 +116,7 @@ class IRBuilder:
     def labelled(self, label: str) -> Iterator[None]:
         """Ops emitted inside are located at `label` around the anchor's location (a NameLoc,
         `loc("logits.k"("flce.mlir":5:3))`): what a loop is for, which diagnostics see through
-        (compiler.source_location) and line tables name the machine code by (a profile's loops:
+        (source_location) and line tables name the machine code by (a profile's loops:
         bench/loop_profile.py). Labels nest: the innermost names what is emitted."""
         outer = self._location
         self._location = labelled_location(label, self.anchor.location)

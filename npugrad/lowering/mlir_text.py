@@ -27,6 +27,8 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.printer import Printer
 from xdsl.utils.mlir_lexer import MLIRLexer
 
+from npugrad.ir.builder import source_location
+
 _IDENTIFIER = MLIRLexer.bare_identifier_regex
 
 
@@ -38,8 +40,7 @@ def generic_text(op: Operation, line_tables: bool = False) -> str:
 def _line_table_location(loc: Attribute) -> str | None:
     """`loc(...)` for an op at `loc` in the line tables: a label as the file (see above)."""
     label = loc.desc.data if isinstance(loc, NameLoc) else None
-    while isinstance(loc, NameLoc):
-        loc = loc.location
+    loc = source_location(loc)
     line, column = (loc.line.data, loc.column.data) if isinstance(loc, FileLineColLoc) else (1, 1)
     file = label if label is not None else loc.filename.data if isinstance(loc, FileLineColLoc) else None
     if file is None:

@@ -72,13 +72,11 @@ class DistributeFunction(RewritePattern):
             done = True
         else:
             recipe = recipe_of(grads[0])
-            if recipe.supports("distribute"):
+            done = recipe.supports("distribute")
+            if done:
                 record_source(grads[0], rewriter)
-            done = False
-            if recipe.supports("distribute"):
-                e = IRBuilder(rewriter, grads[0])
-                with e.labelled(grads[0].short_name()):  # its loops named after it (line tables)
-                    done = recipe.distribute(grads[0], e)
+                # Its loops named after it (line tables).
+                done = recipe.distribute(grads[0], IRBuilder(rewriter, grads[0], label=grads[0].short_name()))
         if done:
             DISTRIBUTED.set(f)
             rewriter.notify_op_modified(f)

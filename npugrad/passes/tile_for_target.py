@@ -43,9 +43,7 @@ class TileOp(RewritePattern):
         # A tile instance (an op on local buffers, as a tiling emits it) is a tile already.
         if recipe.supports("tile") and all(level_of(v.type) is None for v in op.operands):
             record_source(op, rewriter)
-            e = IRBuilder(rewriter, op)
-            with e.labelled(op.short_name()):  # its loops named after it (line tables)
-                recipe.tile(op, self.target, e)
+            recipe.tile(op, self.target, IRBuilder(rewriter, op, label=op.short_name()))  # its loops named (line tables)
 
 
 @dataclass(frozen=True)

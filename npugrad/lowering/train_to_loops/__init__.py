@@ -44,9 +44,8 @@ from npugrad.recipes import recipe_of
 class LowerTrainOp(RewritePattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: TrainOp, rewriter: PatternRewriter) -> None:
-        e = IRBuilder(rewriter, op)
-        with e.labelled(op.short_name()):  # its loops named after it (line tables), parts within by their own
-            recipe_of(op).lower(op, e)
+        # Its loops named after it (line tables), parts within by their own labels.
+        recipe_of(op).lower(op, IRBuilder(rewriter, op, label=op.short_name()))
         rewriter.erase(op)
 
 
