@@ -27,8 +27,7 @@ from xdsl.traits import NoTerminator
 from xdsl.utils.exceptions import ParseError, VerifyException
 from xdsl.utils.lexer import Span
 
-from npugrad.diagnostics import PassFailure
-from npugrad.ir.builder import source_location
+from npugrad.diagnostics import PassFailure, source_location
 from npugrad.targets import get as get_target
 
 # The passes, the dialects and the lowering are imported where they are first used, not here:

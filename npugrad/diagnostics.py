@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from xdsl.ir import Operation
+from xdsl.dialects.builtin import NameLoc
+from xdsl.ir import Attribute, Operation
+
+
+def source_location(location: Attribute) -> Attribute:
+    """The source position in a location: a label's (IRBuilder.labelled: a NameLoc) seen through."""
+    while isinstance(location, NameLoc):
+        location = location.location
+    return location
 
 
 class PassFailure(Exception):

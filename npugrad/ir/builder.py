@@ -49,15 +49,9 @@ from xdsl.ir.affine import AffineMap
 from xdsl.rewriter import InsertPoint
 
 from npugrad import dtypes
+from npugrad.diagnostics import source_location
 
 index = IndexType()
-
-
-def source_location(location: Attribute) -> Attribute:
-    """The source position in a location: a label's (IRBuilder.labelled: a NameLoc) seen through."""
-    while isinstance(location, NameLoc):
-        location = location.location
-    return location
 
 
 def labelled_location(label: str, location: LocationAttr) -> NameLoc:

@@ -27,7 +27,7 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.printer import Printer
 from xdsl.utils.mlir_lexer import MLIRLexer
 
-from npugrad.ir.builder import source_location
+from npugrad.diagnostics import source_location
 
 _IDENTIFIER = MLIRLexer.bare_identifier_regex
 
