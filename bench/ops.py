@@ -7,8 +7,10 @@ preallocates (and pre-touches) every contender's outputs; the second lets each a
 (npugrad's API without `out=`, the functional NumPy/PyTorch forms). After each, a paired table
 runs its memory-bound rows again with every contender in one process, taking turns batch by
 batch (bench.common.paired): ratios under one state of the machine's memory, which moves between
-processes; the preallocated FLCE rows likewise, npugrad and PyTorch eager a call at a time, at
-one speed of the CPU, which drifts during a run. The PyTorch contenders are
+processes; the FLCE rows likewise, a call at a time, at one speed of the CPU, which drifts during
+a run: preallocated, npugrad and PyTorch eager; allocated, npugrad without `out=`, PyTorch eager
+and the compilers (whose programs allocate in both tables, and whose rows there are timed once,
+minutes from npugrad's allocated row). The PyTorch contenders are
 those of /work/shared/perf/measure_baselines.py: naive FLCE (logits materialised),
 aten.embedding_dense_backward, aten.nll_loss_backward, aten.binary_cross_entropy_backward,
 AdamW(fused=True) + _foreach_lerp_ EMA. With the optional `[bench]` extra, the FLCE rows also
@@ -628,26 +630,34 @@ PAIRED_FLCE_TURNS = 3  # at most, of one call each: an FLCE call takes seconds
 
 def paired_table(title: str, selected: Sequence[Case], alloc: bool, threads: int, contenders: Sequence[str],
                  log: Callable[[str], None], batches: int, size: int, timeout: float | None = None,
-                 unit: str = "GB/s") -> str:
+                 unit: str = "GB/s", left_out: Callable[[Case, str], str | None] | None = None) -> str:
     """The cases of `unit` once more, all `contenders` in one process, taking turns in `batches`
     batches of `size` calls (bench.common.paired): a memory-bound row's time follows the
     machine's memory, which moves between processes (the 'own BW' readings), and a GEMM-bound
     one its CPU's speed, which drifts during a run (the 'own SGEMM' readings), so each ratio here
-    is of two batches run a fraction of a second apart, its median over the turns."""
+    is of two batches run a fraction of a second apart, its median over the turns. A contender
+    that `left_out(case, name)` gives a reason not to run on a case (a call predicted to take too
+    long: the tables' not_run) shows '-' there, and the reason under the table."""
     others = [c for c in contenders if c != "npugrad"]
     header = (f"{'case':<40}" + "".join(f" {c + ' ms':>12}" for c in contenders)
               + "".join(f" {'vs ' + c:>10}" for c in others))
     lines = [title, header, "-" * len(header)]
+    notes: set[str] = set()
     for case in (c for c in selected if c.unit == unit):
-        log(f"  {case.label}: {', '.join(contenders)} in one process")
-        r = paired({c: spec_of(case, c) for c in contenders}, {**case.size, "alloc": alloc}, batches, size, threads,
+        skipped = {c: why for c in others if left_out is not None and (why := left_out(case, c))}
+        running = [c for c in contenders if c not in skipped]
+        log(f"  {case.label}: {', '.join(running)} in one process")
+        r = paired({c: spec_of(case, c) for c in running}, {**case.size, "alloc": alloc}, batches, size, threads,
                    timeout)
         if r.error:
             lines.append(f"{case.label:<40} failed: {r.error}")
             continue
-        lines.append(f"{case.label:<40}" + "".join(f" {r.time(c) * 1e3:>12.2f}" for c in contenders)
-                     + "".join(f" {r.ratio(c, 'npugrad'):>9.2f}x" for c in others))
-    return "\n".join(lines)
+        lines.append(f"{case.label:<40}"
+                     + "".join(f" {r.time(c) * 1e3:>12.2f}" if c in running else f" {'-':>12}" for c in contenders)
+                     + "".join(f" {r.ratio(c, 'npugrad'):>9.2f}x" if c in running else f" {'-':>10}"
+                               for c in others))
+        notes.update(f"{case.label}, {c}: {reason}" for c, reason in skipped.items())
+    return "\n".join(lines + [f"- {note}" for note in sorted(notes)])
 
 
 def contender_compile_table(shared: dict) -> str:
@@ -802,14 +812,23 @@ def run(args: argparse.Namespace) -> None:
         if batches and memory_bound:
             print(paired_table(f"Paired ({'allocated' if alloc else 'preallocated'}): {pairing}", selected, alloc,
                                args.threads, contenders, log, batches, size, timeout), "\n", flush=True)
-        if batches and gemm_bound and not alloc and "torch" in contenders:
+        # The FLCE rows' contenders again in one process: npugrad and PyTorch eager into preallocated
+        # outputs; every contender allocating, the compilers among them (their programs always
+        # allocate; in the tables, they are timed once, minutes from npugrad's allocated row).
+        flce_paired = ([c for c in contenders if c == "torch"] if not alloc
+                       else [c for c in (*contenders, *extra) if c in ("torch", *compilers.CONTENDERS)])
+        if batches and gemm_bound and flce_paired:
             turns = min(batches, PAIRED_FLCE_TURNS)
-            print(paired_table(f"Paired FLCE (preallocated): npugrad and PyTorch eager in one process, taking turns "
-                               f"{turns} times, a call each (0.2 s apart, the order reversed every other turn): ms, "
-                               "the median of the turns; vs, the median over the turns of PyTorch's call / npugrad's, "
-                               "each of two calls at one speed of the machine's CPU, which drifts during a run",
-                               selected, alloc, args.threads, ["npugrad", "torch"], log, turns, 1, timeout,
-                               unit="GFLOP/s"), "\n", flush=True)
+            who = ("npugrad and PyTorch eager" if not alloc else
+                   "npugrad without out=, " + ", ".join("PyTorch eager" if c == "torch" else c for c in flce_paired))
+            print(paired_table(f"Paired FLCE ({'allocated' if alloc else 'preallocated'}): {who} in one process, "
+                               f"taking turns {turns} times, a call each (0.2 s apart, the order reversed every other "
+                               "turn): ms, the median of the turns; vs, the median over the turns of the other's call "
+                               "/ npugrad's, each of two calls at one speed of the machine's CPU, which drifts during "
+                               "a run", selected, alloc, args.threads, ["npugrad", *flce_paired], log, turns, 1,
+                               timeout, unit="GFLOP/s", left_out=lambda case, c: getattr(
+                                   ceilings.not_run(case, c, limit), "error", None)),
+                  "\n", flush=True)
     print(compile_table(ops, args.threads, 300 if args.quick else 5000, log))
     if shared:
         print("\n" + contender_compile_table(shared))

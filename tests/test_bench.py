@@ -51,14 +51,22 @@ def test_quick_bench_prints_every_op_with_ratio_columns():
     for c in compilers.CONTENDERS:  # absent: a one-line note, never an error
         assert (f"{c}: skipped," in proc.stdout) == (c not in EXTRA)
     tables = _tables(proc.stdout)
-    if HAS_TORCH:  # npugrad and PyTorch eager's FLCE in one process, after the preallocated tables
-        paired_flce = tables.pop(2)
-        assert paired_flce[0].startswith("Paired FLCE (preallocated): npugrad and PyTorch eager in one process")
-        assert paired_flce[1].split() == ["case", "npugrad", "ms", "torch", "ms", "vs", "torch"]
+    # The FLCE's contenders in one process: after the preallocated tables npugrad and PyTorch
+    # eager; after the allocated ones every contender that allocates, the compilers among them.
+    flce_labels = [c.label for c in bench_ops.cases(True) if c.op == "flce"]
+    for at, kind, who in ((2, "preallocated", ["torch"] if HAS_TORCH else []),
+                          (4, "allocated", [*(["torch"] if HAS_TORCH else []), *EXTRA])):
+        if not who:
+            assert f"Paired FLCE ({kind})" not in proc.stdout
+            continue
+        paired_flce = tables.pop(at)
+        assert paired_flce[0].startswith(f"Paired FLCE ({kind}): npugrad"), paired_flce[0]
+        assert " in one process, taking turns 2 times" in paired_flce[0]
+        assert paired_flce[1].split() == ["case", "npugrad", "ms", *(w for c in who for w in (c, "ms")),
+                                          *(w for c in who for w in ("vs", c))]
         rows = [line for line in paired_flce[3:] if line.strip()]
-        assert [r[:40].strip() for r in rows] == [c.label for c in bench_ops.cases(True) if c.op == "flce"]
-        assert all(r.rstrip().endswith("x") and len(r[41:].split()) == 3 for r in rows), rows
-    assert "Paired FLCE" not in proc.stdout.split("Outputs allocated")[1]  # preallocated only
+        assert [r[:40].strip() for r in rows] == flce_labels
+        assert all(r.rstrip().endswith("x") and len(r[41:].split()) == 1 + 2 * len(who) for r in rows), rows
     main, paired_main, allocating, paired_allocating, compile_times, *contender_compile = tables
     assert "preallocated" in main[0] and "allocated by every contender" in allocating[0]
     contenders = ["npugrad", "numpy", *(["torch"] if HAS_TORCH else [])]
@@ -445,6 +453,33 @@ def test_paired_flce_table_has_the_gemm_bound_rows(monkeypatch):
     assert [r[:40].strip() for r in rows] == [c.label for c in flce]
     assert all(r.split()[-3:] == ["2000.00", "2200.00", "1.20x"] for r in rows), rows  # quotients 1.2, 1.1, 1.2
     assert asked == [(("npugrad", "torch"), c.size["dtype"], 3, 1) for c in flce]
+
+
+def test_paired_flce_table_leaves_out_a_contender_predicted_too_slow(monkeypatch):
+    asked = []
+
+    def fake_paired(specs, args, batches, size, threads, timeout):
+        asked.append((tuple(specs), args["dtype"]))
+        return common.Paired({name: (1.0, 2.0, 3.0) for name in specs})
+
+    monkeypatch.setattr(bench_ops, "paired", fake_paired)
+    selected = [c for c in bench_ops.cases(False) if c.op == "flce"]
+    slow = {"torch", "torch.compile"}
+    text = bench_ops.paired_table("T", selected, True, 2, ["npugrad", "torch", "xla", "torch.compile"],
+                                  lambda s: None, 3, 1, unit="GFLOP/s",
+                                  left_out=lambda case, c: "fallback loop" if c in slow and case.size["dtype"] ==
+                                  "bfloat16" else None)
+    assert asked == [(("npugrad", "xla") if c.size["dtype"] == "bfloat16" else
+                      ("npugrad", "torch", "xla", "torch.compile"), c.size["dtype"]) for c in selected]
+    lines = text.splitlines()
+    for case in selected:
+        fields = next(line for line in lines if line.startswith(case.label))[41:].split()
+        if case.size["dtype"] == "bfloat16":  # npugrad, torch, xla, torch.compile ms, then the three ratios
+            assert fields == ["2000.00", "-", "2000.00", "-", "-", "1.00x", "-"], fields
+            assert f"- {case.label}, torch: fallback loop" in lines
+            assert f"- {case.label}, torch.compile: fallback loop" in lines
+        else:
+            assert fields[-3:] == ["1.00x"] * 3, fields
 
 
 def test_bench_rejects_a_negative_paired_count():
