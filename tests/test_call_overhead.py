@@ -351,20 +351,32 @@ def test_ema_adam_replays_a_new_step_and_new_hyper_parameters(rng, replayed):
     assert replayed[0] == 3
 
 
+GOOD_PER_CALL = {"step": 3, "lr": 1e-3, "eps": 1e-8, "beta1": 0.9, "beta2": 0.999, "ema_decay": 0.9999,
+                 "weight_decay": 0.01}
+
+
 @pytest.mark.parametrize("bad, match", [
     ({"step": 0}, r"parameter 'step' must be >= 1 when bias_correction is on, got 0"),
     ({"step": 1 << 63}, r"parameter 'step' must be an int64 step count, an int64, got 9223372036854775808"),
     ({"step": True}, r"parameter 'step' must have dtype int64, got bool"),
     ({"lr": float("nan")}, r"parameter 'lr' must be a finite real number, got nan"),
     ({"eps": 1e39}, r"parameter 'eps' must be finite as a float32"),
+    # In range for the op's check, not only finite (a replay once took these: var became NaN/inf).
+    ({"beta2": 1.5}, r"property 'beta2' must be in \[0, 1\), got 1.5"),
+    ({"beta1": 1.0}, r"property 'beta1' must be in \[0, 1\), got 1.0"),
+    ({"lr": -5.0}, r"property 'lr' must be >= 0, got -5.0"),
+    ({"eps": -1.0}, r"property 'eps' must be >= 0, got -1.0"),
+    ({"ema_decay": 2.0}, r"property 'ema_decay' must be in \[0, 1\], got 2.0"),
+    ({"weight_decay": -3.0}, r"property 'weight_decay' must be >= 0, got -3.0"),
 ])
-def test_a_bad_per_call_value_after_a_remembered_signature_is_rejected_as_when_planned(rng, bad, match):
+def test_a_bad_per_call_value_after_a_remembered_signature_is_rejected_as_when_planned(rng, bad, match, replayed):
     """What a replayed call makes again from its arguments is checked again, with the plan's
     message, before anything is written."""
     case = default_case(EMA_ADAM, rng)
-    launch._REPLAYS.clear()
+    # The good call passes the same parameters, good values of the same types: the same signature.
+    case.scalars |= {k: GOOD_PER_CALL[k] for k in bad}
     messages = []
-    for _ in range(2):  # planned, then replayed
+    for turn in range(2):  # planned, then (the signature remembered) replayed
         wrong = case.copy()
         wrong.scalars |= bad
         with pytest.raises((ValueError, TypeError), match=rf"^{EMA_ADAM}: {match}") as info:
@@ -372,7 +384,10 @@ def test_a_bad_per_call_value_after_a_remembered_signature_is_rejected_as_when_p
             wrong.call()
         assert wrong.snapshot() == before
         messages.append(str(info.value))
-        case.copy().call()  # the good call of that signature: remembered
+        done = replayed[0]
+        case.copy().call()  # the good call of that signature: remembered, then replayed
+        if turn:  # replayed: so the second bad call had a remembered signature
+            assert replayed[0] == done + 1
     assert messages[0] == messages[1]
 
 

@@ -29,10 +29,15 @@ def _hyperparameters(lr, ema_decay, beta1, beta2, eps, weight_decay) -> dict[str
     return {k: real(OP, k, x, float32=True) for k, x in hyper.items()}
 
 
-def _made_per_call(step, lr=1e-3, ema_decay=0.9999, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0) -> dict:
+def _made_per_call(step, lr=1e-3, ema_decay=0.9999, beta1=0.9, beta2=0.999, eps=1e-8,
+                   weight_decay=0.0) -> dict | None:
     """The operands a call makes of its step count and hyper-parameters, which change from call
-    to call without changing the kernel: made again by every replayed call (two_phase's per_call)."""
+    to call without changing the kernel: made again by every replayed call (two_phase's per_call).
+    None where a hyper-parameter is out of the op's range (ApplyFusedEmaAdamOp.HYPERPARAMETERS):
+    the call is then planned anew, and the op's check rejects it."""
     hyper = _hyperparameters(lr, ema_decay, beta1, beta2, eps, weight_decay)
+    if not all(ok(hyper[name]) for name, (_, ok) in ApplyFusedEmaAdamOp.HYPERPARAMETERS.items()):
+        return None
     return {"step": _step(step),
             "hyperparameters": np.array([hyper[n] for n in ApplyFusedEmaAdamOp.HYPERPARAMETER_ORDER], np.float32)}
 

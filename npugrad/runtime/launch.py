@@ -212,7 +212,8 @@ def two_phase(plan: Callable[..., Call] | None = None, *, replay: bool = False,
     before replays what the plan made of it (Replay) instead of planning again.
     `per_call(**values)`: operands the plan derives from the arguments it names (their values
     stay out of the signature: e.g. a step count), made again on every call with the same
-    checks; it raises, as the plan would, on a bad value."""
+    checks; it raises, as the plan would, on a bad value, or returns None for the call to be
+    planned anew (a value the op's own check rejects: its error is then the plan's)."""
     if plan is None:
         return functools.partial(two_phase, replay=replay, per_call=per_call)
     planned = accepting_foreign_arrays(plan)
@@ -408,7 +409,10 @@ class Replay:
         if self.given_outputs and not owned_and_distinct(arrays, self.given_outputs, self.made):
             return None
         if replays.per_call is not None:
-            arrays.update(replays.per_call(**replays.values(args, kwargs)))
+            made = replays.per_call(**replays.values(args, kwargs))
+            if made is None:
+                return None
+            arrays.update(made)
         for name, kind, where in self.sources:
             if kind == _FRESH:
                 arrays[name] = where.new()  # type: ignore[union-attr]
