@@ -424,10 +424,13 @@ def test_the_losses_and_layers_pass_opcheck(op, args):
 # -- the optimizer -------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("shape", [(4, 25), (), (2,) * 9], ids=["matrix", "0-d", "rank-9"])
 @pytest.mark.parametrize("mode, reference", [(1, "AdamW"), (0, "Adam")])
-def test_fused_ema_adam_steps_like_torch_optim(mode, reference):
+def test_fused_ema_adam_steps_like_torch_optim(mode, reference, shape):
+    """Any parameter torch.optim steps: a 0-d one (a learnable scale) and one of more dimensions
+    than the kernel's 8 go to it as views of one dimension."""
     g = torch.Generator().manual_seed(6)
-    start = torch.randn(4, 25, generator=g)
+    start = torch.randn(shape, generator=g)
     ours = torch.nn.Parameter(start.clone())
     theirs = torch.nn.Parameter(start.clone())
     opt = nt.FusedEmaAdam([ours], lr=0.05, weight_decay=0.1, ema_decay=0.9, mode=mode)
@@ -442,3 +445,15 @@ def test_fused_ema_adam_steps_like_torch_optim(mode, reference):
     torch.testing.assert_close(ours.detach(), theirs.detach(), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(opt.ema(ours), ema, rtol=1e-5, atol=1e-6)
     assert opt.state[ours]["step"].item() == 6
+
+
+def test_fused_ema_adam_names_a_strided_parameter_of_more_dimensions_than_the_kernel_takes():
+    p = torch.nn.Parameter(torch.randn((3,) + (2,) * 8).transpose(0, 8))
+    assert p.dim() == 9 and not p.is_contiguous()
+    p.grad = torch.ones_like(p)
+    before = p.detach().clone()
+    opt = nt.FusedEmaAdam([p])
+    with pytest.raises(ValueError, match=r"^FusedEmaAdam: a parameter of rank 9 \(more than 8\) and its gradient "
+                                         r"must be contiguous"):
+        opt.step()
+    assert torch.equal(p.detach(), before) and opt.state[p]["step"].item() == 0

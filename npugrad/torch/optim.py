@@ -14,9 +14,21 @@ from __future__ import annotations
 
 import torch
 
+from npugrad.dialect.train import MAX_RANK
 from npugrad.torch.kernels import KERNELS
 
 assert "apply_fused_ema_adam" in KERNELS
+
+
+def _kernel_view(t: torch.Tensor) -> torch.Tensor:
+    """`t` as the kernel takes it (rank 1 to MAX_RANK), sharing its memory: a 0-d parameter (a
+    learnable temperature, a scale) as shape (1,), as torch.optim.AdamW steps it; a contiguous
+    one of higher rank flattened. The update is elementwise, so the shape changes nothing else."""
+    if t.dim() == 0:
+        return t.view(1)
+    if t.dim() > MAX_RANK and t.is_contiguous():
+        return t.view(-1)
+    return t
 
 
 class FusedEmaAdam(torch.optim.Optimizer):
@@ -49,9 +61,12 @@ class FusedEmaAdam(torch.optim.Optimizer):
                 if p.grad.is_sparse:
                     raise RuntimeError("FusedEmaAdam does not support sparse gradients")
                 state = self._state(p)
+                tensors = (p.grad, p, state["exp_avg"], state["exp_avg_sq"], state["ema"])
+                if p.dim() > MAX_RANK and not all(t.is_contiguous() for t in tensors):
+                    raise ValueError(f"FusedEmaAdam: a parameter of rank {p.dim()} (more than {MAX_RANK}) and its "
+                                     "gradient must be contiguous")
                 state["step"] += 1
-                torch.ops.npugrad.apply_fused_ema_adam(
-                    p.grad, p, state["exp_avg"], state["exp_avg_sq"], state["ema"], state["step"],
+                torch.ops.npugrad.apply_fused_ema_adam(*(_kernel_view(t) for t in tensors), state["step"],
                     group["lr"], group["ema_decay"], beta1, beta2, group["eps"], group["mode"],
                     group["bias_correction"], group["weight_decay"])
         return loss
