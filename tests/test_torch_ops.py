@@ -157,6 +157,25 @@ def test_embedding_matches_pytorch(padding_idx, scale):
     torch.testing.assert_close(_grads((ours ** 2).sum(), weight)[0], _grads((theirs ** 2).sum(), weight)[0])
 
 
+@pytest.mark.parametrize("padding_idx, error, match", [
+    (20, ValueError, r"must be within num_embeddings \(20 rows: -20 to 19\), got 20"),
+    (-21, ValueError, r"must be within num_embeddings \(20 rows: -20 to 19\), got -21"),
+    (True, TypeError, r"must be an int, got bool"),
+    (2.0, TypeError, r"must be an int, got float"),
+])
+def test_embedding_rejects_a_padding_index_pytorch_rejects(padding_idx, error, match):
+    """F.embedding asserts -rows <= padding_idx < rows (and aten takes an int): so does ours, before
+    max_norm renormalises anything."""
+    weight = torch.randn(20, 8).requires_grad_()
+    before = weight.detach().clone()
+    idx = torch.tensor([[0, 19], [3, 3]])
+    with pytest.raises(Exception):  # (PyTorch's max_norm renormalises the rows before aten's type check)
+        F.embedding(idx, before.clone(), padding_idx, max_norm=0.1)
+    with pytest.raises(error, match=rf"^embedding: parameter 'padding_idx' {match}$"):
+        nt.embedding(idx, weight, padding_idx, max_norm=0.1)
+    assert torch.equal(weight.detach(), before)
+
+
 @pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_linear_cross_entropy_matches_pytorch_in_float32(reduction, dtype):

@@ -30,6 +30,9 @@ fused_cross_entropy_loss_with_max_sum.
 
 from __future__ import annotations
 
+import numbers
+
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -224,14 +227,22 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, sca
         raise ValueError("embedding: parameter 'sparse' = True asks for a sparse gradient; npugrad's "
                          "embedding_dense_backward gives a dense one (sparse=False)")
     _differentiable("embedding", weight=weight)
+    if padding_idx is None:
+        padding_idx = -1
+    else:  # as F.embedding counts it, and within the rows as it asserts (before max_norm writes)
+        rows = weight.shape[0]
+        if isinstance(padding_idx, bool | np.bool_) or not isinstance(padding_idx, numbers.Integral | torch.SymInt):
+            raise TypeError(f"embedding: parameter 'padding_idx' must be an int, got {type(padding_idx).__name__}")
+        padding_idx = int(padding_idx)
+        if not -rows <= padding_idx < rows:
+            raise ValueError(f"embedding: parameter 'padding_idx' must be within num_embeddings ({rows} rows: "
+                             f"-{rows} to {rows - 1}), got {padding_idx}")
+        if padding_idx < 0:
+            padding_idx += rows
     if max_norm is not None:  # as F.embedding: the rows looked up renormalised in place, first
         input = input.contiguous()
         with torch.no_grad():
             torch.embedding_renorm_(weight.detach(), input, max_norm, norm_type)
-    if padding_idx is None:
-        padding_idx = -1
-    elif padding_idx < 0:  # as F.embedding counts it
-        padding_idx += weight.shape[0]
     return _embedding(weight, input, padding_idx, scale_grad_by_freq)
 
 
