@@ -52,11 +52,24 @@ def _phase_one(op: str, call: Call, repeatable: bool) -> tuple[int, Executor]:
     return 0, Executor(op, call, repeatable)
 
 
+def _required(op: str, **given) -> None:
+    """The vendor's required pointers (OPS.md §1.7, 2.3, 3.3, 4.3, 5.3: ACLNN_ERR_PARAM_NULLPTR):
+    None is an error naming the parameter, as the vendor's phase one returns. (The plain API
+    allocates an output it is not given; here an output would then be reachable only through
+    the executor.)"""
+    for name, value in given.items():
+        if value is None:
+            raise TypeError(f"{op}: parameter '{name}' is null")
+
+
 class FusedLinearCrossEntropyLossGrad:
     @staticmethod
     def get_workspace_size(grad, input, weight, targetMask, maskedTarget, labelSmoothing=0.0,
                            logitsMaxOptional=None, sumExpLogitsOptional=None, softmaxOptional=None,
                            inputGradOut=None, weightGradOut=None, *, repeatable=False):
+        _required("aclnnFusedLinearCrossEntropyLossGrad", grad=grad, input=input, weight=weight,
+                  targetMask=targetMask, maskedTarget=maskedTarget, inputGradOut=inputGradOut,
+                  weightGradOut=weightGradOut)
         call = ops.fused_linear_cross_entropy_loss_grad.plan(
             grad, input, weight, targetMask, maskedTarget, labelSmoothing, logitsMaxOptional,
             sumExpLogitsOptional, softmaxOptional, input_grad_out=inputGradOut, weight_grad_out=weightGradOut)
@@ -70,12 +83,13 @@ class FusedLinearOnlineMaxSum:
     def get_workspace_size(input, weight, target, vocabStartIndex, vocabEndIndex, logitsMaxLocalOut,
                            sumExpLogitsLocalOut, predictedLogitsLocalOut, targetMaskOut, maskedTargetOut,
                            vocabParallelLogitsOutOptional=None, *, repeatable=False):
+        _required("aclnnFusedLinearOnlineMaxSum", input=input, weight=weight, target=target,
+                  logitsMaxLocalOut=logitsMaxLocalOut, sumExpLogitsLocalOut=sumExpLogitsLocalOut,
+                  predictedLogitsLocalOut=predictedLogitsLocalOut, targetMaskOut=targetMaskOut,
+                  maskedTargetOut=maskedTargetOut)
         outs = {"logits_max_out": logitsMaxLocalOut, "sum_exp_logits_out": sumExpLogitsLocalOut,
                 "predicted_logits_out": predictedLogitsLocalOut, "target_mask_out": targetMaskOut,
                 "masked_target_out": maskedTargetOut}
-        for name, given in outs.items():
-            if given is None:  # the vendor's outputs are required (null pointer)
-                raise TypeError(f"aclnnFusedLinearOnlineMaxSum: parameter '{name}' is null")
         call = ops.fused_linear_online_max_sum.plan(input, weight, target, vocabStartIndex, vocabEndIndex,
                                                     logits_out=vocabParallelLogitsOutOptional, **outs)
         return _phase_one("aclnnFusedLinearOnlineMaxSum", call, repeatable)
@@ -91,8 +105,8 @@ class FusedCrossEntropyLossWithMaxSum:
         for name, given in (("inputOptional", inputOptional), ("weightOptional", weightOptional)):
             if given is not None:
                 raise ValueError(f"aclnnFusedCrossEntropyLossWithMaxSum: parameter '{name}' must be null")
-        if lossOut is None:
-            raise TypeError("aclnnFusedCrossEntropyLossWithMaxSum: parameter 'lossOut' is null")
+        _required("aclnnFusedCrossEntropyLossWithMaxSum", logitsMax=logitsMax, sumExpLogits=sumExpLogits,
+                  predictedLogits=predictedLogits, lossOut=lossOut)
         if (vocabParallelLogitsOptional is None) != (softMaxOutOptional is None):
             raise ValueError("aclnnFusedCrossEntropyLossWithMaxSum: parameters 'vocabParallelLogitsOptional' and "
                              "'softMaxOutOptional' are given together or not at all")
@@ -105,6 +119,7 @@ class FusedCrossEntropyLossWithMaxSum:
 class EmbeddingDenseBackward:
     @staticmethod
     def get_workspace_size(grad, indices, numWeights, paddingIdx, scaleGradByFreq, out, *, repeatable=False):
+        _required("aclnnEmbeddingDenseBackward", grad=grad, indices=indices, out=out)
         call = ops.embedding_dense_backward.plan(grad, indices, numWeights, paddingIdx, scaleGradByFreq, out=out)
         return _phase_one("aclnnEmbeddingDenseBackward", call, repeatable)
 
@@ -113,6 +128,8 @@ class NLLLossBackward:
     @staticmethod
     def get_workspace_size(gradOutput, self, target, weight, reduction, ignoreIndex, totalWeight, out, *,
                            repeatable=False):
+        _required("aclnnNLLLossBackward", gradOutput=gradOutput, self=self, target=target, weight=weight,
+                  totalWeight=totalWeight, out=out)
         call = ops.nll_loss_backward.plan(gradOutput, self, target, weight, reduction, ignoreIndex, totalWeight, out=out)
         return _phase_one("aclnnNLLLossBackward", call, repeatable)
 
@@ -122,6 +139,7 @@ class ApplyFusedEmaAdam:
     def get_workspace_size(grad, varRef, mRef, vRef, sRef, step, lr=1e-3, emaDecay=0.9999, beta1=0.9,
                            beta2=0.999, eps=1e-8, mode=1, biasCorrection=True, weightDecay=0.0, *,
                            repeatable=False):
+        _required("aclnnApplyFusedEmaAdam", grad=grad, varRef=varRef, mRef=mRef, vRef=vRef, sRef=sRef, step=step)
         call = ops.apply_fused_ema_adam.plan(grad, varRef, mRef, vRef, sRef, step, lr, emaDecay, beta1, beta2,
                                              eps, mode, biasCorrection, weightDecay)
         return _phase_one("aclnnApplyFusedEmaAdam", call, repeatable)
@@ -136,6 +154,7 @@ class BinaryCrossEntropyGrad:
     @staticmethod
     def get_workspace_size(input_size, reduction, input_x, input_y, weight, dloss, dx, weight_defined=None, *,
                            repeatable=False):
+        _required(_BCE, input_x=input_x, input_y=input_y, dloss=dloss, dx=dx)
         x = as_input(_BCE, "input_x", input_x)
         input_size = integer(_BCE, "input_size", input_size)
         if input_size != x.size:

@@ -87,3 +87,63 @@ def test_flce_and_embedding_two_phase(rng):
     _, ex = aclnn.EmbeddingDenseBackward.get_workspace_size(g, idx, 10, 2**64 - 1, True, out)
     aclnn.execute(None, ex)
     assert_close(out, harness.expected("embedding_dense_backward", {"grad": g, "indices": idx}, {"num_weights": 10, "scale_grad_by_freq": True})["out"])
+
+
+def _vendor_calls():
+    """Each two-phase entry point with valid tiny arguments by the vendor's names, and the names
+    of its required pointers (OPS.md §1.7, 2.3, 3.3, 4.3, 5.3; FORWARD.md)."""
+    f = np.float32
+    z = lambda *shape, dtype=f: np.zeros(shape, dtype)  # noqa: E731
+    bt, h, v = 4, 8, 130
+    return {
+        "aclnnFusedLinearCrossEntropyLossGrad": (
+            aclnn.FusedLinearCrossEntropyLossGrad,
+            dict(grad=z(bt), input=z(bt, h), weight=z(v, h), targetMask=z(1, dtype=np.uint8),
+                 maskedTarget=z(bt, dtype=np.int64), labelSmoothing=0.0, logitsMaxOptional=None,
+                 sumExpLogitsOptional=None, softmaxOptional=z(bt, v), inputGradOut=z(bt, h), weightGradOut=z(v, h)),
+            ("grad", "input", "weight", "targetMask", "maskedTarget", "inputGradOut", "weightGradOut")),
+        "aclnnFusedLinearOnlineMaxSum": (
+            aclnn.FusedLinearOnlineMaxSum,
+            dict(input=z(bt, h), weight=z(v, h), target=z(bt, dtype=np.int64), vocabStartIndex=0, vocabEndIndex=v,
+                 logitsMaxLocalOut=z(bt), sumExpLogitsLocalOut=z(bt), predictedLogitsLocalOut=z(bt),
+                 targetMaskOut=z(1, dtype=np.uint8), maskedTargetOut=z(bt, dtype=np.int64)),
+            ("input", "weight", "target", "logitsMaxLocalOut", "sumExpLogitsLocalOut", "predictedLogitsLocalOut",
+             "targetMaskOut", "maskedTargetOut")),
+        "aclnnFusedCrossEntropyLossWithMaxSum": (
+            aclnn.FusedCrossEntropyLossWithMaxSum,
+            dict(logitsMax=z(bt), sumExpLogits=np.ones(bt, f), predictedLogits=z(bt), labelSmoothing=0.0,
+                 inputOptional=None, weightOptional=None, vocabParallelLogitsOptional=None, lossOut=z(bt)),
+            ("logitsMax", "sumExpLogits", "predictedLogits", "lossOut")),
+        "aclnnEmbeddingDenseBackward": (
+            aclnn.EmbeddingDenseBackward,
+            dict(grad=z(3, h), indices=z(3, dtype=np.int64), numWeights=5, paddingIdx=-1, scaleGradByFreq=False,
+                 out=z(5, h)),
+            ("grad", "indices", "out")),
+        "aclnnNLLLossBackward": (
+            aclnn.NLLLossBackward,
+            dict(gradOutput=np.array(1.0, f), self=z(2, 3), target=z(2, dtype=np.int64), weight=np.ones(3, f),
+                 reduction=1, ignoreIndex=-100, totalWeight=np.array(2.0, f), out=z(2, 3)),
+            ("gradOutput", "self", "target", "weight", "totalWeight", "out")),
+        "aclnnApplyFusedEmaAdam": (
+            aclnn.ApplyFusedEmaAdam,
+            dict(grad=z(6), varRef=z(6), mRef=z(6), vRef=z(6), sRef=z(6), step=np.ones(1, np.int64)),
+            ("grad", "varRef", "mRef", "vRef", "sRef", "step")),
+        "Binarycrossentropygrad": (
+            aclnn.BinaryCrossEntropyGrad,
+            dict(input_size=6, reduction=1, input_x=np.full(6, 0.5, f), input_y=z(6), weight=None, dloss=np.ones(1, f),
+                 dx=z(6)),
+            ("input_x", "input_y", "dloss", "dx")),
+    }
+
+
+@pytest.mark.parametrize("op", list(_vendor_calls()))
+def test_a_null_required_pointer_is_rejected_in_phase_one(op):
+    """The vendor's ACLNN_ERR_PARAM_NULLPTR: a required tensor (an input, or an output to write,
+    which the plain API would allocate) given as None is a TypeError naming it; the same call
+    with every pointer given plans and runs."""
+    cls, args, required = _vendor_calls()[op]
+    for name in required:
+        with pytest.raises(TypeError, match=rf"^{op}: parameter '{name}' is null$"):
+            cls.get_workspace_size(**{**args, name: None})
+    size, executor = cls.get_workspace_size(**args)
+    assert size == 0 and aclnn.execute(None, executor) == aclnn.ACLNN_SUCCESS
