@@ -126,6 +126,35 @@ def test_ema_adam_updates_tensors_in_place_and_returns_them():
     assert not torch.equal(var, before)
 
 
+def test_tensors_a_kernel_writes_are_marked_changed_for_autograd():
+    """A tensor written through `out=` or updated in place moves its version counter when the
+    kernel runs (not when a two-phase call is planned), as PyTorch's in-place ops do: a backward
+    that saved it then fails instead of using the new values."""
+    x = torch.rand(16) * 0.9 + 0.05
+    out = torch.empty(16)
+    a = torch.ones(16, requires_grad=True)
+    saved = a * out  # autograd keeps `out` for a's gradient
+    version = out._version
+    ops.binary_cross_entropy_grad(x, torch.rand(16), torch.ones(1), out=out)
+    assert out._version > version
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        saved.sum().backward()
+
+    var, m, v, s = (torch.randn(33) for _ in range(4))
+    versions = [t._version for t in (var, m, v, s)]
+    grad = torch.randn(33)
+    ops.apply_fused_ema_adam(grad, var, m, v, s, 1)
+    assert all(t._version > n for t, n in zip((var, m, v, s), versions)) and grad._version == 0
+
+    out = torch.empty(5, 7)
+    _, executor = aclnn.NLLLossBackward.get_workspace_size(
+        gradOutput=torch.ones(()), self=torch.randn(5, 7), target=torch.tensor([0, 3, 6, 1, 2]),
+        weight=torch.ones(7), reduction=2, ignoreIndex=-100, totalWeight=torch.ones(()), out=out)
+    assert out._version == 0  # planned: nothing written yet
+    aclnn.execute(None, executor)
+    assert out._version == 1
+
+
 def test_other_producers_get_numpy_arrays_back():
     x = Producer((torch.rand(16) * 0.9 + 0.05).bfloat16())
     dx = ops.binary_cross_entropy_grad(x, Producer(torch.rand(16).bfloat16()), Producer(torch.ones(1).bfloat16()))

@@ -192,17 +192,32 @@ def _plan_foreign(plan: Callable, args: tuple, kwargs: dict):
     kwargs = {k: convert(k, v) for k, v in kwargs.items()}
     call = plan(*args, **kwargs)
 
+    written = []  # the caller's tensors the kernel writes (its outputs and updated states)
+
     def back(result):
         if isinstance(result, tuple):
             items = [back(r) for r in result]
             return type(result)(*items) if hasattr(result, "_fields") else tuple(items)  # a NamedTuple stays one
         if isinstance(result, np.ndarray):
             if id(result) in given:
+                if _is_torch(given[id(result)]):
+                    written.append(given[id(result)])
                 return given[id(result)]
             return to_torch(result) if torch_in else result
         return result
 
     call.result = back(call.result)
+    if written:  # autograd then knows they changed in place (a tensor it saved for a backward)
+        run = call.run
+
+        def run_and_mark_written():
+            result = run()
+            import torch
+
+            torch.autograd.graph.increment_version(written)
+            return result
+
+        call.run = run_and_mark_written
     return call
 
 
