@@ -137,6 +137,18 @@ def test_unknown_pass_is_a_usage_error(tmp_path):
     assert "no-such-pass" in result.stderr
 
 
+@pytest.mark.parametrize("pipeline, says", [
+    ("fuse-linear-cross-entropy-grad{tile_bt=1", "expected either a space or `}` here"),
+    ("check-capacity{target=a/b.toml}", 'quoted: target="path/to/cpu.toml"'),
+])
+def test_a_malformed_pipeline_is_a_usage_error(pipeline, says):
+    """xDSL's pipeline parser raises a BaseException (ArgSpecParseError): a one-line error too."""
+    result = run("npugrad-opt", BCE_EXAMPLE, "-p", pipeline)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.startswith("npugrad-opt: error: Error parsing pass pipeline specification")
+    assert says in result.stderr
+
+
 def test_missing_input_file_is_a_usage_error(tmp_path):
     result = run("npugrad-opt", tmp_path / "missing.mlir")
     assert result.returncode == 1

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from xdsl.printer import Printer
-from xdsl.utils.exceptions import ParseError, VerifyException
+from xdsl.utils.exceptions import ArgSpecParseError, ParseError, VerifyException
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from npugrad import progress
@@ -410,6 +410,11 @@ def _driver(argv: Sequence[str] | None) -> NpugradOptMain:
         return NpugradOptMain(argv)
     except ValueError as e:  # an unknown pass or a malformed -p pipeline
         _usage_error(e)
+    except ArgSpecParseError as e:  # xDSL's pipeline parser (a BaseException: `except Exception` misses it)
+        message = str(e)
+        if "Unknown token" in message:  # e.g. target=a/b.toml: a value with '/' or '.' must be quoted
+            message += '\n(an option value other than a word or a number is quoted: target="path/to/cpu.toml")'
+        _usage_error(message)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
