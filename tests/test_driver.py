@@ -211,6 +211,28 @@ def test_run_with_npz_inputs_and_outputs(tmp_path):
     np.testing.assert_allclose(out["dx"], want, rtol=1e-5)
 
 
+@pytest.mark.parametrize("example, fuse", [("flce_grad.mlir", "fuse-linear-cross-entropy-grad"),
+                                           ("flce_forward.mlir", "fuse-linear-online-max-sum")])
+def test_a_nest_fused_without_a_target_is_tiled_for_one(tmp_path, example, fuse):
+    """Fused without a target, the nest's tiles are bt and v alone (the `fused` stage fed back with
+    -t): tile-for-target chooses the h that fits around them. Where bt and v fit the target it
+    runs, and right; where they do not, check-capacity says so at the op (npu-a2's 128 KiB L0C
+    against the host's 252 x 256 float32 accumulator)."""
+    fused = write(tmp_path, run("npugrad-opt", ROOT / "examples" / example, "--stage", "fused").stdout)
+    small = write(tmp_path, run("npugrad-opt", ROOT / "examples" / example, "-p", fuse + "{tile_bt=16 tile_v=32}").stdout,
+                  "small.mlir")
+    for path, target in ((fused, "host"), (small, "npu-a2"), (small, "host")):
+        assert "tiles<bt = " in path.read_text() and ", h = " not in path.read_text()
+        result = run("npugrad-opt", path, "-t", target, "--stage", "run")
+        assert result.returncode == 0, result.stderr
+        rows = [line for line in result.stdout.splitlines() if line.endswith(("ok", "FAIL"))]
+        assert rows and all(line.endswith(" ok") for line in rows), result.stdout
+    result = run("npugrad-opt", fused, "-t", "npu-a2", "--stage", "tiled")
+    assert result.returncode == 1
+    assert re.match(r"check-capacity: local buffer %gemm1?_acc \(memref<252x256xf32, #npu.mem<l0c>>",
+                    [e[3] for e in located_errors(result.stderr)][0])
+
+
 def test_run_with_positional_npz_names(tmp_path):
     """Arrays may also be named arg0, arg1, ... after the argument positions."""
     path = write(tmp_path, bce(n="?"))

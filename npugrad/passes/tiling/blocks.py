@@ -4,7 +4,7 @@ tiles are dealt over, the record of the sizes in the IR, and the linear nests' t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from xdsl.dialects import arith, memref, scf
@@ -217,3 +217,8 @@ def start_accumulator(e: IRBuilder, acc: SSAValue, out: SSAValue | None, accumul
         op = widen_into(e, out, acc)
     ROLE.set(op, NestRoleAttr(role))
     return op
+
+
+def given_or(dim: str, given: Mapping[str, int], candidates: tuple[int, ...]) -> tuple[int, ...]:
+    """A tile-size search's candidates for `dim`: the one size `given` has for it, else `candidates`."""
+    return (given[dim],) if dim in given else candidates

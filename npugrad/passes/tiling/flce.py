@@ -61,7 +61,8 @@ in the slot tile u − P − 1 − SLACK had, once block P − 1 has rounded tha
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -92,6 +93,7 @@ from npugrad.passes.tiling.blocks import (
     TokenLoop,
     block_range,
     contraction_of,
+    given_or,
     mixed_sizes,
     nest_role,
     start_accumulator,
@@ -387,7 +389,8 @@ def read_weight_in_place(nest: scf.ForOp, e: IRBuilder) -> None:
 
 
 def tile_fused_flce(nest: scf.ForOp, target: Target, e: IRBuilder) -> None:
-    tiles = nest_tiles(nest)
+    tiles = complete_tiles(nest, nest_tiles(nest), target, flce_phased.largest_fitting if flce_phased.applies(target)
+                           else functools.partial(largest_fitting_tiles, footprint_bytes))
     f = enclosing_function(nest)
     read_weight_in_place(nest, e)
     buffers: dict = {}
@@ -533,13 +536,15 @@ def choose_tile_sizes(op, target: Target) -> dict[str, int]:
 
 
 def largest_fitting_tiles(footprint: Callable[[int, int, int, int, bool], dict[str, int]], b: int,
-                          target: Target) -> dict[str, int]:
+                          target: Target, given: Mapping[str, int] | None = None) -> dict[str, int]:
     """The largest bt × v tile (then the largest h) of a linear nest whose `footprint` (bytes per
-    role, as footprint_bytes) fits every level at once; bt a multiple of 8."""
+    role, as footprint_bytes) fits every level at once; bt a multiple of 8. The sizes in `given`
+    are kept (the others chosen around them)."""
     best = None
-    for bt in (128, 64, 32, 16, 8):
-        for v in (256, 128, 64, 32, 16):
-            for h in (512, 256, 128, 64, 32, 16):
+    given = given or {}
+    for bt in given_or("bt", given, (128, 64, 32, 16, 8)):
+        for v in given_or("v", given, (256, 128, 64, 32, 16)):
+            for h in given_or("h", given, (512, 256, 128, 64, 32, 16)):
                 used: dict[str, int] = {}
                 limit: dict[str, int] = {}
                 for role, size in footprint(bt, v, h, b, staged(target, "matrix_b")).items():
@@ -550,6 +555,17 @@ def largest_fitting_tiles(footprint: Callable[[int, int, int, int, bool], dict[s
                     score = (bt * v, h)
                     if best is None or score > best[0]:
                         best = (score, {"bt": bt, "v": v, "h": h})
-    if best is None:
-        return {"bt": 8, "v": 16, "h": 16}  # check-capacity will say why even this does not fit
+    if best is None:  # check-capacity will say why even this does not fit
+        return {"bt": 8, "v": 16, "h": 16, **given}
     return best[1]
+
+
+def complete_tiles(nest: scf.ForOp, tiles: dict[str, int], target: Target,
+                   choose: Callable[[int, Target, Mapping[str, int]], dict[str, int]]) -> dict[str, int]:
+    """The tiles of a fused nest with the sizes its tiling needs: a nest fused without a target
+    (fuse-linear-*{} alone, or the `fused` stage fed back with -t) has bt and v only; its h is
+    then the largest `choose` (the target's search, bt and v fixed) finds to fit."""
+    if "h" in tiles:
+        return tiles
+    gemm1 = next(o for o in nest.walk() if contraction_of(o) is Contraction.LOGITS)
+    return choose(element_bytes(gemm1.inputs[0].type.element_type), target, tiles)  # type: ignore[attr-defined]

@@ -34,6 +34,8 @@ slab, W's slab, X) fits in half the global level's cache, and the slab is at mos
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from xdsl.dialects import arith, memref, scf
 from xdsl.dialects.builtin import DYNAMIC_INDEX, AffineMapAttr, ArrayAttr, MemRefType, f32, i1
 from xdsl.dialects.linalg.ops import FillOp, GenericOp
@@ -59,7 +61,15 @@ from npugrad.dialect.npu import (
     local_type,
 )
 from npugrad.ir import IRBuilder, enclosing_function, static_shape
-from npugrad.passes.tiling.blocks import TokenLoop, block_range, contraction_of, mixed_sizes, nest_role, started
+from npugrad.passes.tiling.blocks import (
+    TokenLoop,
+    block_range,
+    contraction_of,
+    given_or,
+    mixed_sizes,
+    nest_role,
+    started,
+)
 from npugrad.targets import Target
 
 
@@ -121,17 +131,19 @@ def footprint_bytes(bt: int, v: int, h: int, b: int, target: Target) -> list[Til
     ]
 
 
-def largest_fitting(b: int, target: Target) -> dict[str, int]:
-    """The largest bt × v accumulator tile (then the largest h) whose buffers fit every level."""
+def largest_fitting(b: int, target: Target, given: Mapping[str, int] | None = None) -> dict[str, int]:
+    """The largest bt × v accumulator tile (then the largest h) whose buffers fit every level;
+    the sizes in `given` kept."""
     best = None
-    for bt in (256, 128, 64, 32, 16, 8):
-        for v in (256, 128, 64, 32, 16):
-            for h in (256, 128, 64, 32, 16):
+    given = given or {}
+    for bt in given_or("bt", given, (256, 128, 64, 32, 16, 8)):
+        for v in given_or("v", given, (256, 128, 64, 32, 16)):
+            for h in given_or("h", given, (256, 128, 64, 32, 16)):
                 if fits(footprint_bytes(bt, v, h, b, target), target):
                     score = (bt * v, h)
                     if best is None or score > best[0]:
                         best = (score, {"bt": bt, "v": v, "h": h})
-    return best[1] if best else {"bt": 8, "v": 16, "h": 16}
+    return best[1] if best else {"bt": 8, "v": 16, "h": 16, **given}
 
 
 def _source(view: SSAValue) -> SSAValue:

@@ -21,6 +21,8 @@ become
 
 from __future__ import annotations
 
+import functools
+
 from xdsl.dialects import arith, memref, scf
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.rewriter import InsertPoint
@@ -36,6 +38,7 @@ from npugrad.passes.tiling.blocks import TokenLoop, block_part, block_share, nes
 from npugrad.passes.tiling.contraction import staged, tile_contraction
 from npugrad.passes.tiling.elementwise import tile_op
 from npugrad.passes.tiling.flce import (
+    complete_tiles,
     gemm_shape,
     largest_fitting_tiles,
     logit_tiles,
@@ -178,7 +181,7 @@ def tile_fused(nest: scf.ForOp, target: Target, e: IRBuilder) -> None:
     logits tile into the vector level."""
     fused = FUSED.get(nest)
     assert fused is not None
-    tiles = fused.tiles.as_dict()
+    tiles = complete_tiles(nest, fused.tiles.as_dict(), target, functools.partial(largest_fitting_tiles, footprint_bytes))
     f = enclosing_function(nest)
     distribute_fused(nest, e, by_rows=panel_level(target) is not None)  # GEMM 1 reads W's tile in place first
     buffers: dict = {}
