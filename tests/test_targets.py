@@ -152,6 +152,10 @@ def test_stream_prefetch_distance_comes_from_the_global_level():
     assert g.latency == pytest.approx(100 * h.clock_ghz)
     assert h.stream_prefetch_bytes % 64 == 0
     assert 0 < h.stream_prefetch_bytes - g.latency * g.bandwidth / h.cores <= 64
+    # No further ahead than the largest local level holds (a latency of 1e30 cycles once made a
+    # distance no i64 constant holds: the upstream parser's error, with no location).
+    far = from_dict(tomllib.loads(USER.replace('kind = "global"', 'kind = "global"\nbandwidth = 16\nlatency = 1e30')))
+    assert far.stream_prefetch_bytes == 1 << 20  # 'stage', 1 MiB
 
 
 def test_stream_store_threshold_is_a_core_share_of_the_largest_level(monkeypatch):
@@ -317,7 +321,9 @@ MALFORMED = [
         "'vector_bits'",
         "multiple of 32",
     ),
-    ("no cores", lambda s: s.replace("cores = 4", "cores = 0"), "'cores'", ">= 1"),
+    ("no cores", lambda s: s.replace("cores = 4", "cores = 0"), "'cores'", "from 1 to 65536, got 0"),
+    # The cost model and the report follow every core (a million took 40 s): a bound, not a hang.
+    ("too many cores", lambda s: s.replace("cores = 4", "cores = 100000000"), "'cores'", "from 1 to 65536, got 100000000"),
     ("negative clock", lambda s: s.replace("cores = 4", "cores = 4\nclock_ghz = -1"), "'clock_ghz'", "positive number"),
     (
         "unit doing unknown work",
@@ -352,6 +358,17 @@ MALFORMED = [
     ),
     ("negative latency", lambda s: s.replace('kind = "global"', 'kind = "global"\nlatency = -3'), "'latency'",
      "positive number"),
+    # TOML's nan and inf: no comparison with 0 rejects NaN, and inf overflowed later conversions.
+    *((f"{value} {field}", (lambda value, field, where: lambda s: s.replace(where, f"{where}\n{field} = {value}"))(
+        value, field, where), f"'{field}'", f"must be a finite positive number, got {value}")
+      for value in ("nan", "inf") for field, where in (("latency", 'kind = "global"'), ("bandwidth", 'kind = "global"'),
+                                                       ("clock_ghz", "cores = 4"))),
+    ("nan rate", lambda s: s + '[[unit]]\nname = "u"\nwork = ["vector"]\nrate = { vector = { f32 = nan } }\n',
+     "'f32'", "must be a finite positive number, got nan"),
+    ("inf overhead", lambda s: s + '[[unit]]\nname = "u"\nwork = ["vector"]\nrate = { vector = { f32 = 1 } }\n'
+     'overhead = inf\n', "'overhead'", "must be a finite number >= 0, got inf"),
+    ("nan path latency", lambda s: s + '[[path]]\nfrom = "hbm"\nto = "vec"\nbandwidth = 4\nlatency = nan\n',
+     "'latency'", "must be a finite number >= 0, got nan"),
 ]
 
 

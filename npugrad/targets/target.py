@@ -39,6 +39,7 @@ bandwidth, how far ahead loops streaming from it prefetch, Target.stream_prefetc
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import re
@@ -57,6 +58,9 @@ WORK = ("matrix", "vector", "scalar")
 # memory; matrix_a / matrix_b = the left / right operand of a matrix-unit contraction;
 # accumulator = its float32 result.
 ROLES = ("vector", "stage", "matrix_a", "matrix_b", "accumulator")
+# The most cores a target may have: the cost model and the tiling report follow every core's
+# blocks (a report for a million took 40 s), and no NPU or CPU socket comes near it.
+MAX_CORES = 1 << 16
 _SIZE = re.compile(r"^\s*(\d+)\s*([KMG]i?B|B)?\s*$", re.IGNORECASE)
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_$.]*$")
 _FACTORS = {None: 1, "b": 1, "kib": 1 << 10, "kb": 1 << 10, "mib": 1 << 20, "mb": 1 << 20, "gib": 1 << 30, "gb": 1 << 30}
@@ -211,13 +215,15 @@ class Target:
         """How far ahead a loop streaming from global memory asks for each stream's lines: what
         one core consumes while a load is in flight (Little's law: the global level's latency
         times one core's share of its bandwidth), in whole lines of the smallest local level's
-        alignment. 0 where the target gives neither (no prefetch)."""
+        alignment; no further than the largest local level holds (lines asked for earlier would
+        be gone before their turn). 0 where the target gives neither (no prefetch)."""
         g = self.global_level
         if not g.latency or not g.bandwidth:
             return 0
         line = min((lv.alignment for lv in self.local_levels()), default=64)
         line = line if line >= 16 else 64
-        return -(-int(g.latency * g.bandwidth / self.cores) // line) * line
+        held = max((lv.capacity or 0 for lv in self.local_levels()), default=0) or 1 << 20
+        return -(-int(min(g.latency * g.bandwidth / self.cores, held)) // line) * line
 
     @cached_property
     def stream_store_bytes(self) -> int:
@@ -272,8 +278,8 @@ def from_dict(data: dict, source: str = "<dict>") -> Target:
         raise TargetError(f"{source}: unknown field(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(known))})")
     name = _field(source, data, "name", str)
     cores = _field(source, data, "cores", int)
-    if cores < 1:
-        raise TargetError(f"{source}: field 'cores' must be >= 1, got {cores}")
+    if not 1 <= cores <= MAX_CORES:
+        raise TargetError(f"{source}: field 'cores' must be from 1 to {MAX_CORES}, got {cores}")
     vector_bits = _field(source, data, "vector_bits", int)
     if vector_bits < 32 or vector_bits % 32:
         raise TargetError(f"{source}: field 'vector_bits' must be a positive multiple of 32, got {vector_bits}")
@@ -365,8 +371,8 @@ def _rate(where: str, table: dict, name: str) -> float | None:
     if name not in table:
         return None
     value = table[name]
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise TargetError(f"{where}: field '{name}' must be a positive number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise TargetError(f"{where}: field '{name}' must be a finite positive number, got {value!r}")
     return float(value)
 
 
@@ -389,8 +395,8 @@ def _unit(where: str, data) -> Unit:
         for element in table:
             rates.append((kind, element, _rate(f"{where}: rate.{kind}", table, element)))
     overhead = data.get("overhead", 0)
-    if isinstance(overhead, bool) or not isinstance(overhead, int | float) or overhead < 0:
-        raise TargetError(f"{where}: field 'overhead' must be a number >= 0, got {overhead!r}")
+    if isinstance(overhead, bool) or not isinstance(overhead, int | float) or not 0 <= overhead < math.inf:
+        raise TargetError(f"{where}: field 'overhead' must be a finite number >= 0, got {overhead!r}")
     return Unit(name, tuple(work), tuple(rates), float(overhead))
 
 
@@ -407,8 +413,8 @@ def _path(where: str, data, levels: list[str]) -> CopyPath:
     if bandwidth is None:
         raise TargetError(f"{where}: missing field 'bandwidth'")
     latency = data.get("latency", 0)
-    if isinstance(latency, bool) or not isinstance(latency, int | float) or latency < 0:
-        raise TargetError(f"{where}: field 'latency' must be a number >= 0, got {latency!r}")
+    if isinstance(latency, bool) or not isinstance(latency, int | float) or not 0 <= latency < math.inf:
+        raise TargetError(f"{where}: field 'latency' must be a finite number >= 0, got {latency!r}")
     return CopyPath(ends[0], ends[1], bandwidth, float(latency))
 
 
