@@ -391,7 +391,10 @@ class Pipeline:
         if stage == "llvm-ir":
             return llvm_ir
         start = time.perf_counter()
-        asm = machine_code.assembly(llvm_ir, cpu.llvm_cpu, cpu.llvm_features)
+        try:
+            asm = machine_code.assembly(llvm_ir, cpu.llvm_cpu, cpu.llvm_features)
+        except machine_code.UnknownCpu as e:
+            raise machine_code.UnknownCpu(f"{cpu.source}: {e}") from None
         self.report_step("LLVM O3 and code generation (llvmlite)", None, start)
         return asm
 

@@ -356,6 +356,8 @@ MALFORMED = [
         "'latency'",
         "global level only",
     ),
+    ("feature without a sign", lambda s: s.replace("cores = 4", 'cores = 4\nllvm_features = "+avx2,avx512f"'),
+     "'llvm_features'", "as +name or -name, comma-separated (\"+avx2,-avx512f\"), got 'avx512f'"),
     ("negative latency", lambda s: s.replace('kind = "global"', 'kind = "global"\nlatency = -3'), "'latency'",
      "positive number"),
     # TOML's nan and inf: no comparison with 0 rejects NaN, and inf overflowed later conversions.
@@ -444,6 +446,23 @@ def test_driver_reports_a_malformed_target(tmp_path):
         f"npugrad-opt: error: {bad}: level 'stage': field 'alignment' must be a power of two, got 48"
     )
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("llvm_cpu", "notacpu", "field 'llvm_cpu': LLVM {} knows no processor 'notacpu'"),
+    ("llvm_features", "+avx2,+nofeature", "field 'llvm_features': LLVM {} knows no feature '+nofeature'"),
+])
+def test_a_cpu_llvm_does_not_know_is_a_diagnostic_at_the_asm_stage(tmp_path, field, value, says):
+    """LLVM warns of an unknown CPU name and goes on to abort the process in code generation:
+    npugrad-opt reads the warning and says which field of which file, exit 1."""
+    from npugrad.lowering.machine_code import llvm_version
+
+    cpu = write(tmp_path, USER.replace("cores = 4", f'cores = 4\n{field} = "{value}"'), "cpu.toml")
+    mlir = Path(__file__).resolve().parent.parent / "examples" / "bce_grad.mlir"
+    result = subprocess.run([BIN / "npugrad-opt", mlir, "--cpu", cpu, "--stage", "asm"], capture_output=True,
+                            text=True, timeout=300, check=False)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.strip() == f"{mlir}: error: {cpu}: {says.format(llvm_version())}", result.stderr
 
 
 # -- calibration -------------------------------------------------------------------------------

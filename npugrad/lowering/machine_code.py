@@ -424,10 +424,52 @@ def unresolved(code: bytes) -> list[str]:
 
 def assembly(llvm_ir: str, cpu: str = "", features: str = "") -> str:
     """Assembly of the O3-optimised module, for the host or for the CPU LLVM calls `cpu` with
-    `features` (e.g. "x86-64-v3" and "": no need to run on it to see its code)."""
+    `features` (e.g. "x86-64-v3" and "": no need to run on it to see its code; features alone:
+    this CPU with them)."""
     with LOCK:
-        if not cpu:
+        if not cpu and not features:
             return host_target_machine().emit_assembly(optimised(llvm_ir))
-        init()
-        machine = llvm.Target.from_default_triple().create_target_machine(cpu=cpu, features=features, opt=3)
+        machine = cpu_target_machine(cpu or llvm.get_host_cpu_name(), features)
         return machine.emit_assembly(optimised(llvm_ir, machine))
+
+
+class UnknownCpu(ValueError):
+    """A CPU or feature name LLVM does not know (a target file's llvm_cpu / llvm_features)."""
+
+
+_NOT_RECOGNIZED = re.compile(r"^'([^']*)' is not a recognized (processor|feature) for this target.*$", re.MULTILINE)
+
+
+@cache
+def cpu_target_machine(cpu: str, features: str) -> llvm.TargetMachine:
+    """The target machine for the CPU LLVM calls `cpu`, with `features` (never given to an engine).
+    LLVM takes a name it does not know with a warning on stderr ('... is not a recognized
+    processor for this target (ignoring processor)') and goes on to a fatal error in code
+    generation ('64-bit code requested on a subtarget that doesn't support it'), which ends the
+    process: its stderr is read while the machine is made, and an unknown name is an UnknownCpu
+    naming the target file's field. (A feature without its + or - fails an assertion inside
+    LLVM: the target loader rejects it first.)"""
+    import os
+    import sys
+    import tempfile
+
+    init()
+    with tempfile.TemporaryFile() as said:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        try:
+            os.dup2(said.fileno(), 2)
+            machine = llvm.Target.from_default_triple().create_target_machine(cpu=cpu, features=features, opt=3)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        said.seek(0)
+        text = said.read().decode(errors="replace")
+    unknown = dict.fromkeys((kind, name) for name, kind in _NOT_RECOGNIZED.findall(text))
+    if unknown:
+        fields = {"processor": "llvm_cpu", "feature": "llvm_features"}
+        raise UnknownCpu("; ".join(f"field '{fields[kind]}': LLVM {llvm_version()} knows no {kind} '{name}'"
+                                   for kind, name in unknown))
+    if rest := _NOT_RECOGNIZED.sub("", text).strip():
+        print(rest, file=sys.stderr)  # anything else said meanwhile, as it was said
+    return machine

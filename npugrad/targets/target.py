@@ -358,12 +358,23 @@ def from_dict(data: dict, source: str = "<dict>") -> Target:
         tuple(sorted(roles.items())),
         source,
         _field(source, data, "llvm_cpu", str, "", required=False),
-        _field(source, data, "llvm_features", str, "", required=False),
+        _features(source, _field(source, data, "llvm_features", str, "", required=False)),
         clock if clock is not None else 1.0,
         units,
         paths,
         _field(source, data, "costs", str, source if given else "", required=False),
     )
+
+
+_FEATURE = re.compile(r"^[+-][A-Za-z0-9_.-]+$")
+
+
+def _features(where: str, features: str) -> str:
+    """LLVM's feature string: +name or -name, comma-separated (LLVM asserts on anything else)."""
+    if bad := [f for f in features.split(",") if not _FEATURE.match(f)] if features else []:
+        raise TargetError(f"{where}: field 'llvm_features' must list features as +name or -name, comma-separated "
+                          f"(\"+avx2,-avx512f\"), got {bad[0]!r}")
+    return features
 
 
 def _rate(where: str, table: dict, name: str) -> float | None:
