@@ -233,6 +233,27 @@ def test_a_nest_fused_without_a_target_is_tiled_for_one(tmp_path, example, fuse)
                     [e[3] for e in located_errors(result.stderr)][0])
 
 
+def test_run_outputs_read_back_as_inputs_with_bfloat16_scalars(tmp_path):
+    """--outputs saves bfloat16 as raw 2-byte records; --inputs reads them back with their shape,
+    a 0-d one (NLL's grad_output) included."""
+    path = write(tmp_path, """func.func @f(%go: memref<bf16>, %s: memref<4x5xbf16>, %t: memref<4xi64>, %w: memref<5xbf16>,
+             %tw: memref<1xbf16>, %o: memref<4x5xbf16>) {
+  train.nll_loss_backward grad_output(%go : memref<bf16>) self(%s : memref<4x5xbf16>) target(%t : memref<4xi64>)
+      weight(%w : memref<5xbf16>) total_weight(%tw : memref<1xbf16>) -> out(%o : memref<4x5xbf16>) {reduction = 1 : i64}
+  func.return
+}
+""")
+    first = run("npugrad-opt", path, "--stage", "run", "--outputs", tmp_path / "first.npz")
+    assert first.returncode == 0, first.stderr
+    again = run("npugrad-opt", path, "--stage", "run", "--inputs", tmp_path / "first.npz", "--outputs",
+                tmp_path / "again.npz")
+    assert again.returncode == 0, again.stderr
+    before, after = np.load(tmp_path / "first.npz"), np.load(tmp_path / "again.npz")
+    assert before["go"].shape == after["go"].shape == ()
+    for name in before.files:
+        assert before[name].tobytes() == after[name].tobytes(), name
+
+
 def test_run_with_positional_npz_names(tmp_path):
     """Arrays may also be named arg0, arg1, ... after the argument positions."""
     path = write(tmp_path, bce(n="?"))

@@ -155,7 +155,7 @@ def _as_dtype(a: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:
     """`a` as a C-contiguous array of `dtype`: converted by value, or, for raw bytes of the same
     width (a bfloat16 array another tool saved as '|V2'), reinterpreted."""
     if a.dtype.kind == "V" and a.dtype.names is None and a.dtype.itemsize == dtype.itemsize:
-        return np.ascontiguousarray(a).view(dtype)
+        return np.array(a, order="C").view(dtype)  # (np.ascontiguousarray makes a 0-d array 1-d)
     try:
         return np.array(a, dtype=dtype, order="C")
     except (TypeError, ValueError) as e:
