@@ -97,6 +97,16 @@ def test_property_of_the_wrong_type_is_located(tmp_path):
     assert message.startswith("'train.binary_cross_entropy_grad' op ")
 
 
+def test_a_tile_dimension_given_twice_is_located(tmp_path):
+    """A dictionary keeps the last of two values silently: the parser names the second."""
+    path = write(tmp_path, bce().replace("{reduction = 1 : i64}", "{tile_sizes = #train.tiles<n = 8, n = 16>}"))
+    result = run("npugrad-opt", path)
+    assert result.returncode == 1
+    [(_, line, col, message)] = located_errors(result.stderr)
+    assert (line, message) == (3, "tile dimension 'n' is given twice")
+    assert path.read_text().splitlines()[2][col - 1:].startswith("n = 16>")
+
+
 def test_split_input_file_reports_lines_of_the_whole_file(tmp_path):
     chunks = [bce(), bce(m="3"), bce(reduction=4)]
     path = write(tmp_path, "// -----\n".join(chunks))

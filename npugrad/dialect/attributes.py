@@ -58,8 +58,14 @@ class TileSizesAttr(ParametrizedAttribute):
 
     @classmethod
     def parse_parameters(cls, parser: AttrParser) -> list[Attribute]:
+        seen: set[str] = set()
+
         def entry() -> tuple[str, int]:
+            start = parser.pos
             key = parser.parse_identifier(" (a tile dimension name)")
+            if key in seen:  # a dictionary would keep the last silently
+                parser.raise_error(f"tile dimension '{key}' is given twice", start, parser.pos)
+            seen.add(key)
             parser.parse_punctuation("=")
             return key, parser.parse_integer(allow_boolean=False, allow_negative=True)
 
