@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from npugrad.dialect.checks import SignatureError, SignatureTypeError
+from npugrad.runtime import memory
 from npugrad.runtime.address import HUGE_PAGE_BYTES
 from npugrad.runtime.address import aligned as aligned_empty  # uninitialised, 64-byte aligned
 from npugrad.runtime.launch import as_input, owned_and_distinct
@@ -168,12 +169,15 @@ class Planned:
     def new(self) -> np.ndarray:
         """A fresh array of this plan. Filled with 0, it is np.zeros: calloc, whose large blocks
         are fresh mappings of pages the system zeroes as they are first touched, so the zeros
-        cost no pass over memory of their own (what a kernel told `out_zeroed` relies on)."""
+        cost no pass over memory of their own (what a kernel told `out_zeroed` relies on).
+        Otherwise a large one is made over memory an earlier output left (runtime/memory.py),
+        its pages mapped already."""
         if self.fill == 0:
             return np.zeros(self.shape, self.dtype)
         if self.fill is not None:
             return np.full(self.shape, self.fill, self.dtype)
-        return prefault(np.empty(self.shape, self.dtype)) if self.mapped else np.empty(self.shape, self.dtype)
+        a = memory.empty(self.shape, self.dtype)
+        return prefault(a) if self.mapped else a
 
 
 def plan_zeroed(out: np.ndarray | Planned) -> bool:
