@@ -758,6 +758,36 @@ def test_linear_cross_entropy_rejects_targets_in_no_shard(rng, chunk_rows):
     assert want.loss == got.loss and np.array_equal(want.input_grad, got.input_grad)
 
 
+@pytest.mark.parametrize("chunk_rows", [0, None, 8], ids=["recompute", "chunked", "chunks of 8"])
+def test_a_group_whose_reduction_has_another_shape_is_named(rng, chunk_rows):
+    """A group's all_reduce returning a (1, H) row for the (rows, H) sum of dX was broadcast into
+    every row: a wrong input gradient, no error. Its result must have the shape of what it
+    reduces; a transport's own dtypes (counts for the flags' sum, doubles) are taken."""
+    x, w, y = _loss_case(rng, 37, 24, 300, np.float32)
+    want = ops.linear_cross_entropy(x, w, y, shards=2, chunk_rows=chunk_rows)
+
+    class Reshaping:
+        def __init__(self, change):
+            self.change = change
+
+        def all_reduce(self, values, op):
+            return self.change(InProcess().all_reduce(values, op))
+
+    shards = np.array_split(w, 2)
+    for change, got in [(lambda r: r[:1] if r.ndim == 2 else r, r"shape \(1, 24\) and dtype float32"),
+                        (lambda r: r.T if r.ndim == 2 else r, r"shape \(24, \d+\) and dtype float32"),
+                        (lambda r: r[:-1], r"shape \(\d+,\) and dtype bool"),
+                        (lambda r: None, "NoneType"),
+                        (lambda r: r.tolist(), "list")]:
+        with pytest.raises(SignatureError, match=rf"^linear_cross_entropy: parameter 'group': all_reduce\(\.\.\., "
+                                                 rf"'(sum|max)'\) of 2 arrays of shape .* must return one of that "
+                                                 rf"shape \(and dtype\), got an? (array of )?{got}"):
+            ops.linear_cross_entropy(x, shards, y, group=Reshaping(change), chunk_rows=chunk_rows)
+    wider = ops.linear_cross_entropy(x, shards, y, chunk_rows=chunk_rows,
+                                     group=Reshaping(lambda r: r.astype(np.int64 if r.dtype == bool else np.float64)))
+    assert np.allclose(wider.loss, want.loss, rtol=1e-6) and np.allclose(wider.input_grad, want.input_grad, atol=1e-6)
+
+
 def test_linear_cross_entropy_names_itself_and_the_parameter_before_any_kernel(rng, monkeypatch):
     """Bad shards (another H, another dtype, no row), an option out of its range, a grad_output of
     the wrong size: rejected by linear_cross_entropy itself, naming the parameter (and the shard),

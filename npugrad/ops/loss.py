@@ -130,6 +130,26 @@ class LinearCrossEntropy(NamedTuple):
     weight_grad: np.ndarray | list[np.ndarray] | None
 
 
+def _all_reduce(group, values: list[np.ndarray], op: str) -> np.ndarray:
+    """group.all_reduce(values, op), checked: the reduction of arrays of one shape and dtype is an
+    array of that shape and dtype. (NumPy would broadcast a (1, H) row into every row of dX, a wrong
+    gradient with no error, or fail in a line of this module with shapes the caller never gave.)"""
+    got = group.all_reduce(values, op)
+    want = values[0]
+    if isinstance(got, np.ndarray) and got.shape == want.shape:
+        if got.dtype == want.dtype:
+            return got
+        # A transport's own types: counts for a sum of flags, doubles for floats.
+        if want.dtype == np.bool_ and got.dtype.kind in "biu":
+            return got != 0
+        if want.dtype.kind == "f" and got.dtype.kind == "f":
+            return got.astype(want.dtype)
+    what = (f"an array of shape {got.shape} and dtype {got.dtype}" if isinstance(got, np.ndarray)
+            else f"a {type(got).__name__}")
+    raise SignatureError(f"{OP}: parameter 'group': all_reduce(..., {op!r}) of {len(values)} arrays of shape "
+                         f"{want.shape} and dtype {want.dtype} must return one of that shape (and dtype), got {what}")
+
+
 def _shards(weight, shards) -> tuple[list[np.ndarray], bool]:
     """The weight shards, and whether one weight was split (its gradient is then one array)."""
     if isinstance(weight, list | tuple):
@@ -296,22 +316,22 @@ def _statistics(xc, yc, pieces, o: _Options, logits=None, side_by_side: bool = F
     group = o.group
     outside = [_outside(st.target_mask, n) for st in stats]
     if not isinstance(group, InProcess):  # ranks beyond this one: an id in no shard of any rank
-        found = group.all_reduce([~away for away in outside], "sum")
+        found = _all_reduce(group, [~away for away in outside], "sum")
         if not np.all(found):
             row = int(np.argmin(found))
             raise SignatureError(f"{OP}: parameter 'target' has value {yc[row]} (row {row} of the rows that count), "
                                  "in no vocabulary shard of the group")
-    big_m = group.all_reduce([st.logits_max for st in stats], "max")
+    big_m = _all_reduce(group, [st.logits_max for st in stats], "max")
     # A shard whose logits in a row are all −∞ (m_r = −∞, its s_r and p_r 0/0 = NaN, as the
     # forward op's) adds the limits: 0 to S and, holding the target, −∞ to P (F.cross_entropy's
     # loss and gradient of the whole row; the plain formula made the row NaN).
     empty = [st.logits_max == -np.inf for st in stats]
-    big_s = group.all_reduce([np.where(e, F32(0), st.sum_exp_logits * np.exp(st.logits_max - big_m))
+    big_s = _all_reduce(group, [np.where(e, F32(0), st.sum_exp_logits * np.exp(st.logits_max - big_m))
                               for st, e in zip(stats, empty)], "sum")
-    big_p = group.all_reduce([np.where(away, F32(0), np.where(e, F32(-np.inf),
+    big_p = _all_reduce(group, [np.where(away, F32(0), np.where(e, F32(-np.inf),
                                                               st.predicted_logits + st.logits_max - big_m))
                               for st, away, e in zip(stats, outside, empty)], "sum")
-    sum_z = group.all_reduce([st.sum_logits for st in stats], "sum") if o.alpha else None
+    sum_z = _all_reduce(group, [st.sum_logits for st in stats], "sum") if o.alpha else None
     loss_c, _ = fused_cross_entropy_loss_with_max_sum(big_m, big_s, big_p, o.alpha, sum_logits=sum_z,
                                                       vocab_size=o.k if o.alpha else 0, z_loss=o.z_loss)
     return _Stats(stats, big_m, big_s), loss_c
@@ -356,7 +376,7 @@ def _recomputed(xc, ws, st: _Stats, per_row, o: _Options, rows: int = 0):
                 vocab_size=o.k if o.alpha else 0, z_loss=o.z_loss, softcap=o.cap)
             dx_c.append(gx)
             dws.append(gw)
-        return (o.group.all_reduce(dx_c, "sum") if len(dx_c) > 1 else dx_c[0]), dws
+        return (_all_reduce(o.group, dx_c, "sum") if len(dx_c) > 1 else dx_c[0]), dws
     dx = prefault(np.zeros(xc.shape, xc.dtype))
     dws = [prefault(np.zeros(w.shape, w.dtype)) for w in ws]  # read (widened) before written: mapped first
     outside = [_outside(shard.target_mask, n) for shard in st.shards]
@@ -372,7 +392,7 @@ def _recomputed(xc, ws, st: _Stats, per_row, o: _Options, rows: int = 0):
                 o.alpha, st.logits_max[a:b], st.sum_exp_logits[a:b], vocab_size=o.k if o.alpha else 0,
                 z_loss=o.z_loss, softcap=o.cap, accumulate=True, input_grad_out=out, weight_grad_out=gw)
         if partial:
-            dx[a:b] = o.group.all_reduce(outs, "sum")
+            dx[a:b] = _all_reduce(o.group, outs, "sum")
     return dx, dws
 
 
@@ -407,7 +427,7 @@ def _chunked(xc, yc, ws, per_row, rows: int, o: _Options):
                                           st.shards[i], outs[i], i > 0 or wide, per_row[a:b], x_c, pieces[i][0],
                                           grads[i], o) for i in range(len(parts))])
         if partial:
-            dx[a:b] = o.group.all_reduce(outs, "sum")
+            dx[a:b] = _all_reduce(o.group, outs, "sum")
     return loss, dx, dws
 
 
