@@ -40,6 +40,7 @@ import numpy as np
 from bench import contenders as compilers
 from bench.common import Result, combine, in_child, measure, paired, paired_costs
 from npugrad import progress
+from npugrad.runtime.pool import MAX_THREADS
 
 SEED = 1234
 IGNORE = -100
@@ -756,6 +757,12 @@ def run(args: argparse.Namespace) -> None:
         raise SystemExit("npugrad bench: --rounds must be at least 1")
     if args.paired < 0:
         raise SystemExit("npugrad bench: --paired must be at least 0")
+    if not 1 <= args.threads <= MAX_THREADS:
+        raise SystemExit(f"npugrad bench: --threads must be from 1 to {MAX_THREADS}")
+    if not 0 <= args.timeout < math.inf:
+        raise SystemExit("npugrad bench: --timeout must be a number of seconds >= 0 (0: no limit)")
+    if not ops:
+        raise SystemExit(f"npugrad bench: --ops names no op; ops are {', '.join(OPS)}")
     timeout = args.timeout or None
     contenders = ["npugrad", "numpy", *(["torch"] if torch_available() else [])]
     selected = [c for c in cases(args.quick) if c.op in ops]

@@ -84,3 +84,55 @@ def test_the_imports_are_frozen_and_the_collector_is_back_on():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
     enabled, frozen, module = out.split()
     assert enabled == "True" and int(frozen) > 10_000 and module == "npugrad.tools.opt"
+
+
+@pytest.mark.parametrize("args, says", [
+    (["demo", "--seed", "-1"], "npugrad demo: error: argument --seed: must be >= 0, got -1"),
+    (["peak", "--seconds", "inf"], "npugrad peak: --threads must be from 0 to 4096 and --seconds a finite number > 0"),
+    (["peak", "--threads", "100000"], "npugrad peak: --threads must be from 0 to 4096"),
+    (["calibrate", "-o", "/nonexistent-dir/x.toml"], "npugrad calibrate: error: argument -o/--output: directory "
+                                                     "/nonexistent-dir does not exist"),
+    (["calibrate", "-o", "{tmp}"], "npugrad calibrate: error: argument -o/--output: {tmp} is a directory"),
+    (["calibrate", "--seconds", "0"], "npugrad calibrate: error: argument --seconds: must be a positive number"),
+    (["calibrate", "--seconds", "nan"], "npugrad calibrate: error: argument --seconds: must be a positive number"),
+    (["bench", "--quick", "--threads", "0"], "npugrad bench: --threads must be from 1 to 4096"),
+    (["bench", "--quick", "--timeout", "-5"], "npugrad bench: --timeout must be a number of seconds >= 0"),
+    (["bench", "--quick", "--ops", ","], "npugrad bench: --ops names no op"),
+])
+def test_a_bad_argument_is_a_one_line_error_before_any_work(tmp_path, args, says):
+    """Each was a traceback, an exit 0 with every row failed, or (calibrate) a traceback after
+    minutes of measuring: now an error up front, naming the argument."""
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    result = subprocess.run([str(BIN / "npugrad"), *args], capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert says.replace("{tmp}", str(tmp_path)) in result.stderr, result.stderr
+
+
+def test_the_cache_command_says_what_it_cannot_read_or_delete(tmp_path):
+    env = {**os.environ, "NPUGRAD_CACHE_DIR": str(tmp_path / "a-file")}
+    (tmp_path / "a-file").write_text("")
+    result = subprocess.run([str(BIN / "npugrad"), "cache"], capture_output=True, text=True, timeout=120, env=env,
+                            check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip() == (f"npugrad cache: error: {tmp_path / 'a-file'}: cannot be read (Not a directory); "
+                                     "NPUGRAD_CACHE_DIR names another directory, =off turns the cache off")
+
+
+def test_clearing_the_cache_counts_only_what_it_deleted(tmp_path, monkeypatch):
+    from npugrad.runtime import object_cache
+
+    monkeypatch.setenv("NPUGRAD_CACHE_DIR", str(tmp_path))
+    kept, gone = tmp_path / ("a" * 64 + ".o"), tmp_path / ("b" * 64 + ".o")
+    kept.write_bytes(b"x" * 10)
+    gone.write_bytes(b"y" * 20)
+    real = os.unlink
+
+    def unlink(path, *a, **k):
+        if str(path) == str(kept):
+            raise PermissionError(13, "Permission denied")
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    count, size, failed = object_cache.clear()
+    assert (count, size) == (1, 20) and failed == [f"{kept}: Permission denied"]
+    assert kept.exists() and not gone.exists()

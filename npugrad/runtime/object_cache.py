@@ -117,15 +117,33 @@ def entries() -> list[str]:
             if any(n.endswith(x) and (n.startswith(".tmp-") or len(n) == 64 + len(x)) for x in SUFFIXES)]
 
 
-def clear() -> tuple[int, int]:
+def clear() -> tuple[int, int, list[str]]:
     """Delete the entries (only them: the directory may be shared with other files); returns
-    how many and their bytes."""
+    how many and their bytes, and why each one that could not be deleted was not."""
     count = size = 0
+    failed = []
     for path in entries():
         try:
-            size += os.path.getsize(path)
+            n = os.path.getsize(path)
             os.unlink(path)
-            count += 1
-        except OSError:
-            pass
-    return count, size
+        except FileNotFoundError:  # another process deleted it meanwhile
+            continue
+        except OSError as e:
+            failed.append(f"{path}: {e.strerror}")
+            continue
+        count += 1
+        size += n
+    return count, size, failed
+
+
+def unreadable() -> str | None:
+    """Why the cache directory cannot be listed (not a directory, no permission), or None (it
+    can, or it does not exist yet: the first compile makes it)."""
+    d = directory()
+    if d is None or not os.path.lexists(d):
+        return None
+    try:
+        os.listdir(d)
+    except OSError as e:
+        return e.strerror or str(e)
+    return None

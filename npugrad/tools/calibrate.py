@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -126,12 +127,33 @@ def target_file(figures: dict, shared: float) -> str:
 
 def run(output: str, seconds: float = 0.2) -> str:
     child = subprocess.run([sys.executable, "-m", "npugrad.tools.calibrate", "--measure", str(seconds)],
-                           capture_output=True, text=True, env=_one_thread(), check=True)
+                           capture_output=True, text=True, env=_one_thread(), check=False)
+    if child.returncode != 0:
+        raise SystemExit(f"npugrad calibrate: error: the measuring process failed:\n{child.stderr.strip()}")
     figures = json.loads(child.stdout)
     text = target_file(figures, _shared_bandwidth(host().cores, seconds))
-    with open(output, "w") as f:
-        f.write(text)
+    try:
+        with open(output, "w") as f:
+            f.write(text)
+    except OSError as e:
+        raise SystemExit(f"npugrad calibrate: error: cannot write {output}: {e.strerror}") from None
     return text
+
+
+def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """What can be told before minutes of measuring: a finite positive time, and an output
+    file that can be written (a directory, or one in a directory that does not exist or is
+    not writable, is not)."""
+    if not 0 < args.seconds < math.inf:
+        parser.error(f"argument --seconds: must be a positive number of seconds, got {args.seconds}")
+    output = os.path.abspath(args.output)
+    folder = os.path.dirname(output)
+    if os.path.isdir(output):
+        parser.error(f"argument -o/--output: {args.output} is a directory")
+    if not os.path.isdir(folder):
+        parser.error(f"argument -o/--output: directory {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (os.path.exists(output) and not os.access(output, os.W_OK)):
+        parser.error(f"argument -o/--output: {args.output} cannot be written")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

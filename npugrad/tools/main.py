@@ -47,6 +47,10 @@ def _main(argv: Sequence[str] | None) -> None:
     cache = sub.add_parser("cache", help="the disk cache of compiled kernels: where, how many, how large")
     cache.add_argument("--clear", action="store_true", help="delete its entries")
     args = parser.parse_args(argv)
+    if args.command == "demo" and args.seed is not None and args.seed < 0:
+        demo.error(f"argument --seed: must be >= 0, got {args.seed}")
+    if args.command == "calibrate":
+        calibration.check_arguments(calibrate, args)
     if args.command == "cache":
         _cache(args.clear)
     if args.command == "calibrate":
@@ -71,9 +75,14 @@ def _cache(clear: bool) -> None:
     if where is None:
         print("npugrad cache: off (NPUGRAD_CACHE_DIR=off)")
         return
+    if why := object_cache.unreadable():
+        sys.exit(f"npugrad cache: error: {where}: cannot be read ({why}); NPUGRAD_CACHE_DIR names another "
+                 "directory, =off turns the cache off")
     if clear:
-        count, size = object_cache.clear()
+        count, size, failed = object_cache.clear()
         print(f"npugrad cache: {where}: deleted {count} entries, {size / 2**20:.1f} MiB")
+        if failed:
+            sys.exit(f"npugrad cache: error: {len(failed)} entries could not be deleted:\n  " + "\n  ".join(failed))
         return
     paths = object_cache.entries()
     size = sum(os.path.getsize(p) for p in paths if os.path.exists(p))

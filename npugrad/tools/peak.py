@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import functools
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -40,6 +41,7 @@ import numpy as np
 
 from npugrad.dtypes import BFLOAT16
 from npugrad.runtime.address import aligned
+from npugrad.runtime.pool import MAX_THREADS
 from npugrad.targets import get
 from npugrad.targets.target import Target
 
@@ -337,8 +339,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    if args.threads < 0 or not args.seconds > 0:
-        raise SystemExit("npugrad peak: --threads must be >= 0 and --seconds > 0")
+    if not 0 <= args.threads <= MAX_THREADS or not 0 < args.seconds < math.inf:
+        raise SystemExit(f"npugrad peak: --threads must be from 0 to {MAX_THREADS} and --seconds a finite number > 0")
     for kind in KINDS:
         print(measure(kind, args.threads, args.seconds).text())
     for dtype in _DTYPES:
