@@ -110,3 +110,39 @@ def test_off_keeps_nothing(tmp_path, monkeypatch):
     pipeline = Pipeline(distribute=False, verify_each=False)
     assert not _lower(pipeline)[2] and not _lower(pipeline)[2]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_entry_whose_ir_llvmlite_rejects_costs_a_compile(cache_dir, rng):
+    """An entry whole to the cache (its digest holds) whose IR llvmlite rejects, as a writer's bug
+    would leave it: the kernel is lowered again and runs, where the call raised JitError."""
+    import numpy as np
+
+    from npugrad import ops
+
+    x = np.full(64, 0.25, np.float32)
+    ops.binary_cross_entropy_grad(x, x, np.ones(1, np.float32))
+    for name in _ll(cache_dir):
+        path = cache_dir / name
+        data = path.read_bytes()
+        magic = len(object_cache.FORMAT)
+        head, _, ir = zlib.decompress(data[magic + 32:]).partition(b"\n")
+        body = zlib.compress(head + b"\n" + ir.replace(b"define ", b"define garbage ", 1))
+        path.write_bytes(data[:magic] + hashlib.sha256(body).digest() + body)
+    specialize._CACHE.clear()
+    from npugrad.runtime import launch
+
+    launch._REPLAYS.clear()
+    launch._SPECIALISED.clear()
+    y = rng.uniform(0.1, 0.9, 64).astype(np.float32)
+    got = ops.binary_cross_entropy_grad(x, y, np.ones(1, np.float32))
+    np.testing.assert_allclose(got, (x - y) / (x * (1 - x)) / 64, rtol=1e-5)
+
+
+def test_an_entry_that_is_not_a_regular_file_is_passed_over(cache_dir):
+    """A FIFO in an entry's place: opening it to read would wait for a writer forever."""
+    import os
+
+    cache_dir.mkdir()
+    fifo = cache_dir / ("f" * 64 + ".o")
+    os.mkfifo(fifo)
+    assert object_cache.load("f" * 64) is None

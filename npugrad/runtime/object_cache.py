@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import tempfile
 from functools import cache
 
@@ -73,8 +74,11 @@ def load(k: str, suffix: str = ".o") -> bytes | None:
     path = _path(k, suffix)
     if path is None:
         return None
-    try:
-        with open(path, "rb") as f:
+    try:  # a regular file only: opening a FIFO put there would wait for a writer forever
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return None
             data = f.read()
     except OSError:
         return None

@@ -29,6 +29,7 @@ from xdsl.ir import Attribute, Block, Region
 from npugrad import dtypes, progress
 from npugrad.compiler import Pipeline
 from npugrad.dialect import TrainOp
+from npugrad.lowering.machine_code import JitError
 from npugrad.runtime import ir_cache, object_cache, pool
 from npugrad.runtime.executable import Executable, block_kernels, signatures
 from npugrad.runtime.kernel import Kernel
@@ -174,13 +175,21 @@ def compile_op(
             kinds = ", ".join(f"{n}: {c.dtype}" for n, c in operands.items())
             with progress.slow(f"npugrad: compiling {op_cls.name} ({kinds})"):
                 llvm_ir, blocks, from_disk = _lowered(module, pipeline, pipeline_key)
-                kernel = Executable(llvm_ir, sigs, blocks)[op_cls.short_name()]
+                try:
+                    kernel = Executable(llvm_ir, sigs, blocks)[op_cls.short_name()]
+                except JitError:
+                    if not from_disk:
+                        raise
+                    # An entry whose digest holds but whose IR llvmlite rejects (a writer's bug): compiled anew.
+                    llvm_ir, blocks, from_disk = _lowered(module, pipeline, pipeline_key, from_disk=False)
+                    kernel = Executable(llvm_ir, sigs, blocks)[op_cls.short_name()]
                 kernel.ir_from_cache = from_disk
                 _CACHE[key] = kernel
         return _CACHE[key]
 
 
-def _lowered(module: ModuleOp, pipeline: Pipeline, pipeline_key: tuple) -> tuple[str, dict[str, bool], bool]:
+def _lowered(module: ModuleOp, pipeline: Pipeline, pipeline_key: tuple,
+             from_disk: bool = True) -> tuple[str, dict[str, bool], bool]:
     """The op's LLVM IR and its block kernels: from the disk cache when a process with the
     same npugrad lowered the same op with the same pipeline (ir_cache.py), else from the passes
     (and then kept there); and whether they came from the disk. An entry made verifying after
@@ -188,7 +197,7 @@ def _lowered(module: ModuleOp, pipeline: Pipeline, pipeline_key: tuple) -> tuple
     pipeline with an observer, which wants to see the passes run, always runs them."""
     cached = pipeline.observer is None and object_cache.directory() is not None
     k = ir_cache.key(str(module), (pipeline.verify_each, pipeline_key)) if cached else None
-    if k is not None and (found := ir_cache.load(k)) is not None:
+    if k is not None and from_disk and (found := ir_cache.load(k)) is not None:
         return (*found, True)
     llvm_ir = pipeline.lower(module, "llvm-ir")  # leaves `module` at the vectorized stage
     blocks = block_kernels(module)
