@@ -168,3 +168,16 @@ def test_an_op_lowered_to_loops_is_labelled_by_its_name(example, label):
         assert names[label] > 10 and names[f"{label}.vector"] > 5, names
         vector = [text for name, text in labelled if name == f"{label}.vector"]
         assert any(re.search(r"%[yz]mm", text) for text in vector), vector
+
+
+@pytest.mark.parametrize("name", ["NPUGRAD_LINE_TABLES", "NPUGRAD_VERIFY_EACH"])
+def test_an_on_off_variable_other_than_1_or_0_is_named(monkeypatch, name):
+    """`true` or `yes` read as off would be an option silently not taken."""
+    from npugrad.runtime import specialize
+
+    for value, on in (("1", True), (" 1 ", True), ("0", False), ("", False)):
+        monkeypatch.setenv(name, value)
+        assert specialize._flag(name) is on
+    monkeypatch.setenv(name, "yes")
+    with pytest.raises(ValueError, match=rf"^{name} must be 1 \(on\) or 0 \(off\), got 'yes'$"):
+        specialize._flag(name)
