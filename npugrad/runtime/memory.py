@@ -28,16 +28,14 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
-import re
 import threading
 
 import numpy as np
 
 from npugrad.runtime.address import HUGE_PAGE_BYTES
+from npugrad.targets.target import size_bytes
 
 MIN_BYTES = 4 << 20  # below this, malloc's free lists reuse memory already (NumPy's huge-page threshold too)
-_SIZE = re.compile(r"^\s*(\d+)\s*([KMG]i?B)?\s*$", re.IGNORECASE)
-_UNITS = {None: 1, "kib": 1 << 10, "kb": 1 << 10, "mib": 1 << 20, "mb": 1 << 20, "gib": 1 << 30, "gb": 1 << 30}
 
 
 def _default_limit() -> int:
@@ -53,11 +51,11 @@ def limit() -> int:
     text = os.environ.get("NPUGRAD_OUTPUT_POOL")
     if text is None or text == "":
         return _default_limit()
-    m = _SIZE.match(text)
-    if not m:
+    size = size_bytes(text)
+    if size is None:
         raise ValueError(f"NPUGRAD_OUTPUT_POOL must be a size in bytes (e.g. 0, 536870912 or \"512MiB\"), "
                          f"got {text!r}")
-    return int(m.group(1)) * _UNITS[m.group(2).lower() if m.group(2) else None]
+    return size
 
 
 _LOCK = threading.RLock()  # RLock: a block may come back (its owner's __del__) while this thread holds it

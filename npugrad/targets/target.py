@@ -245,11 +245,17 @@ class Target:
                 self.roles, self.llvm_cpu, self.llvm_features, self.clock_ghz, self.units, self.paths)
 
 
+def size_bytes(text: str) -> int | None:
+    """A size written in bytes ("65536", "64KiB", "1 MiB"), or None where `text` is not one."""
+    m = _SIZE.match(text)
+    return int(m.group(1)) * _FACTORS[m.group(2).lower() if m.group(2) else None] if m else None
+
+
 def _size(where: str, value) -> int:
     if isinstance(value, int) and not isinstance(value, bool):
         size = value
-    elif isinstance(value, str) and (m := _SIZE.match(value)):
-        size = int(m.group(1)) * _FACTORS[m.group(2).lower() if m.group(2) else None]
+    elif isinstance(value, str) and (size := size_bytes(value)) is not None:
+        pass
     else:
         raise TargetError(f"{where} must be a size in bytes (e.g. 65536 or \"64KiB\"), got {value!r}")
     if size <= 0:
