@@ -431,7 +431,8 @@ def test_ema_adam_step():
     ("props", "message"),
     [
         ({"mode": 2}, "property 'mode' must be 0 (L2, Adam) or 1 (decoupled decay, AdamW), got 2"),
-        ({"beta1": 1.0}, "property 'beta1' must be in [0, 1), got 1.0"),
+        ({"beta1": 1.0}, "property 'beta1' must be in [0, 1) as a float32, got 1.0"),
+        ({"beta2": 0.99999999}, "property 'beta2' must be in [0, 1) as a float32, got 0.99999999"),
         ({"lr": float("nan")}, "property 'lr' must be >= 0, got nan"),
         ({"weight_decay": -1e-3}, "property 'weight_decay' must be >= 0, got -0.001"),
     ],

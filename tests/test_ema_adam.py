@@ -253,6 +253,10 @@ REJECTS = [
     ("beta1-one", lambda a: a.update(beta1=1.0), ValueError, ["'beta1'", "[0, 1)"]),
     ("beta1-negative", lambda a: a.update(beta1=-0.1), ValueError, ["'beta1'"]),
     ("beta2-one", lambda a: a.update(beta2=1.0), ValueError, ["'beta2'", "[0, 1)"]),
+    # Below 1 as a double, 1.0 as the float32 the kernel computes with: bias correction 1 - 1^k = 0
+    # made every parameter NaN (found by a probe).
+    ("beta1-float32-one", lambda a: a.update(beta1=0.99999999), ValueError, ["'beta1'", "[0, 1)", "float32"]),
+    ("beta2-float32-one", lambda a: a.update(beta2=1 - 2.0 ** -26), ValueError, ["'beta2'", "[0, 1)", "float32"]),
     ("weight_decay-negative", lambda a: a.update(weight_decay=-0.01), ValueError, ["'weight_decay'", ">= 0"]),
     ("ema_decay-above-one", lambda a: a.update(ema_decay=1.5), ValueError, ["'ema_decay'", "[0, 1]"]),
     ("ema_decay-negative", lambda a: a.update(ema_decay=-0.5), ValueError, ["'ema_decay'"]),

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import ClassVar
 
+import numpy as np
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     I64,
@@ -757,8 +758,10 @@ class ApplyFusedEmaAdamOp(TrainOp):
     HYPERPARAMETERS: ClassVar[Mapping[str, tuple[str, object]]] = {
         "lr": (">= 0", lambda x: x >= 0),
         "eps": (">= 0", lambda x: x >= 0),
-        "beta1": ("in [0, 1)", lambda x: 0 <= x < 1),
-        "beta2": ("in [0, 1)", lambda x: 0 <= x < 1),
+        # Checked as the float32 the kernel computes with (OPS.md 4.2): a beta within 2^-25 of 1 is
+        # 1.0 there, and bias correction then divides by 1 - 1^k = 0 (a NaN parameter).
+        "beta1": ("in [0, 1) as a float32", lambda x: 0 <= x < 1 and np.float32(x) < 1),
+        "beta2": ("in [0, 1) as a float32", lambda x: 0 <= x < 1 and np.float32(x) < 1),
         "weight_decay": (">= 0", lambda x: x >= 0),
         "ema_decay": ("in [0, 1]", lambda x: 0 <= x <= 1),
     }

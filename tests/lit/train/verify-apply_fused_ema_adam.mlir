@@ -247,7 +247,7 @@ func.func @eps_negative(%g: memref<3x7xf32>, %step: memref<1xi64>, %var: memref<
 // 0 <= beta1 < 1.
 func.func @beta1_one(%g: memref<3x7xf32>, %step: memref<1xi64>, %var: memref<3x7xf32>,
     %m: memref<3x7xf32>, %v: memref<3x7xf32>, %s: memref<3x7xf32>) {
-  // expected-error@+1 {{'train.apply_fused_ema_adam' op property 'beta1' must be in [0, 1), got 1.0}}
+  // expected-error@+1 {{'train.apply_fused_ema_adam' op property 'beta1' must be in [0, 1) as a float32, got 1.0}}
   train.apply_fused_ema_adam grad(%g : memref<3x7xf32>) step(%step : memref<1xi64>) ->
       var(%var : memref<3x7xf32>) m(%m : memref<3x7xf32>) v(%v : memref<3x7xf32>)
       s(%s : memref<3x7xf32>) {beta1 = 1.0 : f64}
@@ -256,10 +256,22 @@ func.func @beta1_one(%g: memref<3x7xf32>, %step: memref<1xi64>, %var: memref<3x7
 
 // -----
 
+// beta1 below 1 as a double but 1.0 as a float32 (the kernel's precision: bias correction 1 - 1^k = 0).
+func.func @beta1_float32_one(%g: memref<3x7xf32>, %step: memref<1xi64>, %var: memref<3x7xf32>,
+    %m: memref<3x7xf32>, %v: memref<3x7xf32>, %s: memref<3x7xf32>) {
+  // expected-error@+1 {{'train.apply_fused_ema_adam' op property 'beta1' must be in [0, 1) as a float32, got 0.99999999}}
+  train.apply_fused_ema_adam grad(%g : memref<3x7xf32>) step(%step : memref<1xi64>) ->
+      var(%var : memref<3x7xf32>) m(%m : memref<3x7xf32>) v(%v : memref<3x7xf32>)
+      s(%s : memref<3x7xf32>) {beta1 = 0.99999999 : f64}
+  func.return
+}
+
+// -----
+
 // 0 <= beta1 < 1.
 func.func @beta1_negative(%g: memref<3x7xf32>, %step: memref<1xi64>, %var: memref<3x7xf32>,
     %m: memref<3x7xf32>, %v: memref<3x7xf32>, %s: memref<3x7xf32>) {
-  // expected-error@+1 {{'train.apply_fused_ema_adam' op property 'beta1' must be in [0, 1), got -0.1}}
+  // expected-error@+1 {{'train.apply_fused_ema_adam' op property 'beta1' must be in [0, 1) as a float32, got -0.1}}
   train.apply_fused_ema_adam grad(%g : memref<3x7xf32>) step(%step : memref<1xi64>) ->
       var(%var : memref<3x7xf32>) m(%m : memref<3x7xf32>) v(%v : memref<3x7xf32>)
       s(%s : memref<3x7xf32>) {beta1 = -0.1 : f64}
@@ -271,7 +283,7 @@ func.func @beta1_negative(%g: memref<3x7xf32>, %step: memref<1xi64>, %var: memre
 // 0 <= beta2 < 1.
 func.func @beta2_one(%g: memref<3x7xf32>, %step: memref<1xi64>, %var: memref<3x7xf32>,
     %m: memref<3x7xf32>, %v: memref<3x7xf32>, %s: memref<3x7xf32>) {
-  // expected-error@+1 {{'train.apply_fused_ema_adam' op property 'beta2' must be in [0, 1), got 1.5}}
+  // expected-error@+1 {{'train.apply_fused_ema_adam' op property 'beta2' must be in [0, 1) as a float32, got 1.5}}
   train.apply_fused_ema_adam grad(%g : memref<3x7xf32>) step(%step : memref<1xi64>) ->
       var(%var : memref<3x7xf32>) m(%m : memref<3x7xf32>) v(%v : memref<3x7xf32>)
       s(%s : memref<3x7xf32>) {beta2 = 1.5 : f64}
