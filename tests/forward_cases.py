@@ -275,7 +275,7 @@ def _expected_loss(case: Case):
     k = _int(s.get("vocab_size", 0))
     zl = _real(s.get("z_loss", 0.0), float32=True)
     ignore = None if s.get("ignore_index") is None else _int(s["ignore_index"])
-    if not 0 <= alpha < 1 or k < 0 or zl < 0:
+    if not 0 <= alpha <= 1 or k < 0 or zl < 0:
         raise Rejected("label_smoothing, vocab_size or z_loss out of range")
     m, se, p = (_array(a.get(n)) for n in ("logits_max", "sum_exp_logits", "predicted_logits"))
     if any(x.dtype != F32 or x.ndim != 1 for x in (m, se, p)) or not m.shape == se.shape == p.shape:

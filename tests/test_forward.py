@@ -285,7 +285,8 @@ def test_flce_zero_grad_rows_contribute_nothing_even_non_finite(rng):
 # -- the whole loss ------------------------------------------------------------------------------
 
 OPTIONS = [{}, {"label_smoothing": 0.1}, {"z_loss": 1e-3}, {"softcap": 30.0}, {"ignore_index": -100},
-           {"label_smoothing": 0.1, "z_loss": 1e-3, "softcap": 5.0, "ignore_index": -100}]
+           {"label_smoothing": 0.1, "z_loss": 1e-3, "softcap": 5.0, "ignore_index": -100},
+           {"label_smoothing": 1.0, "ignore_index": -100}]  # F.cross_entropy's bound: the one-hot's weight 0
 
 
 def _loss_case(rng, bt, h, k, dtype, ignored=0.2):
@@ -803,8 +804,8 @@ def test_linear_cross_entropy_names_itself_and_the_parameter_before_any_kernel(r
         (dict(weight=[w[:100], w[100:100], w[100:]]), SignatureError, "'weight\\[1\\]' must have shape .* V > 0"),
         (dict(weight=[w[:100], w[100:].astype(np.float16)]), SignatureTypeError, "'weight\\[1\\]' must have the dtype"),
         (dict(weight=w[:, :7]), SignatureError, "'weight' must have shape \\(V, H = 8\\)"),
-        (dict(label_smoothing=-0.1), SignatureError, "'label_smoothing' must be in \\[0, 1\\)"),
-        (dict(label_smoothing=1.0), SignatureError, "'label_smoothing' must be in \\[0, 1\\)"),
+        (dict(label_smoothing=-0.1), SignatureError, "'label_smoothing' must be in \\[0, 1\\]"),
+        (dict(label_smoothing=1.5), SignatureError, "'label_smoothing' must be in \\[0, 1\\]"),
         (dict(z_loss=-1e-3), SignatureError, "'z_loss' must be >= 0"),
         (dict(softcap=-2.0), SignatureError, "'softcap' must be >= 0"),
         (dict(reduction="none", grad_output=np.ones(19, np.float32)), SignatureError, "'grad_output' must have \\(BT,\\) = \\(20,\\)"),
@@ -840,8 +841,8 @@ def test_loss_and_flce_extension_rejections():
         f(m, m + 1, m, 0.1, sum_logits=m)
     with pytest.raises(ValueError, match="'ignore_index' and parameter 'target' go together"):
         f(m, m + 1, m, ignore_index=-100)
-    with pytest.raises(ValueError, match="'label_smoothing' must be in \\[0, 1\\)"):
-        f(m, m + 1, m, 1.0, sum_logits=m, vocab_size=10)
+    with pytest.raises(ValueError, match="'label_smoothing' must be in \\[0, 1\\]"):
+        f(m, m + 1, m, 1.5, sum_logits=m, vocab_size=10)
 
 
 def test_aclnn_forward_two_phase(rng):

@@ -465,7 +465,7 @@ BAD_SCALARS = {
         "logits_block": [2.5, -1, True, (1 << 16) + 1, "8", None, 1 << 70],
     },
     LOSS: {
-        "label_smoothing": [None, "0", float("nan"), float("inf"), 1.0, -0.1, True, 0j, [0.0]],
+        "label_smoothing": [None, "0", float("nan"), float("inf"), 1.5, -0.1, True, 0j, [0.0]],
         "vocab_size": [1.5, -1, True, "1000", None, 1 << 63, 0],
         "z_loss": [-1e-3, float("nan"), float("inf"), "0", None, True, 1e39],
         "ignore_index": [1.5, "-100", True, 1 << 63, np.float32(0)],
@@ -473,7 +473,7 @@ BAD_SCALARS = {
     LCE: {
         "reduction": [0, 1, 2, None, "MEAN", "avg", b"mean", True, 1.0, ["mean"]],
         "ignore_index": [1.5, "-100", True, None, 1 << 63, np.float32(-100)],
-        "label_smoothing": [None, "0.1", float("nan"), 1.0, -0.1, True, float("inf")],
+        "label_smoothing": [None, "0.1", float("nan"), 1.5, -0.1, True, float("inf")],
         "z_loss": [-1e-3, float("nan"), float("inf"), "0", None, True, 1e39],
         "softcap": _REAL_BAD,
         "shards": [0, -1, 1.5, True, "2", 1 << 63, 10**6, np.float64(2)],

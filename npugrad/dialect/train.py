@@ -288,11 +288,11 @@ def _finite(x: float) -> bool:
 
 
 def check_extensions(c: Checker, v: Dim, logits: bool, mode: str) -> None:
-    """FORWARD.md §4's options on an op of the linear cross-entropy: label smoothing in [0, 1)
+    """FORWARD.md §4's options on an op of the linear cross-entropy: label smoothing in [0, 1]
     with the global vocabulary `vocab_size` (at least this shard's V), z-loss and softcap >= 0;
     z-loss and softcap need the logits (`logits` False: they are not available in `mode`)."""
     alpha, k = c.prop("label_smoothing"), c.prop("vocab_size")
-    c.prop_check("label_smoothing", _finite(alpha) and 0 <= alpha < 1, "in [0, 1)")
+    c.prop_check("label_smoothing", _finite(alpha) and 0 <= alpha <= 1, "in [0, 1]")
     if alpha and k < max(1, v or 0):
         c.fail(f"property 'label_smoothing' = {alpha} needs 'vocab_size', the global vocabulary K "
                f"(>= V = {v}), got {k}" if v is not None else

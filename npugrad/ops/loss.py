@@ -191,8 +191,8 @@ def linear_cross_entropy(input, weight, target, *, shards: int | None = None, ig
     # The options' ranges here, not in the kernels that take them: the loss kernel, which checks
     # label_smoothing and z_loss, runs after the forward ones.
     for name, value in (("label_smoothing", alpha), ("z_loss", zl), ("softcap", cap)):
-        if value < 0 or (name == "label_smoothing" and value >= 1):
-            bound = "in [0, 1)" if name == "label_smoothing" else ">= 0 (0: off)"
+        if value < 0 or (name == "label_smoothing" and value > 1):
+            bound = "in [0, 1]" if name == "label_smoothing" else ">= 0 (0: off)"
             raise SignatureError(f"{OP}: parameter '{name}' must be {bound}, got {value}")
     want_grad = flag(OP, "compute_grad", compute_grad)
     chunk = None if chunk_rows is None else integer(OP, "chunk_rows", chunk_rows, "a non-negative integer", 0)

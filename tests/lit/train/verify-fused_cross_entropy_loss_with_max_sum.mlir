@@ -130,11 +130,11 @@ func.func @case11(%m: memref<8xf32>, %s: memref<8xf32>, %p: memref<8xf32>, %z: m
 
 // -----
 
-// label_smoothing in [0, 1)
+// label_smoothing in [0, 1]
 func.func @case12(%m: memref<8xf32>, %s: memref<8xf32>, %p: memref<8xf32>, %sz: memref<8xf32>, %l: memref<8xf32>) {
-  // expected-error@+1 {{'train.fused_cross_entropy_loss_with_max_sum' op property 'label_smoothing' must be in [0, 1), got 1.0}}
+  // expected-error@+1 {{'train.fused_cross_entropy_loss_with_max_sum' op property 'label_smoothing' must be in [0, 1], got 1.5}}
   train.fused_cross_entropy_loss_with_max_sum logits_max(%m : memref<8xf32>) sum_exp_logits(%s : memref<8xf32>) predicted_logits(%p : memref<8xf32>) sum_logits(%sz : memref<8xf32>)
-      -> loss_out(%l : memref<8xf32>) {label_smoothing = 1.0 : f64, vocab_size = 1000 : i64}
+      -> loss_out(%l : memref<8xf32>) {label_smoothing = 1.5 : f64, vocab_size = 1000 : i64}
   func.return
 }
 

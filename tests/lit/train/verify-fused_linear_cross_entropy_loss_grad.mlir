@@ -673,16 +673,16 @@ func.func @missing_grad(%x: memref<8x16xbf16>, %w: memref<256x16xbf16>, %mask: m
 
 // -----
 
-// label_smoothing must be in [0, 1).
+// label_smoothing must be in [0, 1].
 func.func @ls_one(%g: memref<8xf32>, %x: memref<8x16xbf16>, %w: memref<256x16xbf16>,
     %mask: memref<1xui8>, %t: memref<8xi64>, %lm: memref<8xf32>, %se: memref<8xf32>,
     %gx: memref<8x16xbf16>, %gw: memref<256x16xbf16>) {
-  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op property 'label_smoothing' must be in [0, 1), got 1.0}}
+  // expected-error@+1 {{'train.fused_linear_cross_entropy_loss_grad' op property 'label_smoothing' must be in [0, 1], got 1.5}}
   train.fused_linear_cross_entropy_loss_grad grad(%g : memref<8xf32>) input(%x : memref<8x16xbf16>)
       weight(%w : memref<256x16xbf16>) target_mask(%mask : memref<1xui8>)
       masked_target(%t : memref<8xi64>) logits_max(%lm : memref<8xf32>)
       sum_exp_logits(%se : memref<8xf32>) -> input_grad_out(%gx : memref<8x16xbf16>)
-      weight_grad_out(%gw : memref<256x16xbf16>) {label_smoothing = 1.0 : f64, vocab_size = 1000 : i64}
+      weight_grad_out(%gw : memref<256x16xbf16>) {label_smoothing = 1.5 : f64, vocab_size = 1000 : i64}
   func.return
 }
 
