@@ -183,6 +183,21 @@ def test_an_array_off_the_cpu_is_rejected_by_name():
         ops.binary_cross_entropy_grad(torch.rand(4), OnDevice(torch.rand(4)), torch.ones(1))
 
 
+def test_a_tensor_on_the_meta_device_is_rejected_by_name():
+    """torch's own __dlpack_device__ raises a bare ValueError for the meta device (found by a probe)."""
+    with pytest.raises(SignatureTypeError, match="parameter 'input_y' must be on the CPU, got a tensor on device meta"):
+        ops.binary_cross_entropy_grad(torch.rand(4), torch.rand(4, device="meta"), torch.ones(1))
+    with pytest.raises(SignatureTypeError, match="parameter 'out' must be on the CPU"):
+        ops.binary_cross_entropy_grad(torch.rand(4), torch.rand(4), torch.ones(1), out=torch.empty(4, device="meta"))
+
+    class Unnamed(Producer):
+        def __dlpack_device__(self):
+            raise ValueError("no device")
+
+    with pytest.raises(SignatureTypeError, match="parameter 'input_y' must be on the CPU; its DLPack device cannot be read"):
+        ops.binary_cross_entropy_grad(torch.rand(4), Unnamed(torch.rand(4)), torch.ones(1))
+
+
 def test_the_vendor_two_phase_form_takes_tensors():
     go, s, t = torch.ones(()), torch.randn(5, 7), torch.tensor([0, 3, 6, 1, 2])
     out = torch.empty(5, 7)

@@ -45,10 +45,16 @@ def _is_torch(value) -> bool:
 def to_numpy(value, op: str = "", name: str = "") -> np.ndarray:
     """A NumPy view of a DLPack-exportable array's memory (no copy)."""
     where = f"{op}: parameter '{name}'" if op else "argument"
+    if _is_torch(value) and getattr(getattr(value, "device", None), "type", "cpu") != "cpu":
+        # Before __dlpack_device__: torch's raises a bare ValueError for a device DLPack has no
+        # code for ("Unknown device type meta for Dlpack"), naming no parameter.
+        raise SignatureTypeError(f"{where} must be on the CPU, got a tensor on device {value.device}")
     try:
         device = value.__dlpack_device__()
     except (AttributeError, TypeError):
         device = (_CPU, 0)
+    except (ValueError, RuntimeError) as e:  # a producer that cannot name its device
+        raise SignatureTypeError(f"{where} must be on the CPU; its DLPack device cannot be read: {e}") from None
     if device[0] != _CPU:
         raise SignatureTypeError(f"{where} must be on the CPU, got an array on DLPack device {tuple(device)}")
     if _is_torch(value):
