@@ -178,10 +178,29 @@ whole_pages:
   %ignored = call i32 @madvise(ptr %at, i64 %length, i32 {_MADV_HUGEPAGE})
   br label %done
 """ if _HUGE_PAGES else "  br label %done\n"
+# A kernel has no way to return an error, and every buffer it allocates is used at once: a
+# malloc that fails (an address-space limit, a scratch sized by zero-stride inputs) must not
+# hand the kernel NULL to store through. It stops the process with a message on stderr
+# instead of a SIGSEGV at some offset from address 0; the API reserves the large scratch of
+# the kernels that have one before the launch (ops/common.reserve_scratch), so that the common
+# case is a MemoryError.
+_OOM_MESSAGE = b"npugrad: a kernel could not allocate its scratch memory (malloc returned NULL)\n"
+_OOM_BYTES = "".join(f"\\{b:02X}" for b in _OOM_MESSAGE)
 ALLOC_IR = f"""
+@npugrad.oom = private constant [{len(_OOM_MESSAGE)} x i8] c"{_OOM_BYTES}"
+
 define ptr @_mlir_memref_to_llvm_alloc(i64 %size) {{
 entry:
   %p = call ptr @malloc(i64 %size)
+  %failed = icmp eq ptr %p, null
+  %asked = icmp ne i64 %size, 0
+  %oom = and i1 %failed, %asked
+  br i1 %oom, label %out_of_memory, label %allocated
+out_of_memory:
+  %ignored_write = call i64 @write(i32 2, ptr @npugrad.oom, i64 {len(_OOM_MESSAGE)})
+  call void @abort()
+  unreachable
+allocated:
 {_ADVISE}done:
   ret ptr %p
 }}
@@ -193,6 +212,8 @@ define void @_mlir_memref_to_llvm_free(ptr %p) {{
 
 declare ptr @malloc(i64)
 declare void @free(ptr)
+declare i64 @write(i32, ptr, i64)
+declare void @abort()
 """ + ("declare i32 @madvise(ptr, i64, i32)\n" if _HUGE_PAGES else "")
 SUPPORT_IR += ALLOC_IR
 # Every function SUPPORT_IR defines, each bound by name for the kernels to call.

@@ -39,6 +39,7 @@ __all__ = [
     "output",
     "real",
     "reject_overlap",
+    "reserve_scratch",
 ]
 
 REDUCTION_NONE, REDUCTION_MEAN, REDUCTION_SUM = 0, 1, 2
@@ -278,6 +279,22 @@ def allocate(op: str, arrays: dict, outputs: Iterable[str], display: Mapping[str
             arrays[name] = p.new()
             fresh[name] = p
     return fresh
+
+
+def reserve_scratch(op: str, nbytes: int, what: str) -> None:
+    """A MemoryError (or the size error) now, where the kernel would allocate `nbytes` of scratch
+    that this process cannot have: the kernel cannot report a failed malloc (it stops the
+    process, lowering/machine_code.py). Over a huge page, the bytes are mapped and unmapped
+    again untouched (np.empty: an mmap and a munmap, no page faulted in)."""
+    if nbytes > MEMORY_BYTES:
+        raise SignatureError(f"{op}: {what} needs {human_bytes(nbytes)} of scratch memory, more than this "
+                             f"machine's memory ({human_bytes(MEMORY_BYTES)})")
+    if nbytes >= HUGE_PAGE_BYTES:
+        try:
+            np.empty(nbytes, np.uint8)
+        except MemoryError:
+            raise MemoryError(f"{op}: {what} needs {human_bytes(nbytes)} of scratch memory, which this "
+                              f"process cannot allocate") from None
 
 
 def _too_large(op: str, arrays: dict, outputs: Iterable[str], total: int, display: Mapping[str, str]) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from npugrad.dialect import EmbeddingDenseBackwardOp
-from npugrad.ops.common import all_in_range, allocate, as_input, flag, integer, output, plan_zeroed, reject_overlap
+from npugrad.ops.common import (all_in_range, allocate, as_input, flag, integer, output, plan_zeroed, reject_overlap,
+                                reserve_scratch)
+from npugrad.runtime import pool
 from npugrad.runtime.launch import Call, check, two_phase
 
 OP = "embedding_dense_backward"
@@ -44,8 +46,15 @@ def embedding_dense_backward(grad, indices, num_weights, padding_idx=-1, scale_g
     props = check(EmbeddingDenseBackwardOp, arrays, props, {"out": "out"})
     reject_overlap(OP, arrays, ("out",))
     fresh = allocate(OP, arrays, ("out",))
-    return Call(EmbeddingDenseBackwardOp, arrays, props, arrays["out"],
-                lambda a: _check_indices(a["grad"], a["indices"], nw), fresh=fresh)
+
+    def value_check(a) -> None:
+        _check_indices(a["grad"], a["indices"], nw)
+        if d:  # the kernel's counting sort: an index-sized (8-byte) position per index, and the bucket
+            # offsets, in each block that runs at once (distribute_embedding: each sorts all of them)
+            per_block = 8 * (a["indices"].size + max(nw, 0) + 2)
+            reserve_scratch(OP, per_block * pool.threads(), f"parameter 'indices' ({a['indices'].size} entries)")
+
+    return Call(EmbeddingDenseBackwardOp, arrays, props, arrays["out"], value_check, fresh=fresh)
 
 
 def _check_indices(g: np.ndarray, idx: np.ndarray, nw: int) -> None:
