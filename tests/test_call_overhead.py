@@ -484,3 +484,26 @@ def test_overlapping_forward_outputs_after_a_remembered_signature_are_rejected(r
     with pytest.raises(ValueError, match=r"^fused_linear_online_max_sum: .*'sum_exp_logits_out'.*overlap"):
         ops.fused_linear_online_max_sum(**case.kwargs())
     assert np.array_equal(buffer, before, equal_nan=True)
+
+
+def test_scalars_given_as_0d_arrays_are_not_replayed_from_another_value(replayed):
+    """A scalar parameter may be a 0-d array (ops/common.real and integer read it): its value
+    shapes the plan, but a signature keys an array by its dtype and shape only. A second call
+    with another 0-d value replayed the first call's plan: BCE's mean after its sum (-4 for -1),
+    an embedding gradient of the first num_weights, another shard's range, and a dloss the
+    second reduction rejects let through (found by a probe). Such a call is planned anew."""
+    x, y, d = np.full(4, 0.25, np.float32), np.ones(4, np.float32), np.ones(1, np.float32)
+    ops.binary_cross_entropy_grad(x, y, d, None, np.array(2))
+    assert np.array_equal(ops.binary_cross_entropy_grad(x, y, d, None, np.array(1)),
+                          ops.binary_cross_entropy_grad(x, y, d, None, 1))
+    g, k = np.ones((3, 2), np.float32), np.array([0, 1, 1])
+    ops.embedding_dense_backward(g, k, np.array(3))
+    assert ops.embedding_dense_backward(g, k, np.array(5)).shape == (5, 2)
+    xf, w, t = np.ones((1, 2), np.float32), np.ones((10, 2), np.float32), np.array([105], np.int64)
+    ops.fused_linear_online_max_sum(xf, w, t, np.array(0), np.array(10))
+    r = ops.fused_linear_online_max_sum(xf, w, t, np.array(100), np.array(110))
+    assert r.masked_target[0] == 5 and r.target_mask[0] & 1 == 0
+    ops.binary_cross_entropy_grad(x, y, np.ones(4, np.float32), None, np.array(0))
+    with pytest.raises(ValueError, match="binary_cross_entropy_grad: parameter 'dloss'"):
+        ops.binary_cross_entropy_grad(x, y, np.ones(4, np.float32), None, np.array(1))
+    assert replayed[0] == 0

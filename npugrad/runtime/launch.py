@@ -354,6 +354,13 @@ class Replay:
                 given.setdefault(id(a), []).append((_KWARG, k))
         if any(len(v) > 1 for v in given.values()):
             return None
+        # A 0-d array the plan did not take as an operand was read as a scalar parameter
+        # (ops/common.real and integer take them): its value shaped the properties, the
+        # outputs' shapes and the value check, but the key holds only its dtype and shape.
+        operands = {id(a) for a in call.arrays.values() if a is not None}
+        for a in (*args, *kwargs.values()):
+            if type(a) is np.ndarray and a.ndim == 0 and id(a) not in operands:
+                return None
         per_call = set()
         if replays.per_call is not None:
             per_call = set(replays.per_call(**replays.values(args, kwargs)))
