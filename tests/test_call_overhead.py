@@ -362,8 +362,9 @@ GOOD_PER_CALL = {"step": 3, "lr": 1e-3, "eps": 1e-8, "beta1": 0.9, "beta2": 0.99
     ({"lr": float("nan")}, r"parameter 'lr' must be a finite real number, got nan"),
     ({"eps": 1e39}, r"parameter 'eps' must be finite as a float32"),
     # In range for the op's check, not only finite (a replay once took these: var became NaN/inf).
-    ({"beta2": 1.5}, r"property 'beta2' must be in \[0, 1\), got 1.5"),
-    ({"beta1": 1.0}, r"property 'beta1' must be in \[0, 1\), got 1.0"),
+    ({"beta2": 1.5}, r"property 'beta2' must be in \[0, 1\) as a float32, got 1.5"),
+    ({"beta1": 1.0}, r"property 'beta1' must be in \[0, 1\) as a float32, got 1.0"),
+    ({"beta1": 0.99999999}, r"property 'beta1' must be in \[0, 1\) as a float32, got 0.99999999"),
     ({"lr": -5.0}, r"property 'lr' must be >= 0, got -5.0"),
     ({"eps": -1.0}, r"property 'eps' must be >= 0, got -1.0"),
     ({"ema_decay": 2.0}, r"property 'ema_decay' must be in \[0, 1\], got 2.0"),
