@@ -709,6 +709,23 @@ def test_max_sum_tiled_for_targets(rng, target):
         _check_all(MAX_SUM.call_api(dict(a), props), MAX_SUM.reference(a, props))
 
 
+@pytest.mark.parametrize("block", [129, 1000])
+@pytest.mark.parametrize("dtype", [np.float32, BFLOAT16], ids=str)
+def test_max_sum_compact_logits_wider_than_the_targets_tile(rng, dtype, block):
+    """A `logits_block` B wider than the vocabulary tile chosen for npu-a2's levels (128) takes
+    as many fewer rows and steps of H: the 128 x B float32 accumulator did not fit L0C, a
+    compile error for a call the API accepts (found by a probe)."""
+    a, props = _max_sum(rng, 40, 32, 1100, dtype, ignore_index=-100)
+    args = (a["input"], a["weight"], a["target"], props["vocab_start_index"], props["vocab_end_index"])
+    with using(Pipeline(target="npu-a2")):
+        got = ops.fused_linear_online_max_sum(*args, ignore_index=-100, logits_block=block)
+    want = ops.fused_linear_online_max_sum(*args, ignore_index=-100, logits_block=block)
+    for name in ("logits_max", "sum_exp_logits", "predicted_logits", "target_mask", "masked_target"):
+        np.testing.assert_allclose(getattr(got, name), getattr(want, name), rtol=1e-6)
+    np.testing.assert_allclose(got.logits_block_max, want.logits_block_max, rtol=1e-6)
+    np.testing.assert_allclose(got.logits.astype(np.float32), want.logits.astype(np.float32), rtol=2**-10, atol=2**-24)
+
+
 # -- rejections ----------------------------------------------------------------------------------
 
 def test_max_sum_rejections_name_op_and_parameter(rng):

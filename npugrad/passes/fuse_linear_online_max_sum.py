@@ -112,7 +112,21 @@ def fuse(op: FusedLinearOnlineMaxSumOp, tiles: dict[str, int], e: IRBuilder, bal
     if block and v_static > 0:  # a block past V is one block of V columns: the same E and C
         block = min(block, v_static)
     if block:
-        tiles = {**tiles, "v": block * max(1, tiles["v"] // block)}
+        v_tile = block * max(1, tiles["v"] // block)
+        if v_tile > tiles["v"]:
+            # Wider than the tile chosen for the levels (B past it): as many fewer rows, and as
+            # many fewer steps of H in a chunk, so that the bt x v logits tile and the h x v
+            # weight tile (a target's accumulator and matrix operand, double-buffered) keep the
+            # sizes the tiles were chosen for; each in the same multiples (whole bytes of the
+            # bit-packed mask, whole fractals) where the chosen sizes were.
+            def narrower(n: int, unit: int) -> int:
+                fewer = n * tiles["v"] // v_tile
+                return fewer // unit * unit if n % unit == 0 and fewer >= unit else max(1, fewer)
+
+            tiles = {**tiles, "bt": narrower(tiles["bt"], 8)}
+            if "h" in tiles:
+                tiles["h"] = narrower(tiles["h"], 16)
+        tiles = {**tiles, "v": v_tile}
     x, w = op.input, op.weight
     in_t = x.type.element_type  # type: ignore[attr-defined]
     bt, h, v = e.dim(x, 0), e.dim(x, 1), e.dim(w, 0)
