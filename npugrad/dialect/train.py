@@ -18,12 +18,12 @@ effects and every list of inputs or outputs the pipeline uses come from those de
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import ClassVar
 
-import numpy as np
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     I64,
@@ -60,6 +60,12 @@ from npugrad.dialect.npu import MemorySpaceAttr
 
 MAX_RANK = 8
 REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}
+
+
+def _float32(x: float) -> float:
+    """`x` rounded to float32, the kernels' precision for hyper-parameters (without NumPy: the
+    dialects import none, tests/test_architecture.py)."""
+    return struct.unpack("f", struct.pack("f", x))[0]
 
 
 def _f64(value: float) -> FloatAttr:
@@ -760,8 +766,8 @@ class ApplyFusedEmaAdamOp(TrainOp):
         "eps": (">= 0", lambda x: x >= 0),
         # Checked as the float32 the kernel computes with (OPS.md 4.2): a beta within 2^-25 of 1 is
         # 1.0 there, and bias correction then divides by 1 - 1^k = 0 (a NaN parameter).
-        "beta1": ("in [0, 1) as a float32", lambda x: 0 <= x < 1 and np.float32(x) < 1),
-        "beta2": ("in [0, 1) as a float32", lambda x: 0 <= x < 1 and np.float32(x) < 1),
+        "beta1": ("in [0, 1) as a float32", lambda x: 0 <= x < 1 and _float32(x) < 1),
+        "beta2": ("in [0, 1) as a float32", lambda x: 0 <= x < 1 and _float32(x) < 1),
         "weight_decay": (">= 0", lambda x: x >= 0),
         "ema_decay": ("in [0, 1]", lambda x: 0 <= x <= 1),
     }
