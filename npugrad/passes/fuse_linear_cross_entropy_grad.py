@@ -58,6 +58,7 @@ from npugrad.passes.linear_nests import (
     start_accumulator,
     tile_buffer,
     token_balance,
+    within,
 )
 from npugrad.passes.source_op import record_source
 from npugrad.passes.vectorize_contractions import dot_bf16
@@ -210,7 +211,8 @@ class FuseOp(RewritePattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: FusedLinearCrossEntropyLossGradOp, rewriter: PatternRewriter) -> None:
         record_source(op, rewriter)
-        fuse(op, {**self.tiles, **(op.tiles() or {})}, IRBuilder(rewriter, op), self.wide_grad, self.balance, self.dot_bf16)
+        fuse(op, {**within(self.tiles, op), **(op.tiles() or {})}, IRBuilder(rewriter, op), self.wide_grad, self.balance,
+             self.dot_bf16)
         rewriter.erase(op)
 
 

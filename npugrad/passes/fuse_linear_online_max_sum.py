@@ -50,6 +50,7 @@ from npugrad.passes.linear_nests import (
     tile_buffer,
     token_balance,
     token_step,
+    within,
 )
 from npugrad.passes.source_op import record_source
 
@@ -192,7 +193,7 @@ class FuseOp(RewritePattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: FusedLinearOnlineMaxSumOp, rewriter: PatternRewriter) -> None:
         record_source(op, rewriter)
-        fuse(op, {**self.tiles, **(op.tiles() or {})}, IRBuilder(rewriter, op), self.balance)
+        fuse(op, {**within(self.tiles, op), **(op.tiles() or {})}, IRBuilder(rewriter, op), self.balance)
         rewriter.erase(op)
 
 
