@@ -231,7 +231,10 @@ def split(wave: scf.ForOp, target: Target, e: IRBuilder) -> None:
     used = _scratch(tokens, phases)
     assert phases is not None and used is not None
     body = tokens.body.block
-    first_tile, end_tile = tokens.lb, tokens.ub
+    # The token loop runs over tile indices (balance_blocks: step 1) or over rows in steps of
+    # the tile (balance_blocks=0): a group of `group` tiles spans `group` steps of it.
+    first_tile, end_tile, tile_step = tokens.lb, tokens.ub, tokens.step
+    step_one = isinstance(tile_step.owner, arith.ConstantOp) and tile_step.owner.value.value.data == 1  # type: ignore[attr-defined]
     gemm2 = next(o for o in phases if contraction_of(o) is Contraction.INPUT_GRAD)
     weight = gemm2.inputs[1]  # the W tile: GEMM 1's B (read transposed) and GEMM 2's
 
@@ -243,12 +246,16 @@ def split(wave: scf.ForOp, target: Target, e: IRBuilder) -> None:
     rows.name_hint = "group_rows"
     group = top.emit(arith.MaxUIOp(top.emit(arith.CeilDivUIOp(rows, top.idx(tile_rows))), top.idx(1)))
     group.name_hint = "group_tiles"
-    entries = top.emit(arith.MinUIOp(group, top.emit(arith.SubiOp(end_tile, first_tile))))
+    tiles = top.emit(arith.SubiOp(end_tile, first_tile))
+    if not step_one:
+        tiles = top.emit(arith.CeilDivUIOp(tiles, tile_step))
+    entries = top.emit(arith.MinUIOp(group, tiles))
     entries.name_hint = "stash_tiles"
+    span = group if step_one else top.emit(arith.MuliOp(group, tile_step))  # the group's extent in the loop's units
 
-    g0, inner = _surround(tokens, e, end_tile, first_tile, group)
+    g0, inner = _surround(tokens, e, end_tile, first_tile, span)
     g0.name_hint = "group_start"
-    g1 = inner.emit(arith.MinUIOp(inner.emit(arith.AddiOp(g0, group)), end_tile))
+    g1 = inner.emit(arith.MinUIOp(inner.emit(arith.AddiOp(g0, span)), end_tile))
     tokens.operands = [g0, g1, *tokens.operands[2:]]
     e.modified(tokens)
     # The scratch more than one phase uses gets a stash entry per tile of the group.
@@ -266,7 +273,10 @@ def split(wave: scf.ForOp, target: Target, e: IRBuilder) -> None:
         stash, n = stashes[view.source.owner]
         at = e.at(view)
         if entry is None:
-            entry = e.at(body.first_op).emit(arith.SubiOp(body.args[0], g0))
+            at_first = e.at(body.first_op)
+            entry = at_first.emit(arith.SubiOp(body.args[0], g0))
+            if not step_one:
+                entry = at_first.emit(arith.DivUIOp(entry, tile_step))
             entry.name_hint = "stash_entry"
         offsets = mixed_offsets(view)
         row = at.emit(arith.MuliOp(entry, at.idx(n)))
