@@ -356,6 +356,29 @@ def test_verify_diagnostics_fails_when_an_expected_error_is_missing(tmp_path):
     )
 
 
+@pytest.mark.parametrize("directive", ["expected-error @+1", "expected-error@below", "expected-error @below"])
+def test_verify_diagnostics_reads_mlirs_other_forms(tmp_path, directive):
+    """MLIR's `@below` and a space before the `@` (found by a probe: they were dropped, so a
+    negative test passed checking nothing)."""
+    annotation = EXPECTED.replace("expected-error@+1", directive)
+    assert run("npugrad-opt", write(tmp_path, _annotated(bce(m="15"), annotation)), "--verify-diagnostics").returncode == 0
+    result = run("npugrad-opt", write(tmp_path, _annotated(bce(), annotation)), "--verify-diagnostics")
+    assert result.returncode == 1 and "was not produced" in result.stderr
+
+
+def test_verify_diagnostics_reads_above(tmp_path):
+    text = bce(m="15").splitlines(keepends=True)
+    path = write(tmp_path, "".join(text[:2] + [EXPECTED.replace("@+1", "@above")] + text[2:]))
+    assert run("npugrad-opt", path, "--verify-diagnostics").returncode == 0
+
+
+@pytest.mark.parametrize("directive", ["expected-warning", "expected-error-re", "expected-remark@+1"])
+def test_verify_diagnostics_rejects_a_directive_it_does_not_check(tmp_path, directive):
+    path = write(tmp_path, _annotated(bce(), EXPECTED.replace("expected-error@+1", directive)))
+    result = run("npugrad-opt", path, "--verify-diagnostics")
+    assert result.returncode == 1 and f"{path}:2: error: npugrad-opt checks only" in result.stderr
+
+
 def test_verify_diagnostics_fails_on_an_unexpected_error(tmp_path):
     path = write(tmp_path, bce(m="15"))
     result = run("npugrad-opt", path, "--verify-diagnostics")

@@ -41,7 +41,12 @@ from npugrad.targets import get as get_target
 # What only some invocations need (running a module, the report, the harness: the runtime,
 # llvmlite, the analyses) is imported where it is used: every lit RUN line is a fresh process.
 
-EXPECTED = re.compile(r"//\s*expected-error(?:@([+-]\d+))?\s*\{\{(.*?)\}\}")
+# MLIR's forms (mlir/lib/IR/Diagnostics.cpp): `expected-error {{...}}` on its own line,
+# `@+N` / `@-N` lines below or above, `@below` / `@above` the next or previous line that is no
+# `expected-` directive; a space may come before the `@`.
+EXPECTED = re.compile(r"//\s*expected-error\s*(?:@\s*([+-]\d+|above|below))?\s*\{\{(.*?)\}\}")
+# Any `expected-` directive: one EXPECTED does not read is an error, never no expectation at all.
+DIRECTIVE = re.compile(r"//\s*expected-[a-z-]*\s*(?:@|\{\{)")
 
 
 class NpugradOptMain(xDSLOptMain):
@@ -382,9 +387,23 @@ def _passes_help() -> str:
 def _check_expected(text: str, diagnostics: list[Diagnostic], name: str) -> bool:
     """MLIR's -verify-diagnostics: every `expected-error` is produced on its line, and no other."""
     expected = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        for m in EXPECTED.finditer(line):
-            expected.append([number + int(m.group(1) or 0), m.group(2), False])
+    lines = text.splitlines()
+    plain = [n for n, line in enumerate(lines, start=1) if not DIRECTIVE.search(line)]  # lines @above/@below name
+    for number, line in enumerate(lines, start=1):
+        found = list(EXPECTED.finditer(line))
+        if len(found) != len(DIRECTIVE.findall(line)):
+            print(f"{name}:{number}: error: npugrad-opt checks only `// expected-error[@+N|@-N|@above|@below] "
+                  "{{message}}`: this directive would check nothing", file=sys.stderr)
+            return False
+        for m in found:
+            at = m.group(1) or "+0"
+            if at == "below":
+                target = next((n for n in plain if n > number), None)
+            elif at == "above":
+                target = next((n for n in reversed(plain) if n < number), None)
+            else:
+                target = number + int(at)
+            expected.append([target, m.group(2), False])
     ok = True
     for d in diagnostics:
         match = next((e for e in expected if not e[2] and e[0] == d.line and e[1] in d.message), None)
