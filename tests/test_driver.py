@@ -493,3 +493,35 @@ func.func private @declared(memref<4xf32>)
     assert sorted(f.sym_name.data for f in defined_functions(module)) == ["entry", "helper"]
     assert "func.func private @declared" in str(module)
     module.verify()
+
+
+_SOURCED = ('func.func @f(%x: memref<8xf32>, %y: memref<8xf32>, %d: memref<1xf32>, %dx: memref<8xf32>) attributes '
+            '{{train.source = #train.source<"train.binary_cross_entropy_grad", {{reduction = 1 : i64}}, {{{roles}}}>}} {{\n'
+            '  func.return\n}}\n')
+
+
+@pytest.mark.parametrize("roles, words", [
+    ("input_x = 0 : i64", "gives no argument for operand(s) 'input_y', 'dloss', 'dx'"),
+    ("input_x = 0, input_y = 1, dloss = 2, dx = 3, input_z = 1 : i64", "names operand(s) 'input_z' the op does not have"),
+    ("input_x = 0, input_y = 1, dloss = 2, dx = 9 : i64", "argument position(s) {'dx': 9} past the function's 4 arguments"),
+])
+def test_run_a_malformed_train_source_is_a_located_error(tmp_path, roles, words):
+    """`--stage run` reads the op a function computes from its #train.source: a role naming no
+    operand, a missing one or a position past the arguments was an internal error (KeyError,
+    IndexError) with exit 2 (found by a probe)."""
+    path = write(tmp_path, _SOURCED.format(roles=roles))
+    result = run("npugrad-opt", path, "--stage", "run")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"{path}:1:1: error: @f: train.source<\"train.binary_cross_entropy_grad\">" in result.stderr
+    assert words in result.stderr, result.stderr
+
+
+def test_help_lists_a_pass_option_without_a_help_entry(monkeypatch):
+    """extending.md's pass with an option (`factor`) registered by its one _PASSES line made
+    --help an internal error (KeyError: 'factor'); the option is listed with a pointer instead."""
+    from npugrad.passes import OPTION_HELP
+    from npugrad.tools import opt
+
+    name = next(iter(OPTION_HELP))
+    monkeypatch.delitem(OPTION_HELP, name)
+    assert f"{name}=" in opt._passes_help() and "no entry in npugrad/passes/__init__.py" in opt._passes_help()

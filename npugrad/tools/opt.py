@@ -380,7 +380,8 @@ def _passes_help() -> str:
         lines.append(f"  {name}")
         lines += textwrap.wrap(summary, 96, initial_indent="      ", subsequent_indent="      ")
         for f in dataclasses.fields(cls):
-            lines.append(f"      {f.name}={f.default}: {OPTION_HELP[f.name]}")
+            meaning = OPTION_HELP.get(f.name, "(no entry in npugrad/passes/__init__.py: OPTION_HELP)")
+            lines.append(f"      {f.name}={f.default}: {meaning}")
     return "\n".join(lines)
 
 

@@ -17,6 +17,7 @@ import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, SymbolRefAttr
 from xdsl.ir import Operation
+from xdsl.irdl import OptOperandDef
 
 from npugrad.dialect import TrainOp
 from npugrad.dialect.attributes import SOURCE
@@ -98,7 +99,20 @@ def _source_op(f: func.FuncOp) -> tuple[TrainOp, dict[str, int]] | None:
         raise RunError(f"@{f.sym_name.data}: train.source: {e.args[0]}", f) from None
     # The op without its operands: enough for its name, properties, checks and reference.
     op = op_cls.create(properties=dict(source.properties.data))
-    return op, source.arguments()
+    roles, names, arity = source.arguments(), op_cls.operand_names(), len(f.body.block.args)
+    where = f"@{f.sym_name.data}: train.source<\"{op_cls.name}\">"
+    unknown = [n for n in roles if n not in names]
+    if unknown:
+        raise RunError(f"{where} names operand(s) {', '.join(map(repr, unknown))} the op does not have "
+                       f"(it has: {', '.join(names)})", f)
+    optional = {n for n, d in op_cls.get_irdl_definition().operands if isinstance(d, OptOperandDef)}
+    missing = [n for n in names if n not in roles and n not in optional]
+    if missing:
+        raise RunError(f"{where} gives no argument for operand(s) {', '.join(map(repr, missing))}", f)
+    outside = {n: i for n, i in roles.items() if not 0 <= i < arity}
+    if outside:
+        raise RunError(f"{where}: argument position(s) {outside} past the function's {arity} arguments", f)
+    return op, roles
 
 
 def _check_sizes(f: func.FuncOp, specs: list[MemRefSpec]) -> None:
