@@ -289,8 +289,9 @@ class NpugradOptMain(xDSLOptMain):
         pipeline = self._pipeline()
         last = "asm" if stage == "run" else stage
         source = shlex.quote(self.args.input_file or "-")
-        options = f" --target {shlex.quote(self.args.target)}" if self.args.target else ""
-        commands = [f"npugrad-opt {source}{options} -p {shlex.quote(pipeline.xdsl_pipeline(last))}",
+        # The passes carry the target as their own option: no --target, which xdsl-opt reads as
+        # its output format (the README's `xdsl-opt -p` replay of this line).
+        commands = [f"npugrad-opt {source} -p {shlex.quote(pipeline.xdsl_pipeline(last))}",
                     *pipeline.upstream_commands(last)]
         return " \\\n  | ".join(commands) + "\n"
 

@@ -10,6 +10,10 @@
 // RUN: npugrad-opt %s -p 'fuse-linear-online-max-sum{cpu="%inputs/avx2.toml" balance_blocks=1},fuse-linear-cross-entropy-grad{cpu="%inputs/avx2.toml" wide_grad=true balance_blocks=1},distribute-over-cores,convert-train-to-loops,lower-npu-to-cpu' > %t.p
 // RUN: npugrad-opt %s --stage loops --cpu %inputs/avx2.toml > %t.stage
 // RUN: diff %t.p %t.stage
+// The printed line with a target, as printed (no --target: xdsl-opt reads -t as its output format):
+// RUN: npugrad-opt %s -p 'choose-tile-sizes{target="npu-a2"},fuse-linear-online-max-sum,fuse-linear-cross-entropy-grad,tile-for-target{target="npu-a2"},check-capacity{target="npu-a2"}' > %t.tp
+// RUN: npugrad-opt %s --stage tiled --target npu-a2 > %t.tstage
+// RUN: diff %t.tp %t.tstage
 
 // TRAIN: npugrad-opt {{.*}}print-pipeline.mlir -p ''
 // TRAIN-NOT: |
@@ -20,7 +24,7 @@
 // LOOPS: npugrad-opt {{.*}}print-pipeline.mlir -p 'fuse-linear-online-max-sum{balance_blocks=[[CORES:[1-9][0-9]*]]},fuse-linear-cross-entropy-grad{wide_grad=true balance_blocks=[[CORES]]},distribute-over-cores,convert-train-to-loops,lower-npu-to-cpu'{{$}}
 // LOOPS-NOT: mlir-opt
 
-// TILED: npugrad-opt {{.*}} --target npu-a2 -p 'choose-tile-sizes{target="npu-a2"},fuse-linear-online-max-sum,fuse-linear-cross-entropy-grad,tile-for-target{target="npu-a2"},check-capacity{target="npu-a2"}'{{$}}
+// TILED: npugrad-opt {{.*}}print-pipeline.mlir -p 'choose-tile-sizes{target="npu-a2"},fuse-linear-online-max-sum,fuse-linear-cross-entropy-grad,tile-for-target{target="npu-a2"},check-capacity{target="npu-a2"}'{{$}}
 
 // --no-fuse leaves the fusions out; the upstream part is the bindings' pipeline as mlir-opt takes it.
 // IR: npugrad-opt {{.*}} -p distribute-over-cores,convert-train-to-loops,lower-npu-to-cpu,vectorize-contractions,vectorize-elementwise-loops,convert-linalg-to-loops \
