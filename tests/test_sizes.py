@@ -87,13 +87,22 @@ def test_npugrad_opt_run_reports_an_unallocatable_argument_at_its_function(tmp_p
         assert word in m.group(1), f"{word!r} not in {first!r}"
 
 
+def _in_3_gib(child: str) -> subprocess.CompletedProcess:
+    """`python -c child` in a process limited to 3 GiB of address space (as containers and batch
+    systems limit them)."""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+    return subprocess.run([sys.executable, "-c", child], preexec_fn=limit, capture_output=True, text=True, timeout=600)
+
+
 def test_a_kernel_scratch_the_process_cannot_have_is_an_error_before_the_launch():
     """The embedding gradient's counting sort holds 8 bytes per index entry in the kernel: 2^29
     zero-stride entries (inputs of a few bytes, an output of 4) need 4 GiB a thread. In a process
     limited to 3 GiB of address space the kernel's malloc returned NULL and the kernel stored
     through it (SIGSEGV); now the call reserves it first and raises (found by a probe)."""
-    import resource
-
     child = (
         "import numpy as np\n"
         "from npugrad import ops\n"
@@ -106,11 +115,7 @@ def test_a_kernel_scratch_the_process_cannot_have_is_an_error_before_the_launch(
         "except (MemoryError, ValueError) as e:\n"
         "    print(type(e).__name__, e)\n"
     )
-
-    def limit():
-        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
-
-    r = subprocess.run([sys.executable, "-c", child], preexec_fn=limit, capture_output=True, text=True, timeout=600)
+    r = _in_3_gib(child)
     assert r.returncode == 0, r.stderr[-2000:]
     assert re.match(r"(MemoryError|SignatureError) embedding_dense_backward: parameter 'indices' \(536870912 entries\) "
                     r"needs \d+\.\d\d GiB of scratch memory", r.stdout), r.stdout
@@ -120,8 +125,6 @@ def test_a_failed_kernel_malloc_stops_with_a_message_not_a_segfault():
     """A kernel cannot return an error: a malloc that fails inside it (no reservation before the
     launch covers it) now prints what happened and aborts, where it used to store through NULL.
     The runtime's allocator, called directly with more than the address space allows."""
-    import resource
-
     child = (
         "import ctypes\n"
         "import llvmlite.binding as llvm\n"
@@ -132,10 +135,6 @@ def test_a_failed_kernel_malloc_stops_with_a_message_not_a_segfault():
         "print(alloc(1 << 20) is not None, flush=True)\n"
         "alloc(1 << 40)\n"
     )
-
-    def limit():
-        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
-
-    r = subprocess.run([sys.executable, "-c", child], preexec_fn=limit, capture_output=True, text=True, timeout=600)
+    r = _in_3_gib(child)
     assert r.stdout.strip() == "True", (r.stdout, r.stderr[-2000:])
     assert r.returncode == -6 and "could not allocate its scratch memory" in r.stderr, (r.returncode, r.stderr[-2000:])
