@@ -1,7 +1,9 @@
 """Outputs the API allocates come zeroed (np.zeros: pages the system zeroes as they are first
 touched), and the kernels of the ops whose output is mostly zeros are told so (`out_zeroed`):
 nll_loss_backward then writes only the samples' elements, embedding_dense_backward only the rows
-some index names. A caller's `out=` holds whatever it holds and is written everywhere."""
+some index names. A caller's `out=` holds whatever it holds and is written everywhere, and so is
+an allocated output large enough for the output pool (runtime/memory.py): it may be memory an
+earlier output left, whatever that held."""
 
 import numpy as np
 import pytest
@@ -123,3 +125,28 @@ def test_embedding_kernel_writes_only_the_named_rows_of_an_allocated_out(rng, th
     want = harness.expected(EMB, a, props)["out"]
     np.testing.assert_array_equal(got[named], want[named])
     assert np.isnan(got[~named]).all()
+
+
+@pytest.mark.parametrize("op", [NLL, EMB])
+def test_a_pooled_allocated_out_is_written_everywhere(rng, threads, op):
+    """An allocated output of the output pool's size reuses the memory of one that died (here
+    full of NaN): its kernel is not told out_zeroed and writes every zero itself."""
+    from npugrad.runtime import memory
+
+    if memory.limit() == 0:
+        pytest.skip("NPUGRAD_OUTPUT_POOL=0: allocated outputs are np.zeros")
+    if op == NLL:
+        a, props, _ = _nll(rng, 3000, 400, np.dtype(np.float32), 1)  # 4.6 MB of out
+        shape, call = (3000, 400), lambda: _call_nll(a, props)
+    else:
+        a, props, _ = _emb(rng, 3000, 64, 20000, np.dtype(np.float32), padding_idx=4)  # 5.1 MB
+        shape, call = (20000, 64), lambda: _call_emb(a, props)
+    assert common.Planned(shape, np.dtype(np.float32), "").nbytes >= memory.MIN_BYTES
+    memory.release()
+    dead = memory.empty(shape, np.float32)
+    dead.fill(np.nan)
+    del dead  # its block goes back to the pool, NaN and all
+    assert memory.kept_bytes() > 0
+    got = call()
+    assert memory.kept_bytes() == 0  # the output took that block
+    np.testing.assert_array_equal(got, harness.expected(op, a, props)["out"])
