@@ -5,11 +5,12 @@ from npugrad.ir.builder import IRBuilder, index
 from npugrad.ir.queries import (
     defined_functions,
     enclosing_function,
+    integer_constant,
     iterator_kinds,
     operand_dims,
     static_shape,
     unit_innermost_stride,
 )
 
-__all__ = ["IRBuilder", "defined_functions", "enclosing_function", "index", "iterator_kinds", "operand_dims", "static_shape",
-           "unit_innermost_stride"]
+__all__ = ["IRBuilder", "defined_functions", "enclosing_function", "index", "integer_constant", "iterator_kinds",
+           "operand_dims", "static_shape", "unit_innermost_stride"]

@@ -1,17 +1,25 @@
 """Questions passes ask of the IR: which functions have a body, where an op's function is, what a
-memref type says about its layout and shape."""
+memref type says about its layout and shape, which values are integer constants."""
 
 from __future__ import annotations
 
-from xdsl.dialects import func
-from xdsl.dialects.builtin import DYNAMIC_INDEX, MemRefType, ModuleOp, NoneAttr, StridedLayoutAttr
-from xdsl.ir import Operation
+from xdsl.dialects import arith, func
+from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerAttr, MemRefType, ModuleOp, NoneAttr, StridedLayoutAttr
+from xdsl.ir import Operation, SSAValue
 
 
 def unit_innermost_stride(t: MemRefType) -> bool:
     """The innermost dimension is contiguous (identity layout, or a strided one whose last stride is 1)."""
     layout = t.layout
     return isinstance(layout, NoneAttr) or (isinstance(layout, StridedLayoutAttr) and layout.get_strides()[-1] == 1)
+
+
+def integer_constant(value: SSAValue) -> int | None:
+    """The value of an integer (or index) arith.constant, else None."""
+    owner = value.owner
+    if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, IntegerAttr):
+        return owner.value.value.data
+    return None
 
 
 def operand_dims(gen) -> list[list[int]]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 import numbers
 import operator
-import os
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -209,15 +208,8 @@ def output(op: str, name: str, given, shape, dtype, sized_by: str = "") -> np.nd
     return as_input(op, name, given)  # the alignment check
 
 
-def _memory_bytes() -> int:
-    """This machine's physical memory: an output larger than that can never be written."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 1 << 48
-
-
-MEMORY_BYTES = _memory_bytes()
+# This machine's physical memory: an output larger than that can never be written.
+MEMORY_BYTES = memory.machine_bytes() or 1 << 48
 
 
 def human_bytes(n: int) -> str:

@@ -5,8 +5,17 @@ from __future__ import annotations
 import numpy as np
 
 from npugrad.dialect import EmbeddingDenseBackwardOp
-from npugrad.ops.common import (all_in_range, allocate, as_input, flag, integer, output, plan_zeroed, reject_overlap,
-                                reserve_scratch)
+from npugrad.ops.common import (
+    all_in_range,
+    allocate,
+    as_input,
+    flag,
+    integer,
+    output,
+    plan_zeroed,
+    reject_overlap,
+    reserve_scratch,
+)
 from npugrad.runtime import pool
 from npugrad.runtime.launch import Call, check, two_phase
 

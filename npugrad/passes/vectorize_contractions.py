@@ -103,7 +103,7 @@ from xdsl.rewriter import InsertPoint
 
 from npugrad.dialect.attributes import CONTRACTION
 from npugrad.dialect.upstream import LOOP_ANNOTATION, DotBF16Op, LoopAnnotationAttr, PrefetchOp
-from npugrad.ir import IRBuilder, enclosing_function, iterator_kinds, unit_innermost_stride
+from npugrad.ir import IRBuilder, enclosing_function, integer_constant, iterator_kinds, unit_innermost_stride
 from npugrad.targets import Target, get
 
 _OPERAND_TYPES = (f32, f16, bf16)
@@ -900,8 +900,7 @@ def _whole_columns(view: memref.SubviewOp, base: SSAValue) -> bool:
     size = view.sizes[-1].owner
     if not isinstance(size, memref.DimOp) or view_root(size.source) is not view_root(base):
         return False
-    index = size.index.owner
-    return isinstance(index, arith.ConstantOp) and index.value.value.data == 1  # type: ignore[attr-defined]
+    return integer_constant(size.index) == 1
 
 
 def invariant_rows(gen: GenericOp) -> tuple[scf.ForOp, SSAValue, SSAValue] | None:

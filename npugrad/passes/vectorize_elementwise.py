@@ -123,7 +123,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from npugrad.dialect.attributes import VECTORIZED
 from npugrad.dialect.upstream import LOOP_ANNOTATION, PrefetchOp
-from npugrad.ir import IRBuilder, unit_innermost_stride
+from npugrad.ir import IRBuilder, integer_constant, unit_innermost_stride
 from npugrad.ir.builder import labelled_location
 from npugrad.lowering.fills import store_fence, streaming_store
 from npugrad.passes.vectorize_contractions import line_bytes
@@ -134,16 +134,8 @@ _LANE_ELEMENTS = (*_MEMORY_ELEMENTS, IntegerType(1))
 index = IndexType()
 
 
-def _constant(value: SSAValue) -> int | None:
-    """The value of an integer constant, else None."""
-    owner = value.owner
-    if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, IntegerAttr):
-        return owner.value.value.data
-    return None
-
-
 def _is_constant_one(value: SSAValue) -> bool:
-    return _constant(value) == 1
+    return integer_constant(value) == 1
 
 
 def _contiguous(ref: SSAValue) -> bool:
@@ -538,7 +530,7 @@ class VectorizeLoop(RewritePattern):
         store = _streamed_store(loop, self.line) if self.stream_bytes else None
         width = 0 if store is None else _element_bytes(store.value.type) or 0
         if store is not None:
-            known = [(_constant(f.lb), _constant(f.ub), _constant(f.step)) for f in [loop, *_nest(loop)]]
+            known = [(integer_constant(f.lb), integer_constant(f.ub), integer_constant(f.step)) for f in [loop, *_nest(loop)]]
             if all(None not in k for k in known):
                 total = math.prod(-(-max(ub - lb, 0) // step) for lb, ub, step in known)  # type: ignore[operator]
                 if total * width < self.stream_bytes:

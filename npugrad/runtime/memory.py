@@ -42,12 +42,16 @@ from npugrad.targets.target import size_bytes
 MIN_BYTES = 4 << 20  # below this, malloc's free lists reuse memory already (NumPy's huge-page threshold too)
 
 
-def _default_limit() -> int:
+def machine_bytes() -> int | None:
+    """This machine's physical memory, or None where the system does not say."""
     try:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
-        memory = 8 << 30
-    return min(1 << 30, memory // 8)
+        return None
+
+
+def _default_limit() -> int:
+    return min(1 << 30, (machine_bytes() or 8 << 30) // 8)
 
 
 def limit() -> int:

@@ -87,7 +87,7 @@ from npugrad.dialect.npu import (
     element_bytes,
     local_type,
 )
-from npugrad.ir import IRBuilder, enclosing_function
+from npugrad.ir import IRBuilder, enclosing_function, integer_constant
 from npugrad.passes.tiling import flce_groups, flce_phased
 from npugrad.passes.tiling.blocks import (
     TokenLoop,
@@ -144,7 +144,7 @@ def spread(loop: scf.ForOp, bid, nblk, e: IRBuilder) -> None:
     """for i = lb to ub step s  →  for i = lb + bid·s to ub step nblk·s (block-cyclic tiles)."""
     e = e.at(loop)
     first = e.emit(arith.MuliOp(bid, loop.step))
-    starts_at_zero = isinstance(loop.lb.owner, arith.ConstantOp) and loop.lb.owner.value.value.data == 0
+    starts_at_zero = integer_constant(loop.lb) == 0
     lb = first if starts_at_zero else e.emit(arith.AddiOp(loop.lb, first))
     step = e.emit(arith.MuliOp(nblk, loop.step))
     loop.operands = [lb, loop.ub, step, *loop.iter_args]

@@ -57,7 +57,7 @@ from xdsl.rewriter import InsertPoint
 
 from npugrad.dialect.attributes import ROLE, Contraction, NestRole
 from npugrad.dialect.npu import WaitFlagOp, element_bytes
-from npugrad.ir import IRBuilder
+from npugrad.ir import IRBuilder, integer_constant
 from npugrad.passes.tiling.blocks import body_closure, contraction_of, mixed_offsets, mixed_sizes, nest_role
 from npugrad.passes.vectorize_contractions import kernel_chunk, line_bytes, summing_chunk, view_root
 from npugrad.targets import Target
@@ -234,7 +234,7 @@ def split(wave: scf.ForOp, target: Target, e: IRBuilder) -> None:
     # The token loop runs over tile indices (balance_blocks: step 1) or over rows in steps of
     # the tile (balance_blocks=0): a group of `group` tiles spans `group` steps of it.
     first_tile, end_tile, tile_step = tokens.lb, tokens.ub, tokens.step
-    step_one = isinstance(tile_step.owner, arith.ConstantOp) and tile_step.owner.value.value.data == 1  # type: ignore[attr-defined]
+    step_one = integer_constant(tile_step) == 1
     gemm2 = next(o for o in phases if contraction_of(o) is Contraction.INPUT_GRAD)
     weight = gemm2.inputs[1]  # the W tile: GEMM 1's B (read transposed) and GEMM 2's
 
