@@ -198,6 +198,52 @@ def test_linear_cross_entropy_matches_pytorch_in_float32(reduction, dtype):
     assert torch.all(dx[[3, 9]] == 0)
 
 
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("label_smoothing, z_loss, softcap", [(0.1, 0, 0), (0, 1e-2, 0), (0, 0, 4.0), (0.2, 1e-2, 3.0),
+                                                               (1.0, 0, 0)])
+def test_linear_cross_entropy_extensions_match_pytorch(label_smoothing, z_loss, softcap, dtype, reduction):
+    """FORWARD.md §4's extensions: F.cross_entropy(softcap(X·Wᵀ), label_smoothing=α) + λ·lse² per
+    counted token, loss and both gradients as PyTorch's autograd of that (float32: to float32
+    rounding; bfloat16: two ulps of it, the kernel rounding G and its results), ignored rows 0."""
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(70, 24, generator=g).to(dtype).requires_grad_()
+    w = (torch.randn(300, 24, generator=g) * 0.5).to(dtype).requires_grad_()
+    target = torch.randint(0, 300, (70,), generator=g)
+    target[[3, 9]] = -100
+    ours = nt.linear_cross_entropy(x, w, target, reduction=reduction, label_smoothing=label_smoothing,
+                                   z_loss=z_loss, softcap=softcap)
+    xf, wf = x.detach().float().requires_grad_(), w.detach().float().requires_grad_()
+    z = xf @ wf.T
+    if softcap:
+        z = softcap * torch.tanh(z / softcap)
+    counted = target != -100
+    per_token = (F.cross_entropy(z, target, reduction="none", label_smoothing=label_smoothing)
+                 + z_loss * torch.logsumexp(z, 1) ** 2 * counted)
+    theirs = {"none": per_token, "sum": per_token.sum(), "mean": per_token.sum() / counted.sum()}[reduction]
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+    upstream = torch.randn(ours.shape, generator=g)
+    dx, dw = _grads((ours * upstream).sum(), (x, w))
+    dxf, dwf = _grads((theirs * upstream).sum(), (xf, wf))
+    tol = 2e-5 if dtype == torch.float32 else 1.6e-2
+    for ours_grad, exact in ((dx, dxf), (dw, dwf)):
+        assert ours_grad.dtype == dtype
+        assert (ours_grad.float() - exact).abs().max() <= tol * exact.abs().max()
+    assert torch.all(dx[[3, 9]] == 0)
+
+
+@pytest.mark.parametrize("name, value, match", [
+    ("label_smoothing", 1.5, "must be in \\[0, 1\\], got 1.5"), ("label_smoothing", -0.1, "must be in"),
+    ("z_loss", -1.0, "must be >= 0"), ("softcap", -2.0, "must be >= 0"), ("softcap", float("nan"), "must be a finite real number"),
+    ("z_loss", "0.1", "must be a real number"),
+])
+def test_linear_cross_entropy_rejects_an_extension_out_of_range_before_any_kernel(name, value, match):
+    x = torch.randn(5, 8, requires_grad=True)
+    w = torch.randn(30, 8, requires_grad=True)
+    with pytest.raises((ValueError, TypeError), match=f"^linear_cross_entropy: parameter '{name}' {match}"):
+        nt.linear_cross_entropy(x, w, torch.tensor([0, 1, 2, 3, 4]), **{name: value})
+
+
 @pytest.mark.parametrize("shape", [(5,), (1, 9), (17, 1)], ids=str)
 def test_binary_cross_entropy_broadcasts_its_weight_as_pytorch_does(shape):
     """F.binary_cross_entropy expands `weight` to the target's shape (one weight per class, per
@@ -434,7 +480,10 @@ def test_the_keywords_of_torch_nn_functional_are_taken_as_there():
     ("nll_loss", lambda: (torch.randn(7, 11).log_softmax(1).requires_grad_(), torch.randint(0, 11, (7,)), None, 1, -100)),
     ("embedding", lambda: (torch.randn(20, 8, requires_grad=True), torch.randint(0, 20, (4, 6)), -1, False)),
     ("linear_cross_entropy", lambda: (torch.randn(33, 16).bfloat16().requires_grad_(),
-                                      torch.randn(200, 16).bfloat16().requires_grad_(), torch.randint(0, 200, (33,)), -100)),
+                                      torch.randn(200, 16).bfloat16().requires_grad_(), torch.randint(0, 200, (33,)), -100,
+                                      0.0, 0.0, 0.0)),
+    ("linear_cross_entropy", lambda: (torch.randn(33, 16).requires_grad_(), torch.randn(200, 16).requires_grad_(),
+                                      torch.randint(0, 200, (33,)), -100, 0.1, 1e-3, 5.0)),
 ])
 def test_the_losses_and_layers_pass_opcheck(op, args):
     opcheck(getattr(torch.ops.npugrad, op).default, args())

@@ -185,15 +185,7 @@ def linear_cross_entropy(input, weight, target, *, shards: int | None = None, ig
         raise (SignatureTypeError if not isinstance(reduction, str) else SignatureError)(
             f"{OP}: parameter 'reduction' must be one of {', '.join(map(repr, REDUCTIONS))}, got {reduction!r}")
     ignore = integer(OP, "ignore_index", ignore_index)
-    alpha = real(OP, "label_smoothing", label_smoothing)
-    zl = real(OP, "z_loss", z_loss, float32=True)
-    cap = real(OP, "softcap", softcap, float32=True)
-    # The options' ranges here, not in the kernels that take them: the loss kernel, which checks
-    # label_smoothing and z_loss, runs after the forward ones.
-    for name, value in (("label_smoothing", alpha), ("z_loss", zl), ("softcap", cap)):
-        if value < 0 or (name == "label_smoothing" and value > 1):
-            bound = "in [0, 1]" if name == "label_smoothing" else ">= 0 (0: off)"
-            raise SignatureError(f"{OP}: parameter '{name}' must be {bound}, got {value}")
+    alpha, zl, cap = loss_options(OP, label_smoothing, z_loss, softcap)
     want_grad = flag(OP, "compute_grad", compute_grad)
     chunk = None if chunk_rows is None else integer(OP, "chunk_rows", chunk_rows, "a non-negative integer", 0)
     group = group if group is not None else InProcess()
@@ -261,6 +253,21 @@ def linear_cross_entropy(input, weight, target, *, shards: int | None = None, ig
         dx[rows] = dx_c
     dw = np.concatenate(dws) if joined and len(dws) > 1 else (dws[0] if joined else dws)
     return LinearCrossEntropy(loss, dx, dw)
+
+
+def loss_options(op: str, label_smoothing, z_loss, softcap) -> tuple[float, float, float]:
+    """(α, λ, c): the loss extensions (FORWARD.md §4) as floats in their ranges, label_smoothing
+    in [0, 1], z_loss and softcap >= 0 (float32-finite), or an error naming `op` and the
+    parameter. Checked before any kernel runs: the loss kernel, which checks label_smoothing
+    and z_loss itself, runs after the forward ones."""
+    alpha = real(op, "label_smoothing", label_smoothing)
+    zl = real(op, "z_loss", z_loss, float32=True)
+    cap = real(op, "softcap", softcap, float32=True)
+    for name, value in (("label_smoothing", alpha), ("z_loss", zl), ("softcap", cap)):
+        if value < 0 or (name == "label_smoothing" and value > 1):
+            bound = "in [0, 1]" if name == "label_smoothing" else ">= 0 (0: off)"
+            raise SignatureError(f"{op}: parameter '{name}' must be {bound}, got {value}")
+    return alpha, zl, cap
 
 
 def _row_weights(grad_output, count: int) -> np.ndarray:

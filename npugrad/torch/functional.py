@@ -11,7 +11,7 @@ with its autograd formula registered.
 | binary_cross_entropy(input, target, weight, reduction) | aten.binary_cross_entropy | binary_cross_entropy_grad |
 | nll_loss(input, target, weight, ignore_index, reduction) | aten.nll_loss_forward | nll_loss_backward |
 | embedding(input, weight, padding_idx, scale_grad_by_freq) | aten.embedding | embedding_dense_backward |
-| linear_cross_entropy(input, weight, target, ignore_index, reduction) | fused_linear_online_max_sum, fused_cross_entropy_loss_with_max_sum | fused_linear_cross_entropy_loss_grad (memory-saving mode) |
+| linear_cross_entropy(input, weight, target, ignore_index, reduction, label_smoothing, z_loss, softcap) | fused_linear_online_max_sum, fused_cross_entropy_loss_with_max_sum | fused_linear_cross_entropy_loss_grad (memory-saving mode) |
 
 Gradients flow where PyTorch's do: BCE to `input` (the kernel) and to a floating `target`
 (ATen's formula, −weight·logit(input), an elementwise product in PyTorch), NLL to `input`, the
@@ -37,6 +37,7 @@ import torch
 from torch import Tensor
 
 from npugrad.ops.common import REDUCTION_MEAN, REDUCTION_NONE, REDUCTION_SUM
+from npugrad.ops.loss import loss_options
 from npugrad.torch.kernels import KERNELS
 
 K = torch.ops.npugrad
@@ -250,55 +251,68 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, sca
 
 
 @torch.library.custom_op("npugrad::linear_cross_entropy", mutates_args=())
-def _linear_cross_entropy(input: Tensor, weight: Tensor, target: Tensor,
-                          ignore_index: int) -> tuple[Tensor, Tensor, Tensor]:
+def _linear_cross_entropy(input: Tensor, weight: Tensor, target: Tensor, ignore_index: int,
+                          label_smoothing: float, z_loss: float, softcap: float) -> tuple[Tensor, Tensor, Tensor]:
     """Per-token loss, logits' max and sum of exp(logit − max), all float32 (BT,): the forward
-    kernels on one shard holding the whole vocabulary (its max, sum and target logit are the
-    global ones). Ignored rows are computed with target 0 (their statistics stay finite for the
-    backward) and their loss is 0."""
+    kernels on one shard holding the whole vocabulary (its max, sum, target logit and sum of
+    logits are the global ones), the statistics of softcap(X·Wᵀ). Ignored rows are computed with
+    target 0 (their statistics stay finite for the backward) and their loss is 0."""
     ignored = target == ignore_index
-    stats = K.fused_linear_online_max_sum(input, weight, torch.where(ignored, 0, target), 0, weight.shape[0])
-    maxes, sums, predicted = stats[0], stats[1], stats[2]
-    loss, _ = K.fused_cross_entropy_loss_with_max_sum(maxes, sums, predicted, target=target, ignore_index=ignore_index)
+    v = weight.shape[0]
+    stats = K.fused_linear_online_max_sum(input, weight, torch.where(ignored, 0, target), 0, v, softcap=softcap,
+                                          return_sum_logits=label_smoothing > 0)
+    maxes, sums, predicted, sum_logits = stats[0], stats[1], stats[2], stats[6]
+    loss, _ = K.fused_cross_entropy_loss_with_max_sum(maxes, sums, predicted, label_smoothing, None, sum_logits,
+                                                     target, vocab_size=v if label_smoothing > 0 else 0,
+                                                     z_loss=z_loss, ignore_index=ignore_index)
     return loss, maxes, sums
 
 
 @_linear_cross_entropy.register_fake
-def _(input, weight, target, ignore_index):
+def _(input, weight, target, ignore_index, label_smoothing, z_loss, softcap):
     return tuple(input.new_empty(input.shape[0], dtype=torch.float32) for _ in range(3))
 
 
 def _lce_setup(ctx, inputs, output) -> None:
-    input, weight, target, ignore_index = inputs
+    input, weight, target, ignore_index, label_smoothing, z_loss, softcap = inputs
     ctx.save_for_backward(input, weight, target, output[1], output[2])
-    ctx.ignore_index = ignore_index
+    ctx.options = ignore_index, label_smoothing, z_loss, softcap
     ctx.mark_non_differentiable(output[1], output[2])
 
 
 def _lce_backward(ctx, grad: Tensor, _max_grad, _sum_grad):
     input, weight, target, maxes, sums = ctx.saved_tensors
-    ignored = target == ctx.ignore_index
+    ignore_index, label_smoothing, z_loss, softcap = ctx.options
+    ignored = target == ignore_index
     g = torch.where(ignored, 0.0, grad.float()).contiguous()
     masked_target = torch.where(ignored, 0, target)
-    dx, dw = K.fused_linear_cross_entropy_loss_grad(g, input, weight, ignored, masked_target, 0.0, maxes, sums, None)
-    return dx, dw, None, None
+    dx, dw = K.fused_linear_cross_entropy_loss_grad(
+        g, input, weight, ignored, masked_target, label_smoothing, maxes, sums, None,
+        vocab_size=weight.shape[0] if label_smoothing > 0 else 0, z_loss=z_loss, softcap=softcap)
+    return dx, dw, None, None, None, None, None
 
 
 _linear_cross_entropy.register_autograd(_lce_backward, setup_context=_lce_setup)
 
 
 def linear_cross_entropy(input: Tensor, weight: Tensor, target: Tensor, ignore_index: int = -100,
-                         reduction: str = "mean") -> Tensor:
-    """cross_entropy(input @ weight.T, target) for input (BT, H), weight (V, H), target (BT,), without
-    a BT×V gradient: the backward is npugrad's fused_linear_cross_entropy_loss_grad. `mean` divides
-    by the tokens not ignored, as F.cross_entropy does (NaN where there are none: an empty batch,
-    every token ignored; the gradients are then zero, as PyTorch's)."""
+                         reduction: str = "mean", *, label_smoothing: float = 0.0, z_loss: float = 0.0,
+                         softcap: float = 0.0) -> Tensor:
+    """cross_entropy(softcap(input @ weight.T), target, label_smoothing=label_smoothing) +
+    z_loss·logsumexp² for input (BT, H), weight (V, H), target (BT,), without a BT×V gradient: the
+    backward is npugrad's fused_linear_cross_entropy_loss_grad. The extensions are FORWARD.md §4's
+    (0 turns each off): `label_smoothing` α in [0, 1] as F.cross_entropy's, `z_loss` λ >= 0 adds
+    λ·lse² per counted token (PaLM's auxiliary loss), `softcap` c >= 0 computes on
+    c·tanh(logits / c) (Gemma 2). `mean` divides by the tokens not ignored, as F.cross_entropy
+    does (NaN where there are none: an empty batch, every token ignored; the gradients are then
+    zero, as PyTorch's)."""
     r = _reduction(reduction)
+    label_smoothing, z_loss, softcap = loss_options("linear_cross_entropy", label_smoothing, z_loss, softcap)
     bad = (target != ignore_index) & ((target < 0) | (target >= weight.shape[0]))
     if bool(bad.any()):  # the forward kernel would count it as another shard's id: a wrong loss
         raise IndexError(f"linear_cross_entropy: Target {int(target[bad][0])} is out of bounds "
                          f"(vocabulary of {weight.shape[0]}, ignore_index {ignore_index}).")
-    loss = _linear_cross_entropy(input, weight, target, ignore_index)[0]
+    loss = _linear_cross_entropy(input, weight, target, ignore_index, label_smoothing, z_loss, softcap)[0]
     if r == REDUCTION_NONE:
         return loss
     if r == REDUCTION_SUM:
