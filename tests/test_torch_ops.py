@@ -4,6 +4,8 @@ own autograd; the EMA-Adam optimizer against torch.optim."""
 
 from __future__ import annotations
 
+import copy
+
 import inspect
 
 import numpy as np
@@ -513,6 +515,59 @@ def test_fused_ema_adam_steps_like_torch_optim(mode, reference, shape):
     torch.testing.assert_close(ours.detach(), theirs.detach(), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(opt.ema(ours), ema, rtol=1e-5, atol=1e-6)
     assert opt.state[ours]["step"].item() == 6
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    ({"lr": -1e-3}, "lr"), ({"betas": (1.0, 0.999)}, "beta1"), ({"betas": (0.9, 1 - 2.0 ** -26)}, "beta2"),
+    ({"eps": -1.0}, "eps"), ({"weight_decay": -0.1}, "weight_decay"), ({"ema_decay": 1.5}, "ema_decay"),
+    ({"lr": float("nan")}, "lr"), ({"betas": (0.9,)}, "betas"), ({"mode": 2}, "mode"), ({"lr": "0.1"}, "lr"),
+])
+def test_fused_ema_adam_rejects_hyperparameters_when_made_as_torch_optim_does(kwargs, name):
+    """torch.optim.AdamW raises ValueError in its constructor; so does FusedEmaAdam, in the
+    kernel's ranges (a beta that rounds to 1 as a float32 included), naming the parameter."""
+    with pytest.raises(ValueError, match=f"^FusedEmaAdam: parameter '{name}' must be"):
+        nt.FusedEmaAdam([torch.nn.Parameter(torch.randn(3))], **kwargs)
+
+
+def test_a_fused_ema_adam_step_the_kernel_rejects_leaves_the_state_as_it_was():
+    """A float64 parameter: the kernel's dtype check raises, and the step count is not advanced
+    (the next valid step's bias correction would otherwise be off by one)."""
+    good = torch.nn.Parameter(torch.randn(4))
+    bad = torch.nn.Parameter(torch.randn(4, dtype=torch.float64))
+    opt = nt.FusedEmaAdam([good, bad])
+    good.grad, bad.grad = torch.randn(4), torch.randn(4, dtype=torch.float64)
+    before = bad.detach().clone()
+    with pytest.raises(TypeError, match="apply_fused_ema_adam: parameter 'grad' must have dtype"):
+        opt.step()
+    assert opt.state[bad]["step"].item() == 0 and torch.equal(bad.detach(), before)
+    assert opt.state[good]["step"].item() == 1
+
+
+@pytest.mark.parametrize("reference", ["AdamW", "Adam"])
+def test_fused_ema_adam_resumes_from_a_torch_optim_state_dict(reference):
+    """load_state_dict of torch.optim.Adam(W)'s state: its float step becomes the kernel's int64
+    one, the EMA starts at the parameter, `mode` follows decoupled_weight_decay, and the next
+    steps are torch's to float32 rounding. A group with amsgrad is an error."""
+    g = torch.Generator().manual_seed(9)
+    theirs = torch.nn.Parameter(torch.randn(40, generator=g))
+    ref = getattr(torch.optim, reference)([theirs], lr=0.02, weight_decay=0.1)
+    for _ in range(3):
+        theirs.grad = torch.sin(3 * theirs.detach())
+        ref.step()
+    ours = torch.nn.Parameter(theirs.detach().clone())
+    opt = nt.FusedEmaAdam([ours], ema_decay=0.5)
+    opt.load_state_dict(copy.deepcopy(ref.state_dict()))
+    assert opt.param_groups[0]["mode"] == (reference == "AdamW") and opt.param_groups[0]["ema_decay"] == 0.5
+    for _ in range(3):
+        for p in (ours, theirs):
+            p.grad = torch.sin(3 * p.detach())
+        opt.step()
+        ref.step()
+    torch.testing.assert_close(ours.detach(), theirs.detach(), rtol=1e-5, atol=1e-6)
+    assert opt.state[ours]["step"].tolist() == [6]
+    amsgrad = torch.optim.Adam([torch.nn.Parameter(torch.randn(3))], amsgrad=True)
+    with pytest.raises(ValueError, match="amsgrad"):
+        nt.FusedEmaAdam([torch.nn.Parameter(torch.randn(3))]).load_state_dict(amsgrad.state_dict())
 
 
 def test_fused_ema_adam_names_a_strided_parameter_of_more_dimensions_than_the_kernel_takes():

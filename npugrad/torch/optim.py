@@ -12,9 +12,11 @@ incremented before each call, as MindSpeed's FusedEmaAdamW does).
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 
-from npugrad.dialect.train import MAX_RANK
+from npugrad.dialect.train import MAX_RANK, ApplyFusedEmaAdamOp
 from npugrad.torch.kernels import KERNELS
 
 assert "apply_fused_ema_adam" in KERNELS
@@ -31,19 +33,64 @@ def _kernel_view(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+def _check_hyperparameters(**values) -> None:
+    """The hyper-parameters in the kernel's ranges (ApplyFusedEmaAdamOp.HYPERPARAMETERS), or
+    ValueError naming the first that is not: when the optimizer is made, as torch.optim.AdamW
+    checks them, not at its first step."""
+    for name, value in values.items():
+        meaning, ok = ApplyFusedEmaAdamOp.HYPERPARAMETERS[name]
+        if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_complex():
+            number = float(value)  # a tensor learning rate, as torch.optim takes
+        elif isinstance(value, numbers.Real) and not isinstance(value, bool):
+            number = float(value)
+        else:
+            raise ValueError(f"FusedEmaAdam: parameter '{name}' must be a real number, got {value!r}")
+        if not ok(number):  # type: ignore[operator]
+            raise ValueError(f"FusedEmaAdam: parameter '{name}' must be {meaning}, got {value!r}")
+
+
 class FusedEmaAdam(torch.optim.Optimizer):
     def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0, ema_decay: float = 0.9999, mode: int = 1, bias_correction: bool = True):
+        if not (isinstance(betas, tuple | list) and len(betas) == 2):
+            raise ValueError(f"FusedEmaAdam: parameter 'betas' must be a pair (beta1, beta2), got {betas!r}")
+        _check_hyperparameters(lr=lr, beta1=betas[0], beta2=betas[1], eps=eps, weight_decay=weight_decay,
+                               ema_decay=ema_decay)
+        if mode not in (0, 1) or isinstance(mode, bool):
+            raise ValueError(f"FusedEmaAdam: parameter 'mode' must be 0 (L2, Adam) or 1 (decoupled decay, AdamW), "
+                             f"got {mode!r}")
         defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay, "ema_decay": ema_decay,
                     "mode": mode, "bias_correction": bias_correction}
         super().__init__(params, defaults)
 
+    def __setstate__(self, state: dict) -> None:
+        """After load_state_dict: groups saved by torch.optim.Adam(W) get this optimizer's
+        defaults for what they lack (`ema_decay`, `bias_correction`; `mode` from their
+        `decoupled_weight_decay`); ones asking for what the kernel does not do are an error."""
+        super().__setstate__(state)
+        for group in self.param_groups:
+            for name in ("amsgrad", "maximize"):
+                if group.get(name):
+                    raise ValueError(f"FusedEmaAdam: a parameter group with {name}=True (the kernel has no {name})")
+            if "mode" not in group and "decoupled_weight_decay" in group:
+                group["mode"] = int(bool(group["decoupled_weight_decay"]))
+            for name, value in self.defaults.items():
+                group.setdefault(name, value)
+
     def _state(self, p: torch.Tensor) -> dict:
+        """p's state, made where missing: all of it on the first step; `ema` (a copy of p) and
+        `step` as the kernel takes it (int64 (1,)) after load_state_dict of torch.optim.Adam(W)'s
+        state, which has neither (its `step` is a float 0-d tensor)."""
         state = self.state[p]
-        if not state:
+        step = state.get("step")
+        if step is None:
             state["step"] = torch.zeros(1, dtype=torch.int64)
-            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
-            state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
+        elif not (isinstance(step, torch.Tensor) and step.dtype == torch.int64 and step.shape == (1,)):
+            state["step"] = torch.tensor([int(step)], dtype=torch.int64)
+        for name in ("exp_avg", "exp_avg_sq"):
+            if name not in state:
+                state[name] = torch.zeros_like(p, memory_format=torch.contiguous_format)
+        if "ema" not in state:
             state["ema"] = p.detach().clone(memory_format=torch.contiguous_format)
         return state
 
@@ -66,9 +113,13 @@ class FusedEmaAdam(torch.optim.Optimizer):
                     raise ValueError(f"FusedEmaAdam: a parameter of rank {p.dim()} (more than {MAX_RANK}) and its "
                                      "gradient must be contiguous")
                 state["step"] += 1
-                torch.ops.npugrad.apply_fused_ema_adam(*(_kernel_view(t) for t in tensors), state["step"],
-                    group["lr"], group["ema_decay"], beta1, beta2, group["eps"], group["mode"],
-                    group["bias_correction"], group["weight_decay"])
+                try:
+                    torch.ops.npugrad.apply_fused_ema_adam(*(_kernel_view(t) for t in tensors), state["step"],
+                        group["lr"], group["ema_decay"], beta1, beta2, group["eps"], group["mode"],
+                        group["bias_correction"], group["weight_decay"])
+                except BaseException:  # the kernel's checks rejected the call: it wrote nothing, nor do we
+                    state["step"] -= 1
+                    raise
         return loss
 
     def ema(self, p: torch.Tensor) -> torch.Tensor:
