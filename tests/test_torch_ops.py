@@ -5,7 +5,6 @@ own autograd; the EMA-Adam optimizer against torch.optim."""
 from __future__ import annotations
 
 import copy
-
 import inspect
 
 import numpy as np
