@@ -13,13 +13,14 @@ not know, end at `tiled`. Errors carry source locations (`file:line:col: error: 
 from __future__ import annotations
 
 import importlib
+import struct
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from xdsl.context import Context
 from xdsl.dialects import get_all_dialects
-from xdsl.dialects.builtin import FileLineColLoc, IntAttr, ModuleOp, StringAttr, UnknownLoc
+from xdsl.dialects.builtin import AnyFloat, BFloat16Type, FileLineColLoc, IntAttr, ModuleOp, StringAttr, UnknownLoc
 from xdsl.ir import Attribute, Dialect, Operation, SSAValue
 from xdsl.parser import Parser, UnresolvedOperand
 from xdsl.passes import ModulePass
@@ -116,6 +117,13 @@ class _LocatingParser(Parser):
             self.raise_error(f"Operation {name} is not registered", self._ops[-1][0])
         return super()._get_op_by_name(name)
 
+    def _parse_tensor_literal_element(self):
+        element = super()._parse_tensor_literal_element()
+        if isinstance(element.value, int) and not isinstance(element.value, bool) \
+                and element.span.text.lstrip("-").startswith(("0x", "0X")):
+            return _HexFloatElement(element.is_negative, element.value, element.span)
+        return element
+
     def parse_operation(self) -> Operation:
         span = self._current_token.span
         self._ops.append([span, None])
@@ -130,6 +138,37 @@ class _LocatingParser(Parser):
             where = span.get_location()
             op.location = FileLineColLoc(StringAttr(where.file), IntAttr(where.line), IntAttr(where.col))
         return op
+
+
+# The struct format of the float types whose bits a hexadecimal dense element can give (bfloat16:
+# a float32's upper half).
+_HEX_FLOATS = {16: "e", 32: "f", 64: "d"}
+
+
+@dataclass
+class _HexFloatElement(Parser._TensorLiteralElement):
+    """An element of a dense literal written in hexadecimal (`dense<0xFF800000> : vector<16xf32>`,
+    how xDSL's printer writes -inf, NaN and other values without a short decimal form): for a
+    float element type, MLIR reads it as the value's bits. xDSL 0.74's parser read it as an
+    integer value (4.29e9 for -inf), so printed IR with such a constant ran differently once
+    read back."""
+
+    def to_type(self, parser, type):
+        if not isinstance(type, AnyFloat):
+            return super().to_type(parser, type)
+        if self.is_negative:
+            parser.raise_error("hexadecimal float literal should not have a leading minus sign", at_position=self.span)
+        width = type.bitwidth
+        bits = int(self.value)
+        if width == 16 and isinstance(type, BFloat16Type):
+            fmt, bits, width = "f", bits << 16, 32
+        elif width in _HEX_FLOATS:
+            fmt = _HEX_FLOATS[width]
+        else:
+            parser.raise_error(f"hexadecimal float literal for {type} is not supported", at_position=self.span)
+        if bits >> width:
+            parser.raise_error(f"hexadecimal float literal does not fit in {type}", at_position=self.span)
+        return struct.unpack(f"<{fmt}", bits.to_bytes(width // 8, "little"))[0]
 
 
 def _about_op(name: str, message: str) -> str:

@@ -106,6 +106,24 @@ class SourceOpAttr(ParametrizedAttribute):
         """Operand name -> the position of the function argument it is."""
         return {k: v.value.data for k, v in self.operands.data.items()}  # type: ignore[attr-defined]
 
+    def as_builtin(self) -> DictionaryAttr:
+        """The same in builtin attributes, which upstream MLIR reads (SOURCE_OP, after lowering):
+        `{op = "train.<op>", properties = {...}, operands = {name = position}}`."""
+        return DictionaryAttr({"op": self.op, "properties": self.properties, "operands": self.operands})
+
+    @classmethod
+    def from_builtin(cls, value: DictionaryAttr) -> SourceOpAttr:
+        """as_builtin's inverse; VerifyException (naming what is wrong) for a dictionary it did not make."""
+        fields = value.data
+        op, props, operands = fields.get("op"), fields.get("properties"), fields.get("operands")
+        if set(fields) != {"op", "properties", "operands"} or not isinstance(op, StringAttr) \
+                or not isinstance(props, DictionaryAttr) or not isinstance(operands, DictionaryAttr):
+            raise VerifyException(f"{SOURCE_OP.name} must be {{op = \"train.<op>\", properties = {{...}}, "
+                                  f"operands = {{name = position}}}}, got {value}")
+        source = cls.new((op, props, operands))
+        source.verify()
+        return source
+
     def verify(self) -> None:
         if not self.op.data.startswith("train."):
             raise VerifyException(f"#train.source names a train op, got '{self.op.data}'")
@@ -240,12 +258,15 @@ VECTORIZED = Discardable("train.vectorized", UnitAttr, "on a loop: the vector ma
                          after_lowering=True)
 SOURCE = Discardable("train.source", SourceOpAttr,
                      "on a function: the one train op its body computed before a pass replaced it")
+SOURCE_OP = Discardable("train.source_op", DictionaryAttr,
+                        "on a lowered function: train.source's op, properties and operands as builtin attributes "
+                        "(SourceOpAttr.as_builtin), which upstream MLIR reads", after_lowering=True)
 PREDICTED = Discardable("train.predicted_cycles", FloatAttr,
                         "on a train op: the cycles the cost model predicts for its tile sizes on the target "
                         "(choose-tile-sizes)")
 
 TRAIN_DISCARDABLE: tuple[Discardable, ...] = (TILES, FUSED, ROLE, CONTRACTION, DISTRIBUTED, VECTORIZED, SOURCE,
-                                              PREDICTED)
+                                              SOURCE_OP, PREDICTED)
 TRAIN_ATTRIBUTES: tuple[type[Attribute], ...] = (TileSizesAttr, FusedNestAttr, NestRoleAttr, ContractionAttr,
                                                  SourceOpAttr)
 

@@ -8,7 +8,10 @@ the function (`train.source`, see SourceOpAttr), so that `npugrad-opt --stage ru
           "train.binary_cross_entropy_grad", {reduction = 1 : i64}, {input_x = 0 : i64, ..., dx = 3 : i64}>} {...}
 
 Only a function whose body is that one op on the function's arguments is marked (the op then is
-what the function computes); convert-train-to-loops drops the attribute with the other train-level ones.
+what the function computes). convert-train-to-loops writes the same as builtin attributes
+(`train.source_op = {op = "train.<op>", properties = {...}, operands = {...}}`, which upstream MLIR
+reads), for a function marked or whose body is one op, so that a saved `loops` or `vectorized`
+stage runs against the reference too.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from xdsl.dialects.builtin import FloatAttr, IntegerAttr
 from xdsl.pattern_rewriter import PatternRewriter
 
 from npugrad.dialect import TrainOp
-from npugrad.dialect.attributes import SOURCE, SourceOpAttr
+from npugrad.dialect.attributes import SOURCE, SOURCE_OP, SourceOpAttr
 from npugrad.ir import enclosing_function
 
 
@@ -49,6 +52,20 @@ def record_source(op: TrainOp, rewriter: PatternRewriter) -> None:
         return
     if SOURCE.on(f) or (found := single_train_op(f)) is None:
         return
-    props = {k: v for k, v in op.properties.items() if isinstance(v, IntegerAttr | FloatAttr)}
-    SOURCE.set(f, SourceOpAttr(op.name, props, found[1]))
+    SOURCE.set(f, _source(*found))
     rewriter.notify_op_modified(f)
+
+
+def record_lowered_source(f: func.FuncOp) -> None:
+    """Before convert-train-to-loops: mark `f` with the op it computes (its train.source, or its
+    one train op on its arguments) in builtin attributes (SOURCE_OP), which outlive the lowering."""
+    source = SOURCE.get(f)
+    if source is None and (found := single_train_op(f)) is not None:
+        source = _source(*found)
+    if source is not None:
+        SOURCE_OP.set(f, source.as_builtin())
+
+
+def _source(op: TrainOp, roles: dict[str, int]) -> SourceOpAttr:
+    props = {k: v for k, v in op.properties.items() if isinstance(v, IntegerAttr | FloatAttr)}
+    return SourceOpAttr(op.name, props, roles)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 from xdsl.dialects import func
-from xdsl.dialects.builtin import MemRefType, ModuleOp, NoneAttr, StridedLayoutAttr
+from xdsl.dialects.builtin import IndexType, MemRefType, ModuleOp, NoneAttr, StridedLayoutAttr
 
 from npugrad import dtypes
 from npugrad.dialect.attributes import DISTRIBUTED
@@ -33,10 +33,14 @@ def _spec(name: str, t) -> MemRefSpec:
 
 
 def signatures(module: ModuleOp) -> dict[str, list[MemRefSpec]]:
-    """The argument specs of every function in the module, named after the SSA names if any."""
+    """The argument specs of every function in the module, named after the SSA names if any: the
+    arrays a call passes, so not a block kernel's last two arguments (npu.blocks: its block index
+    and count, which the launch passes; a stage saved after lower-npu-to-cpu has them)."""
     result = {}
     for op in defined_functions(module):
-        args = op.body.block.args
+        args = list(op.body.block.args)
+        if BLOCKS.on(op) and len(args) >= 2 and all(isinstance(a.type, IndexType) for a in args[-2:]):
+            args = args[:-2]
         result[op.sym_name.data] = [_spec(a.name_hint or f"arg{i}", a.type) for i, a in enumerate(args)]
     return result
 

@@ -18,9 +18,10 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, SymbolRefAttr
 from xdsl.ir import Operation
 from xdsl.irdl import OptOperandDef
+from xdsl.utils.exceptions import VerifyException
 
 from npugrad.dialect import TrainOp
-from npugrad.dialect.attributes import SOURCE
+from npugrad.dialect.attributes import SOURCE, SOURCE_OP, SourceOpAttr
 from npugrad.dialect.checks import Checker
 from npugrad.ir import defined_functions
 from npugrad.ops.common import MEMORY_BYTES, human_bytes
@@ -91,6 +92,11 @@ def _source_op(f: func.FuncOp) -> tuple[TrainOp, dict[str, int]] | None:
     if found is not None:
         return found
     source = SOURCE.get(f)
+    if source is None and (lowered := SOURCE_OP.get(f)) is not None:
+        try:
+            source = SourceOpAttr.from_builtin(lowered)
+        except VerifyException as e:
+            raise RunError(f"@{f.sym_name.data}: {e}", f) from None
     if source is None:
         return None
     try:
@@ -201,6 +207,10 @@ def prepare_inputs(module: ModuleOp, entry: str | None, npz: str | None, seed: i
         return name, specs, arrays, found
     if any(d is None for s in specs for d in s.shape):
         raise RunError(f"@{name} has dynamic shapes: give the inputs with --inputs FILE.npz")
+    if found is None and (ints := [s.name for s in specs if s.dtype.kind in "iu"]):
+        # Random integers would be indices out of range for the code that reads them.
+        raise RunError(f"@{name} computes no train op that says which values are valid for its integer argument(s) "
+                       f"{', '.join(ints)} (no train.source): give the inputs with --inputs FILE.npz", f)
     _check_sizes(f, specs)
     rng = np.random.default_rng(seed)
     arrays = [np.array(rng.standard_normal(s.shape), dtype=s.dtype, order="C") for s in specs]

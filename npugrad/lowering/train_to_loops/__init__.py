@@ -36,8 +36,9 @@ from xdsl.pattern_rewriter import (
 from npugrad.diagnostics import PassFailure
 from npugrad.dialect import DISCARDABLE, TrainOp
 from npugrad.dialect.attributes import CONTRACTION, ROLE, NestRole
-from npugrad.ir import IRBuilder
+from npugrad.ir import IRBuilder, defined_functions
 from npugrad.ir.builder import labelled_location
+from npugrad.passes.source_op import record_lowered_source
 from npugrad.recipes import recipe_of
 
 
@@ -54,6 +55,8 @@ class ConvertTrainToLoopsPass(ModulePass):
     name = "convert-train-to-loops"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for f in defined_functions(op):
+            record_lowered_source(f)
         PatternRewriteWalker(LowerTrainOp(), apply_recursively=False).rewrite_module(op)
         left = next((o for o in op.walk() if isinstance(o, TrainOp)), None)
         if left is not None:
