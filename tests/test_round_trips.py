@@ -129,7 +129,7 @@ def test_a_function_with_integer_arguments_and_no_source_needs_its_inputs(tmp_pa
     bare = tmp_path / "bare.mlir"
     bare.write_text(re.sub(r" attributes \{train\.source_op = .*\}\}\} \{", " {", loops))
     assert "train.source_op" not in bare.read_text()
-    code, out, err = _opt(capsys, bare, "--stage", "run")
+    code, _, err = _opt(capsys, bare, "--stage", "run")
     assert code == 1 and "integer argument(s) indices (no train.source): give the inputs with --inputs" in err, err
 
 
