@@ -245,6 +245,32 @@ def test_linear_cross_entropy_rejects_an_extension_out_of_range_before_any_kerne
         nt.linear_cross_entropy(x, w, torch.tensor([0, 1, 2, 3, 4]), **{name: value})
 
 
+def test_an_lm_head_step_compiles_as_one_graph_with_the_eager_results():
+    """torch.compile(fullgraph=True) of embedding + linear_cross_entropy with its extensions: no
+    graph break (the target range check is inside the operator, not a data-dependent branch in
+    the function), and the loss and gradients are eager's, bit for bit (the same kernels run)."""
+    g = torch.Generator().manual_seed(10)
+    emb = torch.randn(50, 16, generator=g).requires_grad_()
+    head = torch.randn(80, 16, generator=g).requires_grad_()
+    tokens = torch.randint(0, 50, (4, 9), generator=g)
+    target = torch.randint(0, 80, (36,), generator=g)
+    target[5] = -100
+
+    def step(emb, head, tokens, target):
+        h = nt.embedding(tokens, emb, padding_idx=0).reshape(-1, 16)
+        return nt.linear_cross_entropy(h, head, target, label_smoothing=0.1, z_loss=1e-3, softcap=4.0)
+
+    eager = step(emb, head, tokens, target)
+    compiled = torch.compile(step, fullgraph=True)
+    loss = compiled(emb, head, tokens, target)
+    assert torch.equal(loss, eager)
+    for ours, theirs in zip(_grads(loss, (emb, head)), _grads(eager, (emb, head))):
+        assert torch.equal(ours, theirs)
+    target[7] = 80
+    with pytest.raises(IndexError, match="Target 80 is out of bounds"):
+        compiled(emb, head, tokens, target)
+
+
 @pytest.mark.parametrize("shape", [(5,), (1, 9), (17, 1)], ids=str)
 def test_binary_cross_entropy_broadcasts_its_weight_as_pytorch_does(shape):
     """F.binary_cross_entropy expands `weight` to the target's shape (one weight per class, per

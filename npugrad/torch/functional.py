@@ -259,6 +259,12 @@ def _linear_cross_entropy(input: Tensor, weight: Tensor, target: Tensor, ignore_
     target 0 (their statistics stay finite for the backward) and their loss is 0."""
     ignored = target == ignore_index
     v = weight.shape[0]
+    # Here, in the operator, not in linear_cross_entropy: a data-dependent branch there would
+    # break torch.compile's graph (fullgraph=True fails).
+    bad = ~ignored & ((target < 0) | (target >= v))
+    if bool(bad.any()):  # the forward kernel would count it as another shard's id: a wrong loss
+        raise IndexError(f"linear_cross_entropy: Target {int(target[bad][0])} is out of bounds "
+                         f"(vocabulary of {v}, ignore_index {ignore_index}).")
     stats = K.fused_linear_online_max_sum(input, weight, torch.where(ignored, 0, target), 0, v, softcap=softcap,
                                           return_sum_logits=label_smoothing > 0)
     maxes, sums, predicted, sum_logits = stats[0], stats[1], stats[2], stats[6]
@@ -308,10 +314,6 @@ def linear_cross_entropy(input: Tensor, weight: Tensor, target: Tensor, ignore_i
     zero, as PyTorch's)."""
     r = _reduction(reduction)
     label_smoothing, z_loss, softcap = loss_options("linear_cross_entropy", label_smoothing, z_loss, softcap)
-    bad = (target != ignore_index) & ((target < 0) | (target >= weight.shape[0]))
-    if bool(bad.any()):  # the forward kernel would count it as another shard's id: a wrong loss
-        raise IndexError(f"linear_cross_entropy: Target {int(target[bad][0])} is out of bounds "
-                         f"(vocabulary of {weight.shape[0]}, ignore_index {ignore_index}).")
     loss = _linear_cross_entropy(input, weight, target, ignore_index, label_smoothing, z_loss, softcap)[0]
     if r == REDUCTION_NONE:
         return loss
