@@ -258,6 +258,33 @@ def test_all_in_range(dtype):
         assert all_in_range(np.array([info.max], dtype), 1 << 70)
 
 
+def test_the_range_checks_read_a_broadcast_index_array_without_copying_it():
+    """np.broadcast_to(t, shape) (one id for every row) is checked on its distinct elements:
+    NumPy's reductions copied it whole (2**27 int64: 1 GiB and 2.5 s); the first bad id is
+    still its position in the broadcast array."""
+    import tracemalloc
+
+    from npugrad.ops.common import first_bad_id
+
+    big = np.broadcast_to(np.int64(3), (2**24,))
+    tracemalloc.start()
+    try:
+        assert all_in_range(big, 4) and not all_in_range(big, 3)
+        assert first_bad_id(big, -100, 3) == 0 and first_bad_id(big, 3, 3) is None
+        assert tracemalloc.get_traced_memory()[1] < 1 << 20
+    finally:
+        tracemalloc.stop()
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        shape = tuple(int(d) for d in rng.integers(1, 5, int(rng.integers(1, 4))))
+        kept = tuple(d if rng.random() < 0.5 else 1 for d in shape)
+        ids = np.broadcast_to(rng.integers(-3, 12, kept), shape)
+        flat = ids.ravel()
+        bad = np.flatnonzero(((flat < 0) | (flat >= 10)) & (flat != -1))
+        assert first_bad_id(ids, -1, 10) == (int(bad[0]) if bad.size else None)
+        assert all_in_range(ids, 10) == bool(((flat >= 0) & (flat < 10)).all())
+
+
 @pytest.mark.parametrize("bad", [-1, 9, 2**40])
 def test_an_out_of_range_target_after_a_remembered_signature_is_rejected(rng, bad):
     case = default_case(FLCE, rng)
