@@ -271,6 +271,38 @@ def test_an_lm_head_step_compiles_as_one_graph_with_the_eager_results():
         compiled(emb, head, tokens, target)
 
 
+def test_the_other_losses_and_the_optimizer_step_compile_as_one_graph():
+    """nll_loss, binary_cross_entropy and FusedEmaAdam.step under torch.compile(fullgraph=True):
+    eager's losses, gradients and updated parameters, bit for bit."""
+    g = torch.Generator().manual_seed(12)
+    logp = torch.randn(7, 11, generator=g).log_softmax(1).requires_grad_()
+    target = torch.randint(0, 11, (7,), generator=g)
+    target[2] = -100
+    p = (torch.rand(6, 5, generator=g) * 0.9 + 0.05).requires_grad_()
+    y = torch.rand(6, 5, generator=g)
+
+    def losses(logp, target, p, y):
+        return nt.nll_loss(logp, target, torch.linspace(0.5, 1.5, 11)) + nt.binary_cross_entropy(p, y, reduction="sum")
+
+    eager = losses(logp, target, p, y)
+    compiled = torch.compile(losses, fullgraph=True)(logp, target, p, y)
+    assert torch.equal(compiled, eager)
+    for ours, theirs in zip(_grads(compiled, (logp, p)), _grads(eager, (logp, p))):
+        assert torch.equal(ours, theirs)
+    params = [torch.nn.Parameter(torch.randn(20, generator=g)) for _ in range(2)]
+    grads = [torch.randn(20, generator=g) for _ in range(2)]
+    results = []
+    for step in (lambda opt: opt.step(), lambda opt: torch.compile(opt.step, fullgraph=True)()):
+        copies = [torch.nn.Parameter(q.detach().clone()) for q in params]
+        opt = nt.FusedEmaAdam(copies, lr=0.1, weight_decay=0.01, ema_decay=0.5)
+        for _ in range(2):
+            for c, d in zip(copies, grads):
+                c.grad = d.clone()
+            step(opt)
+        results.append([c.detach() for c in copies] + [opt.ema(c) for c in copies])
+    assert all(torch.equal(a, b) for a, b in zip(*results))
+
+
 @pytest.mark.parametrize("shape", [(5,), (1, 9), (17, 1)], ids=str)
 def test_binary_cross_entropy_broadcasts_its_weight_as_pytorch_does(shape):
     """F.binary_cross_entropy expands `weight` to the target's shape (one weight per class, per
