@@ -368,10 +368,13 @@ def read_weight_in_place(nest: scf.ForOp, e: IRBuilder) -> None:
         load = next(o for o in pack.walk() if isinstance(o, memref.LoadOp))
         store = next(o for o in pack.walk() if isinstance(o, memref.StoreOp))
         weight, packed = load.memref, store.memref
-        for use in list(packed.uses):
+        readers = [u for u in packed.uses if not pack.is_ancestor(u.operation)]
+        if not all(isinstance(u.operation, GenericOp) and contraction_of(u.operation) is Contraction.LOGITS
+                   and u.index == 1 for u in readers):
+            continue  # GEMM 1 already lowered (vectorize-contractions ran first): it reads the copy
+        for use in readers:
             gen = use.operation
-            if not (isinstance(gen, GenericOp) and contraction_of(gen) is Contraction.LOGITS and use.index == 1):
-                continue
+            assert isinstance(gen, GenericOp)
             a, c = gen.indexing_maps.data[0].data, gen.indexing_maps.data[2].data  # type: ignore[attr-defined]
             b = gen.indexing_maps.data[1].data  # type: ignore[attr-defined]
             flipped = AffineMap(b.num_dims, b.num_symbols, b.results[::-1])

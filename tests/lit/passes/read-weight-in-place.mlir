@@ -7,6 +7,10 @@
 // RUN: npugrad-opt %s --stage tiled --no-distribute | FileCheck %s --check-prefix=ONE
 // Without it the copy is there:
 // RUN: npugrad-opt %s -p 'fuse-linear-online-max-sum{tile_bt=32 tile_v=64}' | FileCheck %s --check-prefix=COPY
+// GEMM 1 already a micro-kernel (vectorize-contractions first) reads the copy: the copy stays.
+// Erased, GEMM 1 read a buffer nothing wrote (NaN logits at --stage run).
+// RUN: npugrad-opt %s -p 'fuse-linear-online-max-sum{tile_bt=32 tile_v=64},vectorize-contractions{target="%inputs/avx2.toml"},read-weight-in-place' | FileCheck %s --check-prefix=KEPT
+// RUN: npugrad-opt %s -p 'fuse-linear-online-max-sum{tile_bt=32 tile_v=64},vectorize-contractions' --stage run --entry forward | FileCheck %s --check-prefix=EXEC
 
 // CHECK-LABEL: func.func @forward(
 // CHECK-NOT:     weight_tile_packed
@@ -21,6 +25,14 @@
 // COPY:         %weight_tile_packed = memref.alloc()
 // COPY:         } {train.role = #train.role<weight_pack>}
 // COPY:         linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d2)>]
+
+// KEPT-LABEL: func.func @forward(
+// KEPT:         %weight_tile_packed = memref.alloc()
+// KEPT:         } {train.role = #train.role<weight_pack>}
+// KEPT:         memref.dealloc %weight_tile_packed
+
+// EXEC: logits_max_local_out {{.*}} ok
+// EXEC: sum_exp_logits_local_out {{.*}} ok
 
 // ONE-LABEL: func.func @forward(
 // ONE-NOT:     weight_pack
