@@ -319,8 +319,11 @@ MALFORMED = [
         "bad vector width",
         lambda s: s.replace("vector_bits = 512", "vector_bits = 100"),
         "'vector_bits'",
-        "multiple of 32",
+        "power of two",
     ),
+    # A multiple of 32 all the same: 12 lanes' transposing pack gave wrong FLCE gradients.
+    ("vector width no power of two", lambda s: s.replace("vector_bits = 512", "vector_bits = 384"), "'vector_bits'",
+     "power of two, at least 32, got 384"),
     ("no cores", lambda s: s.replace("cores = 4", "cores = 0"), "'cores'", "from 1 to 65536, got 0"),
     # The cost model and the report follow every core (a million took 40 s): a bound, not a hang.
     ("too many cores", lambda s: s.replace("cores = 4", "cores = 100000000"), "'cores'", "from 1 to 65536, got 100000000"),

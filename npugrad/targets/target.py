@@ -287,8 +287,10 @@ def from_dict(data: dict, source: str = "<dict>") -> Target:
     if not 1 <= cores <= MAX_CORES:
         raise TargetError(f"{source}: field 'cores' must be from 1 to {MAX_CORES}, got {cores}")
     vector_bits = _field(source, data, "vector_bits", int)
-    if vector_bits < 32 or vector_bits % 32:
-        raise TargetError(f"{source}: field 'vector_bits' must be a positive multiple of 32, got {vector_bits}")
+    # A power of two: the micro-kernels transpose lanes x lanes blocks in log2(lanes) rounds of
+    # shuffles (vectorize_contractions.transposed); 384 bits' 12 lanes transposed wrongly.
+    if vector_bits < 32 or vector_bits & (vector_bits - 1):
+        raise TargetError(f"{source}: field 'vector_bits' must be a power of two, at least 32, got {vector_bits}")
     levels_data = _field(source, data, "level", list)
     levels: list[MemoryLevel] = []
     for i, lv in enumerate(levels_data):
