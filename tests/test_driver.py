@@ -159,6 +159,17 @@ def test_a_malformed_pipeline_is_a_usage_error(pipeline, says):
     assert says in result.stderr
 
 
+@pytest.mark.parametrize("pipeline", ["fuse-linear-cross-entropy-grad{tile_bt=-1}", "fuse-linear-online-max-sum{tile_v=-3}",
+                                      "fuse-linear-cross-entropy-grad{balance_blocks=-2}"])
+def test_a_negative_fuse_option_is_a_usage_error_naming_the_pass_and_option(pipeline):
+    """It reached #train.tiles' verifier, an error with no line, no pass and no option (or, for
+    balance_blocks, was taken silently as 0)."""
+    result = run("npugrad-opt", BCE_EXAMPLE, "-p", pipeline)
+    name, option = re.match(r"([\w-]+)\{(\w+)=", pipeline).groups()
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.startswith(f"npugrad-opt: error: {name}: option '{option}' must be a non-negative integer, got -")
+
+
 def test_missing_input_file_is_a_usage_error(tmp_path):
     result = run("npugrad-opt", tmp_path / "missing.mlir")
     assert result.returncode == 1

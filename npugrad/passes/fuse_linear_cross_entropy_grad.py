@@ -48,6 +48,7 @@ from npugrad.ir import IRBuilder
 from npugrad.lowering.train_to_loops.flce import Gradient, target_in_shard
 from npugrad.passes.linear_nests import (
     TokenTiles,
+    check_options,
     column_in_tile,
     contract,
     logits_tile,
@@ -225,6 +226,9 @@ class FuseLinearCrossEntropyGradPass(ModulePass):
     cpu: str = "host"
     wide_grad: bool = False
     balance_blocks: int = 0  # > 0: token tiles even over this many blocks (linear_nests.balanced_starts)
+
+    def __post_init__(self) -> None:
+        check_options(self.name, tile_bt=self.tile_bt, tile_v=self.tile_v, balance_blocks=self.balance_blocks)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         pattern = FuseOp(nest_tiles(self.tile_bt, self.tile_v, self.cpu), self.wide_grad, token_balance(self.balance_blocks, self.cpu),

@@ -41,6 +41,7 @@ from npugrad.ir import IRBuilder, index
 from npugrad.ir.expr import Float
 from npugrad.lowering.train_to_loops.forward import skipped, target_local, write_masks
 from npugrad.passes.linear_nests import (
+    check_options,
     column_in_tile,
     logits_tile,
     loop_of,
@@ -205,6 +206,9 @@ class FuseLinearOnlineMaxSumPass(ModulePass):
     tile_v: int = 0
     cpu: str = "host"
     balance_blocks: int = 0  # > 0: token tiles even over this many blocks (linear_nests.token_step)
+
+    def __post_init__(self) -> None:
+        check_options(self.name, tile_bt=self.tile_bt, tile_v=self.tile_v, balance_blocks=self.balance_blocks)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         pattern = FuseOp(nest_tiles(self.tile_bt, self.tile_v, self.cpu), token_balance(self.balance_blocks, self.cpu))

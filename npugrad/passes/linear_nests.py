@@ -43,6 +43,17 @@ def cpu_tiles(cpu: Target) -> dict[str, int]:
     return {"bt": max(mr, area // v // mr * mr), "v": v}
 
 
+def check_options(pass_name: str, **options: int) -> None:
+    """A fuse pass's integer options (tile_bt, tile_v, balance_blocks) are >= 0 (0: from the
+    CPU, or off), or ValueError naming the pass and the option: npugrad-opt reports it as a
+    usage error before any IR is read (a negative tile reached #train.tiles' verifier, which
+    named neither)."""
+    for name, value in options.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{pass_name}: option '{name}' must be a non-negative integer, "
+                             f"got {value!r}")
+
+
 def nest_tiles(tile_bt: int, tile_v: int, cpu: str) -> dict[str, int]:
     """The tile sizes a fuse pass's options give: each as set, or (0) cpu_tiles of `cpu`."""
     if tile_bt and tile_v:
@@ -231,6 +242,7 @@ def round_into(e: IRBuilder, acc: SSAValue, out: SSAValue, role: NestRole) -> No
 __all__ = [
     "TokenTiles",
     "balanced_starts",
+    "check_options",
     "column_in_tile",
     "contract",
     "cpu_tiles",
