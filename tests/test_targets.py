@@ -323,7 +323,22 @@ MALFORMED = [
     ),
     # A multiple of 32 all the same: 12 lanes' transposing pack gave wrong FLCE gradients.
     ("vector width no power of two", lambda s: s.replace("vector_bits = 512", "vector_bits = 384"), "'vector_bits'",
-     "power of two, at least 32, got 384"),
+     "must be a power of two from 32 to 16384, got 384"),
+    # A width of 3 lanes passed, then vectorize-contractions built a vector.shuffle the verifier
+    # rejected (its transposes halve the lanes); 2^20 bits, or 1024 registers, compiled for minutes.
+    ("vector width not a power of two", lambda s: s.replace("vector_bits = 512", "vector_bits = 96"),
+     "'vector_bits'", "must be a power of two from 32 to 16384, got 96"),
+    ("vector width too large", lambda s: s.replace("vector_bits = 512", "vector_bits = 1048576"),
+     "'vector_bits'", "must be a power of two from 32 to 16384, got 1048576"),
+    ("too many vector registers", lambda s: s.replace("vector_registers = 8", "vector_registers = 100000000"),
+     "'vector_registers'", "must be from 0 to 64, got 100000000"),
+    ("negative vector registers", lambda s: s.replace("vector_registers = 8", "vector_registers = -1"),
+     "'vector_registers'", "must be from 0 to 64, got -1"),
+    # These were ignored on the global level (an invalid unit too), as if they described it.
+    *((f"{field} on the global level", (lambda line: lambda s: s.replace('kind = "global"', f'kind = "global"\n{line}'))(line),
+       f"'{field}'", "is for local levels only")
+      for field, line in (("capacity", 'capacity = "1MiB"'), ("alignment", "alignment = 64"), ("unit", 'unit = "gpu"'),
+                          ("parent", 'parent = "vec"'))),
     ("no cores", lambda s: s.replace("cores = 4", "cores = 0"), "'cores'", "from 1 to 65536, got 0"),
     # The cost model and the report follow every core (a million took 40 s): a bound, not a hang.
     ("too many cores", lambda s: s.replace("cores = 4", "cores = 100000000"), "'cores'", "from 1 to 65536, got 100000000"),

@@ -61,6 +61,10 @@ ROLES = ("vector", "stage", "matrix_a", "matrix_b", "accumulator")
 # The most cores a target may have: the cost model and the tiling report follow every core's
 # blocks (a report for a million took 40 s), and no NPU or CPU socket comes near it.
 MAX_CORES = 1 << 16
+# The widest and the most vector registers a target may have (NEC SX-Aurora's: 64 of 16384 bits):
+# the micro-kernels unroll lanes x registers, and 1024 registers or 2^20 bits compiled for minutes.
+MAX_VECTOR_BITS = 1 << 14
+MAX_VECTOR_REGISTERS = 64
 _SIZE = re.compile(r"^\s*(\d+)\s*([KMG]i?B|B)?\s*$", re.IGNORECASE)
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_$.]*$")
 _FACTORS = {None: 1, "b": 1, "kib": 1 << 10, "kb": 1 << 10, "mib": 1 << 20, "mb": 1 << 20, "gib": 1 << 30, "gb": 1 << 30}
@@ -287,12 +291,15 @@ def from_dict(data: dict, source: str = "<dict>") -> Target:
     if not 1 <= cores <= MAX_CORES:
         raise TargetError(f"{source}: field 'cores' must be from 1 to {MAX_CORES}, got {cores}")
     vector_bits = _field(source, data, "vector_bits", int)
-    # A power of two: the micro-kernels transpose lanes x lanes blocks in log2(lanes) rounds of
-    # shuffles (vectorize_contractions.transposed); 384 bits' 12 lanes transposed wrongly.
-    if vector_bits < 32 or vector_bits & (vector_bits - 1):
-        raise TargetError(f"{source}: field 'vector_bits' must be a power of two, at least 32, got {vector_bits}")
+    # A power of two: the micro-kernels transpose blocks of lanes x lanes in log2(lanes) rounds of
+    # shuffles (vectorize_contractions.transposed); 384 bits' 12 lanes transposed wrongly, 96's 3
+    # built a vector.shuffle the verifier rejected.
+    if vector_bits < 32 or vector_bits & (vector_bits - 1) or vector_bits > MAX_VECTOR_BITS:
+        raise TargetError(f"{source}: field 'vector_bits' must be a power of two from 32 to {MAX_VECTOR_BITS}, "
+                          f"got {vector_bits}")
     levels_data = _field(source, data, "level", list)
     levels: list[MemoryLevel] = []
+    misplaced: list[str] = []  # said once the file has one global level (a second is the error then)
     for i, lv in enumerate(levels_data):
         where = f"{source}: level {i + 1}"
         if not isinstance(lv, dict):
@@ -309,6 +316,8 @@ def from_dict(data: dict, source: str = "<dict>") -> Target:
         if kind not in ("global", "local"):
             raise TargetError(f"{where}: field 'kind' must be 'global' or 'local', got {kind!r}")
         if kind == "global":
+            if extra := {"capacity", "alignment", "unit", "parent"} & set(lv):
+                misplaced.append(f"{where}: field '{min(extra)}' is for local levels only")
             cache = lv.get("cache")
             levels.append(MemoryLevel(
                 lname, None, 1, "mte", None, _rate(where, lv, "bandwidth"),
@@ -331,6 +340,8 @@ def from_dict(data: dict, source: str = "<dict>") -> Target:
         raise TargetError(f"{source}: level '{dup}' is defined twice (field 'name' must be unique)")
     if sum(lv.is_global for lv in levels) != 1:
         raise TargetError(f"{source}: exactly one level must have kind = \"global\"")
+    if misplaced:
+        raise TargetError(misplaced[0])
     parents = {lv.name: lv.parent for lv in levels}
     for lv in levels:
         if lv.parent is not None and lv.parent not in names:
@@ -353,8 +364,9 @@ def from_dict(data: dict, source: str = "<dict>") -> Target:
         if role not in roles:
             raise TargetError(f"{source}: [roles] needs '{role}' (the level holding {role} tiles)")
     vector_registers = _field(source, data, "vector_registers", int, 0, required=False)
-    if vector_registers < 0:
-        raise TargetError(f"{source}: field 'vector_registers' must be >= 0, got {vector_registers}")
+    if not 0 <= vector_registers <= MAX_VECTOR_REGISTERS:
+        raise TargetError(f"{source}: field 'vector_registers' must be from 0 to {MAX_VECTOR_REGISTERS}, "
+                          f"got {vector_registers}")
     clock = _rate(source, data, "clock_ghz")
     units = tuple(_unit(f"{source}: unit {i + 1}", u) for i, u in enumerate(_field(source, data, "unit", list, [], required=False)))
     paths = tuple(_path(f"{source}: path {i + 1}", p, names) for i, p in enumerate(_field(source, data, "path", list, [], required=False)))
