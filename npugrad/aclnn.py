@@ -30,6 +30,11 @@ class Executor:
     call: Call
     repeatable: bool = False
     _done: bool = field(default=False, init=False)
+    # Each array's dtype, shape and strides in phase one: the kernel's layout was made for them.
+    _signature: dict = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._signature = {k: (a.dtype, a.shape, a.strides) for k, a in self.call.arrays.items() if a is not None}
 
     def set_repeatable(self) -> None:
         self.repeatable = True
@@ -43,9 +48,24 @@ def execute(workspace, executor: Executor, stream=None) -> int:
         raise RuntimeError(f"{executor.op}: this executor has already run (make it repeatable to run it again)")
     if workspace is not None and not isinstance(workspace, np.ndarray | bytearray | memoryview):
         raise TypeError(f"{executor.op}: 'workspace' must be a buffer or None, got {type(workspace).__name__}")
+    _check_unchanged(executor)
     executor.call.run()
     executor._done = True
     return ACLNN_SUCCESS
+
+
+def _check_unchanged(executor: Executor) -> None:
+    """The kernel runs on phase one's layout at the arrays' current addresses: an array resized
+    (ndarray.resize), reshaped or restrided in place since then would be read and written out of
+    its bounds, and an output made read-only would be written all the same."""
+    outputs = executor.call.op_cls.outputs()
+    for name, (dtype, shape, strides) in executor._signature.items():
+        a = executor.call.arrays[name]
+        if (a.dtype, a.shape, a.strides) != (dtype, shape, strides):
+            raise ValueError(f"{executor.op}: parameter '{name}' changed since phase one: {a.dtype} {a.shape} strides "
+                             f"{a.strides}, was {dtype} {shape} strides {strides}")
+        if name in outputs and not a.flags.writeable:
+            raise ValueError(f"{executor.op}: parameter '{name}' became read-only since phase one")
 
 
 def _phase_one(op: str, call: Call, repeatable: bool) -> tuple[int, Executor]:

@@ -147,3 +147,19 @@ def test_a_null_required_pointer_is_rejected_in_phase_one(op):
             cls.get_workspace_size(**{**args, name: None})
     size, executor = cls.get_workspace_size(**args)
     assert size == 0 and aclnn.execute(None, executor) == aclnn.ACLNN_SUCCESS
+
+
+def test_an_array_changed_between_the_phases_is_rejected(rng):
+    """The executor runs phase one's layout at the arrays' current addresses: an array resized in
+    place (ndarray.resize, refcheck=False) would be written past its new end (a segfault), one
+    reshaped or restrided would be read in the old layout. Each is an error naming it, nothing written."""
+    a = _nll_operands(rng)
+    for change in (lambda o: o.resize((1, 1), refcheck=False), lambda o: setattr(o, "shape", o.shape[::-1]),
+                   lambda o: o.setflags(write=False)):
+        out = np.full(a["self"].shape, np.nan, np.float32)
+        _, executor = aclnn.NLLLossBackward.get_workspace_size(a["grad_output"], a["self"], a["target"], a["weight"],
+                                                               1, -100, a["total_weight"], out)
+        change(out)
+        with pytest.raises(ValueError, match="aclnnNLLLossBackward: parameter 'out' (changed|became read-only)"):
+            aclnn.execute(None, executor)
+        assert np.isnan(out).all()
