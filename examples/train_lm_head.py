@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -115,6 +116,24 @@ def plot(curves: dict[str, list[float]], path: str) -> bool:
     return True
 
 
+def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """What can be told before the training: counts of at least one, a finite learning rate and
+    tolerance, and files that can be written (the run is not lost to a typo in a path)."""
+    for name in ("steps", "tokens", "dim"):
+        if getattr(args, name) < 1:
+            parser.error(f"argument --{name}: must be at least 1, got {getattr(args, name)}")
+    for name in ("lr", "tolerance"):
+        if not 0 <= getattr(args, name) < math.inf:
+            parser.error(f"argument --{name}: must be a finite number >= 0, got {getattr(args, name)}")
+    for name in ("csv", "plot"):
+        path = getattr(args, name)
+        if path is None:
+            continue
+        folder = os.path.dirname(os.path.abspath(path))
+        if os.path.isdir(path) or not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            parser.error(f"argument --{name}: {path} cannot be written")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=300)
@@ -126,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--csv", default=None, help="write step,npugrad,torch to this file")
     parser.add_argument("--tolerance", type=float, default=0.02, help="largest |difference| of the losses that passes")
     args = parser.parse_args(argv)
+    _check(parser, args)
     curves = compare(args.steps, args.tokens, args.dim, args.lr, args.seed)
     print(table(curves, max(1, args.steps // 12)))
     worst = max(abs(a - b) for a, b in zip(curves["npugrad"], curves["torch"]))

@@ -36,3 +36,17 @@ def test_the_loss_curves_of_npugrad_and_pytorch_match(tmp_path, capsys):
     assert len(ours) == 40
     assert max(abs(a - b) for a, b in zip(ours, theirs)) < 5e-3
     assert ours[-1] < ours[0] - 1.0  # it learns
+
+
+@pytest.mark.parametrize("flags", [["--steps", "0"], ["--steps", "-1"], ["--tokens", "0"], ["--dim", "-3"],
+                                   ["--lr", "nan"], ["--tolerance", "nan"], ["--csv", "/nonexistent/curves.csv"],
+                                   ["--plot", "/nonexistent/curves.png"]])
+def test_a_bad_option_is_a_usage_error_before_the_training(flags, capsys):
+    """Not a traceback minutes later (an empty list of losses, a negative dimension, a CSV that
+    cannot be written after the run), nor nan losses from empty batches: exit 2, the flag named."""
+    with pytest.raises(SystemExit) as e:
+        _example().main(flags)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flags[0]}:" in err
+    assert "Traceback" not in err
