@@ -11,6 +11,7 @@ linear cross-entropy kernels, a benchmark), for a person watching: when stderr i
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import threading
@@ -27,8 +28,16 @@ def set_quiet(quiet: bool = True) -> None:
 
 
 def delay() -> float:
-    """Seconds a piece of work runs before it is announced (NPUGRAD_PROGRESS_DELAY, default 2)."""
-    return float(os.environ.get("NPUGRAD_PROGRESS_DELAY", "2"))
+    """Seconds a piece of work runs before it is announced (NPUGRAD_PROGRESS_DELAY, default 2;
+    inf: never). Anything but a number >= 0 is an error naming the variable."""
+    text = os.environ.get("NPUGRAD_PROGRESS_DELAY", "2")
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not seconds >= 0:
+        raise ValueError(f"NPUGRAD_PROGRESS_DELAY must be a number of seconds >= 0, got {text!r}")
+    return min(seconds, threading.TIMEOUT_MAX)  # a longer wait overflows the timer's thread
 
 
 def enabled() -> bool:

@@ -94,6 +94,24 @@ def _with_terminal(*args: str, env: dict[str, str]) -> tuple[str, str]:
     return out, err.decode()
 
 
+@pytest.mark.parametrize("delay", ["abc", "-1", "nan"])
+def test_a_progress_delay_that_is_no_number_of_seconds_is_an_error_naming_it(delay):
+    """Not float()'s 'could not convert string to float', which names nothing."""
+    env = {**os.environ, "NPUGRAD_PROGRESS": "1", "NPUGRAD_PROGRESS_DELAY": delay, "NPUGRAD_CACHE_DIR": "off"}
+    result = subprocess.run([str(Path(sys.executable).parent / "npugrad-opt"), str(BCE), "--stage", "llvm-ir"],
+                            capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 1
+    assert f"error: NPUGRAD_PROGRESS_DELAY must be a number of seconds >= 0, got '{delay}'" in result.stderr
+
+
+def test_an_infinite_progress_delay_says_nothing_and_does_not_break_the_timer():
+    """inf: never announced (a wait that long overflowed the timer's thread, a traceback)."""
+    env = {**os.environ, "NPUGRAD_PROGRESS": "1", "NPUGRAD_PROGRESS_DELAY": "inf", "NPUGRAD_CACHE_DIR": "off"}
+    result = subprocess.run([str(Path(sys.executable).parent / "npugrad-opt"), str(BCE), "--stage", "llvm-ir"],
+                            capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0 and result.stderr == ""
+
+
 def test_slow_work_says_so_on_a_terminal_and_not_with_quiet_or_to_a_pipe():
     fast = {"NPUGRAD_PROGRESS_DELAY": "0"}  # anything is slow
     out, err = _with_terminal(str(BCE), "--stage", "llvm-ir", env=fast)
