@@ -136,3 +136,26 @@ def test_clearing_the_cache_counts_only_what_it_deleted(tmp_path, monkeypatch):
     count, size, failed = object_cache.clear()
     assert (count, size) == (1, 20) and failed == [f"{kept}: Permission denied"]
     assert kept.exists() and not gone.exists()
+
+
+@pytest.mark.parametrize("command, variable, value, says", [
+    (["demo", "--quick"], "NPUGRAD_THREADS", "0", "npugrad demo: error: NPUGRAD_THREADS must be a positive integer"),
+    (["demo", "--quick"], "NPUGRAD_VERIFY_EACH", "yes", "npugrad demo: error: NPUGRAD_VERIFY_EACH must be 1 (on)"),
+    (["peak", "--seconds", "0.01"], "NPUGRAD_THREADS", "abc", "npugrad peak: error: NPUGRAD_THREADS must be a "
+                                                              "positive integer, got 'abc'"),
+    (["peak", "--seconds", "0.01"], "NPUGRAD_EMULATE", "foo", "npugrad peak: error: NPUGRAD_EMULATE: no emulation "
+                                                              "of foo"),
+    (["bench", "--quick", "--ops", "bce", "--paired", "0", "-q"], "NPUGRAD_OUTPUT_POOL", "maybe",
+     "npugrad bench: error: NPUGRAD_OUTPUT_POOL must be a size in bytes"),
+    (["bench", "--quick", "--ops", "bce", "--paired", "0", "-q"], "NPUGRAD_LINE_TABLES", "true",
+     "npugrad bench: error: NPUGRAD_LINE_TABLES must be 1 (on)"),
+])
+def test_a_bad_environment_variable_is_a_one_line_error_before_any_work(command, variable, value, says):
+    """Each was a traceback (demo, peak with NPUGRAD_EMULATE), a micro-kernel 'not measured' and
+    exit 0 (peak with NPUGRAD_THREADS) or every row 'failed' and exit 0 (bench)."""
+    env = {**os.environ, variable: value}
+    result = subprocess.run([str(BIN / "npugrad"), *command], capture_output=True, text=True, timeout=120, env=env,
+                            check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.startswith(says), result.stderr
+    assert result.stdout == ""

@@ -51,6 +51,8 @@ def _main(argv: Sequence[str] | None) -> None:
         demo.error(f"argument --seed: must be >= 0, got {args.seed}")
     if args.command == "calibrate":
         calibration.check_arguments(calibrate, args)
+    if args.command in ("demo", "bench", "peak"):
+        _check_environment(args.command)
     if args.command == "cache":
         _cache(args.clear)
     if args.command == "calibrate":
@@ -66,6 +68,26 @@ def _main(argv: Sequence[str] | None) -> None:
         from npugrad.tools.demo import run_demo
 
         sys.exit(0 if run_demo(seed=args.seed, quick=args.quick) else 1)
+
+
+def _check_environment(command: str) -> None:
+    """The NPUGRAD_* variables read where kernels are compiled and run, checked before the
+    command's minutes of work: a bad value is one line naming it, not a traceback (demo), a
+    micro-kernel "not measured" (peak) or every row "failed" (bench, whose --threads sets
+    NPUGRAD_THREADS for its processes)."""
+    from npugrad import progress
+    from npugrad.lowering import emulation
+    from npugrad.runtime import memory, pool, specialize
+
+    checks = [emulation.requested, memory.limit, progress.delay,
+              lambda: specialize._flag("NPUGRAD_VERIFY_EACH"), lambda: specialize._flag("NPUGRAD_LINE_TABLES")]
+    if command != "bench":
+        checks.append(pool.threads)
+    try:
+        for check in checks:
+            check()
+    except ValueError as e:
+        sys.exit(f"npugrad {command}: error: {e}")
 
 
 def _cache(clear: bool) -> None:
