@@ -747,7 +747,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    ops = [o.strip() for o in args.ops.split(",") if o.strip()]
+    ops = list(dict.fromkeys(o.strip() for o in args.ops.split(",") if o.strip()))  # bce,bce: once
     unknown = sorted(set(ops) - set(OPS))
     if unknown:
         raise SystemExit(f"npugrad bench: unknown op(s) {', '.join(unknown)}; ops are {', '.join(OPS)}")
@@ -761,6 +761,8 @@ def run(args: argparse.Namespace) -> None:
         raise SystemExit(f"npugrad bench: --threads must be from 1 to {MAX_THREADS}")
     if not 0 <= args.timeout < math.inf:
         raise SystemExit("npugrad bench: --timeout must be a number of seconds >= 0 (0: no limit)")
+    if not 0 <= args.predicted_limit < math.inf:
+        raise SystemExit("npugrad bench: --predicted-limit must be a number of seconds >= 0 (0: run it anyway)")
     if not ops:
         raise SystemExit(f"npugrad bench: --ops names no op; ops are {', '.join(OPS)}")
     timeout = args.timeout or None

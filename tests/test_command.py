@@ -5,6 +5,7 @@ status, the diagnostics) and that the collector is back on, with the imports fro
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from importlib.metadata import entry_points
@@ -98,6 +99,8 @@ def test_the_imports_are_frozen_and_the_collector_is_back_on():
     (["bench", "--quick", "--threads", "0"], "npugrad bench: --threads must be from 1 to 4096"),
     (["bench", "--quick", "--timeout", "-5"], "npugrad bench: --timeout must be a number of seconds >= 0"),
     (["bench", "--quick", "--ops", ","], "npugrad bench: --ops names no op"),
+    (["bench", "--quick", "--predicted-limit", "-5"], "npugrad bench: --predicted-limit must be a number of seconds"),
+    (["bench", "--quick", "--predicted-limit", "nan"], "npugrad bench: --predicted-limit must be a number of seconds"),
 ])
 def test_a_bad_argument_is_a_one_line_error_before_any_work(tmp_path, args, says):
     """Each was a traceback, an exit 0 with every row failed, or (calibrate) a traceback after
@@ -159,3 +162,13 @@ def test_a_bad_environment_variable_is_a_one_line_error_before_any_work(command,
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr.startswith(says), result.stderr
     assert result.stdout == ""
+
+
+def test_an_op_named_twice_in_bench_ops_is_benchmarked_once():
+    """--ops bce,bce compiled bce twice and printed its compile row twice."""
+    result = subprocess.run([str(BIN / "npugrad"), "bench", "--quick", "--ops", "bce,bce", "--repeats", "1",
+                             "--rounds", "1", "--paired", "0", "-q"], capture_output=True, text=True, timeout=120,
+                            check=False)
+    assert result.returncode == 0, result.stderr
+    compile_rows = [line for line in result.stdout.splitlines() if re.match(r"bce {2,}\d", line)]
+    assert len(compile_rows) == 1, result.stdout
