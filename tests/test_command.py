@@ -172,3 +172,16 @@ def test_an_op_named_twice_in_bench_ops_is_benchmarked_once():
     assert result.returncode == 0, result.stderr
     compile_rows = [line for line in result.stdout.splitlines() if re.match(r"bce {2,}\d", line)]
     assert len(compile_rows) == 1, result.stdout
+
+
+def test_clearing_the_cache_deletes_a_dangling_link_named_like_an_entry(tmp_path, monkeypatch):
+    """os.path.getsize followed it (FileNotFoundError, taken for an entry another process had
+    deleted): `npugrad cache` listed it again after every --clear."""
+    from npugrad.runtime import object_cache
+
+    monkeypatch.setenv("NPUGRAD_CACHE_DIR", str(tmp_path))
+    link = tmp_path / ("b" * 64 + ".ll")
+    link.symlink_to(tmp_path / "nowhere")
+    count, _, failed = object_cache.clear()
+    assert (count, failed) == (1, []) and not os.path.lexists(link)
+    assert object_cache.entries() == []

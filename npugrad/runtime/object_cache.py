@@ -128,7 +128,7 @@ def clear() -> tuple[int, int, list[str]]:
     failed = []
     for path in entries():
         try:
-            n = os.path.getsize(path)
+            n = os.lstat(path).st_size  # not getsize: a dangling link is an entry to delete too
             os.unlink(path)
         except FileNotFoundError:  # another process deleted it meanwhile
             continue
