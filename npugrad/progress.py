@@ -41,7 +41,10 @@ def delay() -> float:
 
 
 def enabled() -> bool:
-    forced = os.environ.get("NPUGRAD_PROGRESS", "")
+    forced = os.environ.get("NPUGRAD_PROGRESS", "").strip()
+    if forced not in ("", "0", "1"):  # `yes` taken for unset would be a setting silently not taken
+        raise ValueError(f"NPUGRAD_PROGRESS must be 1 (always), 0 (never) or unset (on a terminal), "
+                         f"got {os.environ['NPUGRAD_PROGRESS']!r}")
     return not _quiet and forced != "0" and (forced == "1" or sys.stderr.isatty())
 
 

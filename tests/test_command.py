@@ -144,6 +144,7 @@ def test_clearing_the_cache_counts_only_what_it_deleted(tmp_path, monkeypatch):
 @pytest.mark.parametrize("command, variable, value, says", [
     (["demo", "--quick"], "NPUGRAD_THREADS", "0", "npugrad demo: error: NPUGRAD_THREADS must be a positive integer"),
     (["demo", "--quick"], "NPUGRAD_VERIFY_EACH", "yes", "npugrad demo: error: NPUGRAD_VERIFY_EACH must be 1 (on)"),
+    (["demo", "--quick"], "NPUGRAD_PROGRESS", "yes", "npugrad demo: error: NPUGRAD_PROGRESS must be 1 (always)"),
     (["peak", "--seconds", "0.01"], "NPUGRAD_THREADS", "abc", "npugrad peak: error: NPUGRAD_THREADS must be a "
                                                               "positive integer, got 'abc'"),
     (["peak", "--seconds", "0.01"], "NPUGRAD_EMULATE", "foo", "npugrad peak: error: NPUGRAD_EMULATE: no emulation "

@@ -104,6 +104,17 @@ def test_a_progress_delay_that_is_no_number_of_seconds_is_an_error_naming_it(del
     assert f"error: NPUGRAD_PROGRESS_DELAY must be a number of seconds >= 0, got '{delay}'" in result.stderr
 
 
+@pytest.mark.parametrize("forced", ["yes", "true", "2"])
+def test_a_progress_setting_other_than_1_or_0_is_an_error_naming_it(forced):
+    """It was taken for unset (progress on a terminal only): a setting silently not taken."""
+    env = {**os.environ, "NPUGRAD_PROGRESS": forced, "NPUGRAD_CACHE_DIR": "off"}
+    result = subprocess.run([str(Path(sys.executable).parent / "npugrad-opt"), str(BCE), "--stage", "llvm-ir"],
+                            capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 1
+    assert f"error: NPUGRAD_PROGRESS must be 1 (always), 0 (never) or unset (on a terminal), got '{forced}'" in \
+        result.stderr
+
+
 def test_an_infinite_progress_delay_says_nothing_and_does_not_break_the_timer():
     """inf: never announced (a wait that long overflowed the timer's thread, a traceback)."""
     env = {**os.environ, "NPUGRAD_PROGRESS": "1", "NPUGRAD_PROGRESS_DELAY": "inf", "NPUGRAD_CACHE_DIR": "off"}
