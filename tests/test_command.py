@@ -94,6 +94,7 @@ def test_the_imports_are_frozen_and_the_collector_is_back_on():
     (["calibrate", "-o", "/nonexistent-dir/x.toml"], "npugrad calibrate: error: argument -o/--output: directory "
                                                      "/nonexistent-dir does not exist"),
     (["calibrate", "-o", "{tmp}"], "npugrad calibrate: error: argument -o/--output: {tmp} is a directory"),
+    (["calibrate", "-o", ""], "npugrad calibrate: error: argument -o/--output: names no file"),
     (["calibrate", "--seconds", "0"], "npugrad calibrate: error: argument --seconds: must be a positive number"),
     (["calibrate", "--seconds", "nan"], "npugrad calibrate: error: argument --seconds: must be a positive number"),
     (["bench", "--quick", "--threads", "0"], "npugrad bench: --threads must be from 1 to 4096"),

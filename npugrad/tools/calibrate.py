@@ -146,6 +146,8 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     not writable, is not)."""
     if not 0 < args.seconds < math.inf:
         parser.error(f"argument --seconds: must be a positive number of seconds, got {args.seconds}")
+    if not args.output:  # abspath('') is the current directory
+        parser.error("argument -o/--output: names no file")
     output = os.path.abspath(args.output)
     folder = os.path.dirname(output)
     if os.path.isdir(output):
