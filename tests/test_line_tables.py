@@ -177,7 +177,7 @@ def test_an_on_off_variable_other_than_1_or_0_is_named(monkeypatch, name):
 
     for value, on in (("1", True), (" 1 ", True), ("0", False), ("", False)):
         monkeypatch.setenv(name, value)
-        assert specialize._flag(name) is on
+        assert specialize.env_flag(name) is on
     monkeypatch.setenv(name, "yes")
     with pytest.raises(ValueError, match=rf"^{name} must be 1 \(on\) or 0 \(off\), got 'yes'$"):
-        specialize._flag(name)
+        specialize.env_flag(name)

@@ -285,6 +285,12 @@ class BlockDimOp(IRDLOperation):
         super().__init__(result_types=[IndexType()])
 
 
+def spread_over_blocks(op: func.FuncOp) -> bool:
+    """Whether `op` (a function) holds npu.block_idx: its work is already split between the blocks
+    (tile-for-target's tiles, distribute-over-cores' wavefront), so no other pass splits it again."""
+    return any(isinstance(o, BlockIdxOp) for o in op.walk())
+
+
 def _depends_on_block(value, seen: set | None = None) -> bool:
     """Whether `value` is computed from npu.block_idx (a use-def walk within the function)."""
     seen = set() if seen is None else seen

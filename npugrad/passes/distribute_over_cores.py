@@ -46,7 +46,7 @@ from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, Rewrite
 
 from npugrad.dialect import TrainOp
 from npugrad.dialect.attributes import DISTRIBUTED, FUSED
-from npugrad.dialect.npu import BlockIdxOp
+from npugrad.dialect.npu import spread_over_blocks
 from npugrad.ir import IRBuilder
 from npugrad.passes.source_op import record_source
 from npugrad.recipes import recipe_of
@@ -61,8 +61,8 @@ class DistributeFunction(RewritePattern):
     def match_and_rewrite(self, f: func.FuncOp, rewriter: PatternRewriter) -> None:
         if f.is_declaration or DISTRIBUTED.on(f):
             return
-        if any(isinstance(o, BlockIdxOp) for o in f.walk()):
-            return  # already spread over blocks (tile-for-target): its fused nest is no longer the fuse pass's
+        if spread_over_blocks(f):
+            return  # tile-for-target's tiles: its fused nest is no longer the fuse pass's
         nests = [o for o in f.walk() if isinstance(o, scf.ForOp) and FUSED.on(o)]
         grads = [o for o in f.walk() if isinstance(o, TrainOp)]
         if len(nests) + len(grads) != 1:

@@ -26,7 +26,7 @@ from xdsl.pattern_rewriter import (
 
 from npugrad.dialect import TrainOp
 from npugrad.dialect.attributes import FUSED
-from npugrad.dialect.npu import BlockIdxOp, level_of
+from npugrad.dialect.npu import level_of, spread_over_blocks
 from npugrad.ir import IRBuilder, enclosing_function
 from npugrad.passes.source_op import record_source
 from npugrad.recipes import recipe_of
@@ -56,7 +56,7 @@ class TileFusedNest(RewritePattern):
         # A nest that works on local buffers is tiled already (a `tiled` stage read back in), one
         # spread over blocks (distribute-over-cores' wavefront) is no longer the fuse pass's nest.
         if fused is not None and not any(level_of(v.type) is not None for o in op.walk() for v in o.operands) \
-                and not any(isinstance(o, BlockIdxOp) for o in enclosing_function(op).walk()):
+                and not spread_over_blocks(enclosing_function(op)):
             nest = recipe_of(fused.op.data).fused
             assert nest is not None, f"{fused.op.data} has no fused nest"
             nest.tile(op, self.target, IRBuilder(rewriter, op))

@@ -124,7 +124,7 @@ _LOCK = threading.Lock()
 _DEFAULT_PIPELINES: dict[tuple[bool, bool], tuple[Pipeline, tuple]] = {}
 
 
-def _flag(name: str) -> bool:
+def env_flag(name: str) -> bool:
     """An on/off environment variable: 1 on; unset, empty or 0 off; anything else an error naming
     it (`true` or `yes` read as off would be an option silently not taken)."""
     value = os.environ.get(name, "").strip()
@@ -148,9 +148,9 @@ def _pipeline_and_key(pipeline: Pipeline | None) -> tuple[Pipeline, tuple]:
             pipeline = replace(pipeline, distribute=False)
         return pipeline, pipeline.key()
     # The default pipeline's key is rebuilt from pass reprs otherwise: compute it once.
-    line_tables = _flag("NPUGRAD_LINE_TABLES")
+    line_tables = env_flag("NPUGRAD_LINE_TABLES")
     if (one_thread, line_tables) not in _DEFAULT_PIPELINES:
-        default = Pipeline(distribute=not one_thread, verify_each=_flag("NPUGRAD_VERIFY_EACH"),
+        default = Pipeline(distribute=not one_thread, verify_each=env_flag("NPUGRAD_VERIFY_EACH"),
                            line_tables=line_tables)
         _DEFAULT_PIPELINES[one_thread, line_tables] = (default, default.key())
     return _DEFAULT_PIPELINES[one_thread, line_tables]

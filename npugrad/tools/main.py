@@ -80,7 +80,7 @@ def _check_environment(command: str) -> None:
     from npugrad.runtime import memory, pool, specialize
 
     checks = [emulation.requested, memory.limit, progress.enabled, progress.delay,
-              lambda: specialize._flag("NPUGRAD_VERIFY_EACH"), lambda: specialize._flag("NPUGRAD_LINE_TABLES")]
+              lambda: specialize.env_flag("NPUGRAD_VERIFY_EACH"), lambda: specialize.env_flag("NPUGRAD_LINE_TABLES")]
     if command != "bench":
         checks.append(pool.threads)
     try:

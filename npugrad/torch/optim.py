@@ -66,7 +66,8 @@ class FusedEmaAdam(torch.optim.Optimizer):
     def __setstate__(self, state: dict) -> None:
         """After load_state_dict: groups saved by torch.optim.Adam(W) get this optimizer's
         defaults for what they lack (`ema_decay`, `bias_correction`; `mode` from their
-        `decoupled_weight_decay`); ones asking for what the kernel does not do are an error."""
+        `decoupled_weight_decay`); ones asking for what the kernel does not do are an error; their
+        parameters' states become the kernel's."""
         super().__setstate__(state)
         for group in self.param_groups:
             for name in ("amsgrad", "maximize"):
@@ -76,21 +77,23 @@ class FusedEmaAdam(torch.optim.Optimizer):
                 group["mode"] = int(bool(group["decoupled_weight_decay"]))
             for name, value in self.defaults.items():
                 group.setdefault(name, value)
+        # A torch.optim.Adam(W) state has no `ema` (started at the parameter) and its `step` is a
+        # float 0-d tensor: made the kernel's int64 (1,) here, once, not on every step.
+        for p, kept in self.state.items():
+            if not kept:
+                continue
+            step = kept["step"]
+            if not (isinstance(step, torch.Tensor) and step.dtype == torch.int64 and step.shape == (1,)):
+                kept["step"] = torch.tensor([int(step)], dtype=torch.int64)
+            if "ema" not in kept:
+                kept["ema"] = p.detach().clone(memory_format=torch.contiguous_format)
 
     def _state(self, p: torch.Tensor) -> dict:
-        """p's state, made where missing: all of it on the first step; `ema` (a copy of p) and
-        `step` as the kernel takes it (int64 (1,)) after load_state_dict of torch.optim.Adam(W)'s
-        state, which has neither (its `step` is a float 0-d tensor)."""
         state = self.state[p]
-        step = state.get("step")
-        if step is None:
+        if not state:
             state["step"] = torch.zeros(1, dtype=torch.int64)
-        elif not (isinstance(step, torch.Tensor) and step.dtype == torch.int64 and step.shape == (1,)):
-            state["step"] = torch.tensor([int(step)], dtype=torch.int64)
-        for name in ("exp_avg", "exp_avg_sq"):
-            if name not in state:
-                state[name] = torch.zeros_like(p, memory_format=torch.contiguous_format)
-        if "ema" not in state:
+            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
+            state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
             state["ema"] = p.detach().clone(memory_format=torch.contiguous_format)
         return state
 
