@@ -103,5 +103,8 @@ def test_a_malformed_pool_size_is_named(rng, monkeypatch):
     monkeypatch.setenv("NPUGRAD_OUTPUT_POOL", "lots")
     with pytest.raises(ValueError, match=r"^NPUGRAD_OUTPUT_POOL must be a size in bytes .* got 'lots'$"):
         _bce(rng)
+    # An output below the pool's least size used to skip the variable, so the mistake went unsaid.
+    with pytest.raises(ValueError, match=r"^NPUGRAD_OUTPUT_POOL must be a size in bytes .* got 'lots'$"):
+        _bce(rng, n=1000)
     monkeypatch.setenv("NPUGRAD_OUTPUT_POOL", "64MiB")
     assert memory.limit() == 64 << 20

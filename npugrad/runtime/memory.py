@@ -30,6 +30,7 @@ MIN_BYTES, or with the pool off, they are np.zeros (Planned.new).
 from __future__ import annotations
 
 import ctypes
+import functools
 import mmap
 import os
 import threading
@@ -50,6 +51,7 @@ def machine_bytes() -> int | None:
         return None
 
 
+@functools.cache
 def _default_limit() -> int:
     return min(1 << 30, (machine_bytes() or 8 << 30) // 8)
 
@@ -141,7 +143,8 @@ def empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     least MIN_BYTES and the pool is on."""
     dtype = np.dtype(dtype)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    if nbytes < MIN_BYTES or limit() == 0:
+    pool = limit()  # read first: a malformed NPUGRAD_OUTPUT_POOL is named whatever the output's size
+    if nbytes < MIN_BYTES or pool == 0:
         return np.empty(shape, dtype)
     size = _rounded(nbytes)
     block = _take(size) or _new_block(size)
