@@ -339,6 +339,9 @@ MALFORMED = [
        f"'{field}'", "is for local levels only")
       for field, line in (("capacity", 'capacity = "1MiB"'), ("alignment", "alignment = 64"), ("unit", 'unit = "gpu"'),
                           ("parent", 'parent = "vec"'))),
+    # An empty name was taken: the report, the cache key and every error then named target ''.
+    *((f"name {name!r}", (lambda name: lambda s: s.replace('name = "my-npu"', f'name = "{name}"'))(name), "'name'",
+       "must not be empty") for name in ("", "  ")),
     ("no cores", lambda s: s.replace("cores = 4", "cores = 0"), "'cores'", "from 1 to 65536, got 0"),
     # The cost model and the report follow every core (a million took 40 s): a bound, not a hang.
     ("too many cores", lambda s: s.replace("cores = 4", "cores = 100000000"), "'cores'", "from 1 to 65536, got 100000000"),

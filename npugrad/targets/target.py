@@ -287,6 +287,8 @@ def from_dict(data: dict, source: str = "<dict>") -> Target:
     if unknown := set(data) - known:
         raise TargetError(f"{source}: unknown field(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(known))})")
     name = _field(source, data, "name", str)
+    if not name.strip():
+        raise TargetError(f"{source}: field 'name' must not be empty (reports, caches and errors name the target by it)")
     cores = _field(source, data, "cores", int)
     if not 1 <= cores <= MAX_CORES:
         raise TargetError(f"{source}: field 'cores' must be from 1 to {MAX_CORES}, got {cores}")
