@@ -26,6 +26,15 @@ def test_the_console_scripts_start_through_the_command_module():
     assert scripts == {"npugrad": "npugrad.tools.command:npugrad", "npugrad-opt": "npugrad.tools.command:opt"}
 
 
+def test_the_command_module_run_as_a_module_names_the_commands():
+    # It used to do nothing and exit 0: `python -m npugrad.tools.command demo` looked like success.
+    run = subprocess.run([sys.executable, "-m", "npugrad.tools.command", "demo"], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120)
+    assert run.returncode == 1
+    assert "run one of them, or python -m npugrad.tools.main / python -m npugrad.tools.opt" in run.stderr
+    assert run.stdout == ""
+
+
 def test_an_output_many_pipe_buffers_long_arrives_whole(capsys):
     """The vectorized FLCE gradient (hundreds of KiB, several times a pipe's buffer) read from
     the command is the text main() prints in this process."""

@@ -69,3 +69,10 @@ def exit_status(e: SystemExit) -> int:
         return e.code & 0xFF
     print(e.code, file=sys.stderr)
     return 1
+
+
+if __name__ == "__main__":
+    # This module holds the console scripts' entry points; run as a module, it has no command of
+    # its own to pick, so it says which ones there are rather than doing nothing.
+    sys.exit("npugrad.tools.command is the entry module of the `npugrad` and `npugrad-opt` scripts: "
+             "run one of them, or python -m npugrad.tools.main / python -m npugrad.tools.opt")
