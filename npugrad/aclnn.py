@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from npugrad import ops
-from npugrad.ops.common import as_input, integer
+from npugrad.ops.common import as_input, integer, real
 from npugrad.runtime.launch import Call
 
 ACLNN_SUCCESS = 0
@@ -82,6 +82,15 @@ def _required(op: str, **given) -> None:
             raise TypeError(f"{op}: parameter '{name}' is null")
 
 
+def _no_label_smoothing(op: str, label_smoothing, extension: str) -> None:
+    """The vendor's ops take labelSmoothing = 0 only (OPS.md §1.7, FORWARD.md §2). npugrad's
+    label smoothing needs operands this form has no parameter for (the global vocabulary, the
+    sum of the logits): its plain API's error would ask for them."""
+    if real(op, "labelSmoothing", label_smoothing) != 0:
+        raise ValueError(f"{op}: parameter 'labelSmoothing' must be 0, got {label_smoothing} (the vendor's op has "
+                         f"no label smoothing; npugrad.ops.{extension} offers it)")
+
+
 class FusedLinearCrossEntropyLossGrad:
     @staticmethod
     def get_workspace_size(grad, input, weight, targetMask, maskedTarget, labelSmoothing=0.0,
@@ -90,6 +99,7 @@ class FusedLinearCrossEntropyLossGrad:
         _required("aclnnFusedLinearCrossEntropyLossGrad", grad=grad, input=input, weight=weight,
                   targetMask=targetMask, maskedTarget=maskedTarget, inputGradOut=inputGradOut,
                   weightGradOut=weightGradOut)
+        _no_label_smoothing("aclnnFusedLinearCrossEntropyLossGrad", labelSmoothing, "fused_linear_cross_entropy_loss_grad")
         call = ops.fused_linear_cross_entropy_loss_grad.plan(
             grad, input, weight, targetMask, maskedTarget, labelSmoothing, logitsMaxOptional,
             sumExpLogitsOptional, softmaxOptional, input_grad_out=inputGradOut, weight_grad_out=weightGradOut)
@@ -127,6 +137,7 @@ class FusedCrossEntropyLossWithMaxSum:
                 raise ValueError(f"aclnnFusedCrossEntropyLossWithMaxSum: parameter '{name}' must be null")
         _required("aclnnFusedCrossEntropyLossWithMaxSum", logitsMax=logitsMax, sumExpLogits=sumExpLogits,
                   predictedLogits=predictedLogits, lossOut=lossOut)
+        _no_label_smoothing("aclnnFusedCrossEntropyLossWithMaxSum", labelSmoothing, "fused_cross_entropy_loss_with_max_sum")
         if (vocabParallelLogitsOptional is None) != (softMaxOutOptional is None):
             raise ValueError("aclnnFusedCrossEntropyLossWithMaxSum: parameters 'vocabParallelLogitsOptional' and "
                              "'softMaxOutOptional' are given together or not at all")

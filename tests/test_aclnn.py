@@ -163,3 +163,16 @@ def test_an_array_changed_between_the_phases_is_rejected(rng):
         with pytest.raises(ValueError, match="aclnnNLLLossBackward: parameter 'out' (changed|became read-only)"):
             aclnn.execute(None, executor)
         assert np.isnan(out).all()
+
+
+@pytest.mark.parametrize("op", ["aclnnFusedLinearCrossEntropyLossGrad", "aclnnFusedCrossEntropyLossWithMaxSum"])
+@pytest.mark.parametrize("alpha", [0.1, 1.5])
+def test_label_smoothing_is_zero_in_the_vendor_form(op, alpha):
+    """labelSmoothing != 0 is the vendor's reject (OPS.md §1.7, FORWARD.md §2), named as this
+    form's parameter: the plain API's message asked for 'vocab_size' or 'sum_logits', which this
+    form has no parameter for."""
+    cls, args, _ = _vendor_calls()[op]
+    with pytest.raises(ValueError, match=rf"^{op}: parameter 'labelSmoothing' must be 0, got {alpha} "):
+        cls.get_workspace_size(**{**args, "labelSmoothing": alpha})
+    with pytest.raises(TypeError, match=rf"^{op}: parameter 'labelSmoothing' must be a real number"):
+        cls.get_workspace_size(**{**args, "labelSmoothing": "0"})
