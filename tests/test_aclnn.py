@@ -68,6 +68,23 @@ def test_bce_dsp_form(rng):
     assert_close(dx, harness.expected("binary_cross_entropy_grad", a, {"reduction": 2})["dx"])
 
 
+def test_converted_indices_are_read_in_phase_two(rng):
+    # Float indices (the vendor converts them) are converted when the executor runs, from what the
+    # array holds then, not from what it held in phase one.
+    g = rng.standard_normal((6, 4)).astype(np.float32)
+    idx = np.array([0.5, 1.2, 2.9, 3.0, 4.7, 0.0], np.float32)
+    out = np.full((5, 4), np.nan, np.float32)
+    _, ex = aclnn.EmbeddingDenseBackward.get_workspace_size(g, idx, 5, -1, False, out)
+    idx[:] = [4.2, 4.9, 3.1, 2.0, 1.5, 0.3]
+    aclnn.execute(None, ex)
+    want = harness.expected("embedding_dense_backward", {"grad": g, "indices": idx}, {"num_weights": 5})["out"]
+    np.testing.assert_array_equal(out, want)
+    _, ex = aclnn.EmbeddingDenseBackward.get_workspace_size(g, idx, 5, -1, False, out)
+    idx[2] = 5.0
+    with pytest.raises(ValueError, match=r"^embedding_dense_backward: parameter 'indices' must lie in \[0, num_weights\)"):
+        aclnn.execute(None, ex)
+
+
 def test_flce_and_embedding_two_phase(rng):
     bt, h, v = 20, 16, 130
     shapes = {"grad": (bt,), "input": (bt, h), "weight": (v, h), "target_mask": (3,), "masked_target": (bt,), "softmax": (bt, v)}

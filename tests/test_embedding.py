@@ -203,9 +203,16 @@ VALID = {"grad": np.ones((4, 3), np.float32), "indices": np.array([0, 1, 5, 1]),
         ({"grad": np.ones((4, 3), np.float64)}, TypeError, "grad"),
         ({"grad": np.ones((4, 3), np.int32)}, TypeError, "grad"),
         ({"grad": [[1.0, 2.0, 3.0]] * 4}, TypeError, "grad"),  # a list becomes float64
-        ({"indices": np.array([0, 1, 5, 1], np.int16)}, TypeError, "indices"),
-        ({"indices": np.array([0, 1, 5, 1], np.uint8)}, TypeError, "indices"),
-        ({"indices": np.array([0, 1, 5, 1], np.float32)}, TypeError, "indices"),
+        # Outside the dtypes the vendor converts (CONVERTED_INDICES_CASES below).
+        ({"indices": np.array([0, 1, 5, 1], np.uint16)}, TypeError, "indices"),
+        ({"indices": np.array([0, 1, 5, 1], np.uint64)}, TypeError, "indices"),
+        ({"indices": np.array([0, 1, 5, 1], np.complex64)}, TypeError, "indices"),
+        ({"indices": np.array([0, 1, 5, 1], ">f4")}, TypeError, "indices"),
+        # Converted, then out of range: as given, not as a cast made them.
+        ({"indices": np.array([0, 1, -1, 1], np.int8)}, ValueError, "indices"),
+        ({"indices": np.array([0, 1, 6.0, 1], np.float32)}, ValueError, "indices"),
+        ({"indices": np.array([0, 1, np.nan, 1], np.float16)}, ValueError, "indices"),
+        ({"indices": np.array([0, 1, -np.inf, 1])}, ValueError, "indices"),
         ({"out": np.zeros((6, 3), np.float64)}, TypeError, "out"),
         ({"out": [[0.0] * 3] * 6}, TypeError, "out"),
         ({"grad": np.float32(1.0)}, ValueError, "grad"),  # 0-D
@@ -235,6 +242,30 @@ def test_rejects(change, error, parameter):
     message = str(info.value)
     assert message.startswith(f"{OP}:") and f"'{parameter}'" in message, message
     np.testing.assert_array_equal(out, before)  # a rejected call writes nothing
+
+
+CONVERTED = [np.int8, np.int16, np.uint8, np.bool_, np.float16, np.float32, np.float64]
+
+
+@pytest.mark.parametrize("index_dtype", CONVERTED, ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("scale", [False, True], ids=["sum", "scaled"])
+def test_indices_the_vendor_converts(rng, index_dtype, scale):
+    # OPS.md 2.1: the vendor also takes int8, int16, uint8, bool and floating-point indices, converted
+    # to integers (a float truncated toward zero, as the reference does). They were a TypeError.
+    grad = rng.standard_normal((3, 11, 5)).astype(np.float32)
+    if index_dtype is np.bool_:
+        indices = rng.integers(0, 2, (3, 11)).astype(np.bool_)
+    elif np.dtype(index_dtype).kind == "f":  # -0.9 truncates to row 0, 5.99 to row 5
+        indices = rng.uniform(-0.9, 5.99, (3, 11)).astype(index_dtype)
+    else:
+        indices = rng.integers(0, 6, (3, 11)).astype(index_dtype)
+    before = indices.copy()
+    for _ in range(2):  # the second call is planned again (its conversion is not replayed)
+        got = ops.embedding_dense_backward(grad, indices, 6, 2, scale)
+        np.testing.assert_array_equal(got, _expected({"grad": grad, "indices": indices}, 6, 2, scale))
+        np.testing.assert_array_equal(indices, before)
+        indices[0] = indices[-1]  # new values, same signature
+        before = indices.copy()
 
 
 def test_rejected_index_names_value_and_position():

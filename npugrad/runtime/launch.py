@@ -143,6 +143,10 @@ class Call:
     value_check: Callable[[Mapping[str, np.ndarray | None]], None] | None = None  # called with `arrays`
     static_shapes: bool = False
     fresh: Mapping[str, object] | None = None  # the outputs the call allocated: name -> its Planned
+    # False: the plan made an operand that the value check fills from an argument's data on every
+    # run (the embedding's indices converted to the kernel's integer type), so a call of the same
+    # signature is planned anew, not replayed with this call's operand and check.
+    replayable: bool = True
     kernel: Kernel = field(init=False)
 
     def __post_init__(self) -> None:
@@ -345,6 +349,8 @@ class Replay:
     def of(call: Call, args: tuple, kwargs: dict, replays: _Replays) -> Replay | None:
         """The call's Replay, or None where its operands or result cannot be told apart by
         where they come from (e.g. one array passed twice, a view the plan made of one)."""
+        if not call.replayable:
+            return None
         given = {}
         for i, a in enumerate(args):
             if type(a) is np.ndarray:
