@@ -323,6 +323,22 @@ def test_binary_cross_entropy_broadcasts_its_weight_as_pytorch_does(shape):
         nt.binary_cross_entropy(x, y[:-1])
 
 
+@pytest.mark.parametrize("weight_dtype", [torch.float64, torch.bfloat16, torch.float16], ids=str)
+def test_binary_cross_entropy_takes_a_weight_of_another_floating_dtype_as_pytorch_does(weight_dtype):
+    """F.binary_cross_entropy's forward and backward take a float32 input with, say, a float64
+    class weight (PyTorch's test_nn weights are often made in another dtype than the input);
+    ours failed in the backward, the kernel refusing the weight's dtype."""
+    g = torch.Generator().manual_seed(3)
+    x = (torch.rand(6, 4, generator=g) * 0.98 + 0.01).requires_grad_()
+    y = torch.rand(x.shape, generator=g)
+    w = (torch.rand(4, generator=g) + 0.5).to(weight_dtype)
+    for reduction in ("none", "mean", "sum"):
+        ours = nt.binary_cross_entropy(x, y, w, reduction)
+        theirs = F.binary_cross_entropy(x, y, w, reduction=reduction)
+        torch.testing.assert_close(ours, theirs)
+        torch.testing.assert_close(_grads((ours * 1.5).sum(), x)[0], _grads((theirs * 1.5).sum(), x)[0])
+
+
 @pytest.mark.parametrize("shape", [(4, 7, 3), (2, 5, 3, 2), (0, 4, 3)], ids=str)
 @pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
 def test_nll_loss_of_positions_matches_pytorch(shape, reduction):

@@ -100,7 +100,11 @@ def _bce_setup(ctx, inputs, output) -> None:
 def _bce_backward(ctx, grad: Tensor):
     input, target, weight = ctx.saved_tensors
     dloss = grad if ctx.reduction == REDUCTION_NONE else grad.reshape(1)
-    dx = K.binary_cross_entropy_grad(input, target, dloss, weight, ctx.reduction) if ctx.needs_input_grad[0] else None
+    # ATen's forward and backward take a weight of another floating dtype (float64 for float32
+    # input, say); the kernel reads it in the input's.
+    kernel_weight = weight if weight is None else weight.to(input.dtype)
+    dx = (K.binary_cross_entropy_grad(input, target, dloss, kernel_weight, ctx.reduction)
+          if ctx.needs_input_grad[0] else None)
     dy = None
     if ctx.needs_input_grad[1]:  # ∂/∂y of −w·(y·log x + (1 − y)·log(1 − x)) = −w·logit(x): ATen's own formula
         dy = torch.logit(input).neg_().mul_(grad)
