@@ -389,6 +389,16 @@ def test_linear_cross_entropy_rejects_a_target_outside_the_vocabulary(bad):
         nt.linear_cross_entropy(x, w, target)
 
 
+def test_linear_cross_entropy_names_a_target_of_class_probabilities_as_unsupported():
+    """F.linear_cross_entropy's error inputs give floating targets (class probabilities): ours said
+    "Target 8 is out of bounds" of such a target's values, or, within [0, V), named the forward
+    kernel's dtype rule."""
+    x, w = torch.randn(2, 3), torch.randn(4, 3)
+    for target in (torch.rand(2) * 8, torch.tensor([0.0, 1.0]), torch.rand(2, 4).softmax(1), torch.tensor([True, False])):
+        with pytest.raises(TypeError, match=r"^linear_cross_entropy: parameter 'target' must hold class ids"):
+            nt.linear_cross_entropy(x, w, target)
+
+
 def _random_loss_cases(seed: int, count: int):
     """(name, ours, theirs, inputs, differentiable input indices, tolerance) for `count` random
     configurations of the four torch-facing functions: dtypes, empty batches, ignored rows,

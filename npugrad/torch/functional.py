@@ -318,6 +318,10 @@ def linear_cross_entropy(input: Tensor, weight: Tensor, target: Tensor, ignore_i
     zero, as PyTorch's)."""
     r = _reduction(reduction)
     label_smoothing, z_loss, softcap = loss_options("linear_cross_entropy", label_smoothing, z_loss, softcap)
+    if target.is_floating_point() or target.is_complex() or target.dtype == torch.bool:
+        # Before the operator's range check, which read class probabilities as ids out of range.
+        raise TypeError(f"linear_cross_entropy: parameter 'target' must hold class ids (an integer tensor), got "
+                        f"{target.dtype}; class probabilities (F.cross_entropy's floating target) are not supported")
     loss = _linear_cross_entropy(input, weight, target, ignore_index, label_smoothing, z_loss, softcap)[0]
     if r == REDUCTION_NONE:
         return loss
