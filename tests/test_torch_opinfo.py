@@ -115,3 +115,32 @@ def test_pytorch_cross_entropy_samples_match_the_linear_cross_entropy(op_db, dty
         torch.testing.assert_close(mine[0].float(), theirs[0].float(), **_tolerance(dtype), equal_nan=True, msg=label)
         torch.testing.assert_close(mine[1][0].float(), theirs[1][0].float(), **_tolerance(dtype), msg=label)
     assert count >= 3
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_pytorch_linear_cross_entropy_samples_match_or_are_named_unsupported(dtype):
+    """F.linear_cross_entropy's own OpInfo samples (PyTorch 2.13 on) through
+    npugrad.torch.linear_cross_entropy, called as F's: those within its domain (a (V, H) weight,
+    class ids, no class `weight`, `linear_bias` or `options`: unbatched (H,) inputs and
+    F's ignore_index=None included) match PyTorch's loss and gradients; the others raise.
+    (Unbatched inputs were rejected, naming a forward kernel's rank rule.)"""
+    from torch.testing._internal.common_methods_invocations import op_db as variants
+
+    info = next((o for o in variants if o.name == "nn.functional.linear_cross_entropy" and not o.variant_test_name), None)
+    if info is None:
+        pytest.skip("this PyTorch has no F.linear_cross_entropy")
+    compared = 0
+    for i, s in enumerate(info.sample_inputs("cpu", dtype, requires_grad=True)):
+        x, w, target = s.input, *s.args
+        label = f"linear_cross_entropy {dtype} sample {i}: {tuple(x.shape)} {tuple(w.shape)} {s.kwargs}"
+        mine = _run(nt.linear_cross_entropy, [x, w, target], s.kwargs, i)
+        if w.dim() != 2 or target.is_floating_point() or {"weight", "linear_bias", "options"} & set(s.kwargs):
+            assert isinstance(mine, TypeError | ValueError), (label, mine)
+            continue
+        theirs = _run(info.op, [x, w, target], s.kwargs, i)
+        assert not isinstance(mine, Exception), (label, mine)
+        compared += 1
+        torch.testing.assert_close(mine[0].float(), theirs[0].float(), **_tolerance(dtype), equal_nan=True, msg=label)
+        for a, b in zip(mine[1], theirs[1], strict=True):
+            torch.testing.assert_close(a.float(), b.float(), **_tolerance(dtype), msg=label)
+    assert compared >= 8

@@ -305,7 +305,7 @@ def _lce_backward(ctx, grad: Tensor, _max_grad, _sum_grad):
 _linear_cross_entropy.register_autograd(_lce_backward, setup_context=_lce_setup)
 
 
-def linear_cross_entropy(input: Tensor, weight: Tensor, target: Tensor, ignore_index: int = -100,
+def linear_cross_entropy(input: Tensor, weight: Tensor, target: Tensor, ignore_index: int | None = -100,
                          reduction: str = "mean", *, label_smoothing: float = 0.0, z_loss: float = 0.0,
                          softcap: float = 0.0) -> Tensor:
     """cross_entropy(softcap(input @ weight.T), target, label_smoothing=label_smoothing) +
@@ -315,13 +315,20 @@ def linear_cross_entropy(input: Tensor, weight: Tensor, target: Tensor, ignore_i
     λ·lse² per counted token (PaLM's auxiliary loss), `softcap` c >= 0 computes on
     c·tanh(logits / c) (Gemma 2). `mean` divides by the tokens not ignored, as F.cross_entropy
     does (NaN where there are none: an empty batch, every token ignored; the gradients are then
-    zero, as PyTorch's)."""
+    zero, as PyTorch's). As F.linear_cross_entropy, an unbatched input (H,) with a 0-d target is one
+    token, and `ignore_index=None` is -100."""
     r = _reduction(reduction)
     label_smoothing, z_loss, softcap = loss_options("linear_cross_entropy", label_smoothing, z_loss, softcap)
     if target.is_floating_point() or target.is_complex() or target.dtype == torch.bool:
         # Before the operator's range check, which read class probabilities as ids out of range.
         raise TypeError(f"linear_cross_entropy: parameter 'target' must hold class ids (an integer tensor), got "
                         f"{target.dtype}; class probabilities (F.cross_entropy's floating target) are not supported")
+    if ignore_index is None:
+        ignore_index = -100
+    if input.dim() == 1 and target.dim() == 0:
+        loss = linear_cross_entropy(input.unsqueeze(0), weight, target.unsqueeze(0), ignore_index, reduction,
+                                    label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap)
+        return loss.squeeze(0) if r == REDUCTION_NONE else loss
     loss = _linear_cross_entropy(input, weight, target, ignore_index, label_smoothing, z_loss, softcap)[0]
     if r == REDUCTION_NONE:
         return loss
