@@ -399,6 +399,34 @@ def test_linear_cross_entropy_names_a_target_of_class_probabilities_as_unsupport
             nt.linear_cross_entropy(x, w, target)
 
 
+def test_linear_cross_entropy_is_called_as_pytorchs():
+    """F.linear_cross_entropy's signature (PyTorch 2.13): its keywords run unchanged (the second
+    parameter was `weight`, which F names the class weights); its bias and class weights, which the
+    fused kernels do not have, are errors naming them; its chunking options pick nothing here."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(6, 5, generator=g, requires_grad=True)
+    w = torch.randn(9, 5, generator=g, requires_grad=True)
+    target = torch.tensor([0, 8, 3, -100, 2, 2])
+    ours = nt.linear_cross_entropy(input=x, linear_weight=w, target=target, reduction="sum", ignore_index=-100,
+                                   label_smoothing=0.1, linear_bias=None, weight=None)
+    theirs = F.cross_entropy(x @ w.T, target, reduction="sum", label_smoothing=0.1)
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+    assert torch.autograd.grad(ours, (x, w)) is not None
+    with pytest.raises(ValueError, match=r"^linear_cross_entropy: parameter 'linear_bias' must be None"):
+        nt.linear_cross_entropy(x, w, target, linear_bias=torch.zeros(9))
+    with pytest.raises(ValueError, match=r"^linear_cross_entropy: parameter 'weight' \(class weights\) must be None"):
+        nt.linear_cross_entropy(x, w, target, weight=torch.ones(9))
+    with pytest.raises(TypeError, match=r"^linear_cross_entropy: parameter 'options' must be None or"):
+        nt.linear_cross_entropy(x, w, target, options={"batch_chunk_size": 2})
+    try:
+        from torch.nn.modules.linear_cross_entropy_options import LinearCrossEntropyOptions
+    except ImportError:  # a PyTorch before F.linear_cross_entropy
+        return
+    chunked = nt.linear_cross_entropy(x, w, target, reduction="sum", label_smoothing=0.1,
+                                      options=LinearCrossEntropyOptions(batch_chunk_size=2, chunking_method=None))
+    torch.testing.assert_close(chunked, ours, rtol=0, atol=0)
+
+
 def _random_loss_cases(seed: int, count: int):
     """(name, ours, theirs, inputs, differentiable input indices, tolerance) for `count` random
     configurations of the four torch-facing functions: dtypes, empty batches, ignored rows,

@@ -11,18 +11,18 @@ with its autograd formula registered.
 | binary_cross_entropy(input, target, weight, reduction) | aten.binary_cross_entropy | binary_cross_entropy_grad |
 | nll_loss(input, target, weight, ignore_index, reduction) | aten.nll_loss_forward | nll_loss_backward |
 | embedding(input, weight, padding_idx, scale_grad_by_freq) | aten.embedding | embedding_dense_backward |
-| linear_cross_entropy(input, weight, target, ignore_index, reduction, label_smoothing, z_loss, softcap) | fused_linear_online_max_sum, fused_cross_entropy_loss_with_max_sum | fused_linear_cross_entropy_loss_grad (memory-saving mode) |
+| linear_cross_entropy(input, linear_weight, target, ignore_index, reduction, label_smoothing, z_loss, softcap) | fused_linear_online_max_sum, fused_cross_entropy_loss_with_max_sum | fused_linear_cross_entropy_loss_grad (memory-saving mode) |
 
 Gradients flow where PyTorch's do: BCE to `input` (the kernel) and to a floating `target`
 (ATen's formula, −weight·logit(input), an elementwise product in PyTorch), NLL to `input`, the
-embedding to `weight`, the linear cross entropy to `input` and `weight`. As in ATen, a `weight`
+embedding to `weight`, the linear cross entropy to `input` and `linear_weight`. As in ATen, a `weight`
 of BCE or NLL that requires grad is an error (neither is differentiable in it), and so, when the
 forward runs, is a tensor requiring grad in a dtype the kernels do not take (float64: they take
 float32, float16 and bfloat16). Second derivatives are not supported (the kernels have no
 backward of their own).
 
 `linear_cross_entropy` is the whole vocabulary on one rank (target_mask = ignored tokens,
-masked_target = target); input and weight in float16 or bfloat16, as the kernel takes them; the
+masked_target = target); input and linear_weight in float32, float16 or bfloat16, as the kernel takes them; the
 loss is float32. Its forward is two kernels too: fused_linear_online_max_sum (the logits' max,
 sum of exponentials and target logit in one pass over the weight, no BT×V buffer), then
 fused_cross_entropy_loss_with_max_sum.
@@ -305,12 +305,17 @@ def _lce_backward(ctx, grad: Tensor, _max_grad, _sum_grad):
 _linear_cross_entropy.register_autograd(_lce_backward, setup_context=_lce_setup)
 
 
-def linear_cross_entropy(input: Tensor, weight: Tensor, target: Tensor, ignore_index: int | None = -100,
-                         reduction: str = "mean", *, label_smoothing: float = 0.0, z_loss: float = 0.0,
+def linear_cross_entropy(input: Tensor, linear_weight: Tensor, target: Tensor, ignore_index: int | None = -100,
+                         reduction: str = "mean", *, linear_bias: Tensor | None = None, weight: Tensor | None = None,
+                         label_smoothing: float = 0.0, options=None, z_loss: float = 0.0,
                          softcap: float = 0.0) -> Tensor:
-    """cross_entropy(softcap(input @ weight.T), target, label_smoothing=label_smoothing) +
-    z_loss·logsumexp² for input (BT, H), weight (V, H), target (BT,), without a BT×V gradient: the
-    backward is npugrad's fused_linear_cross_entropy_loss_grad. The extensions are FORWARD.md §4's
+    """cross_entropy(softcap(input @ linear_weight.T), target, label_smoothing=label_smoothing) +
+    z_loss·logsumexp² for input (BT, H), linear_weight (V, H), target (BT,), without a BT×V gradient:
+    the backward is npugrad's fused_linear_cross_entropy_loss_grad. F.linear_cross_entropy's
+    signature (PyTorch 2.13), so that a call of it runs here unchanged: its `linear_bias` and class
+    `weight` must be None (the fused kernels have neither: an error naming the parameter), and its
+    `options`, which pick PyTorch's chunked implementation of the same loss, are accepted and have
+    nothing to pick here (npugrad's is always fused). The extensions are FORWARD.md §4's
     (0 turns each off): `label_smoothing` α in [0, 1] as F.cross_entropy's, `z_loss` λ >= 0 adds
     λ·lse² per counted token (PaLM's auxiliary loss), `softcap` c >= 0 computes on
     c·tanh(logits / c) (Gemma 2). `mean` divides by the tokens not ignored, as F.cross_entropy
@@ -319,6 +324,16 @@ def linear_cross_entropy(input: Tensor, weight: Tensor, target: Tensor, ignore_i
     token, and `ignore_index=None` is -100."""
     r = _reduction(reduction)
     label_smoothing, z_loss, softcap = loss_options("linear_cross_entropy", label_smoothing, z_loss, softcap)
+    if linear_bias is not None:
+        raise ValueError("linear_cross_entropy: parameter 'linear_bias' must be None: the fused kernels compute "
+                         "input @ linear_weight.T, without a bias")
+    if weight is not None:
+        raise ValueError("linear_cross_entropy: parameter 'weight' (class weights) must be None: the fused kernels "
+                         "weigh every class alike (the linear layer's weight is 'linear_weight')")
+    if options is not None and type(options).__name__ != "LinearCrossEntropyOptions":
+        raise TypeError(f"linear_cross_entropy: parameter 'options' must be None or a "
+                        f"torch.nn.functional LinearCrossEntropyOptions, got {type(options).__name__}")
+    weight = linear_weight
     if target.is_floating_point() or target.is_complex() or target.dtype == torch.bool:
         # Before the operator's range check, which read class probabilities as ids out of range.
         raise TypeError(f"linear_cross_entropy: parameter 'target' must hold class ids (an integer tensor), got "
