@@ -1,7 +1,9 @@
 """The whole LM-head loss (issue 14's targets): forward + backward of cross entropy over X·Wᵀ with
 npugrad's fused kernels (`npugrad.ops.linear_cross_entropy`: the online max/sum forward, the
 collectives, the loss, the fused gradient; no BT×V buffer anywhere) against PyTorch eager
-(`F.cross_entropy(X @ W.T, y)` + `backward()`), in one run on the same inputs:
+(`F.cross_entropy(X @ W.T, y)` + `backward()`), in one run on the same inputs, and beside them
+PyTorch's own memory-saving path where it has one (2.13 on: `F.linear_cross_entropy` with its
+chunking `options`, the batch in chunks, no BT×V logits):
 
   1. forward + backward, per dtype: time and peak extra memory, ratio to PyTorch eager, in
      `--rounds` rounds (3) in which the two take turns, each in a fresh process, the first
@@ -110,6 +112,44 @@ def torch_step(bt: int, h: int, v: int, dtype: str, ignored: float = 0.0):
     return lambda: step(*big)
 
 
+def torch_chunked_step(bt: int, h: int, v: int, dtype: str, ignored: float = 0.0):
+    """PyTorch's own memory-saving path (2.13 on): F.linear_cross_entropy with its chunking
+    options (LinearCrossEntropyOptions(): the batch in chunks, no BT×V logits), autograd."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.modules.linear_cross_entropy_options import LinearCrossEntropyOptions
+
+    torch.set_num_threads(int(os.environ.get("NPUGRAD_THREADS", "2")))
+    tdt = torch.bfloat16 if dtype == "bfloat16" else getattr(torch, dtype)
+    options = LinearCrossEntropyOptions()
+
+    def tensors(x, w, y):
+        return (torch.from_numpy(np.asarray(x, np.float32)).to(tdt).requires_grad_(),
+                torch.from_numpy(np.asarray(w, np.float32)).to(tdt).requires_grad_(), torch.from_numpy(y))
+
+    def step(X, W, Y):
+        X.grad = W.grad = None
+        F.linear_cross_entropy(X, W, Y, ignore_index=-100, options=options).backward()
+        return X.grad, W.grad
+
+    step(*tensors(*_inputs(64, 32, 256, dtype, ignored)))
+    big = tensors(*_inputs(bt, h, v, dtype, ignored))
+    _warmed(lambda: step(*big))
+    big[0].grad = big[1].grad = None
+    return lambda: step(*big)
+
+
+def torch_chunked_absent() -> str | None:
+    """Why PyTorch's chunked linear cross entropy is not run here (None: it is)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return "torch not installed"
+    if importlib.util.find_spec("torch.nn.modules.linear_cross_entropy_options") is None:
+        return "this PyTorch has no F.linear_cross_entropy options (2.13 on)"
+    return None
+
+
 def _warmed(step):
     """`step` after one call at the full size, outside the measured ones: npugrad compiles the
     kernels specialised to these shapes (the forward's vocabulary ranges, the chunks' rows), whose
@@ -214,6 +254,13 @@ def main() -> None:
                 f"npugrad chunked (chunk_rows={args.chunk_rows})", "bench.loss:npugrad_step",
                 {**case, "chunk_rows": args.chunk_rows}, **kw)))
         rows += [(r, "") for _, r in others]
+        absent = torch_chunked_absent()
+        chunked = None
+        if absent is None:
+            chunked = measure("PyTorch F.linear_cross_entropy, chunked", "bench.loss:torch_chunked_step", case, **kw)
+            rows.append((chunked, "options=LinearCrossEntropyOptions(): no BT×V logits"))
+        else:
+            print(f"PyTorch's chunked F.linear_cross_entropy: skipped, {absent}")
         print(table(f"LM-head loss forward + backward, {dtype}, BT={args.bt} H={args.h} V={args.v}",
                     [*rows, (eager, "")], (ours if eager.predicted else eager).name, 3 * gemm) + "\n")
         fwd = measure("npugrad forward (online max/sum)", "bench.loss:npugrad_forward", case, **kw, ceiling=n)
@@ -224,9 +271,9 @@ def main() -> None:
         half = measure("npugrad fused, 50 % rows ignored", "bench.loss:npugrad_step", {**case, "ignored": 0.5}, **kw)
         print(table(f"50 % of the rows ignored, {dtype}", [(half, ""), (ours, "none ignored")], ours.name,
                     None) + "\n")
-        summary.append((dtype, ours, eager, fwd, half, others, rounds))
+        summary.append((dtype, ours, eager, fwd, half, others, rounds, chunked))
     print("targets (issue 14)                         measured")
-    for dtype, ours, eager, fwd, half, others, rounds in summary:
+    for dtype, ours, eager, fwd, half, others, rounds, chunked in summary:
         # Both return dX and dW (PyTorch as X.grad, W.grad): the memory either spends beyond them.
         grads = (args.bt + args.v) * args.h * (2 if dtype == "bfloat16" else np.dtype(dtype).itemsize) / 2**20
         ours_extra = max(ours.peak_mib - grads, 0.0)
@@ -246,6 +293,10 @@ def main() -> None:
         print(f"{dtype:<9} forward vs SGEMM ceiling ≥ 0.9×       {gemm / fwd.median / ceiling:6.2f}× "
               f"(of its own process's readings: {_of_own(gemm, fwd)}×)")
         print(f"{dtype:<9} 50 % ignored vs none ≤ 0.6×            {half.median / ours.median:6.2f}×")
+        if chunked is not None and not chunked.error:
+            print(f"{dtype:<9} PyTorch's chunked F.linear_cross_entropy (no target): npugrad's time "
+                  f"{ours.median / chunked.median:.2f}× its, peak beyond the gradients "
+                  f"{max(chunked.peak_mib - grads, 0.0):.1f} MiB (npugrad {ours_extra:.1f})")
         for label, other in others:
             extra = max(other.peak_mib - grads, 0.0)
             print(f"{dtype:<9} {label}: time vs eager {other.median / eager_time:.2f}×"

@@ -196,6 +196,22 @@ def test_loss_bench_rounds_take_turns_in_alternate_order_and_give_each_rounds_ra
     assert calls == ["npugrad_step"] and eager is predicted and ratios == [] and ours.median == 5.0
 
 
+@pytest.mark.skipif(bench_loss.torch_chunked_absent() is not None, reason="no PyTorch with F.linear_cross_entropy options")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_pytorch_chunked_loss_contender_computes_the_same_gradients(dtype):
+    """bench/loss.py's contender for PyTorch's own chunked F.linear_cross_entropy computes the step
+    the other rows do: its gradients are npugrad's and eager's on the same inputs."""
+    size = {"bt": 48, "h": 16, "v": 200, "dtype": dtype, "ignored": 0.25}
+    chunked = [g.float().numpy() for g in bench_loss.torch_chunked_step(**size)()]
+    eager = [g.float().numpy() for g in bench_loss.torch_step(**size)()]
+    step = bench_loss.npugrad_step(**size)()
+    ours = [np.asarray(g, np.float32) for g in (step.input_grad, step.weight_grad)]
+    tol = {"rtol": 2e-2, "atol": 2e-4} if dtype == "bfloat16" else {"rtol": 1e-4, "atol": 1e-7}
+    for a, b, c in zip(chunked, eager, ours, strict=True):
+        np.testing.assert_allclose(a, b, **tol)
+        np.testing.assert_allclose(c, b, **tol)
+
+
 def test_pytorch_bf16_on_its_fallback_loop_is_predicted_not_run(monkeypatch):
     """On a CPU without bf16 dot-product instructions PyTorch's bf16 GEMMs run in a fallback loop
     (about 1 GFLOP/s: an FLCE bf16 row would take a quarter of an hour per call): the row shows
