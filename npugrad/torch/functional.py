@@ -332,8 +332,7 @@ def linear_cross_entropy(input: Tensor, linear_weight: Tensor, target: Tensor, i
                          "weigh every class alike (the linear layer's weight is 'linear_weight')")
     if options is not None and type(options).__name__ != "LinearCrossEntropyOptions":
         raise TypeError(f"linear_cross_entropy: parameter 'options' must be None or a "
-                        f"torch.nn.functional LinearCrossEntropyOptions, got {type(options).__name__}")
-    weight = linear_weight
+                        f"torch.nn.LinearCrossEntropyOptions, got {type(options).__name__}")
     if target.is_floating_point() or target.is_complex() or target.dtype == torch.bool:
         # Before the operator's range check, which read class probabilities as ids out of range.
         raise TypeError(f"linear_cross_entropy: parameter 'target' must hold class ids (an integer tensor), got "
@@ -341,10 +340,10 @@ def linear_cross_entropy(input: Tensor, linear_weight: Tensor, target: Tensor, i
     if ignore_index is None:
         ignore_index = -100
     if input.dim() == 1 and target.dim() == 0:
-        loss = linear_cross_entropy(input.unsqueeze(0), weight, target.unsqueeze(0), ignore_index, reduction,
+        loss = linear_cross_entropy(input.unsqueeze(0), linear_weight, target.unsqueeze(0), ignore_index, reduction,
                                     label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap)
         return loss.squeeze(0) if r == REDUCTION_NONE else loss
-    loss = _linear_cross_entropy(input, weight, target, ignore_index, label_smoothing, z_loss, softcap)[0]
+    loss = _linear_cross_entropy(input, linear_weight, target, ignore_index, label_smoothing, z_loss, softcap)[0]
     if r == REDUCTION_NONE:
         return loss
     if r == REDUCTION_SUM:
