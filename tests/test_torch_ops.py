@@ -576,6 +576,11 @@ def test_the_keywords_of_torch_nn_functional_are_taken_as_there():
         torch.testing.assert_close(*(torch.autograd.grad(t, [w], up)[0] for t, w in ((a, ours), (b, theirs))))
     with pytest.raises(ValueError, match="embedding: parameter 'sparse'"):
         nt.embedding(idx, base.clone().requires_grad_(), sparse=True)
+    # Where no gradient of the weight is computed, sparse=True changes nothing (it raised, where
+    # F.embedding runs): a frozen table, or an inference pass under no_grad.
+    torch.testing.assert_close(nt.embedding(idx, base, sparse=True), F.embedding(idx, base, sparse=True))
+    with torch.no_grad():
+        torch.testing.assert_close(nt.embedding(idx, base.clone().requires_grad_(), sparse=True), F.embedding(idx, base))
     logp = torch.randn(6, 5, generator=g).log_softmax(1)
     t = torch.randint(0, 5, (6,), generator=g)
     p = torch.rand(6, 5, generator=g) * 0.9 + 0.05

@@ -227,8 +227,9 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, sca
     """torch.nn.functional.embedding; the weight's gradient is npugrad's embedding_dense_backward.
     F.embedding's other options as keywords: `max_norm` renormalises the rows looked up in place
     first, as PyTorch does (torch.embedding_renorm_, without autograd); `sparse=True` asks for a
-    sparse gradient, which the kernel (a dense one) does not give: an error."""
-    if sparse:
+    sparse gradient, which the kernel (a dense one) does not give: an error where a gradient of the
+    weight is to be computed (a weight requiring grad, grad mode on), nothing where none is."""
+    if sparse and weight.requires_grad and torch.is_grad_enabled():
         raise ValueError("embedding: parameter 'sparse' = True asks for a sparse gradient; npugrad's "
                          "embedding_dense_backward gives a dense one (sparse=False)")
     _differentiable("embedding", weight=weight)
