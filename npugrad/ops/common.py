@@ -91,7 +91,7 @@ def real(op: str, name: str, value, float32: bool = False) -> float:
             v = math.inf
     else:
         raise SignatureTypeError(f"{op}: parameter '{name}' must be a real number, got {_shown(value)}")
-    if not math.isfinite(v):
+    if not -math.inf < v < math.inf:  # not math.isfinite: torch.compile(dynamic=True) cannot trace it
         raise SignatureError(f"{op}: parameter '{name}' must be a finite real number, got {v}")
     if float32 and abs(v) > _FLOAT32_MAX:
         raise SignatureError(
