@@ -653,6 +653,20 @@ def test_fused_ema_adam_steps_like_torch_optim(mode, reference, shape):
     assert opt.state[ours]["step"].item() == 6
 
 
+def test_fused_ema_adam_ema_of_a_tensor_it_does_not_hold_is_an_error():
+    """ema(p) of a tensor that is no parameter of the optimizer (a copy of the model's, say)
+    raised nothing and made it a state entry, after which state_dict() failed with a KeyError;
+    an EMA asked before the first step is the parameter."""
+    p = torch.nn.Parameter(torch.randn(3))
+    opt = nt.FusedEmaAdam([p])
+    with pytest.raises(ValueError, match=r"^FusedEmaAdam.ema: parameter 'p' .* is not one of this optimizer's"):
+        opt.ema(torch.nn.Parameter(p.detach().clone()))
+    assert torch.equal(opt.ema(p), p.detach())
+    p.grad = torch.ones(3)
+    opt.step()
+    assert list(opt.state_dict()["state"]) == [0]
+
+
 @pytest.mark.parametrize("kwargs, name", [
     ({"lr": -1e-3}, "lr"), ({"betas": (1.0, 0.999)}, "beta1"), ({"betas": (0.9, 1 - 2.0 ** -26)}, "beta2"),
     ({"eps": -1.0}, "eps"), ({"weight_decay": -0.1}, "weight_decay"), ({"ema_decay": 1.5}, "ema_decay"),

@@ -126,5 +126,10 @@ class FusedEmaAdam(torch.optim.Optimizer):
         return loss
 
     def ema(self, p: torch.Tensor) -> torch.Tensor:
-        """The moving average of parameter `p` (its state `ema`)."""
+        """The moving average of parameter `p` (its state `ema`). A tensor that is none of this
+        optimizer's parameters is an error: its state would be a stray entry, on which
+        state_dict() fails."""
+        if p not in self.state and not any(p is q for group in self.param_groups for q in group["params"]):
+            raise ValueError(f"FusedEmaAdam.ema: parameter 'p' (a tensor of shape {tuple(p.shape)}) is not one of "
+                             "this optimizer's parameters")
         return self._state(p)["ema"]
