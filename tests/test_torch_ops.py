@@ -291,6 +291,32 @@ def test_an_lm_head_step_compiles_with_dynamic_shapes_as_one_graph():
             torch.testing.assert_close(a, b)
 
 
+def test_the_losses_follow_autocast_as_pytorchs_do():
+    """Under torch.autocast('cpu', bfloat16) a layer's output is bfloat16 and the parameters stay
+    float32: linear_cross_entropy computes in the autocast dtype (as F.linear), nll_loss and
+    binary_cross_entropy in float32 (ATen's policy for them), and the losses and the layer's
+    gradients are PyTorch's. linear_cross_entropy refused the bfloat16 input with a float32
+    head, binary_cross_entropy's backward a bfloat16 input with a float32 target, and nll_loss
+    gave a bfloat16 loss."""
+    g = torch.Generator().manual_seed(15)
+    x = torch.randn(12, 16, generator=g)
+    target, classes, y = torch.randint(0, 40, (12,), generator=g), torch.randint(0, 16, (12,), generator=g), torch.rand(12, 16, generator=g)
+    layer, head = torch.randn(16, 16, generator=g), torch.randn(40, 16, generator=g)
+
+    def losses(lce, nll, bce):
+        w, h = layer.clone().requires_grad_(), head.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            z = F.linear(x, w)
+            out = [lce(z, h, target), nll(z.log_softmax(1), classes), bce(z.sigmoid(), y)]
+        return [loss.detach() for loss in out] + list(_grads(sum(out), (w, h)))
+
+    ours = losses(nt.linear_cross_entropy, nt.nll_loss, nt.binary_cross_entropy)
+    theirs = losses(lambda z, h, t: F.cross_entropy(F.linear(z, h), t), F.nll_loss, F.binary_cross_entropy)
+    for a, b in zip(ours, theirs):
+        assert a.dtype == b.dtype
+        torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-2)
+
+
 def test_the_other_losses_and_the_optimizer_step_compile_as_one_graph():
     """nll_loss, binary_cross_entropy and FusedEmaAdam.step under torch.compile(fullgraph=True):
     eager's losses, gradients and updated parameters, bit for bit."""

@@ -19,7 +19,9 @@ embedding to `weight`, the linear cross entropy to `input` and `linear_weight`. 
 of BCE or NLL that requires grad is an error (neither is differentiable in it), and so, when the
 forward runs, is a tensor requiring grad in a dtype the kernels do not take (float64: they take
 float32, float16 and bfloat16). Second derivatives are not supported (the kernels have no
-backward of their own).
+backward of their own). Under torch.autocast they cast their arguments as ATen's autocast
+does PyTorch's: linear_cross_entropy to the autocast dtype (F.linear's), the two losses to
+float32.
 
 `linear_cross_entropy` is the whole vocabulary on one rank (target_mask = ignored tokens,
 masked_target = target); input and linear_weight in float32, float16 or bfloat16, as the kernel takes them; the
@@ -66,6 +68,19 @@ def _differentiable(op: str, **tensors: Tensor) -> None:
         if t.requires_grad and t.dtype not in KERNEL_DTYPES:
             raise TypeError(f"{op}: parameter '{name}' requires grad, and npugrad's gradient kernels take float32, "
                             f"float16 or bfloat16, got {t.dtype}")
+
+
+def _autocast(lower_precision: bool, *tensors: Tensor | None) -> tuple:
+    """The tensors as ATen's autocast casts an op's arguments where it is on for their device:
+    to the autocast dtype for a matmul (F.linear's policy: `lower_precision`), to float32 for a
+    loss (F.nll_loss's and F.binary_cross_entropy's); float64 and integer tensors as they are.
+    The kernels take one dtype for all their floating arguments, which autocast mixes."""
+    device = tensors[0].device.type
+    if not torch.is_autocast_enabled(device):
+        return tensors
+    dtype = torch.get_autocast_dtype(device) if lower_precision else torch.float32
+    return tuple(t.to(dtype) if t is not None and t.is_floating_point() and t.dtype != torch.float64 else t
+                 for t in tensors)
 
 
 def _not_differentiable(op: str, **tensors: Tensor | None) -> None:
@@ -137,6 +152,7 @@ def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = 
     if target.size() != input.size():
         raise ValueError(f"binary_cross_entropy: parameter 'target' must have the input's size {tuple(input.size())}, "
                          f"got {tuple(target.size())}")
+    input, target, weight = _autocast(False, input, target, weight)
     _differentiable("binary_cross_entropy", input=input, target=target)
     _not_differentiable("binary_cross_entropy", weight=weight)
     if weight is not None:  # F.binary_cross_entropy expands it; the kernel reads one weight per element
@@ -182,6 +198,7 @@ def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore
     gradient is npugrad's nll_loss_backward. The deprecated `size_average`/`reduce` are read as
     PyTorch reads them (keywords here)."""
     r = _reduction(_legacy(reduction, size_average, reduce))
+    input, weight = _autocast(False, input, weight)
     _differentiable("nll_loss", input=input)
     _not_differentiable("nll_loss", weight=weight)
     if input.dim() <= 2:
@@ -334,6 +351,7 @@ def linear_cross_entropy(input: Tensor, linear_weight: Tensor, target: Tensor, i
     if options is not None and type(options).__name__ != "LinearCrossEntropyOptions":
         raise TypeError(f"linear_cross_entropy: parameter 'options' must be None or a "
                         f"torch.nn.LinearCrossEntropyOptions, got {type(options).__name__}")
+    input, linear_weight = _autocast(True, input, linear_weight)
     if target.is_floating_point() or target.is_complex() or target.dtype == torch.bool:
         # Before the operator's range check, which read class probabilities as ids out of range.
         raise TypeError(f"linear_cross_entropy: parameter 'target' must hold class ids (an integer tensor), got "
