@@ -679,6 +679,34 @@ def test_fused_ema_adam_steps_like_torch_optim(mode, reference, shape):
     assert opt.state[ours]["step"].item() == 6
 
 
+def test_a_compiled_fused_ema_adam_step_follows_a_tensor_learning_rate_without_recompiling():
+    """A tensor lr (torch.optim's way to let a scheduler drive a compiled step) reached the
+    operator's float lr as a FakeTensor under torch.compile: an error. It now goes to the kernel
+    as a tensor of the hyper-parameters: the compiled steps are eager's, bit for bit, and a new
+    lr each step compiles nothing new."""
+    torch.manual_seed(3)
+    eager_p = torch.nn.Parameter(torch.randn(40, 9))
+    compiled_p = torch.nn.Parameter(eager_p.detach().clone())
+    opts = [nt.FusedEmaAdam([p], lr=torch.tensor(0.01), weight_decay=0.01) for p in (eager_p, compiled_p)]
+    schedules = [torch.optim.lr_scheduler.LambdaLR(o, lambda k: 0.5**k) for o in opts]
+    graphs = []
+
+    def count(gm, _inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    step = torch.compile(opts[1].step, backend=count)
+    for _ in range(6):
+        g = torch.randn(40, 9)
+        eager_p.grad, compiled_p.grad = g.clone(), g.clone()
+        opts[0].step()
+        step()
+        for s in schedules:
+            s.step()
+        assert torch.equal(eager_p, compiled_p) and torch.equal(opts[0].ema(eager_p), opts[1].ema(compiled_p))
+    assert len(graphs) <= 2, f"{len(graphs)} graphs for 6 learning rates"  # the first step's, the stepping one
+
+
 def test_fused_ema_adam_ema_of_a_tensor_it_does_not_hold_is_an_error():
     """ema(p) of a tensor that is no parameter of the optimizer (a copy of the model's, say)
     raised nothing and made it a state entry, after which state_dict() failed with a KeyError;

@@ -16,10 +16,24 @@ import numbers
 
 import torch
 
+from npugrad import ops
 from npugrad.dialect.train import MAX_RANK, ApplyFusedEmaAdamOp
 from npugrad.torch.kernels import KERNELS
 
 assert "apply_fused_ema_adam" in KERNELS
+
+
+@torch.library.custom_op("npugrad::apply_fused_ema_adam_hyperparameters", mutates_args=("var", "m", "v", "s"))
+def _with_hyperparameter_tensor(grad: torch.Tensor, var: torch.Tensor, m: torch.Tensor, v: torch.Tensor,
+                                s: torch.Tensor, step: torch.Tensor, hyperparameters: torch.Tensor, mode_: int,
+                                bias_correction: bool) -> None:
+    """torch.ops.npugrad.apply_fused_ema_adam with its float hyper-parameters as one tensor (lr,
+    ema_decay, beta1, beta2, eps, weight_decay): for a learning rate that is a tensor, as
+    torch.optim takes one so that a compiled step follows a scheduler without recompiling (the
+    kernel reads them at run time; a float in the schema would be a constant of the graph)."""
+    lr, ema_decay, beta1, beta2, eps, weight_decay = hyperparameters.tolist()
+    ops.apply_fused_ema_adam(grad, var, m, v, s, step, lr=lr, ema_decay=ema_decay, beta1=beta1, beta2=beta2, eps=eps,
+                             mode=mode_, bias_correction=bias_correction, weight_decay=weight_decay)
 
 
 def _kernel_view(t: torch.Tensor) -> torch.Tensor:
@@ -116,10 +130,16 @@ class FusedEmaAdam(torch.optim.Optimizer):
                     raise ValueError(f"FusedEmaAdam: a parameter of rank {p.dim()} (more than {MAX_RANK}) and its "
                                      "gradient must be contiguous")
                 state["step"] += 1
+                hyper = (group["lr"], group["ema_decay"], beta1, beta2, group["eps"], group["weight_decay"])
                 try:
-                    torch.ops.npugrad.apply_fused_ema_adam(*(_kernel_view(t) for t in tensors), state["step"],
-                        group["lr"], group["ema_decay"], beta1, beta2, group["eps"], group["mode"],
-                        group["bias_correction"], group["weight_decay"])
+                    if any(isinstance(x, torch.Tensor) for x in hyper):
+                        values = torch.stack([torch.as_tensor(x, dtype=torch.float32).reshape(()) for x in hyper])
+                        _with_hyperparameter_tensor(*(_kernel_view(t) for t in tensors), state["step"], values,
+                                                    group["mode"], group["bias_correction"])
+                    else:
+                        torch.ops.npugrad.apply_fused_ema_adam(*(_kernel_view(t) for t in tensors), state["step"],
+                            group["lr"], group["ema_decay"], beta1, beta2, group["eps"], group["mode"],
+                            group["bias_correction"], group["weight_decay"])
                 except BaseException:  # the kernel's checks rejected the call: it wrote nothing, nor do we
                     state["step"] -= 1
                     raise
