@@ -80,3 +80,27 @@ def test_hand_set_sizes_win():
     op = next(o for o in parse(FLCE).walk() if o.name.startswith("train."))
     sizes, p = search(op, get("npu-a2"), {"bt": 64})
     assert sizes["bt"] == 64 and p is not None
+
+
+@pytest.mark.parametrize("example", ["bce_grad", "apply_fused_ema_adam"])
+def test_elementwise_model_moves_what_the_tiled_ir_moves(example):
+    """The search's model of an elementwise tiling (recipe.load) costs the copies the tiled IR
+    makes, as the report counts them: a state EMA-Adam updates in place is copied in and out
+    (the model had only its copy in)."""
+    from xdsl.dialects import func
+
+    from npugrad.analysis import cost
+    from npugrad.analysis.report import analyze
+    from npugrad.compiler import Pipeline
+
+    text = open(f"examples/{example}.mlir").read()
+    target = get("npu-a2")
+    op = next(o for o in parse(text).walk() if o.name.startswith("train."))
+    sizes, model = search(op, target)
+    module = Pipeline(target="npu-a2").lower(parse(text, f"{example}.mlir"), "tiled")
+    [f] = [o for o in module.ops if isinstance(o, func.FuncOp)]
+    ir = cost.of_report(analyze(f, target), target)
+    paths = {"gm -> ub", "ub -> gm", "gm (shared)"}
+    [model_terms], [ir_terms] = model.stages, ir.stages
+    assert {t.name: t.cycles for t in model_terms if t.name in paths} == \
+        pytest.approx({t.name: t.cycles for t in ir_terms if t.name in paths})

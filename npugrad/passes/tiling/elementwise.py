@@ -146,32 +146,37 @@ def choose_tile_sizes(op: TrainOp, names: Sequence[str], target: Target) -> dict
 
 def footprint(op: TrainOp, names: Sequence[str], sizes: dict[str, int], target: Target) -> list[TileBuffer]:
     """One n-element tile per tiled operand, in the vector level, double-buffered where the target is."""
-    return [TileBuffer("vector", sizes["n"] * b, target.double_buffer) for _, b in _operands(op, tuple(names))[1]]
+    return [TileBuffer("vector", sizes["n"] * b, target.double_buffer) for _, _, b in _operands(op, tuple(names))[1]]
 
 
 @lru_cache(maxsize=64)
-def _operands(op: TrainOp, names: tuple[str, ...]) -> tuple[int, list[tuple[bool, int]]]:
-    """(elements of a tiled operand, 1 << 20 when dynamic; (read?, element bytes) per operand), read
-    once per op (xDSL's accessors are slow for a search's thousands of calls)."""
+def _operands(op: TrainOp, names: tuple[str, ...]) -> tuple[int, list[tuple[bool, bool, int]]]:
+    """(elements of a tiled operand, 1 << 20 when dynamic; (read?, written?, element bytes) per
+    operand: an operand updated in place is both), read once per op (xDSL's accessors are slow
+    for a search's thousands of calls)."""
     total = static_product(static_shape(getattr(op, names[0]).type)) or 1 << 20
-    inputs = op.inputs()
-    return total, [(name in inputs, _bytes(getattr(op, name))) for name in names]
+    inputs, outputs = op.inputs(), op.outputs()
+    return total, [(name in inputs, name in outputs, _bytes(getattr(op, name))) for name in names]
 
 
 def load(op: TrainOp, names: Sequence[str], sizes: dict[str, int], target: Target) -> list[Load]:
     """The busiest core's tiles (dealt round-robin): each read operand's tile copied in, each
-    written one's out; about 4 vector operations per element and operand."""
+    written one's out (both for one updated in place); about 4 vector operations per element and
+    operand."""
     total, operands = _operands(op, tuple(names))
     n = max(1, min(sizes["n"], total))
     tiles = -(-total // n)
     mine = -(-tiles // target.cores)
     g, vec = target.global_level.name, target.role("vector").name
     one = Load()
-    for read, b in operands:
-        one.add_move((g, vec) if read else (vec, g), mine * n * b, mine)
+    for read, written, b in operands:
+        if read:
+            one.add_move((g, vec), mine * n * b, mine)
+        if written:
+            one.add_move((vec, g), mine * n * b, mine)
     one.add_work("vector", "f32", mine * n * 4 * len(names), mine, 0)
     one.total_work[("vector", "f32")] = total * 4 * len(names)
-    one.global_bytes = total * sum(b for _, b in operands)
+    one.global_bytes = total * sum(b * (read + written) for read, written, b in operands)
     one.extents = {"n": total}
     return [one]
 
