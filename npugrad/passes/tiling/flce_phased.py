@@ -457,17 +457,20 @@ def load(shape, sizes: dict[str, int], target: Target) -> list[Load]:
     for width, count in ((vs, full), (rest, 1 if rest else 0)):
         if not count:
             continue
+        # A tile is no wider than the dimension it tiles: v cuts the slab (GEMM 1) and H (GEMMs 2
+        # and 3), bt the slab's rows of dW (GEMM 3).
+        vw, vh = min(v, width), min(v, H)
         pairs = -(-(-(-width // v) * nt) // P) * count
-        gemm(bt, v, H, pairs, 4)  # GEMM 1 into the block's logit tile
-        one.add_move((g, vec), pairs * bt * v * 4, pairs * -(-bt // rb))
-        one.add_work("vector", "f32", pairs * (8 * bt * v + 30 * bt), pairs * 4 * -(-bt // rb), 0)
+        gemm(bt, vw, H, pairs, 4)  # GEMM 1 into the block's logit tile
+        one.add_move((g, vec), pairs * bt * vw * 4, pairs * -(-bt // rb))
+        one.add_work("vector", "f32", pairs * (8 * bt * vw + 30 * bt), pairs * 4 * -(-bt // rb), 0)
         one.add_work("scalar", "f32", pairs * 24 * bt, pairs * 2, 0)  # the target-logit loops
-        one.add_move((vec, g), pairs * bt * v * b, pairs * -(-bt // rb))
+        one.add_move((vec, g), pairs * bt * vw * b, pairs * -(-bt // rb))
         dw_tiles = -(-width // bt) * -(-H // v)
         gemm2 = -(-dx_tiles // P) * count
         gemm3 = -(-dw_tiles // P) * count
-        gemm(bt, v, width, gemm2, 4)
-        gemm(bt, v, BT, gemm3, b)
+        gemm(bt, vh, width, gemm2, 4)
+        gemm(min(bt, width), vh, BT, gemm3, b)
     if b != 4:  # dX's float32 accumulator rounded, a share of the rows each
         rows = -(-BT // P)
         one.add_move((g, vec), rows * H * 4, -(-rows // rb) * -(-H // v))
