@@ -19,6 +19,18 @@ from npugrad.targets import get
 TARGETS = ("npu-a2", "host")
 CANONICAL = {"bt": 128, "v": 256, "h": 64}
 FLCE = open("examples/flce_grad_4096x4096x8192.mlir").read()
+# FLCE float32 BT x 48 x 520 (BT x H, V x H) with hand-set tiles.
+FLCE_SMALL = """
+func.func @flce(%g: memref<{bt}xf32>, %x: memref<{bt}x48xf32>, %w: memref<520x48xf32>, %mask: memref<{bt}xi1>,
+                %t: memref<{bt}xi32>, %lm: memref<{bt}xf32>, %se: memref<{bt}xf32>,
+                %gx: memref<{bt}x48xf32>, %gw: memref<520x48xf32>) {{
+  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<{bt}xf32>) input(%x : memref<{bt}x48xf32>)
+      weight(%w : memref<520x48xf32>) target_mask(%mask : memref<{bt}xi1>) masked_target(%t : memref<{bt}xi32>)
+      logits_max(%lm : memref<{bt}xf32>) sum_exp_logits(%se : memref<{bt}xf32>)
+      -> input_grad_out(%gx : memref<{bt}x48xf32>) weight_grad_out(%gw : memref<520x48xf32>)
+      {{tile_sizes = #train.tiles<{tiles}>}}
+  func.return
+}}"""
 
 
 def example_op(op_cls):
@@ -117,17 +129,7 @@ def test_phased_flce_model_counts_tiles_no_wider_than_their_dimension():
     from npugrad.analysis.report import analyze
     from npugrad.compiler import Pipeline
 
-    text = """
-func.func @flce(%g: memref<64xf32>, %x: memref<64x48xf32>, %w: memref<520x48xf32>, %mask: memref<64xi1>,
-                %t: memref<64xi32>, %lm: memref<64xf32>, %se: memref<64xf32>,
-                %gx: memref<64x48xf32>, %gw: memref<520x48xf32>) {
-  train.fused_linear_cross_entropy_loss_grad grad(%g : memref<64xf32>) input(%x : memref<64x48xf32>)
-      weight(%w : memref<520x48xf32>) target_mask(%mask : memref<64xi1>) masked_target(%t : memref<64xi32>)
-      logits_max(%lm : memref<64xf32>) sum_exp_logits(%se : memref<64xf32>)
-      -> input_grad_out(%gx : memref<64x48xf32>) weight_grad_out(%gw : memref<520x48xf32>)
-      {tile_sizes = #train.tiles<bt = 32, v = 128, h = 48>}
-  func.return
-}"""
+    text = FLCE_SMALL.format(bt=64, tiles="bt = 32, v = 128, h = 48")
     target = get("npu-a2")
     op = next(o for o in parse(text).walk() if o.name.startswith("train."))
     model = modelled(op, {"bt": 32, "v": 128, "h": 48}, target)
@@ -145,3 +147,21 @@ func.func @flce(%g: memref<64xf32>, %x: memref<64x48xf32>, %w: memref<520x48xf32
 
     assert terms(model) == pytest.approx(terms(ir))
     assert model.cycles == pytest.approx(ir.cycles)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_hand_set_tiles_past_the_dimensions_are_tiled_as_modelled(target):
+    """Hand-set tiles larger than the op's dimensions (h = 4096 for H = 48, bt = 32 for BT = 20)
+    are modelled and fitted by choose-tile-sizes clamped to them; the fused nest is now tiled
+    clamped too (it allocated 4096-row chunks, which check-capacity rejected on both targets)."""
+    from npugrad.analysis.footprint import fits
+    from npugrad.compiler import Pipeline
+    from npugrad.dialect.attributes import FUSED
+
+    text = FLCE_SMALL.format(bt=20, tiles="bt = 32, v = 128, h = 4096")
+    op = next(o for o in parse(text).walk() if o.name.startswith("train."))
+    assert search(op, get(target), op.tiles())[1] is not None  # modelled clamped: it fits
+    module = Pipeline(target=target).lower(parse(text, "flce.mlir"), "tiled")
+    [fused] = [FUSED.get(o) for o in module.walk() if FUSED.get(o) is not None]
+    assert fused.tiles.as_dict() == {"bt": 20, "v": 128, "h": 48}
+    assert fits(recipe_of(op).footprint(op, fused.tiles.as_dict(), get(target)), get(target))

@@ -62,9 +62,10 @@ def test_one_and_two_threads_agree_bit_for_bit(rng, target):
 def test_hand_set_tiles_that_do_not_fit_are_rejected():
     from npugrad.compiler import parse
 
-    # A 256 x 256 float32 accumulator tile (256 KiB) cannot fit npu-a2's 128 KiB L0C.
+    # A 100 x 512 float32 accumulator tile (200 KiB: bt = 256 is the example's 100 rows) cannot
+    # fit npu-a2's 128 KiB L0C.
     text = (Path(__file__).parent.parent / "examples" / "flce_grad_fused.mlir").read_text()
-    text = text.replace("bt = 32, v = 128", "bt = 256, v = 256")
+    text = text.replace("bt = 32, v = 128", "bt = 256, v = 512")
     with pytest.raises(CompileError, match=r"check-capacity: local buffer %gemm\w+ .* does not fit level 'l0\w' of target npu-a2"):
         Pipeline(target="npu-a2").lower(parse(text, "flce_grad_fused.mlir"), "tiled")
 

@@ -212,7 +212,7 @@ class FuseOp(RewritePattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: FusedLinearCrossEntropyLossGradOp, rewriter: PatternRewriter) -> None:
         record_source(op, rewriter)
-        fuse(op, {**within(self.tiles, op), **(op.tiles() or {})}, IRBuilder(rewriter, op), self.wide_grad, self.balance,
+        fuse(op, within({**self.tiles, **(op.tiles() or {})}, op), IRBuilder(rewriter, op), self.wide_grad, self.balance,
              self.dot_bf16)
         rewriter.erase(op)
 

@@ -194,7 +194,7 @@ class FuseOp(RewritePattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: FusedLinearOnlineMaxSumOp, rewriter: PatternRewriter) -> None:
         record_source(op, rewriter)
-        fuse(op, {**within(self.tiles, op), **(op.tiles() or {})}, IRBuilder(rewriter, op), self.balance)
+        fuse(op, within({**self.tiles, **(op.tiles() or {})}, op), IRBuilder(rewriter, op), self.balance)
         rewriter.erase(op)
 
 

@@ -63,12 +63,12 @@ def nest_tiles(tile_bt: int, tile_v: int, cpu: str) -> dict[str, int]:
 
 
 def within(tiles: dict[str, int], op) -> dict[str, int]:
-    """A fuse pass's tile sizes (its options, or the CPU's) no larger than the op's static
-    dimensions (BT, the input's rows; V, the weight's): a tile past them holds the same rows
-    and columns in larger buffers (`tile_bt=1000000000` allocated 1 TB of logits tile for
-    BT = 16). Tiles a target's levels chose (the op's `tile_sizes`) are taken as they are."""
-    bt, v = op.input.type.get_shape()[0], op.weight.type.get_shape()[0]
-    return {**tiles, **{k: min(tiles[k], n) for k, n in (("bt", bt), ("v", v)) if k in tiles and n > 0}}
+    """A fuse pass's tile sizes (its options, the CPU's, or the op's `tile_sizes`) no larger
+    than the op's static dimensions (BT and H, the input's; V, the weight's rows): a tile past
+    them holds the same rows and columns in larger buffers (`tile_bt=1000000000` allocated 1 TB
+    of logits tile for BT = 16), and choose-tile-sizes models and fits them clamped so."""
+    (bt, h), v = op.input.type.get_shape(), op.weight.type.get_shape()[0]
+    return {**tiles, **{k: min(tiles[k], n) for k, n in (("bt", bt), ("v", v), ("h", h)) if k in tiles and n > 0}}
 
 
 def token_balance(blocks: int, cpu: str) -> tuple[int, int]:
