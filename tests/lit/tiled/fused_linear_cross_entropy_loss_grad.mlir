@@ -18,12 +18,12 @@
 // layouts (A as m x k, B as k x n), staging tiles in L1 in the layouts operands are stored in
 // (W as v x h for GEMM 1, G as k x m for GEMM 3), the vector tiles in the UB.
 // NPU-DAG:   %gemm_acc = npu.alloc_local : memref<128x32xf32, #npu.mem<l0c>>
-// NPU-DAG:   %gemm_lhs = npu.alloc_local {double_buffer} : memref<128x64xbf16, #npu.mem<l0a>>
-// NPU-DAG:   %gemm_rhs = npu.alloc_local {double_buffer} : memref<64x32xbf16, #npu.mem<l0b>>
-// NPU-DAG:   %gemm_lhs_stage = npu.alloc_local {double_buffer} : memref<128x64xbf16, #npu.mem<l1>>
-// NPU-DAG:   %gemm_rhs_t_stage = npu.alloc_local {double_buffer} : memref<32x64xbf16, #npu.mem<l1>>
-// NPU-DAG:   %gemm_rhs_stage = npu.alloc_local {double_buffer} : memref<64x32xbf16, #npu.mem<l1>>
-// NPU-DAG:   %gemm_lhs_t_stage = npu.alloc_local {double_buffer} : memref<64x128xbf16, #npu.mem<l1>>
+// NPU-DAG:   %gemm_lhs = npu.alloc_local {double_buffer} : memref<128x48xbf16, #npu.mem<l0a>>
+// NPU-DAG:   %gemm_rhs = npu.alloc_local {double_buffer} : memref<48x32xbf16, #npu.mem<l0b>>
+// NPU-DAG:   %gemm_lhs_stage = npu.alloc_local {double_buffer} : memref<128x48xbf16, #npu.mem<l1>>
+// NPU-DAG:   %gemm_rhs_t_stage = npu.alloc_local {double_buffer} : memref<32x48xbf16, #npu.mem<l1>>
+// NPU-DAG:   %gemm_rhs_stage = npu.alloc_local {double_buffer} : memref<48x32xbf16, #npu.mem<l1>>
+// NPU-DAG:   %gemm_lhs_t_stage = npu.alloc_local {double_buffer} : memref<48x128xbf16, #npu.mem<l1>>
 // NPU-DAG:   %logits = npu.alloc_local {double_buffer} : memref<128x32xf32, #npu.mem<ub>>
 // NPU-DAG:   %grad_logits = npu.alloc_local {double_buffer} : memref<128x32xbf16, #npu.mem<ub>>
 // NPU-DAG:   %saved_logits = npu.alloc_local {double_buffer} : memref<128xf32, #npu.mem<ub>>
@@ -41,14 +41,15 @@
 // Phase 1: the (vocabulary tile, token tile) pairs of the slab, dealt round-robin.
 // NPU:         scf.for %pair = %bid to %{{.*}} step %nblk {
 // GEMM 1 into this block's logit tile: the accumulator starts at zero in L0C and stays there
-// across H (chunks of 64); X's chunk gm -> l1 -> l0a, W's gm -> l1, transposed into l0b.
+// across H (chunks of h: the hand-set 64 is H's 48, a tile no wider than its dimension); X's
+// chunk gm -> l1 -> l0a, W's gm -> l1, transposed into l0b.
 // NPU:           %[[ACC1:.*]] = memref.subview %gemm_acc[0, 0]
 // NPU-NEXT:      linalg.fill ins(%{{.*}} : f32) outs(%[[ACC1]] : memref<?x?xf32, strided<[32, 1]>, #npu.mem<l0c>>)
 // NPU-NEXT:      scf.for
-// NPU:             npu.copy %{{.*}}, %[[XS:.*]] : memref<?x?xbf16, strided<[48, 1], offset: ?>>, memref<?x?xbf16, strided<[64, 1]>, #npu.mem<l1>>
-// NPU:             npu.copy %[[XS]], %{{.*}} : memref<?x?xbf16, strided<[64, 1]>, #npu.mem<l1>>, memref<?x?xbf16, strided<[64, 1]>, #npu.mem<l0a>>
-// NPU:             npu.copy %{{.*}}, %[[WS:.*]] : memref<?x?xbf16, strided<[48, 1], offset: ?>>, memref<?x?xbf16, strided<[64, 1]>, #npu.mem<l1>>
-// NPU:             npu.copy %[[WS]], %{{.*}} {transpose} : memref<?x?xbf16, strided<[64, 1]>, #npu.mem<l1>>, memref<?x?xbf16, strided<[32, 1]>, #npu.mem<l0b>>
+// NPU:             npu.copy %{{.*}}, %[[XS:.*]] : memref<?x?xbf16, strided<[48, 1], offset: ?>>, memref<?x?xbf16, strided<[48, 1]>, #npu.mem<l1>>
+// NPU:             npu.copy %[[XS]], %{{.*}} : memref<?x?xbf16, strided<[48, 1]>, #npu.mem<l1>>, memref<?x?xbf16, strided<[48, 1]>, #npu.mem<l0a>>
+// NPU:             npu.copy %{{.*}}, %[[WS:.*]] : memref<?x?xbf16, strided<[48, 1], offset: ?>>, memref<?x?xbf16, strided<[48, 1]>, #npu.mem<l1>>
+// NPU:             npu.copy %[[WS]], %{{.*}} {transpose} : memref<?x?xbf16, strided<[48, 1]>, #npu.mem<l1>>, memref<?x?xbf16, strided<[32, 1]>, #npu.mem<l0b>>
 // NPU-NEXT:        linalg.generic {{.*}} doc = "GEMM 1: logits tile Z = X_t * W_v^T"} ins({{.*}}#npu.mem<l0a>>, {{.*}}#npu.mem<l0b>>) outs(%[[ACC1]] : {{.*}}#npu.mem<l0c>>)
 // NPU:           npu.copy %[[ACC1]], %{{.*}} : memref<?x?xf32, strided<[32, 1]>, #npu.mem<l0c>>, memref<?x?xf32, strided<[32, 1], offset: ?>>
 // The vector unit takes the tile's rows into the UB, computes G there, and writes it to the slab.
@@ -69,11 +70,11 @@
 // GEMM 3: dW tiles of the slab over all tokens; G's chunk is transposed by its copy into L0A,
 // and the accumulator is rounded to bf16 by its copy out (A2's FixPipe).
 // NPU:         scf.for %tile{{.*}} = %bid to %{{.*}} step %nblk {
-// NPU:           npu.copy %{{.*}}, %{{.*}} {transpose} : memref<?x?xbf16, strided<[128, 1]>, #npu.mem<l1>>, memref<?x?xbf16, strided<[64, 1]>, #npu.mem<l0a>>
+// NPU:           npu.copy %{{.*}}, %{{.*}} {transpose} : memref<?x?xbf16, strided<[128, 1]>, #npu.mem<l1>>, memref<?x?xbf16, strided<[48, 1]>, #npu.mem<l0a>>
 // NPU:           doc = "GEMM 3: weight grad tile dW_v += G^T * X_t"
 // NPU:           npu.copy %{{.*}}, %{{.*}} : memref<?x?xf32, strided<[32, 1]>, #npu.mem<l0c>>, memref<?x?xbf16, strided<[48, 1], offset: ?>>
 // NPU:         npu.barrier
-// NPU-NEXT:  } {train.fused = #train.fused<"train.fused_linear_cross_entropy_loss_grad", #train.tiles<bt = 128, v = 32, h = 64>>}
+// NPU-NEXT:  } {train.fused = #train.fused<"train.fused_linear_cross_entropy_loss_grad", #train.tiles<bt = 128, v = 32, h = 48>>}
 // Each block rounds its share of dX's rows into dX through the UB.
 // NPU:       npu.copy %{{.*}}, %{{.*}} : memref<?x?xf32, strided<[48, 1], offset: ?>>, memref<?x?xf32, strided<[32, 1]>, #npu.mem<ub>>
 // NPU:       {train.role = #train.role<input_grad_final>}
