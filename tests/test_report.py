@@ -371,3 +371,34 @@ func.func @flce(%g: memref<64xf32>, %x: memref<64x64x{dtype}>, %w: memref<256x64
     smallest = min((lv for lv in target.local_levels() if lv.capacity), key=lambda lv: lv.capacity).name
     packed = sum(m.bytes for (a, b), m in r.moves.items() if b == smallest)
     assert packed == 8 * (2 * 64 + 32) * 64 * ((2 if dtype == "bf16" else 4) + 4)
+
+
+@pytest.mark.parametrize("example, reduction, tiled", [
+    ("apply_fused_ema_adam.mlir", None, 5),  # grad, var, m, v, s
+    ("bce_grad.mlir", "none", 5),  # input_x, input_y, dloss (one per element), weight, dx
+    ("bce_grad.mlir", "sum", 4),  # input_x, input_y, weight, dx
+])
+def test_elementwise_tiles_computed_by_the_op_count_the_models_work(example, reduction, tiled):
+    """A tile of EMA-Adam or of a none/sum BCE is the op itself on local buffers: the report
+    counted no work for it (npu-a2: 'compute bound: 0 cycles'). It now counts the cost model's
+    (elementwise.work: 4 vector operations per element and tiled operand), over every element."""
+    from xdsl.dialects import func
+
+    from npugrad.compiler import Pipeline
+    from npugrad.passes.tiling.elementwise import VECTOR_OPS_PER_ELEMENT
+
+    text = (Path(__file__).parent.parent / "examples" / example).read_text()
+    if reduction is not None:
+        text = text.replace("reduction = 1 : i64", f"reduction = {dict(none=0, sum=2)[reduction]} : i64")
+        assert f"reduction = {dict(none=0, sum=2)[reduction]} : i64" in text
+        if reduction == "none":  # dloss of input_x's shape
+            text = text.replace("memref<1xf32>", "memref<1000xf32>")
+    module = Pipeline(target="npu-a2").lower(parse(text, example), "tiled")
+    [f] = [o for o in module.ops if isinstance(o, func.FuncOp)]
+    elements = 1
+    for n in f.args[0].type.get_shape():
+        elements *= n
+    r = rep.analyze(f, A2)
+    work = {(k.kind, k.element): m.bytes for k, m in r.work.items()}
+    assert work == {("vector", "f32"): elements * VECTOR_OPS_PER_ELEMENT * tiled}
+    assert all(m.exact for m in r.work.values())

@@ -44,7 +44,9 @@ from npugrad.dialect.attributes import FUSED, TILES
 from npugrad.dialect.checks import static_product
 from npugrad.dialect.npu import AllocLocalOp, AllocSharedOp, BlockDimOp, BlockIdxOp, CopyOp, element_bytes, level_of
 from npugrad.ir import defined_functions, iterator_kinds, operand_dims
+from npugrad.passes.tiling.elementwise import work as elementwise_work
 from npugrad.passes.vectorize_contractions import panel_level
+from npugrad.recipes import recipe_of
 from npugrad.targets import Target, TargetError
 
 # Ops interpreted per function (all blocks) before loops of more than FALLBACK_TRIPS trips are
@@ -280,6 +282,9 @@ class _Compiler:
             while parent is not None and parent not in self.moving:
                 self.moving.add(parent)
                 parent = parent.parent_op()
+        # Tiles of an elementwise op computed by the op itself on local buffers (EMA-Adam, BCE
+        # none/sum): the model's work for their elements (elementwise.work), by their tiled operands.
+        self.tiles = {o: names for o in f.walk() if isinstance(o, TrainOp) and (names := _tile_operands(o))}
         self.relevant = _slice(f)
         # A loop run once for a set of inputs is replayed, not rerun: inner tile loops recur with
         # the same bounds and sizes for every outer tile, and for every block.
@@ -298,11 +303,14 @@ class _Compiler:
 
     def _kept(self, op: Operation) -> bool:
         return (op in self.moving or isinstance(op, CopyOp | linalg.GenericOp | linalg.FillOp) or op in self.leaves
+                or op in self.tiles
                 or any(r in self.relevant for r in op.results))
 
     def step(self, op: Operation) -> Step:
         if op in self.leaves:
             return self.leaf(op)  # type: ignore[arg-type]
+        if op in self.tiles:
+            return self.tile(op, self.tiles[op])  # type: ignore[arg-type]
         impl = EXACT.get(type(op))
         return impl(self, op) if impl is not None else self.other(op)
 
@@ -322,6 +330,22 @@ class _Compiler:
             else:
                 trips, exact = max(0, -(-(stop - start) // s)), True
             run.tally(Work(kind, "f32"), trips * n, 1, exact)
+
+        return step
+
+    def tile(self, op: TrainOp, names: tuple[str, ...]) -> Step:
+        """A tile that is the elementwise op itself, on local buffers: vector work, as the cost
+        model counts it (elementwise.work) for the elements of its first tiled operand."""
+        first = getattr(op, names[0])
+
+        def step(run: _Run) -> None:
+            shape = run.memrefs[first][0] if first in run.memrefs else _static(first.type)
+            elements = static_product(shape)
+            exact = elements is not None
+            if elements is None:
+                elements = run.bound(first) or 0
+                run.caveats.add("work of sizes that could not be evaluated counts as the largest tile it can be")
+            run.tally(Work("vector", "f32"), elementwise_work(elements, names), 1, exact)
 
         return step
 
@@ -530,6 +554,13 @@ class _Compiler:
                     run.run(body)
 
         return step
+
+
+def _tile_operands(op: TrainOp) -> tuple[str, ...]:
+    """The tiled operands of `op` (its recipe's) where every one is in a local level: a tile
+    computed by the op itself; else ()."""
+    names = recipe_of(op).tiled_operands(op)
+    return names if names and all(level_of(getattr(op, n).type) is not None for n in names) else ()
 
 
 def _leaf_loop(op: Operation) -> bool:

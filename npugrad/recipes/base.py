@@ -134,6 +134,12 @@ class OpRecipe:
     def call_api(self, arrays: Mapping[str, np.ndarray], props: Mapping[str, object]) -> dict[str, np.ndarray]: ...
     def examples(self) -> Iterator[Example]: ...
 
+    def tiled_operands(self, op: TrainOp) -> tuple[str, ...]:
+        """The operands an elementwise tiling cuts (one value per element), on which a tile that
+        is the op itself computes: the report counts that tile's work from them. () for an op
+        not tiled so (optional: not one of PARTS)."""
+        return ()
+
     @classmethod
     def supports(cls, part: str) -> bool:
         return not isinstance(getattr(cls, part), NotSupported)

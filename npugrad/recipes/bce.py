@@ -45,6 +45,9 @@ class BinaryCrossEntropyGrad(OpRecipe):
     def lower(self, op, e):
         lower_binary_cross_entropy_grad(op, e)
 
+    def tiled_operands(self, op):
+        return _tiled(op)
+
     def choose_tile_sizes(self, op, target):
         return elementwise.choose_tile_sizes(op, _tiled(op), target)
 

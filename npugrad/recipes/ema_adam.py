@@ -30,6 +30,9 @@ class ApplyFusedEmaAdam(OpRecipe):
     def lower(self, op, e):
         lower_apply_fused_ema_adam(op, e)
 
+    def tiled_operands(self, op):
+        return TILED
+
     def choose_tile_sizes(self, op, target):
         return elementwise.choose_tile_sizes(op, TILED, target)
 

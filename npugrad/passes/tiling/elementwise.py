@@ -159,6 +159,16 @@ def _operands(op: TrainOp, names: tuple[str, ...]) -> tuple[int, list[tuple[bool
     return total, [(name in inputs, name in outputs, _bytes(getattr(op, name))) for name in names]
 
 
+# The model's vector work for an elementwise op: about this many vector operations per element
+# and tiled operand (the report counts a tile computed by the op itself the same way).
+VECTOR_OPS_PER_ELEMENT = 4
+
+
+def work(elements: int, names: Sequence[str]) -> int:
+    """Vector operations for `elements` elements of an op whose tiled operands are `names`."""
+    return elements * VECTOR_OPS_PER_ELEMENT * len(names)
+
+
 def load(op: TrainOp, names: Sequence[str], sizes: dict[str, int], target: Target) -> list[Load]:
     """The busiest core's tiles (dealt round-robin): each read operand's tile copied in, each
     written one's out (both for one updated in place); about 4 vector operations per element and
@@ -174,8 +184,8 @@ def load(op: TrainOp, names: Sequence[str], sizes: dict[str, int], target: Targe
             one.add_move((g, vec), mine * n * b, mine)
         if written:
             one.add_move((vec, g), mine * n * b, mine)
-    one.add_work("vector", "f32", mine * n * 4 * len(names), mine, 0)
-    one.total_work[("vector", "f32")] = total * 4 * len(names)
+    one.add_work("vector", "f32", work(mine * n, names), mine, 0)
+    one.total_work[("vector", "f32")] = work(total, names)
     one.global_bytes = total * sum(b * (read + written) for read, written, b in operands)
     one.extents = {"n": total}
     return [one]
