@@ -462,6 +462,9 @@ def test_linear_cross_entropy_is_called_as_pytorchs():
         nt.linear_cross_entropy(x, w, target, linear_bias=torch.zeros(9))
     with pytest.raises(ValueError, match=r"^linear_cross_entropy: parameter 'weight' \(class weights\) must be None"):
         nt.linear_cross_entropy(x, w, target, weight=torch.ones(9))
+    with pytest.raises(TypeError, match=r"^linear_cross_entropy: parameter 'linear_weight' must have the dtype of "
+                                        r"'input' \(torch.float32\), got torch.bfloat16"):
+        nt.linear_cross_entropy(x, w.bfloat16(), target)
     with pytest.raises(TypeError, match=r"^linear_cross_entropy: parameter 'options' must be None or"):
         nt.linear_cross_entropy(x, w, target, options={"batch_chunk_size": 2})
     try:

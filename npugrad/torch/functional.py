@@ -352,6 +352,9 @@ def linear_cross_entropy(input: Tensor, linear_weight: Tensor, target: Tensor, i
         raise TypeError(f"linear_cross_entropy: parameter 'options' must be None or a "
                         f"torch.nn.LinearCrossEntropyOptions, got {type(options).__name__}")
     input, linear_weight = _autocast(True, input, linear_weight)
+    if input.dtype != linear_weight.dtype:  # the kernels' error would name their own 'weight'
+        raise TypeError(f"linear_cross_entropy: parameter 'linear_weight' must have the dtype of 'input' "
+                        f"({input.dtype}), got {linear_weight.dtype}")
     if target.is_floating_point() or target.is_complex() or target.dtype == torch.bool:
         # Before the operator's range check, which read class probabilities as ids out of range.
         raise TypeError(f"linear_cross_entropy: parameter 'target' must hold class ids (an integer tensor), got "
