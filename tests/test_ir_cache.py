@@ -6,7 +6,6 @@ IR and the machine code: test_object_cache.py::test_another_process_loads_an_op_
 
 from __future__ import annotations
 
-import hashlib
 import zlib
 
 import pytest
@@ -90,7 +89,7 @@ def test_a_damaged_entry_is_lowered_again_and_rewritten(cache_dir, damage):
     else:  # entries whole to the object cache, wrong inside
         body = {"not zlib": b"{}\n" + first[0].encode(), "not json": zlib.compress(b"[1]\n" + first[0].encode()),
                 "not utf-8": zlib.compress(b"{}\n\xff\xfe")}[damage]
-        path.write_bytes(data[:magic] + hashlib.sha256(body).digest() + body)
+        path.write_bytes(data[:magic] + object_cache.digest(name[:-len(ir_cache.SUFFIX)], ir_cache.SUFFIX, body) + body)
     again = _lower(pipeline)
     assert again == (*first[:2], False)
     assert path.read_bytes() == data and _lower(pipeline)[2]
@@ -127,7 +126,7 @@ def test_an_entry_whose_ir_llvmlite_rejects_costs_a_compile(cache_dir, rng):
         magic = len(object_cache.FORMAT)
         head, _, ir = zlib.decompress(data[magic + 32:]).partition(b"\n")
         body = zlib.compress(head + b"\n" + ir.replace(b"define ", b"define garbage ", 1))
-        path.write_bytes(data[:magic] + hashlib.sha256(body).digest() + body)
+        path.write_bytes(data[:magic] + object_cache.digest(name[:-len(ir_cache.SUFFIX)], ir_cache.SUFFIX, body) + body)
     specialize._CACHE.clear()
     from npugrad.runtime import launch
 

@@ -98,6 +98,27 @@ def test_a_damaged_entry_is_compiled_again_and_rewritten(cache_dir, rng, damage)
     assert path.read_bytes() == data and JitModule(AXPB).from_cache
 
 
+@pytest.mark.parametrize("how", ["copied", "linked"])
+def test_another_entry_in_an_entrys_place_is_compiled_again(cache_dir, rng, how):
+    """The whole entry of another kernel with the same symbols (here: + 2 where AXPB adds 1; the
+    same op for another dtype) copied or linked under this one's name: its digest held, and the
+    other kernel ran, its results wrong (BCE float32 given float16's code: NaN)."""
+    other_ir = AXPB.replace("fadd float %m, 1.0", "fadd float %m, 2.0")
+    JitModule(AXPB)
+    JitModule(other_ir)
+    path, other = cache_dir / f"{object_cache.key(AXPB)}.o", cache_dir / f"{object_cache.key(other_ir)}.o"
+    path.unlink()
+    if how == "copied":
+        path.write_bytes(other.read_bytes())
+    else:
+        path.symlink_to(other.name)
+    again = JitModule(AXPB)
+    assert not again.from_cache
+    got, want = _run(again, int(rng.integers(2**31)))
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert JitModule(AXPB).from_cache
+
+
 @pytest.mark.parametrize("setting", ["off", ""])
 def test_off_keeps_nothing(tmp_path, monkeypatch, setting):
     monkeypatch.setenv("NPUGRAD_CACHE_DIR", setting)

@@ -9,10 +9,11 @@ npugrad's source: a changed pass misses both.
     NPUGRAD_CACHE_DIR=off     no disk cache (every process compiles from its IR)
     npugrad cache [--clear]   where it is, its entries and their size (--clear: delete them)
 
-An entry is `<key>.o`: a header (magic, SHA-256 of the code) then the object code (the passes'
-LLVM IR, runtime/ir_cache.py, is kept beside it as `<key>.ll`, the same way). It is written
-to a temporary file and renamed into place, so readers see a whole entry or none; one whose
-digest does not match (a truncated disk, a hand edit) is ignored and rewritten. Any OSError
+An entry is `<key>.o`: a header (magic, SHA-256 of its name and the code) then the object code
+(the passes' LLVM IR, runtime/ir_cache.py, is kept beside it as `<key>.ll`, the same way). It is
+written to a temporary file and renamed into place, so readers see a whole entry or none; one
+whose digest does not match (a truncated disk, a hand edit, another entry copied or linked in
+its place, which would run another kernel's code) is ignored and rewritten. Any OSError
 (a read-only home, a full disk) falls back to compiling, silently: the cache only saves time.
 The code in the directory is run as it is found: it is created private to its user (0700), and
 one shared with users you do not trust must not be named.
@@ -29,7 +30,7 @@ from functools import cache
 import llvmlite
 import llvmlite.binding as llvm
 
-FORMAT = b"npugrad-object-cache-1\n"  # bump when what an entry holds changes
+FORMAT = b"npugrad-object-cache-2\n"  # bump when what an entry holds changes
 
 
 def directory() -> str | None:
@@ -63,6 +64,12 @@ def key(llvm_ir: str) -> str:
 SUFFIXES = (".o", ".ll")
 
 
+def digest(k: str, suffix: str, code: bytes) -> bytes:
+    """An entry's digest: of its name as well as its code, so that the code of another entry
+    (the same kernel for another dtype: the same symbols) does not pass for this one's."""
+    return hashlib.sha256(f"{k}{suffix}\0".encode() + code).digest()
+
+
 def _path(k: str, suffix: str) -> str | None:
     d = directory()
     return None if d is None else os.path.join(d, f"{k}{suffix}")
@@ -86,7 +93,7 @@ def load(k: str, suffix: str = ".o") -> bytes | None:
     if len(data) <= header or not data.startswith(FORMAT):
         return None
     code = data[header:]
-    if hashlib.sha256(code).digest() != data[len(FORMAT):header]:
+    if digest(k, suffix, code) != data[len(FORMAT):header]:
         return None
     return code
 
@@ -101,7 +108,7 @@ def store(k: str, code: bytes, suffix: str = ".o") -> None:
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=suffix)
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(FORMAT + hashlib.sha256(code).digest() + code)
+                f.write(FORMAT + digest(k, suffix, code) + code)
             os.replace(tmp, path)
         except BaseException:
             os.unlink(tmp)
