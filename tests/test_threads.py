@@ -1,6 +1,7 @@
 """All five ops from several threads at once, each result checked; and the GIL is released
 while a kernel runs."""
 
+import itertools
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -68,3 +69,40 @@ def test_gil_is_released_during_a_kernel():
     inside = [s for s in stamps if start + margin < s < end - margin]
     assert end - start > 0.01, "kernel too short to tell"
     assert len(inside) > 10, (len(inside), end - start)
+
+
+def test_the_thread_count_changed_while_blocks_launch():
+    """set_threads on one thread while others launch blocks that wait for each other (as a
+    kernel's barrier and flags do). It shut the pool down between a launch finding it and
+    submitting to it: RuntimeError ('cannot schedule new futures after shutdown'), the blocks
+    already submitted left waiting for the others (in a kernel: spinning on a flag for ever)."""
+    from npugrad.runtime import pool
+
+    before = pool.threads()
+    errors: list[BaseException] = []
+    stop = time.monotonic() + 2
+
+    def launch():
+        while time.monotonic() < stop and not errors:
+            barrier = threading.Barrier(4)
+            try:
+                pool.run_blocks(lambda _block, b=barrier: b.wait(timeout=10), 4)
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+    def switch():
+        for n in itertools.cycle([1, 2, 3, 5]):
+            if time.monotonic() >= stop or errors:
+                return
+            pool.set_threads(n)
+            time.sleep(0.0005)
+
+    workers = [threading.Thread(target=launch) for _ in range(4)] + [threading.Thread(target=switch)]
+    try:
+        for t in workers:
+            t.start()
+        for t in workers:
+            t.join()
+    finally:
+        pool.set_threads(before)
+    assert errors == []

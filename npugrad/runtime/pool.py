@@ -67,12 +67,11 @@ def set_threads(n: int) -> None:
 
 
 def _workers(n: int) -> ThreadPoolExecutor:
-    """The pool, with at least n workers."""
+    """The pool, with at least n workers (with _lock held)."""
     global _pool
-    with _lock:
-        if _pool is None or _pool._max_workers < n:
-            _pool = ThreadPoolExecutor(max_workers=max(n, threads() - 1), thread_name_prefix="npugrad")
-        return _pool
+    if _pool is None or _pool._max_workers < n:
+        _pool = ThreadPoolExecutor(max_workers=max(n, threads() - 1), thread_name_prefix="npugrad")
+    return _pool
 
 
 def run_blocks(fn, n: int) -> None:
@@ -80,7 +79,7 @@ def run_blocks(fn, n: int) -> None:
     if n == 1:
         fn(0)
         return
-    _join(fn, _workers(n - 1), range(1, n))
+    _join(fn, range(1, n))
 
 
 def run_tasks(tasks) -> list:
@@ -114,13 +113,18 @@ def run_tasks(tasks) -> list:
     if lanes <= 1:
         lane(0)
     else:
-        _join(lane, _workers(lanes - 1), range(1, lanes))
+        _join(lane, range(1, lanes))
     return results
 
 
-def _join(fn, pool: ThreadPoolExecutor, others) -> None:
-    """fn(i) for i in `others` on the pool and fn(0) here; every exception waits for all to end."""
-    futures = [pool.submit(fn, b) for b in others]
+def _join(fn, others: range) -> None:
+    """fn(i) for i in `others` on the pool and fn(0) here; every exception waits for all to end.
+    Submitted under the lock set_threads shuts the pool down with (what is queued still runs):
+    a pool shut down between finding it and submitting raised RuntimeError, after some blocks
+    were submitted that then waited at the kernel's barrier for the others forever."""
+    with _lock:
+        pool = _workers(len(others))
+        futures = [pool.submit(fn, b) for b in others]
     error = None
     try:
         fn(0)
