@@ -108,3 +108,30 @@ def test_a_malformed_pool_size_is_named(rng, monkeypatch):
         _bce(rng, n=1000)
     monkeypatch.setenv("NPUGRAD_OUTPUT_POOL", "64MiB")
     assert memory.limit() == 64 << 20
+
+
+@pytest.mark.parametrize("refusing", ["mmap", "numpy"])
+def test_an_output_the_process_cannot_have_is_a_memory_error_naming_it(rng, monkeypatch, refusing):
+    """A fresh output refused (ENOMEM: an address-space limit, `ulimit -v`, or overcommit), on a
+    planned call and on a replayed one. From the pool it was mmap's bare OSError, naming neither
+    the op nor the output; from NumPy (the pool off, a small output) its MemoryError, naming
+    neither either."""
+    import errno
+
+    _bce(rng)  # the call planned once: the next ones of this signature are replayed
+    gc.collect()
+    memory.release()
+
+    def refused(*_args):
+        if refusing == "mmap":
+            raise OSError(errno.ENOMEM, "Cannot allocate memory")
+        raise MemoryError("Unable to allocate 12.0 MiB for an array with shape (3145728,) and data type float32")
+
+    monkeypatch.setattr(memory, "_new_block" if refusing == "mmap" else "empty", refused)
+    for _ in range(2):
+        with pytest.raises(MemoryError, match=r"^binary_cross_entropy_grad: output 'out' of shape \(3145728,\) "
+                                              r"\(float32\) needs 12.00 MiB, which this process cannot allocate$"):
+            _bce(rng)
+    monkeypatch.undo()
+    dx, (x, y, d) = _bce(rng)
+    np.testing.assert_allclose(dx, ref.binary_cross_entropy_grad(x, y, d, None, reduction=1), rtol=1e-5)

@@ -289,7 +289,11 @@ def allocate(op: str, arrays: dict, outputs: Iterable[str], display: Mapping[str
         p = arrays[name]
         if type(p) is Planned:
             p.mapped = mapped
-            arrays[name] = p.new()
+            try:
+                arrays[name] = p.new()
+            except MemoryError:
+                raise MemoryError(f"{op}: output '{(display or {}).get(name, name)}' of shape {p.shape} "
+                                  f"({p.dtype}) needs {human_bytes(p.nbytes)}, which this process cannot allocate") from None
             fresh[name] = p
     return fresh
 

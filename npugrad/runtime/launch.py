@@ -428,7 +428,10 @@ class Replay:
             arrays.update(made)
         for name, kind, where in self.sources:
             if kind == _FRESH:
-                arrays[name] = where.new()  # type: ignore[union-attr]
+                try:
+                    arrays[name] = where.new()  # type: ignore[union-attr]
+                except MemoryError:  # planned anew: the plan's error names the op and the output
+                    return None
         call = object.__new__(self.cls)
         call.op_cls, call.arrays, call.props, call.value_check = self.op_cls, arrays, self.props, self.value_check
         call.static_shapes, call.fresh = self.static_shapes, None

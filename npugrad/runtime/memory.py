@@ -30,6 +30,7 @@ MIN_BYTES, or with the pool off, they are np.zeros (Planned.new).
 from __future__ import annotations
 
 import ctypes
+import errno
 import functools
 import mmap
 import os
@@ -147,7 +148,13 @@ def empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     if nbytes < MIN_BYTES or pool == 0:
         return np.empty(shape, dtype)
     size = _rounded(nbytes)
-    block = _take(size) or _new_block(size)
+    try:
+        block = _take(size) or _new_block(size)
+    except OSError as e:  # mmap's ENOMEM (an address-space limit, overcommit refused): np.empty's error
+        if e.errno != errno.ENOMEM:
+            raise
+        raise MemoryError(f"Unable to allocate {nbytes} bytes for an array with shape {shape} and data type "
+                          f"{dtype}") from None
     return np.asarray(_Block(block, nbytes)).view(dtype).reshape(shape)
 
 
