@@ -106,3 +106,35 @@ def test_the_thread_count_changed_while_blocks_launch():
     finally:
         pool.set_threads(before)
     assert errors == []
+
+
+def test_a_forked_child_launches_blocks():
+    """fork() after the pool's threads started (multiprocessing's fork start method): the child's
+    copy of the pool queued the blocks for threads the child does not have, and hung."""
+    import os
+    import signal
+
+    from npugrad import ops
+    from npugrad.runtime import pool
+
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0.1, 0.9, 1 << 20).astype(np.float32)  # past kernel.SMALL: a launch of 3 blocks
+    y = rng.uniform(0, 1, x.size).astype(np.float32)
+    d = np.ones(x.size, np.float32)
+    before = pool.threads()
+    pool.set_threads(3)
+    try:
+        ops.binary_cross_entropy_grad(x, y, d, reduction=0)  # the pool's threads started
+        pid = os.fork()
+        if pid == 0:
+            dx = ops.binary_cross_entropy_grad(x, y, d, reduction=0)
+            os._exit(0 if np.allclose(dx, (x - y) / (x * (1 - x)), rtol=1e-4) else 1)
+        deadline = time.monotonic() + 20
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if done[0] == 0:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        assert done[0] == pid and os.waitstatus_to_exitcode(done[1]) == 0, "the child hung or failed"
+    finally:
+        pool.set_threads(before)

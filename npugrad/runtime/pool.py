@@ -18,6 +18,18 @@ _pool: ThreadPoolExecutor | None = None
 _threads: int | None = None
 
 
+def _after_fork() -> None:
+    """A child of fork() has none of the pool's threads: its copy of the pool would queue the
+    blocks for them and the launch wait for ever (multiprocessing's fork start method)."""
+    global _lock, _pool
+    _lock = threading.Lock()
+    _pool = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
 class _Local(threading.local):
     """`alone`: this thread runs a task (threads() is 1 on it). A class default, read on every
     call: getattr(local, name, default) on a thread that never set it raises and catches
