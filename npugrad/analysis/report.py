@@ -344,7 +344,7 @@ class _Compiler:
             exact = elements is not None
             if elements is None:
                 elements = run.bound(first) or 0
-                run.caveats.add("work of sizes that could not be evaluated counts as the largest tile it can be")
+                run.caveats.add(_UNSIZED_WORK)
             run.tally(Work("vector", "f32"), elementwise_work(elements, names), 1, exact)
 
         return step
@@ -385,7 +385,7 @@ class _Compiler:
             exact = points is not None
             if points is None:
                 points = max((run.bound(v) or 0) for v in operands)
-                run.caveats.add("work of sizes that could not be evaluated counts as the largest tile it can be")
+                run.caveats.add(_UNSIZED_WORK)
             run.tally(key, points * per_point, 1, exact)
             if pack is not None:
                 b_points = static_product(extents.get(d) for d in maps[1])  # type: ignore[index]
@@ -554,6 +554,9 @@ class _Compiler:
                     run.run(body)
 
         return step
+
+
+_UNSIZED_WORK = "work of sizes that could not be evaluated counts as the largest tile it can be"
 
 
 def _tile_operands(op: TrainOp) -> tuple[str, ...]:

@@ -361,13 +361,12 @@ def linear_cross_entropy(input: Tensor, linear_weight: Tensor, target: Tensor, i
                         f"{target.dtype}; class probabilities (F.cross_entropy's floating target) are not supported")
     if ignore_index is None:
         ignore_index = -100
-    if input.dim() == 1 and target.dim() == 0:
-        loss = linear_cross_entropy(input.unsqueeze(0), linear_weight, target.unsqueeze(0), ignore_index, reduction,
-                                    label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap)
-        return loss.squeeze(0) if r == REDUCTION_NONE else loss
+    unbatched = input.dim() == 1 and target.dim() == 0  # one token: a batch of one, its loss a 0-d tensor
+    if unbatched:
+        input, target = input.unsqueeze(0), target.unsqueeze(0)
     loss = _linear_cross_entropy(input, linear_weight, target, ignore_index, label_smoothing, z_loss, softcap)[0]
     if r == REDUCTION_NONE:
-        return loss
+        return loss.squeeze(0) if unbatched else loss
     if r == REDUCTION_SUM:
         return loss.sum()
     return loss.sum() / (target != ignore_index).sum()

@@ -27,13 +27,12 @@ assert "apply_fused_ema_adam" in KERNELS
 def _with_hyperparameter_tensor(grad: torch.Tensor, var: torch.Tensor, m: torch.Tensor, v: torch.Tensor,
                                 s: torch.Tensor, step: torch.Tensor, hyperparameters: torch.Tensor, mode_: int,
                                 bias_correction: bool) -> None:
-    """torch.ops.npugrad.apply_fused_ema_adam with its float hyper-parameters as one tensor (lr,
-    ema_decay, beta1, beta2, eps, weight_decay): for a learning rate that is a tensor, as
+    """torch.ops.npugrad.apply_fused_ema_adam with its float hyper-parameters as one tensor (in
+    ApplyFusedEmaAdamOp.HYPERPARAMETER_ORDER): for a learning rate that is a tensor, as
     torch.optim takes one so that a compiled step follows a scheduler without recompiling (the
     kernel reads them at run time; a float in the schema would be a constant of the graph)."""
-    lr, ema_decay, beta1, beta2, eps, weight_decay = hyperparameters.tolist()
-    ops.apply_fused_ema_adam(grad, var, m, v, s, step, lr=lr, ema_decay=ema_decay, beta1=beta1, beta2=beta2, eps=eps,
-                             mode=mode_, bias_correction=bias_correction, weight_decay=weight_decay)
+    hyper = dict(zip(ApplyFusedEmaAdamOp.HYPERPARAMETER_ORDER, hyperparameters.tolist(), strict=True))
+    ops.apply_fused_ema_adam(grad, var, m, v, s, step, mode=mode_, bias_correction=bias_correction, **hyper)
 
 
 def _kernel_view(t: torch.Tensor) -> torch.Tensor:
@@ -119,6 +118,11 @@ class FusedEmaAdam(torch.optim.Optimizer):
                 loss = closure()
         for group in self.param_groups:
             beta1, beta2 = group["betas"]
+            named = {**group, "beta1": beta1, "beta2": beta2}
+            hyper = [named[name] for name in ApplyFusedEmaAdamOp.HYPERPARAMETER_ORDER]
+            # A tensor among them (a scheduled lr): all of them as one tensor, made once for the group.
+            values = (torch.stack([torch.as_tensor(x, dtype=torch.float32).reshape(()) for x in hyper])
+                      if any(isinstance(x, torch.Tensor) for x in hyper) else None)
             for p in group["params"]:
                 if p.grad is None:
                     continue
@@ -130,10 +134,8 @@ class FusedEmaAdam(torch.optim.Optimizer):
                     raise ValueError(f"FusedEmaAdam: a parameter of rank {p.dim()} (more than {MAX_RANK}) and its "
                                      "gradient must be contiguous")
                 state["step"] += 1
-                hyper = (group["lr"], group["ema_decay"], beta1, beta2, group["eps"], group["weight_decay"])
                 try:
-                    if any(isinstance(x, torch.Tensor) for x in hyper):
-                        values = torch.stack([torch.as_tensor(x, dtype=torch.float32).reshape(()) for x in hyper])
+                    if values is not None:
                         _with_hyperparameter_tensor(*(_kernel_view(t) for t in tensors), state["step"], values,
                                                     group["mode"], group["bias_correction"])
                     else:
