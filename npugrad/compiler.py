@@ -72,7 +72,7 @@ def make_context() -> Context:
 
     ctx = Context()
     ours = {**NPUGRAD_UNIVERSE.all_dialects, "memref": _upstream("memref_dialect"),
-            "x86vector": _upstream("x86vector_dialect"), "llvm": _upstream("llvm_dialect")}
+            "x86vector": _upstream("x86vector_dialect"), "amx": _upstream("amx_dialect"), "llvm": _upstream("llvm_dialect")}
     for name, factory in get_all_dialects().items():
         if name not in ours:
             ctx.register_dialect(name, factory)

@@ -39,13 +39,27 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from xdsl.dialects import memref
-from xdsl.dialects.builtin import BoolAttr, IndexType, IntegerAttr, MemRefType, NoneAttr, VectorType, bf16, f32, i32
-from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, SSAValue
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    BoolAttr,
+    IndexType,
+    IntAttr,
+    IntegerAttr,
+    MemRefType,
+    NoneAttr,
+    VectorType,
+    bf16,
+    f32,
+    i32,
+)
+from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, SSAValue, TypeAttribute
 from xdsl.irdl import (
+    AttrSizedOperandSegments,
     IRDLOperation,
     irdl_attr_definition,
     irdl_op_definition,
     operand_def,
+    opt_operand_def,
     prop_def,
     result_def,
     traits_def,
@@ -179,6 +193,151 @@ class DotBF16Op(IRDLOperation):
 def x86vector_dialect() -> Dialect:
     """Upstream's x86vector dialect, the op above (xDSL has none)."""
     return Dialect("x86vector", [DotBF16Op], [])
+
+
+_TILE_ELEMENTS = (bf16, f32)
+
+
+@irdl_attr_definition
+class TileType(ParametrizedAttribute, TypeAttribute):
+    """`!amx.tile<16x32xbf16>`: one of AMX's eight tile registers, rows x columns of an element
+    type (at most 16 rows of 64 bytes). The bfloat16 tiles are a product's operands: the left
+    one rows of 32 reduction steps, the right one 16 rows of pairs of steps for 16 columns
+    (row q holds (B[2q, j], B[2q + 1, j]) for each j: AMX's "VNNI" layout); float32 tiles its
+    16 x 16 accumulators."""
+
+    name = "amx.tile"
+    shape: ArrayAttr[IntAttr]
+    element_type: Attribute
+
+    def __init__(self, rows: int, columns: int, element_type: Attribute):
+        super().__init__(ArrayAttr([IntAttr(rows), IntAttr(columns)]), element_type)
+
+    @property
+    def rows(self) -> int:
+        return self.shape.data[0].data
+
+    @property
+    def columns(self) -> int:
+        return self.shape.data[1].data
+
+    def verify(self) -> None:
+        if len(self.shape.data) != 2 or self.element_type not in _TILE_ELEMENTS:
+            raise VerifyException(f"!amx.tile must be 2-D of bf16 or f32, got {self.shape.data} of {self.element_type}")
+        width = 2 if self.element_type == bf16 else 4
+        if not (1 <= self.rows <= 16 and 1 <= self.columns * width <= 64):
+            raise VerifyException(f"!amx.tile<{self.rows}x{self.columns}x{self.element_type}> is larger than a tile "
+                                  "register (16 rows of 64 bytes)")
+
+    def print_parameters(self, printer: Printer) -> None:
+        printer.print_string(f"<{self.rows}x{self.columns}x")
+        printer.print_attribute(self.element_type)
+        printer.print_string(">")
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> list[Attribute]:
+        parser.parse_punctuation("<")
+        shape, element = parser.parse_ranked_shape()
+        if element is None:
+            element = parser.parse_type()
+        parser.parse_punctuation(">")
+        return [ArrayAttr([IntAttr(n) for n in shape]), element]
+
+
+def _tile_access(op: IRDLOperation, what: str, tile: TileType) -> None:
+    """A tile load's or store's memref: 2-D, the tile's element type, contiguous along its rows
+    (tileloadd reads each of the tile's rows as one run of bytes, rows a stride apart)."""
+    t = op.base.type  # type: ignore[attr-defined]
+    assert isinstance(t, MemRefType)
+    if t.get_num_dims() != 2 or t.element_type != tile.element_type:
+        raise VerifyException(f"'{op.name}' op {what} a 2-D memref of {tile.element_type}, got {t}")
+    if len(op.indices) != 2:  # type: ignore[attr-defined]
+        raise VerifyException(f"'{op.name}' op expects 2 indices into {t}, got {len(op.indices)}")  # type: ignore[attr-defined]
+    strides = t.get_strides() if hasattr(t, "get_strides") else None
+    if strides is not None and strides[-1] not in (None, 1):
+        raise VerifyException(f"'{op.name}' op needs {t} contiguous along its rows (a unit innermost stride)")
+
+
+@irdl_op_definition
+class TileZeroOp(IRDLOperation):
+    """`%t = amx.tile_zero : !amx.tile<16x16xf32>` (tilezero)."""
+
+    name = "amx.tile_zero"
+    res = result_def(TileType)
+
+    def __init__(self, tile: TileType):
+        super().__init__(result_types=[tile])
+
+
+@irdl_op_definition
+class TileLoadOp(IRDLOperation):
+    """`%t = amx.tile_load %m[%i, %j] : memref<?x?xbf16> into !amx.tile<16x32xbf16>`
+    (tileloadd): the tile's rows from rows i.. of the memref, from column j, its rows' stride
+    apart."""
+
+    name = "amx.tile_load"
+    base = operand_def(MemRefType)
+    indices = var_operand_def(IndexType)
+    stride = opt_operand_def(IndexType)
+    res = result_def(TileType)
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+
+    def __init__(self, base: SSAValue, indices: Sequence[SSAValue], tile: TileType):
+        super().__init__(operands=[base, list(indices), []], result_types=[tile])
+
+    def verify_(self) -> None:
+        assert isinstance(self.res.type, TileType)
+        _tile_access(self, "reads", self.res.type)
+
+
+@irdl_op_definition
+class TileMulFOp(IRDLOperation):
+    """`%c1 = amx.tile_mulf %a, %b, %c : !amx.tile<16x32xbf16>, !amx.tile<16x32xbf16>,
+    !amx.tile<16x16xf32>` (tdpbf16ps): c[i, j] += a[i, 2q]·b[q, 2j] + a[i, 2q+1]·b[q, 2j+1] over
+    the pairs q, float32 accumulation (bfloat16 subnormals read as zero, results flushed)."""
+
+    name = "amx.tile_mulf"
+    lhs = operand_def(TileType)
+    rhs = operand_def(TileType)
+    acc = operand_def(TileType)
+    res = result_def(TileType)
+    traits = traits_def(Pure())
+
+    def __init__(self, lhs: SSAValue, rhs: SSAValue, acc: SSAValue):
+        super().__init__(operands=[lhs, rhs, acc], result_types=[acc.type])
+
+    def verify_(self) -> None:
+        a, b, c, r = (v.type for v in (self.lhs, self.rhs, self.acc, self.res))
+        assert isinstance(a, TileType) and isinstance(b, TileType) and isinstance(c, TileType)
+        if not (c == r and c.element_type == f32 and a.element_type == bf16 == b.element_type):
+            raise VerifyException(f"'amx.tile_mulf' op expects bf16 factors and an f32 accumulator, got {a}, {b}, {c} -> {r}")
+        if a.rows != c.rows or b.columns != 2 * c.columns or a.columns != 2 * b.rows:
+            raise VerifyException(f"'amx.tile_mulf' op shapes do not chain: {a} x {b} into {c}")
+
+
+@irdl_op_definition
+class TileStoreOp(IRDLOperation):
+    """`amx.tile_store %m[%i, %j], %t : memref<?x?xf32>, !amx.tile<16x16xf32>` (tilestored)."""
+
+    name = "amx.tile_store"
+    base = operand_def(MemRefType)
+    indices = var_operand_def(IndexType)
+    val = operand_def(TileType)
+    stride = opt_operand_def(IndexType)
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+
+    def __init__(self, base: SSAValue, indices: Sequence[SSAValue], tile: SSAValue):
+        super().__init__(operands=[base, list(indices), tile, []])
+
+    def verify_(self) -> None:
+        assert isinstance(self.val.type, TileType)
+        _tile_access(self, "writes", self.val.type)
+
+
+def amx_dialect() -> Dialect:
+    """Upstream's AMX dialect (LLVM 22's `amx`; the x86 dialect's `x86.amx` in later MLIR), the
+    tile type and ops above (xDSL has none)."""
+    return Dialect("amx", [TileZeroOp, TileLoadOp, TileMulFOp, TileStoreOp], [TileType])
 
 
 @irdl_attr_definition

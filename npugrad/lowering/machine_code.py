@@ -356,7 +356,38 @@ def to_llvmlite_syntax(llvm_ir: str) -> str:
 
 # Intrinsics of instructions a CPU may lack, by the LLVM feature they need: code generation for
 # a CPU without it aborts the process, so such a module is refused first.
-_FEATURE_INTRINSICS = {"@llvm.x86.avx512bf16.": "avx512bf16"}
+_FEATURE_INTRINSICS = {"@llvm.x86.avx512bf16.": "avx512bf16", "@llvm.x86.tdpbf16ps": "amx-bf16",
+                       "@llvm.x86.tileloadd64": "amx-tile", "@llvm.x86.tilezero": "amx-tile"}
+# arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA): Linux gives a process AMX's tile data (8 KiB
+# of register state) only when asked; the first tile instruction of one that did not ask faults.
+_SYS_ARCH_PRCTL = 158
+_ARCH_REQ_XCOMP_PERM = 0x1023
+_XFEATURE_XTILEDATA = 18
+_AMX_GRANTED: list[bool] = []
+
+
+def uses_amx(llvm_ir: str) -> bool:
+    """Whether the module has AMX tile instructions (vectorize-contractions' tile micro-kernels)."""
+    return "x86_amx" in llvm_ir
+
+
+def request_amx() -> None:
+    """Ask Linux for this process's AMX tile state (once; the permission is the process's, its
+    threads' and its forked children's). JitError where the kernel refuses it (a Linux before
+    5.16, or a hypervisor that hides the state): a tile instruction would then kill the process."""
+    if _AMX_GRANTED:
+        return
+    import ctypes
+    import errno
+    import os
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA) != 0:
+        code = ctypes.get_errno()
+        raise JitError(f"the module uses AMX tile instructions, and Linux refused this process their state "
+                       f"(arch_prctl(ARCH_REQ_XCOMP_PERM): {errno.errorcode.get(code, code)}, {os.strerror(code)}): "
+                       "compile it for a target whose llvm_features leave out +amx-tile to run it here")
+    _AMX_GRANTED.append(True)
 
 
 def _missing_feature(llvm_ir: str, tm: llvm.TargetMachine | None) -> str | None:
@@ -395,10 +426,13 @@ def parsed(llvm_ir: str, tm: llvm.TargetMachine | None = None) -> tuple[llvm.Mod
     optimised; and that target machine."""
     init()
     if (feature := _missing_feature(llvm_ir, tm)) is not None:
+        from npugrad.lowering.emulation import EMULATED_FEATURES
+
+        emulate = (f", and NPUGRAD_EMULATE={feature} runs it here in generic code, slowly (lowering/emulation.py)"
+                   if feature in EMULATED_FEATURES else "")
         raise JitError(f"the module uses {feature} instructions, which this CPU ({llvm.get_host_cpu_name()}) lacks: "
                        f"compile it for `host` (or a target whose llvm_features leave out +{feature}) to run it here; "
-                       f"the asm stage prints code for any target, and NPUGRAD_EMULATE={feature} runs it here in "
-                       "generic code, slowly (lowering/emulation.py)")
+                       f"the asm stage prints code for any target{emulate}")
     try:
         module = llvm.parse_assembly(to_llvmlite_syntax(llvm_ir))
         module.verify()

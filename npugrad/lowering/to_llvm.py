@@ -7,6 +7,7 @@ so everything after the vectorized stage stays on the upstream side.)
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 # The upstream bindings (about 0.1 s to import) are imported by the functions that use them: a
@@ -44,8 +45,12 @@ LINE_TABLES_PASS = "ensure-debug-info-scope-on-llvm-func{emission-kind=LineTable
 # What the bindings' newer MLIR renamed, by LLVM 22's name: the printed stages and commands use
 # the latter (Debian's mlir-opt-22 reads them), the bindings parse and run the former.
 _NEWER = {"x86vector.avx512.dot": "x86.avx512.dot"}
+# LLVM 22's AMX dialect (`amx.tile_load`, `!amx.tile<16x32xbf16>`) is the x86 dialect's
+# `x86.amx.*` in the bindings' MLIR; convert-vector-to-llvm's enable-x86 lowers it there (LLVM 22:
+# enable-amx) to the llvm.x86.tileloadd64/tdpbf16ps/tilestored64 intrinsics.
+_NEWER_AMX = re.compile(r"(?<![\w.])(!?)amx\.tile")
 # The same as LLVM 22's `mlir-opt --pass-pipeline=...` runs it (npugrad-opt --print-pipeline).
-TO_LLVM_PIPELINE_22 = TO_LLVM_PIPELINE.replace("enable-x86=true", "enable-x86vector=true")
+TO_LLVM_PIPELINE_22 = TO_LLVM_PIPELINE.replace("enable-x86=true", "enable-x86vector=true enable-amx=true")
 
 
 class LoweringError(RuntimeError):
@@ -57,6 +62,8 @@ def _parse(ctx, text: str):
 
     for old, new in _NEWER.items():
         text = text.replace(old, new)
+    if "amx.tile" in text:
+        text = _NEWER_AMX.sub(r"\1x86.amx.tile", text)
     try:
         return ir.Module.parse(text)
     except ir.MLIRError as e:  # type: ignore[attr-defined]

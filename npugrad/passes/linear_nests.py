@@ -20,7 +20,7 @@ from npugrad.ir import IRBuilder
 from npugrad.ir.expr import Float
 from npugrad.lowering.train_to_loops.flce import softcap
 from npugrad.passes.tiling.blocks import start_accumulator
-from npugrad.passes.vectorize_contractions import block_shape, panel_width
+from npugrad.passes.vectorize_contractions import panel_width, row_multiple
 from npugrad.targets import Target, get
 
 
@@ -28,14 +28,15 @@ def cpu_tiles(cpu: Target) -> dict[str, int]:
     """{bt, v} for the nests on CPU `cpu` when nothing chose them (no target to tile for): the
     float32 logits tile fills a quarter of the level the target gives the vector role (the L2 on
     a CPU; the rest is for the panels of X and W that the three GEMMs stream past it), about
-    square, v a multiple of the micro-kernel's block width and bt of its row count. Square:
+    square, v a multiple of the micro-kernel's block width and bt of its row count (and of AMX's
+    32-row blocks where the CPU has them: vectorize_contractions.row_multiple). Square:
     GEMM 3 reads and writes its v × H accumulator once per token tile and GEMM 2 its bt × H
     one once per vocabulary tile, traffic per FLOP 1/bt and 1/v; GEMM 3 packs X's bt × H once
     per vocabulary tile (GEMMs 1 and 2 pack W's tile once, before the token loop:
     vectorize_contractions.invariant_loop). (512 KiB L2, AVX2:
     bt = 186, v = 176; measured on a Zen 3, FLCE 2048 x 2048 x 8192 float32 on 2 threads, 0.74x
     the same run's SGEMM where the 64 x 128 tiles used before gave 0.63x.)"""
-    mr = block_shape(cpu)[0]
+    mr = row_multiple(cpu)
     width = panel_width(cpu)
     capacity = cpu.role("vector").capacity or 1 << 20
     area = capacity // 4 // 4  # float32 elements in a quarter of the level
@@ -74,8 +75,8 @@ def within(tiles: dict[str, int], op) -> dict[str, int]:
 def token_balance(blocks: int, cpu: str) -> tuple[int, int]:
     """A fuse pass's `balance_blocks` option as the (blocks, multiple) of token_step (the
     forward) and TokenTiles (the gradient): the row multiple is the micro-kernel's row count on
-    `cpu`; (0, 1) leaves the tiles at steps of the tile."""
-    return (blocks, block_shape(get(cpu))[0]) if blocks > 0 else (0, 1)
+    `cpu` (row_multiple); (0, 1) leaves the tiles at steps of the tile."""
+    return (blocks, row_multiple(get(cpu))) if blocks > 0 else (0, 1)
 
 
 def token_step(e: IRBuilder, bt: SSAValue, tile: int, blocks: int, multiple: int) -> SSAValue:

@@ -74,6 +74,7 @@ as do those whose B or C may not be contiguous along the innermost dimension (dy
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -86,6 +87,7 @@ from xdsl.dialects.builtin import (
     MemRefType,
     ModuleOp,
     NameLoc,
+    StridedLayoutAttr,
     VectorType,
     bf16,
     f16,
@@ -102,7 +104,16 @@ from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, Rewrite
 from xdsl.rewriter import InsertPoint
 
 from npugrad.dialect.attributes import CONTRACTION
-from npugrad.dialect.upstream import LOOP_ANNOTATION, DotBF16Op, LoopAnnotationAttr, PrefetchOp
+from npugrad.dialect.upstream import (
+    LOOP_ANNOTATION,
+    DotBF16Op,
+    LoopAnnotationAttr,
+    PrefetchOp,
+    TileLoadOp,
+    TileMulFOp,
+    TileStoreOp,
+    TileType,
+)
 from npugrad.ir import IRBuilder, enclosing_function, integer_constant, iterator_kinds, unit_innermost_stride
 from npugrad.targets import Target, get
 
@@ -147,6 +158,40 @@ def dot_bf16(target: Target) -> bool:
     if not target.has_feature("avx512bf16"):
         return False
     return target.vector_bits == 512 or (target.vector_bits in (128, 256) and target.has_feature("avx512vl"))
+
+
+# AMX's tiles: 16 rows of 64 bytes. A bfloat16 product tile is 16 rows of 32 reduction steps (the
+# left operand) or of 16 pairs of steps for 16 columns (the right one); its float32 accumulator
+# 16 x 16. The micro-kernel's block is 2 x 2 accumulator tiles, 32 x 32 of C: with two tiles of
+# each operand, all eight tile registers.
+AMX_TILE = 16
+AMX_BLOCK = 2 * AMX_TILE
+AMX_STEPS = 2 * AMX_TILE  # reduction steps a product tile holds
+# Reduction steps (of AMX_STEPS) between loads and stores of C's four tiles: tiles carried over a
+# loop's back edge do not lower (upstream's convert-scf-to-cf leaves their !amx.tile block
+# arguments illegal), so each iteration of the reduction loop loads C's tiles, accumulates this
+# many steps into them, straight-line, and stores them.
+AMX_UNROLL = 8
+
+
+def amx_bf16(target: Target) -> bool:
+    """Whether `target` multiplies bfloat16 tiles (AMX-BF16's tdpbf16ps, as its `llvm_features`
+    say: +amx-tile and +amx-bf16), alongside vdpbf16ps (dot_bf16) for the rows and reduction
+    steps a whole block of tiles does not cover, and 512-bit vectors: B's packed panel (NR
+    vectors of 16 columns' pairs) is then 64 columns, two blocks of 2 x 2 tiles, and A's pairs
+    transpose in blocks of 16 x 16 (pack_a_rows). One tdpbf16ps is 16 x 16 x 32 products
+    (16384 FLOP) where a vdpbf16ps is 16 x 2 (64): on a Sapphire-Rapids-class core 1024 FLOP a
+    cycle in tiles against 64 (or 32) in vectors."""
+    return (target.has_feature("amx-tile") and target.has_feature("amx-bf16") and dot_bf16(target)
+            and target.vector_bits == 512 and panel_width(target) % AMX_BLOCK == 0)
+
+
+def row_multiple(target: Target) -> int:
+    """The row count the nests' token tiles are a multiple of on `target`: the micro-kernel's MR
+    (block_shape), and where contractions run on AMX tiles (amx_bf16), also of their 32-row
+    blocks, whose rows left over run on vectors."""
+    mr = block_shape(target)[0]
+    return math.lcm(mr, AMX_BLOCK) if amx_bf16(target) else mr
 
 
 def interleaved(e: IRBuilder, lo: SSAValue, hi: SSAValue) -> SSAValue:
@@ -382,14 +427,22 @@ class _Kernels:
         e = self.e
         self.m, self.n = e.dim(self.c, 0), e.dim(self.c, 1)
         self.k = e.dim(self.b, 1 if shape.rhs_transposed else 0)
-        self.rows_full = self._floor(self.m, self.mr)  # rows that fill whole MR-row blocks
         self.dot = dots(gen, shape, target)  # bfloat16 pairs into x86vector.avx512.dot (dots)
+        self.amx = self.dot and amx_bf16(target)  # and whole 32 x 32 blocks on AMX tiles (amx_block)
+        self.rows_full = self._floor(self.m, self.mr)  # rows that fill whole MR-row blocks
+        # Rows in whole AMX blocks (none without AMX), and the rows after them that fill whole
+        # MR-row blocks (the columns the tiles cover; the masked ones take rows_full).
+        self.amx_rows = self._floor(self.m, AMX_BLOCK) if self.amx else None
+        self.amx_rows_full = None if self.amx_rows is None else e.emit(arith.AddiOp(
+            self.amx_rows, self._floor(e.emit(arith.SubiOp(self.m, self.amx_rows)), self.mr)))
+        self.q0: SSAValue | None = None  # pairs of the chunk already summed on tiles (amx_block)
         self.pairs = VectorType(bf16, [2 * self.lanes])
         self.kc = kernel_chunk(target, self.dot)
         self.k_lo = self.k_hi = self.k  # the current reduction chunk, set by emit()
         self.panel = panel  # KC x NR vectors of float32 (dot: KC/2 x NR vectors of pairs): B's panel, packed (emit)
         self.a_wide: SSAValue | None = None  # A's rows over the chunk, widened to float32 (widen_a)
         self.a_pairs: SSAValue | None = None  # dot: A's pairs over the chunk, as i32 (pack_a_pairs)
+        self.a_rows: SSAValue | None = None  # amx: A's rows over the chunk, for tiles (pack_a_rows)
         self.hoisted = hoisted  # or all of B's panels, packed before an enclosing loop (hoisted_panels)
         self.label = kernel_label(gen)
         self.packed = None if hoisted is None else hoisted.packed
@@ -523,7 +576,8 @@ class _Kernels:
                 at = e.emit(arith.AddiOp(first, q))
                 bs = [e.emit(vector.LoadOp(self.packed, [p, at, e.idx(2 * c * self.lanes)], self.pairs)) for c in range(nr)]
             else:
-                bs = [e.emit(vector.LoadOp(self.panel, [q, e.idx(2 * c * self.lanes)], self.pairs)) for c in range(nr)]
+                row = q if self.q0 is None else e.emit(arith.AddiOp(q, self.q0))
+                bs = [e.emit(vector.LoadOp(self.panel, [row, e.idx(2 * c * self.lanes)], self.pairs)) for c in range(nr)]
             for r, i in enumerate(rows):
                 a = e.emit(vector.BitcastOp(e.emit(vector.BroadcastOp(a_bits(i), words)), self.pairs))
                 a.name_hint = "a"
@@ -540,7 +594,8 @@ class _Kernels:
             else:
                 a_pairs = self.a_pairs
                 assert a_pairs is not None
-                pair(q, carried, updated, lambda i: e.load(a_pairs, [q, i]))
+                row = q if self.q0 is None else e.emit(arith.AddiOp(q, self.q0))
+                pair(q, carried, updated, lambda i: e.load(a_pairs, [row, i]))
         if in_place:  # the odd count's last step: 0 or 1 iterations
             with e.carried_loop(self.chunk_pairs(), accs, lb=whole) as (q, carried, updated):
                 k = a_step(q)
@@ -661,10 +716,100 @@ class _Kernels:
         slot on every step (10 % more samples, FLCE 5-10 % slower; tests/test_microkernel_registers.py)."""
         e = self.e
         full = self.rows_full
+        start = None
+        if self.amx_rows is not None and self.amx_rows_full is not None and masks is None:
+            start, full = self.amx_rows, self.amx_rows_full
+            with e.loop(start, step=e.idx(AMX_BLOCK)) as i0:
+                self.amx_rows_block(i0, j0, nr, p)
         with e.if_(e.emit(arith.CmpiOp(full, self.m, "ult"))):
             self.block(full, j0, nr, masks, p, last=e.emit(arith.SubiOp(self.m, e.idx(1))))
-        with e.loop(full, step=e.idx(self.mr)) as i0:
+        with e.loop(full, lb=start, step=e.idx(self.mr)) as i0:
             self.block(i0, j0, nr, masks, p)
+
+    # -- AMX tiles ------------------------------------------------------------------------------
+    def amx_rows_block(self, i0: SSAValue, j0: SSAValue, nr: int, p: SSAValue | None) -> None:
+        """Rows i0 .. i0 + 32 of the panel's columns j0 .. j0 + nr·lanes: the chunk's whole
+        32-step groups on tiles, a 32 x 32 block at a time (amx_block), then the steps left (the
+        chunk's last, fewer than 32: where the reduction is not a multiple of 32) on vectors,
+        MR rows at a time in one rolled loop (one block to compile), rows past the block's last
+        repeating its last as `rows` does."""
+        e = self.e
+        groups = e.emit(arith.DivUIOp(e.emit(arith.SubiOp(self.k_hi, self.k_lo)), e.idx(AMX_STEPS)))
+        groups.name_hint = "tile_steps"
+        for h in range(nr * self.lanes // AMX_BLOCK):
+            self.amx_block(i0, j0, h * AMX_BLOCK, groups, p)
+        k_lo = self.k_lo
+        tiled = e.emit(arith.AddiOp(k_lo, e.emit(arith.MuliOp(groups, e.idx(AMX_STEPS)))))
+        with e.if_(e.emit(arith.CmpiOp(tiled, self.k_hi, "ult"))):
+            self.k_lo, self.q0 = tiled, e.emit(arith.MuliOp(groups, e.idx(AMX_STEPS // 2)))
+            last = _plus(e, i0, AMX_BLOCK - 1)
+            with e.loop(_plus(e, i0, AMX_BLOCK), lb=i0, step=e.idx(self.mr)) as i:
+                self.block(i, j0, nr, None, p, last=last)
+            self.k_lo, self.q0 = k_lo, None
+
+    def amx_block(self, i0: SSAValue, j0: SSAValue, offset: int, groups: SSAValue, p: SSAValue | None) -> None:
+        """C[i0 : i0 + 32, j : j + 32] += A·B over the chunk's first 32·groups steps (j = j0 +
+        offset), on four accumulator tiles: A's two 16-row tiles of 32 steps (read in place
+        where A is read [i, k], from pack_a_rows otherwise), B's two tiles of 16 pairs x 16
+        columns from the packed panel (its layout is the tiles': row q, the pairs of 16
+        columns at 2·(j − j0)), four tdpbf16ps a group, AMX_UNROLL groups between loads and
+        stores of C's tiles (then one at a time)."""
+        e = self.e
+        op_tile = TileType(AMX_TILE, AMX_STEPS, bf16)
+        acc_tile = TileType(AMX_TILE, AMX_TILE, f32)
+        rows = [i0, _plus(e, i0, AMX_TILE)]
+        cols = [_plus(e, j0, offset), _plus(e, j0, offset + AMX_TILE)]
+        if p is not None:
+            assert self.packed is not None
+            panel = self.packed
+            depth = e.dim(panel, 1)
+            wide = 2 * self.nr * self.lanes
+            view = MemRefType(bf16, [DYNAMIC_INDEX, wide], StridedLayoutAttr([wide, 1], None))
+            b = e.emit(memref.SubviewOp.get(panel, [p, 0, 0], [1, depth, wide], [1, 1, 1], view))
+            b_row = lambda k: e.emit(arith.DivUIOp(k, e.idx(2)))  # noqa: E731 (the hoisted panels hold every pair)
+        else:
+            b = self.panel
+            b_row = lambda k: e.emit(arith.DivUIOp(e.emit(arith.SubiOp(k, self.k_lo)), e.idx(2)))  # noqa: E731
+        b_cols = [e.idx(2 * offset), e.idx(2 * (offset + AMX_TILE))]
+        if self.shape.lhs_transposed:
+            assert self.a_rows is not None
+            a, a_at = self.a_rows, lambda i, k: [i, e.emit(arith.SubiOp(k, self.k_lo))]
+        else:
+            a, a_at = self.a, lambda i, k: [i, k]
+
+        def steps(k: SSAValue, count: int) -> None:
+            tiles = [e.emit(TileLoadOp(self.c, [i, j], acc_tile)) for i in rows for j in cols]
+            for t in range(count):
+                kt = _plus(e, k, t * AMX_STEPS)
+                a_tiles = [e.emit(TileLoadOp(a, a_at(i, kt), op_tile)) for i in rows]
+                q = b_row(kt)
+                b_tiles = [e.emit(TileLoadOp(b, [q, c], op_tile)) for c in b_cols]
+                tiles = [e.emit(TileMulFOp(a_tiles[r], b_tiles[h], tiles[2 * r + h])) for r in range(2) for h in range(2)]
+            for (i, j), tile in zip([(i, j) for i in rows for j in cols], tiles):
+                e.emit(TileStoreOp(self.c, [i, j], tile))
+
+        with e.labelled(self.label + ".k"):
+            unrolled = e.emit(arith.DivUIOp(groups, e.idx(AMX_UNROLL)))
+            with e.loop(unrolled) as g:
+                steps(e.emit(arith.AddiOp(self.k_lo, e.emit(arith.MuliOp(g, e.idx(AMX_UNROLL * AMX_STEPS))))), AMX_UNROLL)
+            with e.loop(groups, lb=e.emit(arith.MuliOp(unrolled, e.idx(AMX_UNROLL)))) as g:
+                steps(e.emit(arith.AddiOp(self.k_lo, e.emit(arith.MuliOp(g, e.idx(AMX_STEPS))))), 1)
+
+    def pack_a_rows(self, pairs: SSAValue, buffer: SSAValue) -> None:
+        """buffer[i, k − k_lo] = A[k, i] for A read [k, i], the rows of whole AMX blocks and the
+        chunk's whole 32-step groups: what a left tile reads, row i its steps in order. From
+        pack_a_pairs' pairs (row q: (A[k, i], A[k + 1, i]) as one i32 per i), 16 x 16 blocks of
+        i32 transposed in registers (row i: its pairs q in order, the tile's row)."""
+        e = self.e
+        assert self.amx_rows is not None
+        words = VectorType(i32, [self.lanes])
+        groups = e.emit(arith.DivUIOp(e.emit(arith.SubiOp(self.k_hi, self.k_lo)), e.idx(AMX_STEPS)))
+        with e.loop(e.emit(arith.MuliOp(groups, e.idx(AMX_STEPS // 2))), step=e.idx(self.lanes)) as q0:
+            with e.loop(self.amx_rows, step=e.idx(self.lanes)) as i0:
+                block = [e.emit(vector.LoadOp(pairs, [_plus(e, q0, r), i0], words)) for r in range(self.lanes)]
+                at = e.emit(arith.AddiOp(q0, q0))
+                for r, row in enumerate(transposed(e, block)):
+                    e.emit(vector.StoreOp(e.emit(vector.BitcastOp(row, self.pairs)), buffer, [_plus(e, i0, r), at]))
 
     def emit(self) -> None:
         """All of it labelled (kernel_label), in _emit."""
@@ -690,9 +835,13 @@ class _Kernels:
         on float32 FMAs, and their C is a float32 accumulator of the nest's own, line-aligned."""
         e = self.e
         buffer = None
+        rows_buffer = None
         if self.dot and self.shape.lhs_transposed:  # A read [i, k] is read in place (pair_steps)
             buffer = e.alloc([self.kc // 2, self.m], i32)
             buffer.name_hint = "a_pairs"
+            if self.amx_rows is not None:
+                rows_buffer = e.alloc([self.amx_rows, self.kc], bf16)
+                rows_buffer.name_hint = "a_rows"
         elif self.widens_a():
             buffer = e.alloc([self.m, self.kc], f32)
             buffer.name_hint = "a_wide"
@@ -706,7 +855,9 @@ class _Kernels:
             if buffer is not None and self.dot:
                 with e.labelled(self.label + ".pack_a"):
                     self.pack_a_pairs(buffer)
-                self.a_pairs = buffer
+                    if rows_buffer is not None:
+                        self.pack_a_rows(buffer, rows_buffer)
+                self.a_pairs, self.a_rows = buffer, rows_buffer
             elif buffer is not None:
                 with e.labelled(self.label + ".widen_a"):
                     self.widen_a(buffer)
@@ -720,6 +871,8 @@ class _Kernels:
                           lambda: self.columns(head, hoisted=False))
         if buffer is not None:
             e.dealloc(buffer)
+        if rows_buffer is not None:
+            e.dealloc(rows_buffer)
 
     def columns(self, first: SSAValue | None, hoisted: bool) -> None:
         """The chunk over all of C's columns: blocks of NR vectors from column `first` on (None:

@@ -6,7 +6,16 @@ from __future__ import annotations
 import llvmlite.binding as llvm
 
 from npugrad.lowering import emulation
-from npugrad.lowering.machine_code import LOCK, JitError, new_target_machine, optimised, parsed, unresolved
+from npugrad.lowering.machine_code import (
+    LOCK,
+    JitError,
+    new_target_machine,
+    optimised,
+    parsed,
+    request_amx,
+    unresolved,
+    uses_amx,
+)
 from npugrad.runtime import object_cache, sync
 
 __all__ = ["JitError", "JitModule"]
@@ -19,6 +28,8 @@ class JitModule:
         # Instructions the host lacks that were asked to be emulated (NPUGRAD_EMULATE), before
         # the cache key: emulated code is cached apart from the instruction's.
         llvm_ir = emulation.for_host(llvm_ir, llvm.get_host_cpu_features)
+        if uses_amx(llvm_ir):
+            request_amx()
         # The launch services the module calls (runtime/sync.py), bound before it is linked.
         self.services = sync.services(llvm_ir)
         with LOCK:
