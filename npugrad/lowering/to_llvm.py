@@ -35,7 +35,11 @@ TO_LLVM_PASSES = (
     "convert-arith-to-llvm",
     "convert-index-to-llvm",
     "convert-func-to-llvm",
-    "convert-cf-to-llvm",
+    # convert-to-llvm rather than convert-cf-to-llvm: the same conversion of the branches, with
+    # every loaded dialect's types, the AMX tiles' among them (!amx.tile block arguments: the
+    # tiles' reduction loops carry their accumulators in tile registers, vectorize-contractions'
+    # amx_block). The rest is in the LLVM dialect by now.
+    "convert-to-llvm",
     "reconcile-unrealized-casts",
 )
 TO_LLVM_PIPELINE = f"builtin.module({','.join(TO_LLVM_PASSES)})"

@@ -167,11 +167,10 @@ def dot_bf16(target: Target) -> bool:
 AMX_TILE = 16
 AMX_BLOCK = 2 * AMX_TILE
 AMX_STEPS = 2 * AMX_TILE  # reduction steps a product tile holds
-# Reduction steps (of AMX_STEPS) between loads and stores of C's four tiles: tiles carried over a
-# loop's back edge do not lower (upstream's convert-scf-to-cf leaves their !amx.tile block
-# arguments illegal), so each iteration of the reduction loop loads C's tiles, accumulates this
-# many steps into them, straight-line, and stores them.
-AMX_UNROLL = 8
+# The tiles' reduction loop, unrolled this many times (its accumulators stay in tile registers
+# over the loop's back edge: lowering/to_llvm.py converts the branches with convert-to-llvm, which
+# knows the tile type).
+AMX_UNROLL = 2
 
 
 def amx_bf16(target: Target) -> bool:
@@ -777,23 +776,19 @@ class _Kernels:
         else:
             a, a_at = self.a, lambda i, k: [i, k]
 
-        def steps(k: SSAValue, count: int) -> None:
-            tiles = [e.emit(TileLoadOp(self.c, [i, j], acc_tile)) for i in rows for j in cols]
-            for t in range(count):
-                kt = _plus(e, k, t * AMX_STEPS)
-                a_tiles = [e.emit(TileLoadOp(a, a_at(i, kt), op_tile)) for i in rows]
-                q = b_row(kt)
-                b_tiles = [e.emit(TileLoadOp(b, [q, c], op_tile)) for c in b_cols]
-                tiles = [e.emit(TileMulFOp(a_tiles[r], b_tiles[h], tiles[2 * r + h])) for r in range(2) for h in range(2)]
-            for (i, j), tile in zip([(i, j) for i in rows for j in cols], tiles):
-                e.emit(TileStoreOp(self.c, [i, j], tile))
-
+        at_c = [(i, j) for i in rows for j in cols]
         with e.labelled(self.label + ".k"):
-            unrolled = e.emit(arith.DivUIOp(groups, e.idx(AMX_UNROLL)))
-            with e.loop(unrolled) as g:
-                steps(e.emit(arith.AddiOp(self.k_lo, e.emit(arith.MuliOp(g, e.idx(AMX_UNROLL * AMX_STEPS))))), AMX_UNROLL)
-            with e.loop(groups, lb=e.emit(arith.MuliOp(unrolled, e.idx(AMX_UNROLL)))) as g:
-                steps(e.emit(arith.AddiOp(self.k_lo, e.emit(arith.MuliOp(g, e.idx(AMX_STEPS))))), 1)
+            tiles = [e.emit(TileLoadOp(self.c, [i, j], acc_tile)) for i, j in at_c]
+            with e.carried_loop(groups, tiles) as (g, carried, updated):
+                g.name_hint = "g"
+                k = e.emit(arith.AddiOp(self.k_lo, e.emit(arith.MuliOp(g, e.idx(AMX_STEPS)))))
+                a_tiles = [e.emit(TileLoadOp(a, a_at(i, k), op_tile)) for i in rows]
+                q = b_row(k)
+                b_tiles = [e.emit(TileLoadOp(b, [q, c], op_tile)) for c in b_cols]
+                updated += [e.emit(TileMulFOp(a_tiles[r], b_tiles[h], carried[2 * r + h])) for r in range(2) for h in range(2)]
+            _unrolled(tiles[0], AMX_UNROLL)
+            for (i, j), tile in zip(at_c, tiles):
+                e.emit(TileStoreOp(self.c, [i, j], tile))
 
     def pack_a_rows(self, pairs: SSAValue, buffer: SSAValue) -> None:
         """buffer[i, k − k_lo] = A[k, i] for A read [k, i], the rows of whole AMX blocks and the
@@ -840,7 +835,9 @@ class _Kernels:
             buffer = e.alloc([self.kc // 2, self.m], i32)
             buffer.name_hint = "a_pairs"
             if self.amx_rows is not None:
-                rows_buffer = e.alloc([self.amx_rows, self.kc], bf16)
+                # A line more than the chunk a row: rows 2·KC bytes apart (a power of two) fell
+                # into one or two of the L1's sets, and a tile's 16 rows evicted each other.
+                rows_buffer = e.alloc([self.amx_rows, self.kc + self.line_bytes // 2], bf16)
                 rows_buffer.name_hint = "a_rows"
         elif self.widens_a():
             buffer = e.alloc([self.m, self.kc], f32)
