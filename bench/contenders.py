@@ -287,8 +287,8 @@ def stream_ceiling(mib: int, tries: int = 5) -> dict:
 
 
 def instruction_peaks(threads: int) -> dict:
-    """The machine's float32 FMA and bf16 dot-product (vdpbf16ps) peaks on `threads` threads
-    (npugrad/tools/peak.py): {kind: [GFLOP/s or None, its text]}."""
+    """The machine's float32 FMA and bf16 dot-product (vdpbf16ps) and tile (AMX tdpbf16ps) peaks on
+    `threads` threads (npugrad/tools/peak.py): {kind: [GFLOP/s or None, its text]}."""
     from npugrad.tools import peak
 
     return {kind: [(r := peak.measure(kind, threads)).gflops, r.text()] for kind in peak.KINDS}

@@ -18,7 +18,7 @@ get the compilers a user would pick instead (bench/contenders.py: XLA via jax.ji
 torch.compile), each compiling the same unfused program, and every FLCE row shows its rate as a
 fraction of the machine's SGEMM ceiling (and, for bfloat16, of its bf16 GEMM peak), both measured
 in the same run, and of the peak of the instruction its GEMMs run on at best (the float32 FMA;
-for bfloat16 vdpbf16ps where the CPU has it), measured by npugrad/tools/peak.py in the same run.
+for bfloat16 AMX's tdpbf16ps or vdpbf16ps where the CPU has them), measured by npugrad/tools/peak.py in the same run.
 """
 
 from __future__ import annotations
@@ -444,14 +444,16 @@ class Ceilings:
     torch_bf16_fallback: float | None = None  # torch.mm bf16's rate where it is PyTorch's fallback loop
     fma: float | None = None  # the float32 FMA instruction peak (npugrad/tools/peak.py)
     dot_bf16: float | None = None  # the vdpbf16ps instruction peak; None where the CPU lacks it
+    tile_bf16: float | None = None  # the AMX tdpbf16ps peak; None where the CPU lacks it
     n: int = 0  # the SGEMM's size, n³; each GEMM-bound row reads it again in its own process (0: not)
     bandwidth: float | None = None  # the in-place stream's GB/s (bench.contenders.stream_numpy)
     stream_mib: int = 0  # its arrays' size; each memory-bound row reads it again in its own process (0: not)
 
     def instruction_peak(self, dtype: str | None) -> float | None:
-        """The peak of the instruction a GEMM in `dtype` runs on at best: vdpbf16ps for
-        bfloat16 where the CPU has it, else the float32 FMA (bf16 widened to float32)."""
-        return (self.dot_bf16 or self.fma) if dtype == "bfloat16" else self.fma
+        """The peak of the instruction a GEMM in `dtype` runs on at best: for bfloat16 AMX's
+        tdpbf16ps where the CPU has it (the kernels' whole blocks run on tiles), else vdpbf16ps
+        where it has that, else the float32 FMA (bf16 widened to float32)."""
+        return (self.tile_bf16 or self.dot_bf16 or self.fma) if dtype == "bfloat16" else self.fma
 
     def not_run(self, case: Case, contender: str, limit: float | None) -> Result | None:
         """The row of a PyTorch contender on a bfloat16 FLCE case whose GEMMs run in PyTorch's
@@ -524,13 +526,13 @@ def measure_ceilings(quick: bool, threads: int, log: Callable[[str], None], time
     log("  ceiling: instruction peaks")
     peaks = in_child("bench.contenders:instruction_peaks", {"threads": threads}, threads, timeout)
     if isinstance(peaks, dict):
-        fma, dot = peaks["fma"][0], peaks["dot_bf16"][0]
+        fma, dot, tile = peaks["fma"][0], peaks["dot_bf16"][0], peaks.get("tile_bf16", [None])[0]
         lines.append("Instruction peaks (JIT loops of independent chains, npugrad/tools/peak.py): "
                      + "; ".join(text for _, text in peaks.values()))
     else:
-        fma = dot = None
+        fma = dot = tile = None
         lines.append(f"Instruction peaks: failed: {peaks or 'timed out'}")
-    return Ceilings(sgemm, bf16, tuple(lines), fallback, fma, dot, n, bandwidth, stream_mib if memory else 0)
+    return Ceilings(sgemm, bf16, tuple(lines), fallback, fma, dot, tile, n, bandwidth, stream_mib if memory else 0)
 
 
 def _fraction(rate: float, ceiling: float | None) -> str:
@@ -796,7 +798,8 @@ def run(args: argparse.Namespace) -> None:
         print("Measured in this run, " + f"{args.threads} thread(s): " + "\n".join(ceilings.lines))
     if gemm_bound:
         print("'of SGEMM' / 'of bf16 pk' / 'of instr pk': the row's GFLOP/s as a fraction of these (instr: "
-              "vdpbf16ps's peak for bfloat16 where the CPU has it, else the float32 FMA's); 'own SGEMM': of the "
+              "for bfloat16 AMX's tdpbf16ps peak where the CPU has it, else vdpbf16ps's where it has that, else the "
+              "float32 FMA's); 'own SGEMM': of the "
               f"same SGEMM ({ceilings.n}^3) timed again in the row's own process, right before and right after its "
               "timed calls (the best of those readings): the ceiling of the row's own minutes, on a machine whose "
               "speed drifts during the run")

@@ -608,13 +608,15 @@ def test_gemm_rows_show_their_fraction_of_their_own_sgemm_readings(monkeypatch):
 
 
 def test_gemm_rows_show_their_fraction_of_the_instruction_peak(monkeypatch):
-    """'of instr pk': float32 rows against the FMA peak; bfloat16 rows against vdpbf16ps's, or,
-    where the CPU lacks it, the FMA's (the bf16 GEMMs then run on float32 FMAs)."""
-    for dtype, dot, peak in (("float32", 400.0, 100.0), ("bfloat16", 400.0, 400.0), ("bfloat16", None, 100.0)):
+    """'of instr pk': float32 rows against the FMA peak; bfloat16 rows against AMX's tdpbf16ps
+    where the CPU has it (the kernels' whole blocks run on tiles), else vdpbf16ps's, or, where the
+    CPU lacks both, the FMA's (the bf16 GEMMs then run on float32 FMAs)."""
+    for dtype, dot, tile, peak in (("float32", 400.0, 1200.0, 100.0), ("bfloat16", 400.0, None, 400.0),
+                                   ("bfloat16", 400.0, 1200.0, 1200.0), ("bfloat16", None, None, 100.0)):
         case = next(c for c in bench_ops.cases(False) if c.op == "flce" and c.size["dtype"] == dtype)
         took = case.work / 60e9  # 60 GFLOP/s
         monkeypatch.setattr(bench_ops, "measure", lambda name, *a, t=took, **k: Result(name, t, t, 1.0, times=(t,)))
-        ceilings = bench_ops.Ceilings(50.0, 50.0, (), fma=100.0, dot_bf16=dot)
+        ceilings = bench_ops.Ceilings(50.0, 50.0, (), fma=100.0, dot_bf16=dot, tile_bf16=tile)
         text = bench_ops.run_table("t", [case], False, 1, 2, ["npugrad"], lambda s: None, ceilings=ceilings)
         assert "of instr pk" in text.splitlines()[1]
         row = next(line for line in text.splitlines() if line.startswith(case.label))

@@ -22,8 +22,9 @@ INPUTS = "tests/lit/Inputs"
 def test_the_loop_is_shaped_by_the_target(toml, lanes, chains):
     cpu = get(f"{INPUTS}/{toml}")
     assert cpu.vector_bits == 32 * lanes and cpu.vector_registers - 4 == chains
-    for kind in peak.KINDS:
+    for kind in ("fma", "dot_bf16"):
         assert peak.shape_for(cpu, kind) == peak.Shape(lanes, chains)
+    assert peak.shape_for(cpu, "tile_bf16") == peak.Shape(16, 6)  # AMX's 8 tile registers, 2 for operands
     ir = peak.loop_ir("fma", peak.shape_for(cpu, "fma"))
     assert ir.count(f"call <{lanes} x float> @llvm.fma.v{lanes}f32") == chains
 
@@ -51,6 +52,23 @@ def test_the_dot_loop_computes_its_recurrence():
         fn = peak.compiled("dot_bf16", shape)
     for n in (1, 5, 4096):
         assert fn(n) == shape.chains * (1.0 + n * 2.0**-13)
+
+
+def test_the_tile_loop_is_six_carried_accumulator_tiles():
+    """tdpbf16ps of two loop-invariant tiles into six accumulators carried over the loop (phis of
+    x86_amx: tile registers), each adding 32·2^-7·2^-7 per iteration; run where the CPU has AMX."""
+    ir = peak.loop_ir("tile_bf16", peak.Shape(16, 6))
+    assert ir.count("@llvm.x86.tdpbf16ps.internal(i16 16, i16 64, i16 64") == 6
+    assert ir.count("phi x86_amx") == 6
+    if not (get("host").has_feature("amx-tile") and get("host").has_feature("amx-bf16")):
+        r = peak.measure("tile_bf16", threads=1, seconds=0.01, repeats=1)
+        assert r.gflops is None and "lacks amx-bf16" in r.text()
+        return
+    fn = peak.compiled("tile_bf16", peak.Shape(16, 6))
+    for n in (1, 5, 4096):
+        assert fn(n) == 6 * n * 32 * 2.0**-14
+    r = peak.measure("tile_bf16", threads=1, seconds=0.01, repeats=1)
+    assert r.gflops is not None and r.gflops > 0 and "16 x 16 accumulator tiles" in r.text()
 
 
 def test_an_instruction_the_cpu_lacks_is_not_measured():
@@ -144,11 +162,12 @@ def test_the_command_prints_both_peaks_and_rejects_bad_options(capsys):
 
     main(["peak", "--threads", "1", "--seconds", "0.01"])
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 4 and lines[0].startswith("float32 FMA = ") and lines[1].startswith("bf16 dot product")
-    assert lines[2].startswith("float32 micro-kernel (vectorize-contractions, ") and "% of the FMA loop's" in lines[2]
+    assert len(lines) == 5 and lines[0].startswith("float32 FMA = ") and lines[1].startswith("bf16 dot product")
+    assert lines[2].startswith("bf16 tile product (AMX tdpbf16ps)")
+    assert lines[3].startswith("float32 micro-kernel (vectorize-contractions, ") and "% of the FMA loop's" in lines[3]
     if dot_bf16(get("host")):
-        assert lines[3].startswith("bfloat16 micro-kernel (vectorize-contractions, ") and "vdpbf16ps loop's" in lines[3]
+        assert lines[4].startswith("bfloat16 micro-kernel (vectorize-contractions, ") and "vdpbf16ps loop's" in lines[4]
     else:
-        assert lines[3].startswith("bfloat16 micro-kernel: not measured: ") and "lacks" in lines[3]
+        assert lines[4].startswith("bfloat16 micro-kernel: not measured: ") and "lacks" in lines[4]
     with pytest.raises(SystemExit, match="--seconds a finite number > 0"):
         main(["peak", "--seconds", "0"])

@@ -69,7 +69,12 @@ def test_every_stage_is_read_by_the_upstream_tool_of_its_level(path, stage, targ
         elif tool == "opt":
             _tool("opt", "-S", "-passes=verify", "-o", "/dev/null", text=text)
         else:  # for the CPU it was vectorized for, as --print-pipeline's llc does (AVX512-BF16's dot products)
-            assert "_mlir_ciface_" in _tool("llc", "-O0", "-mcpu=native", "-o", "-", text=text).stdout
+            # -O0 is quickest, but LLVM 22's -O0 lowering of AMX tiles (kept in memory, not
+            # configured registers) makes invalid calls of a tile carried over a loop (a phi of
+            # x86_amx: vectorize-contractions' amx_block), "Call parameter type does not match
+            # function signature"; -O1 and up (llvmlite's O3, --print-pipeline's llc -O3) compile it.
+            level = "-O1" if "x86_amx" in text else "-O0"
+            assert "_mlir_ciface_" in _tool("llc", level, "-mcpu=native", "-o", "-", text=text).stdout
 
 
 def test_the_loops_stage_holds_no_npu_op():

@@ -19,6 +19,19 @@ use LLVM 22's names, which Debian's mlir-opt-22 reads (scripts/test-upstream); t
 of the pinned torch-mlir wheel are newer, and lowering/to_llvm.py renames the op for them, as
 machine_code.to_llvmlite_syntax bridges the two LLVMs' float syntax.
 
+    %t = "amx.tile_load"(%m, %i, %j) <{operandSegmentSizes = array<i32: 1, 2, 0>}>
+        : (memref<?x?xbf16, strided<[?, 1], offset: ?>>, index, index) -> !amx.tile<16x32xbf16>
+
+The AMX dialect (upstream: Dialect/AMX/AMX.td, as LLVM 22 names it; later MLIR moved it into the
+`x86` dialect as `x86.amx.*`, which lowering/to_llvm.py renames to for the bindings):
+`!amx.tile<RxCxT>`, one of the eight tile registers, and `amx.tile_zero`, `amx.tile_load`
+(tileloadd: R rows from a 2-D memref contiguous along its rows, its row stride apart),
+`amx.tile_mulf` (tdpbf16ps) and `amx.tile_store`, printed in the generic form with upstream's
+operand segments (the optional stride npugrad leaves out). vectorize-contractions' amx_block
+emits them; `convert-vector-to-llvm{enable-x86}` makes them `llvm.x86.tileloadd64.internal`,
+`llvm.x86.tdpbf16ps.internal` and `llvm.x86.tilestored64.internal`, and LLVM configures the
+tiles (ldtilecfg) where a function starts.
+
     scf.for %k = %lo to %hi step %c1 iter_args(...) { ... }
         {loop_annotation = #llvm.loop_annotation<unroll = <disable = true>>}
 

@@ -64,6 +64,23 @@ rounding, pairwise in the other order; vdpbf16ps reads bfloat16 subnormals as ze
 subnormal sums. The masked column tail stays on float32 FMAs. Elsewhere (no AVX512-BF16, or
 float16) the operands widen to float32 as above.
 
+Where the target also has AMX (`amx_bf16`: +amx-tile and +amx-bf16), each whole 32 x 32 block of
+C runs on tiles instead (amx_block), over the chunk's whole groups of 32 steps:
+
+    %c00 = amx.tile_load %c[%i0, %j] : memref<?x?xf32, ...> into !amx.tile<16x16xf32>  // and 3 more
+    %s:4 = scf.for %g = 0 to %groups iter_args(%t00 = %c00, ...) {
+      %a0 = amx.tile_load %a[%i0, %k] ... into !amx.tile<16x32xbf16>        // 16 rows, 32 steps
+      %b0 = amx.tile_load %b_panel[%q, 2 * (%j - %j0)] ... into !amx.tile<16x32xbf16>  // 16 pairs
+      %u00 = amx.tile_mulf %a0, %b0, %t00 : ...            // tdpbf16ps: 16 x 16 x 32 products
+      ... scf.yield %u00, %u01, %u10, %u11 }
+    amx.tile_store %c[%i0, %j], %s#0 ...
+
+B's panel of pairs is already the right tile's layout (row q: the pairs of 16 columns), A is read
+in place where it is read [i, k], and where it is read [k, i] its pairs are transposed once per
+chunk into rows (pack_a_rows). The rows below the blocks and the steps after the last group run
+on vdpbf16ps as above. tdpbf16ps sums a group's 32 products into C's running value, the even
+step of each pair first; results are deterministic, and differ from vdpbf16ps's in association.
+
 Each accumulator element sums its products in reduction order, a chunk of KC at a time, each
 chunk's sum then added to C: results are deterministic (they differ from the scalar loops by the
 rounding FMA saves and by that association). A target without
@@ -751,8 +768,8 @@ class _Kernels:
         offset), on four accumulator tiles: A's two 16-row tiles of 32 steps (read in place
         where A is read [i, k], from pack_a_rows otherwise), B's two tiles of 16 pairs x 16
         columns from the packed panel (its layout is the tiles': row q, the pairs of 16
-        columns at 2·(j − j0)), four tdpbf16ps a group, AMX_UNROLL groups between loads and
-        stores of C's tiles (then one at a time)."""
+        columns at 2·(j − j0)), four tdpbf16ps a group. C's tiles are loaded before the loop
+        and stored after it; in between the loop carries them in tile registers."""
         e = self.e
         op_tile = TileType(AMX_TILE, AMX_STEPS, bf16)
         acc_tile = TileType(AMX_TILE, AMX_TILE, f32)
@@ -765,16 +782,18 @@ class _Kernels:
             wide = 2 * self.nr * self.lanes
             view = MemRefType(bf16, [DYNAMIC_INDEX, wide], StridedLayoutAttr([wide, 1], None))
             b = e.emit(memref.SubviewOp.get(panel, [p, 0, 0], [1, depth, wide], [1, 1, 1], view))
-            b_row = lambda k: e.emit(arith.DivUIOp(k, e.idx(2)))  # noqa: E731 (the hoisted panels hold every pair)
+            k_first = None  # the hoisted panels hold every pair of the reduction
         else:
-            b = self.panel
-            b_row = lambda k: e.emit(arith.DivUIOp(e.emit(arith.SubiOp(k, self.k_lo)), e.idx(2)))  # noqa: E731
+            b, k_first = self.panel, self.k_lo  # the chunk's pairs
         b_cols = [e.idx(2 * offset), e.idx(2 * (offset + AMX_TILE))]
-        if self.shape.lhs_transposed:
-            assert self.a_rows is not None
-            a, a_at = self.a_rows, lambda i, k: [i, e.emit(arith.SubiOp(k, self.k_lo))]
-        else:
-            a, a_at = self.a, lambda i, k: [i, k]
+        a = self.a if self.a_rows is None else self.a_rows
+
+        def b_row(k: SSAValue) -> SSAValue:
+            return e.emit(arith.DivUIOp(k if k_first is None else e.emit(arith.SubiOp(k, k_first)), e.idx(2)))
+
+        def a_at(i: SSAValue, k: SSAValue) -> list[SSAValue]:
+            # A read [k, i] was transposed into the chunk's rows (pack_a_rows); read [i, k], in place.
+            return [i, e.emit(arith.SubiOp(k, self.k_lo))] if self.a_rows is not None else [i, k]
 
         at_c = [(i, j) for i in rows for j in cols]
         with e.labelled(self.label + ".k"):

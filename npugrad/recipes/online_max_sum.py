@@ -23,7 +23,7 @@ class OnlineMaxSumNest(FusedNest):
         online_max_sum.tile_fused(nest, target, e)
 
     def distribute(self, nest, e, cpu):
-        online_max_sum.distribute_fused(nest, e)
+        online_max_sum.distribute_fused(nest, e, align=online_max_sum.row_alignment(cpu))
 
 
 class FusedLinearOnlineMaxSum(OpRecipe):

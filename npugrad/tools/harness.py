@@ -23,7 +23,13 @@ from pathlib import Path
 
 import numpy as np
 
-from npugrad.lowering.machine_code import SUPPORT_IR
+from npugrad.lowering.machine_code import (
+    _ARCH_REQ_XCOMP_PERM,
+    _SYS_ARCH_PRCTL,
+    _XFEATURE_XTILEDATA,
+    SUPPORT_IR,
+    uses_amx,
+)
 from npugrad.runtime import sync
 from npugrad.runtime.kernel import MemRefSpec
 
@@ -47,6 +53,7 @@ declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)
 declare i32 @snprintf(ptr, i64, ptr, ...)
 declare i32 @puts(ptr)
 declare void @exit(i32)
+declare i64 @syscall(i64, ...)
 
 ; Opens DIR/NAME SUFFIX in MODE, or says which file it could not and exits with status 1.
 define internal ptr @open_file(ptr %dir, ptr %name, ptr %suffix, ptr %mode) {
@@ -150,9 +157,11 @@ def _services(called: dict[str, int | str | None]) -> list[str]:
 
 
 def harness(function: str, specs: Sequence[MemRefSpec], shapes: Sequence[tuple[int, ...]], blocks: bool,
-            services: dict[str, int | str | None] | None = None) -> str:
+            services: dict[str, int | str | None] | None = None, amx: bool = False) -> str:
     """LLVM IR of `main` for `function` with arguments `specs` of the given (static) shapes;
-    `services`: the launch services the kernel calls (sync.services of its LLVM IR)."""
+    `services`: the launch services the kernel calls (sync.services of its LLVM IR); `amx`: the
+    kernel uses AMX tiles, whose state Linux gives a process that asks (the JIT's
+    machine_code.request_amx): main asks first, and says so and exits 1 if refused."""
     services = services or {}
     globals_ = [
         _string(".path", "%s/%s%s"), _string(".in", ".bin"), _string(".out", ".out.bin"),
@@ -168,6 +177,18 @@ def harness(function: str, specs: Sequence[MemRefSpec], shapes: Sequence[tuple[i
         "  %given = load ptr, ptr %arg1",
         "  %dir = select i1 %has_dir, ptr %given, ptr @.here",
     ]
+    if amx:
+        globals_.append(_string(".amx", "harness: Linux refused this process AMX's tile state (arch_prctl)"))
+        body += [
+            f"  %amx = call i64 (i64, ...) @syscall(i64 {_SYS_ARCH_PRCTL}, i64 {_ARCH_REQ_XCOMP_PERM}, i64 {_XFEATURE_XTILEDATA})",
+            "  %amx_refused = icmp ne i64 %amx, 0",
+            "  br i1 %amx_refused, label %no_amx, label %amx_granted",
+            "no_amx:",
+            "  call i32 @puts(ptr @.amx)",
+            "  call void @exit(i32 1)",
+            "  unreachable",
+            "amx_granted:",
+        ]
     descriptors = []
     sizes = [math.prod(shape) * spec.dtype.itemsize for spec, shape in zip(specs, shapes)]
     for i, (spec, shape, nbytes) in enumerate(zip(specs, shapes, sizes)):
@@ -193,7 +214,7 @@ def harness(function: str, specs: Sequence[MemRefSpec], shapes: Sequence[tuple[i
         body += [
             "  br label %block",
             "block:",
-            "  %b = phi i64 [ 0, %entry ], [ %next, %block ]",
+            f"  %b = phi i64 [ 0, %{'amx_granted' if amx else 'entry'} ], [ %next, %block ]",
             f"  call void @_mlir_ciface_{function}({', '.join(descriptors)}, i64 %b, i64 {BLOCKS})",
             "  %next = add i64 %b, 1",
             f"  %more = icmp slt i64 %next, {BLOCKS}",
@@ -217,7 +238,8 @@ def write(directory: Path, function: str, specs: Sequence[MemRefSpec], arrays: S
     directory.mkdir(parents=True, exist_ok=True)
     written = [directory / "kernel.ll", directory / "harness.ll"]
     written[0].write_text(llvm_ir)
-    written[1].write_text(harness(function, specs, [a.shape for a in arrays], blocks, sync.services(llvm_ir)))
+    written[1].write_text(harness(function, specs, [a.shape for a in arrays], blocks, sync.services(llvm_ir),
+                                  uses_amx(llvm_ir)))
     for spec, array in zip(specs, arrays):
         path = directory / f"{spec.name}.bin"
         path.write_bytes(np.ascontiguousarray(array).tobytes())

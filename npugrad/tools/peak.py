@@ -5,8 +5,10 @@ when nothing else is in the way, measured, for benchmarks to state GEMM rates ag
 
 A JIT-compiled loop (runtime/jit.py: the host CPU, O3) keeps `chains` independent accumulators
 of one vector register each and applies the instruction to each of them once per iteration:
-`llvm.fma` on float32 vectors (2 FLOP a lane), and, where the CPU has AVX512-BF16, `vdpbf16ps`
-(two bf16 products added into each float32 lane: 4 FLOP a lane). Enough independent chains
+`llvm.fma` on float32 vectors (2 FLOP a lane), where the CPU has AVX512-BF16, `vdpbf16ps`
+(two bf16 products added into each float32 lane: 4 FLOP a lane), and where it has AMX-BF16,
+`tdpbf16ps` on tiles (16 x 16 x 32 products: 16384 FLOP; six accumulator tiles, the other two
+tile registers its operands). Enough independent chains
 hide the instruction's latency behind its throughput; their number and the vector width come
 from the target description (the vector registers less four for the loop-invariant operands
 and the loop), not from a constant tuned to one CPU. Every core runs the loop at once (threads
@@ -45,10 +47,15 @@ from npugrad.runtime.pool import MAX_THREADS
 from npugrad.targets import get
 from npugrad.targets.target import Target
 
-KINDS = ("fma", "dot_bf16")
-FEATURE = {"fma": "fma", "dot_bf16": "avx512bf16"}
+KINDS = ("fma", "dot_bf16", "tile_bf16")
+FEATURE = {"fma": "fma", "dot_bf16": "avx512bf16", "tile_bf16": "amx-bf16"}
 FLOP_PER_LANE = {"fma": 2, "dot_bf16": 4}
-NAME = {"fma": "float32 FMA", "dot_bf16": "bf16 dot product (vdpbf16ps)"}
+NAME = {"fma": "float32 FMA", "dot_bf16": "bf16 dot product (vdpbf16ps)", "tile_bf16": "bf16 tile product (AMX tdpbf16ps)"}
+# AMX: eight tile registers; a tdpbf16ps multiplies a 16 x 32 bf16 tile by a 16 x 16-pair one into 16
+# x 16 float32 sums, 16 x 16 x 32 products (2 FLOP each). Its loop keeps two operand tiles and
+# the other six as independent accumulators.
+TILE_REGISTERS = 8
+TILE_FLOP = 16 * 16 * 32 * 2
 STEPS = 1 << 18  # a peak loop's iterations per call: the call's overhead is well under 1 % of it
 
 
@@ -63,6 +70,8 @@ class Shape:
 def shape_for(cpu: Target, kind: str) -> Shape:
     """The loop's shape for `kind` on `cpu`: its vector width (512 bits at most for vdpbf16ps,
     whose widest form is 512-bit) and its vector registers less four."""
+    if kind == "tile_bf16":
+        return Shape(lanes=16, chains=TILE_REGISTERS - 2)  # lanes: a tile's float32 columns
     bits = cpu.vector_bits if kind == "fma" else min(cpu.vector_bits, 512)
     if kind == "dot_bf16" and bits < 128:
         raise ValueError(f"peak: vdpbf16ps needs 128-bit vectors at least, the target has {cpu.vector_bits}")
@@ -77,6 +86,8 @@ def loop_ir(kind: str, shape: Shape) -> str:
     converges; dot: acc + Σ x·y with small products, which stays finite for any n a run takes)."""
     if kind not in KINDS:
         raise ValueError(f"peak: unknown kind {kind!r} (known: {', '.join(KINDS)})")
+    if kind == "tile_bf16":
+        return _tile_loop_ir(shape.chains)
     lanes, chains = shape.lanes, shape.chains
     vf = f"<{lanes} x float>"
     if kind == "fma":
@@ -121,6 +132,48 @@ done:
 """
 
 
+def _tile_loop_ir(chains: int) -> str:
+    """`float @peak(i64 %n)` on AMX: `chains` float32 accumulator tiles from zero, each adding
+    one tdpbf16ps of two loop-invariant tiles (every element 2^-7, so each sum grows by 32·2^-14
+    per iteration, exact in float32 for any n a run takes) per iteration, carried in tile
+    registers; returns the sum of their first elements."""
+    amx = "x86_amx"
+    tile = "i16 16, i16 64"
+    phis = "\n".join(f"  %a{i} = phi {amx} [ %z{i}, %entry ], [ %b{i}, %loop ]" for i in range(chains))
+    zeros = "\n".join(f"  %z{i} = call {amx} @llvm.x86.tilezero.internal({tile})" for i in range(chains))
+    body = "\n".join(f"  %b{i} = call {amx} @llvm.x86.tdpbf16ps.internal(i16 16, i16 64, i16 64, {amx} %a{i}, "
+                     f"{amx} %x, {amx} %y)" for i in range(chains))
+    out = "\n".join(f"  call void @llvm.x86.tilestored64.internal({tile}, ptr %buf, i64 64, {amx} %b{i})\n"
+                    f"  %f{i} = load float, ptr %buf\n"
+                    f"  %s{i} = fadd float {'0.0' if i == 0 else f'%s{i - 1}'}, %f{i}" for i in range(chains))
+    return f"""@operand = private unnamed_addr constant [512 x i16] [{', '.join(['i16 15360'] * 512)}], align 64
+
+declare {amx} @llvm.x86.tilezero.internal(i16, i16)
+declare {amx} @llvm.x86.tileloadd64.internal(i16, i16, ptr, i64)
+declare {amx} @llvm.x86.tdpbf16ps.internal(i16, i16, i16, {amx}, {amx}, {amx})
+declare void @llvm.x86.tilestored64.internal(i16, i16, ptr, i64, {amx})
+
+define float @peak(i64 %n) {{
+entry:
+  %buf = alloca [256 x float], align 64
+  %x = call {amx} @llvm.x86.tileloadd64.internal({tile}, ptr @operand, i64 64)
+  %y = call {amx} @llvm.x86.tileloadd64.internal({tile}, ptr @operand, i64 64)
+{zeros}
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %next, %loop ]
+{phis}
+{body}
+  %next = add i64 %i, 1
+  %more = icmp ult i64 %next, %n
+  br i1 %more, label %loop, label %done
+done:
+{out}
+  ret float %s{chains - 1}
+}}
+"""
+
+
 @dataclass(frozen=True)
 class Peak:
     kind: str
@@ -133,8 +186,9 @@ class Peak:
         what = NAME[self.kind]
         if self.gflops is None:
             return f"{what}: {self.note}"
-        return (f"{what} = {self.gflops:.1f} GFLOP/s ({self.threads} thread(s), {self.shape.chains} independent "
-                f"{32 * self.shape.lanes}-bit chains)")
+        chains = (f"{self.shape.chains} independent 16 x 16 accumulator tiles" if self.kind == "tile_bf16" else
+                  f"{self.shape.chains} independent {32 * self.shape.lanes}-bit chains")
+        return f"{what} = {self.gflops:.1f} GFLOP/s ({self.threads} thread(s), {chains})"
 
 
 def compiled(kind: str, shape: Shape):
@@ -163,8 +217,8 @@ def measure(kind: str, threads: int = 0, seconds: float = 0.25, repeats: int = 3
 
 def _peak_loop(kind: str, shape: Shape) -> tuple[Callable[[], None], float]:
     """The peak loop of `kind` as a call of STEPS iterations, and the FLOPs of one call."""
-    return (functools.partial(compiled(kind, shape), STEPS),
-            float(FLOP_PER_LANE[kind] * shape.lanes * shape.chains * STEPS))
+    per_step = TILE_FLOP if kind == "tile_bf16" else FLOP_PER_LANE[kind] * shape.lanes
+    return functools.partial(compiled(kind, shape), STEPS), float(per_step * shape.chains * STEPS)
 
 
 # The micro-kernel's contraction: C (MR x N) += A (MR x K) · B (K x N), `repeats` times in a loop

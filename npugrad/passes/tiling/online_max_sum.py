@@ -137,11 +137,22 @@ def _split_masks(loop: scf.ForOp, e: IRBuilder, bid: SSAValue, nblk: SSAValue) -
     e.modified(loop)
 
 
-def distribute_fused(nest: scf.ForOp, e: IRBuilder, by_rows: bool = True) -> None:
+def row_alignment(cpu: Target) -> int:
+    """The rows the forward's blocks start at a multiple of on `cpu` (distribute_fused's
+    `align`): AMX's 32-row blocks where its bfloat16 GEMMs run on tiles, else 1 (even rows)."""
+    from npugrad.passes.vectorize_contractions import AMX_BLOCK, amx_bf16
+
+    return AMX_BLOCK if amx_bf16(cpu) else 1
+
+
+def distribute_fused(nest: scf.ForOp, e: IRBuilder, by_rows: bool = True, align: int = 1) -> None:
     """Token rows over blocks (module docstring); GEMM 1 reads the W tile in place, as in the
     gradient's nest (flce.distribute_fused_flce). `by_rows=False` (a target whose matrix unit
     wants whole tiles, as its cost model assumed): whole token tiles dealt round-robin, tile t to
-    block t mod nblk, instead."""
+    block t mod nblk, instead. `align` > 1: every block but the last starts and ends at a
+    multiple of it (row_alignment: a CPU whose GEMMs run whole 32-row blocks on AMX tiles and
+    the rows after them on vectors, which sum in another order: a row must take the same path
+    on any number of blocks for the results to stay bit-identical)."""
     read_weight_in_place(nest, e)
     fused = FUSED.get(nest)
     assert fused is not None
@@ -159,8 +170,15 @@ def distribute_fused(nest: scf.ForOp, e: IRBuilder, by_rows: bool = True) -> Non
     if by_rows:
         assert isinstance(bt.owner, Operation)
         start = e.at(bt.owner.next_op)  # type: ignore[arg-type]
-        lo = start.emit(arith.DivUIOp(start.emit(arith.MuliOp(bid, bt)), nblk))
-        hi = start.emit(arith.DivUIOp(start.emit(arith.MuliOp(start.emit(arith.AddiOp(bid, start.idx(1))), bt)), nblk))
+        def boundary(b: SSAValue, last: bool) -> SSAValue:
+            row = start.emit(arith.DivUIOp(start.emit(arith.MuliOp(b, bt)), nblk))
+            if align == 1:
+                return row
+            row = start.emit(arith.MuliOp(start.emit(arith.DivUIOp(row, start.idx(align))), start.idx(align)))
+            # The last block ends at BT, whatever BT is a multiple of.
+            return start.emit(arith.SelectOp(start.emit(arith.CmpiOp(b, nblk, "eq")), bt, row)) if last else row
+
+        lo, hi = boundary(bid, False), boundary(start.emit(arith.AddiOp(bid, start.idx(1))), True)
         lo.name_hint, hi.name_hint = "rows_lo", "rows_hi"
         _own_token_rows(tokens, lo, hi, e)
     else:
@@ -183,7 +201,8 @@ def tile_fused(nest: scf.ForOp, target: Target, e: IRBuilder) -> None:
     assert fused is not None
     tiles = complete_tiles(nest, fused.tiles.as_dict(), target, functools.partial(largest_fitting_tiles, footprint_bytes))
     f = enclosing_function(nest)
-    distribute_fused(nest, e, by_rows=panel_level(target) is not None)  # GEMM 1 reads W's tile in place first
+    distribute_fused(nest, e, by_rows=panel_level(target) is not None,  # GEMM 1 reads W's tile in place first
+                     align=row_alignment(target))
     buffers: dict = {}
     gens = [o for o in nest.walk() if CONTRACTION.get(o) is not None]
     for alloc in [o for o in f.walk() if isinstance(o, memref.AllocOp) and PROMOTE.on(o)]:

@@ -1,28 +1,32 @@
 // The bfloat16 linear cross-entropy gradient on a CPU with AMX (Inputs/amx.toml, whatever machine
 // prints it): the three GEMMs' whole 32 x 32 blocks run on AMX tiles, four tdpbf16ps (16 x 16 x 32
-// products each) per 32 reduction steps into four float32 accumulator tiles, eight steps between
-// loads and stores of C's tiles; the rows below the blocks and the steps after the last whole 32
-// run on vdpbf16ps, as on a CPU with AVX512-BF16 alone (gemm_dot_bf16.mlir).
+// products each) per 32 reduction steps into four float32 accumulator tiles, which stay in tile
+// registers over the reduction loop (C's tiles loaded before it, stored after it); the rows below
+// the blocks and the steps after the last whole 32 run on vdpbf16ps, as on a CPU with AVX512-BF16
+// alone (gemm_dot_bf16.mlir).
 // RUN: npugrad-opt %examples/flce_grad_4096x4096x8192.mlir --stage vectorized --cpu %inputs/amx.toml | FileCheck %s --check-prefix=VEC
 // RUN: npugrad-opt %examples/flce_grad_4096x4096x8192.mlir --stage asm --cpu %inputs/amx.toml | FileCheck %s
 
 // In the vectorized stage, upstream's AMX dialect (LLVM 22's `amx`): C's four tiles loaded, then
-// per 32 steps A's two tiles (16 rows x 32 steps) and B's two (16 pairs of steps x 16 columns,
-// from the packed panel of pairs), and four products.
+// the reduction loop carrying them, per 32 steps A's two tiles (16 rows x 32 steps) and B's two
+// (16 pairs of steps x 16 columns, from the packed panel of pairs), and four products.
 // VEC:           "amx.tile_load"({{.*}}) <{operandSegmentSizes = array<i32: 1, 2, 0>}> : (memref<?x?xf32, {{.*}}>, index, index) -> !amx.tile<16x16xf32>
 // VEC-COUNT-3:   "amx.tile_load"{{.*}} -> !amx.tile<16x16xf32>
+// VEC:           scf.for {{.*}} iter_args({{.*}}) -> (!amx.tile<16x16xf32>, !amx.tile<16x16xf32>, !amx.tile<16x16xf32>, !amx.tile<16x16xf32>) {
 // VEC-COUNT-2:   "amx.tile_load"{{.*}} : (memref<?x?xbf16, {{.*}}>, index, index) -> !amx.tile<16x32xbf16>
 // VEC-COUNT-2:   "amx.tile_load"{{.*}} : (memref<{{.*}}xbf16{{.*}}>, index, index) -> !amx.tile<16x32xbf16>
 // VEC-COUNT-4:   "amx.tile_mulf"({{.*}}) : (!amx.tile<16x32xbf16>, !amx.tile<16x32xbf16>, !amx.tile<16x16xf32>) -> !amx.tile<16x16xf32>
+// VEC:           scf.yield {{.*}} : !amx.tile<16x16xf32>, !amx.tile<16x16xf32>, !amx.tile<16x16xf32>, !amx.tile<16x16xf32>
+// VEC-NEXT:      } {loop_annotation = #llvm.loop_annotation<unroll = <count = 2 : i32>>}
 // VEC:           "amx.tile_store"({{.*}}) <{operandSegmentSizes = array<i32: 1, 2, 1, 0>}> : (memref<?x?xf32, {{.*}}>, index, index, !amx.tile<16x16xf32>) -> ()
 
-// The kernel configures the tiles once, then GEMM 1's block: 8 x 4 tdpbf16ps between C's loads
-// and stores, on all eight tile registers (no tile spilled to the stack), and vdpbf16ps for the
-// rest.
+// The kernel configures the tiles once, then GEMM 1's block: C's four tiles loaded, the loop
+// unrolled by two (2 x 4 tdpbf16ps) on all eight tile registers, C's tiles stored; vdpbf16ps for
+// the rest.
 // CHECK-LABEL: {{^}}flce:
 // CHECK:           ldtilecfg
 // CHECK-COUNT-4:   tileloadd {{.*}}, %tmm{{[0-3]}}
-// CHECK-COUNT-32:  tdpbf16ps %tmm{{[6-7]}}, %tmm{{[4-5]}}, %tmm{{[0-3]}}
+// CHECK-COUNT-8:   tdpbf16ps %tmm{{[6-7]}}, %tmm{{[4-5]}}, %tmm{{[0-3]}}
 // CHECK-COUNT-4:   tilestored %tmm{{[0-3]}}, ({{%r[a-z0-9]+}},{{%r[a-z0-9]+}})
 // CHECK:           vdpbf16ps {{.*}}%zmm{{[0-9]+}}, %zmm{{[0-9]+}}, %zmm{{[0-9]+}}
 // CHECK-LABEL: {{^}}_mlir_ciface_flce:

@@ -5,7 +5,8 @@
 // host (each owns its rows' statistics, so no two blocks write the same row: bit-identical for
 // any block count), and the packed mask by bytes. Run on both, checked against the reference.
 // RUN: npugrad-opt %examples/flce_forward.mlir --target npu-a2 --stage tiled | FileCheck %s --check-prefix=NPU
-// RUN: npugrad-opt %examples/flce_forward.mlir --target host --stage tiled | FileCheck %s --check-prefix=HOST
+// RUN: npugrad-opt %examples/flce_forward.mlir --target %inputs/avx512bf16.toml --stage tiled | FileCheck %s --check-prefix=HOST
+// RUN: npugrad-opt %examples/flce_forward.mlir --target %inputs/amx.toml --stage tiled | FileCheck %s --check-prefix=AMX
 // RUN: npugrad-opt %examples/flce_forward.mlir --target npu-a2 --stage run | FileCheck %s --check-prefix=EXEC
 
 // The shapes are static (100 tokens, V = 300, H = 48): choose-tile-sizes takes the tiles the cost
@@ -42,9 +43,10 @@
 // NPU:       } {train.fused = #train.fused<"train.fused_linear_online_max_sum", #train.tiles<bt = 8, v = 300, h = 48>>}
 // NPU:       } {train.role = #train.role<statistics_final>}
 
-// The host has one level (the last-level cache): the same nest with its own tiles. Block b
-// takes the rows [b·BT/P, (b+1)·BT/P): its statistics, and its token tiles from its first row,
-// the last one cut at its last row.
+// A CPU (Inputs/avx512bf16.toml, whatever machine runs the test: the host's own caches and
+// instructions would vary) has one level the nest's tiles go to: the same nest with its own tiles.
+// Block b takes the rows [b·BT/P, (b+1)·BT/P): its statistics, and its token tiles from its first
+// row, the last one cut at its last row.
 // HOST:      %[[BID:.*]] = npu.block_idx
 // HOST-NEXT: %[[NBLK:.*]] = npu.block_dim
 // HOST:      %[[FIRST:.*]] = arith.muli %[[BID]], %[[BT:.*]] : index
@@ -62,6 +64,24 @@
 // HOST:      } {train.fused = #train.fused<"train.fused_linear_online_max_sum", #train.tiles<
 // HOST:      scf.for %{{.*}} = %rows_lo to %rows_hi step
 // HOST:      } {train.role = #train.role<statistics_final>}
+
+// On a CPU whose bfloat16 GEMMs run whole 32-row blocks on AMX tiles (Inputs/amx.toml) and the rows
+// after them on vdpbf16ps, the two sum in other orders: every block but the last starts and ends at
+// a multiple of 32 rows, so that each row takes the same path on any number of blocks.
+// AMX:      %[[BID:.*]] = npu.block_idx
+// AMX-NEXT: %[[NBLK:.*]] = npu.block_dim
+// AMX:      %[[FIRST:.*]] = arith.muli %[[BID]], %[[BT:.*]] : index
+// AMX-NEXT: %[[EVEN:.*]] = arith.divui %[[FIRST]], %[[NBLK]] : index
+// AMX-NEXT: %[[BLOCKS:.*]] = arith.divui %[[EVEN]], %[[C32:.*]] : index
+// AMX-NEXT: %rows_lo = arith.muli %[[BLOCKS]], %[[C32]] : index
+// AMX-NEXT: %[[NEXT:.*]] = arith.addi %[[BID]], %{{.*}} : index
+// AMX-NEXT: %[[END:.*]] = arith.muli %[[NEXT]], %[[BT]] : index
+// AMX-NEXT: %[[EVEN_END:.*]] = arith.divui %[[END]], %[[NBLK]] : index
+// AMX-NEXT: %[[BLOCKS_END:.*]] = arith.divui %[[EVEN_END]], %[[C32]] : index
+// AMX-NEXT: %[[ALIGNED_END:.*]] = arith.muli %[[BLOCKS_END]], %[[C32]] : index
+// AMX-NEXT: %[[IS_LAST:.*]] = arith.cmpi eq, %[[NEXT]], %[[NBLK]] : index
+// AMX-NEXT: %rows_hi = arith.select %[[IS_LAST]], %[[BT]], %[[ALIGNED_END]] : index
+// AMX:      scf.for %[[T0:.*]] = %rows_lo to %rows_hi step %[[TB:.*]] {
 
 // EXEC: logits_max_local_out {{.*}} ok
 // EXEC: sum_exp_logits_local_out {{.*}} ok
