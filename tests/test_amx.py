@@ -12,6 +12,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from conftest import assert_close
+from test_emulation import check_bf16_gradient_on_1_2_3_threads
 from test_flce import _operands
 
 from npugrad import ops
@@ -20,8 +21,6 @@ from npugrad.lowering import machine_code
 from npugrad.lowering.machine_code import JitError
 from npugrad.passes.linear_nests import cpu_tiles
 from npugrad.passes.vectorize_contractions import amx_bf16, dot_bf16, row_multiple
-from npugrad.reference import harness
-from npugrad.runtime import pool
 from npugrad.runtime.launch import using
 from npugrad.targets import get as get_target
 from npugrad.targets.target import from_dict
@@ -74,22 +73,7 @@ def test_flce_gradient_on_tiles(rng, amx_kernels, mode, bt, h, v):
     below, at and above a reduction chunk (1024 steps on this target), odd and even, not a
     multiple of 32 (the steps left run on vdpbf16ps); against the reference, and bit for bit
     the same on 1, 2 and 3 threads (700 x 600 x 300 has its token loop in phases)."""
-    a = _operands(rng, bt, h, v, dtype=BF16, mode=mode)
-    want = harness.expected("fused_linear_cross_entropy_loss_grad", a, {})
-    before = pool.threads()
-    results = []
-    try:
-        for n in (1, 2, 3):
-            pool.set_threads(n)
-            results.append(ops.fused_linear_cross_entropy_loss_grad(**a))
-    finally:
-        pool.set_threads(before)
-    for got, name in zip(results[0], ("input_grad_out", "weight_grad_out")):
-        assert got.dtype == BF16
-        assert_close(got, want[name])
-    for other in results[1:]:
-        for g, o in zip(results[0], other):
-            np.testing.assert_array_equal(g.view(np.uint16), o.view(np.uint16))
+    check_bf16_gradient_on_1_2_3_threads(_operands(rng, bt, h, v, dtype=BF16, mode=mode))
 
 
 @needs_amx

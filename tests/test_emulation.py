@@ -149,7 +149,12 @@ def test_flce_gradient_on_dot_product_kernels(rng, dot_kernels, mode, bt, h, v):
     phases (tiling/flce_groups.py): GEMM 1's reduction there goes in chunks of its own, which
     must fall on the dot-product kernel's (512 steps of pairs on this target's 1 MiB L2, where
     float32's are 256), or its logits sum in another association on 2 threads than on 1."""
-    a = _operands(rng, bt, h, v, dtype=BF16, mode=mode)
+    check_bf16_gradient_on_1_2_3_threads(_operands(rng, bt, h, v, dtype=BF16, mode=mode))
+
+
+def check_bf16_gradient_on_1_2_3_threads(a: dict) -> None:
+    """The bfloat16 gradient of operands `a` against the reference, and bit for bit the same on
+    1, 2 and 3 threads (the kernels the calls compile are the caller's: a `using` around it)."""
     want = harness.expected("fused_linear_cross_entropy_loss_grad", a, {})
     before = pool.threads()
     results = []

@@ -85,7 +85,6 @@ from xdsl.utils.exceptions import VerifyException
 
 from npugrad.dialect.attributes import Discardable
 
-
 _BOOL = {False: BoolAttr.from_bool(False), True: BoolAttr.from_bool(True)}
 _LOCALITY = {n: IntegerAttr(n, i32) for n in range(4)}
 

@@ -112,10 +112,15 @@ def loop_ir(kind: str, shape: Shape) -> str:
     # %s_i = %s_(i-1) + %b_i, from %s_0 = %b_0
     add_text = "\n".join(f"  %s{i} = fadd {vf} {'%b0' if i == 1 else f'%s{i - 1}'}, %b{i}" for i in range(1, chains))
     total = f"%s{chains - 1}" if chains > 1 else "%b0"
-    return f"""{decl}
+    return decl + "\n\n" + _peak_function("", phis, body, f"{add_text}\n  %r = extractelement {vf} {total}, i64 0", "%r")
 
-define float @peak(i64 %n) {{
+
+def _peak_function(setup: str, phis: str, body: str, done: str, result: str) -> str:
+    """`define float @peak(i64 %n)`: `setup` in its entry block, then `n` iterations of `body`
+    with the loop-carried `phis`, then `done`, returning `result`."""
+    return f"""define float @peak(i64 %n) {{
 entry:
+{setup}
   br label %loop
 loop:
   %i = phi i64 [ 0, %entry ], [ %next, %loop ]
@@ -125,9 +130,8 @@ loop:
   %more = icmp ult i64 %next, %n
   br i1 %more, label %loop, label %done
 done:
-{add_text}
-  %r = extractelement {vf} {total}, i64 0
-  ret float %r
+{done}
+  ret float {result}
 }}
 """
 
@@ -146,6 +150,9 @@ def _tile_loop_ir(chains: int) -> str:
     out = "\n".join(f"  call void @llvm.x86.tilestored64.internal({tile}, ptr %buf, i64 64, {amx} %b{i})\n"
                     f"  %f{i} = load float, ptr %buf\n"
                     f"  %s{i} = fadd float {'0.0' if i == 0 else f'%s{i - 1}'}, %f{i}" for i in range(chains))
+    setup = (f"  %buf = alloca [256 x float], align 64\n"
+             f"  %x = call {amx} @llvm.x86.tileloadd64.internal({tile}, ptr @operand, i64 64)\n"
+             f"  %y = call {amx} @llvm.x86.tileloadd64.internal({tile}, ptr @operand, i64 64)\n{zeros}")
     return f"""@operand = private unnamed_addr constant [512 x i16] [{', '.join(['i16 15360'] * 512)}], align 64
 
 declare {amx} @llvm.x86.tilezero.internal(i16, i16)
@@ -153,25 +160,7 @@ declare {amx} @llvm.x86.tileloadd64.internal(i16, i16, ptr, i64)
 declare {amx} @llvm.x86.tdpbf16ps.internal(i16, i16, i16, {amx}, {amx}, {amx})
 declare void @llvm.x86.tilestored64.internal(i16, i16, ptr, i64, {amx})
 
-define float @peak(i64 %n) {{
-entry:
-  %buf = alloca [256 x float], align 64
-  %x = call {amx} @llvm.x86.tileloadd64.internal({tile}, ptr @operand, i64 64)
-  %y = call {amx} @llvm.x86.tileloadd64.internal({tile}, ptr @operand, i64 64)
-{zeros}
-  br label %loop
-loop:
-  %i = phi i64 [ 0, %entry ], [ %next, %loop ]
-{phis}
-{body}
-  %next = add i64 %i, 1
-  %more = icmp ult i64 %next, %n
-  br i1 %more, label %loop, label %done
-done:
-{out}
-  ret float %s{chains - 1}
-}}
-"""
+""" + _peak_function(setup, phis, body, out, f"%s{chains - 1}")
 
 
 @dataclass(frozen=True)
