@@ -213,8 +213,9 @@ def test_micro_kernel_with_b_rows_of_an_invariant_base_matches_numpy(rng, cpu, h
     """C += A_t·X_t over token tiles t of X, repeated in a loop (GEMM 3 of the linear cross-entropy
     gradient, the vocabulary loop around the token loop): X's panels are packed once, before the
     outer loop, where X's float32 size is at most the largest local level per core
-    (vectorize_contractions.invariant_rows; host: the L3), and per call otherwise (avx2.toml:
-    512 KiB, which 530 x 300 float32 exceeds): the same as NumPy either way."""
+    (vectorize_contractions.invariant_rows; host: the L3's share, at most 8 L2s: row_pack_budget),
+    and per call otherwise (avx2.toml: 512 KiB, which 530 x 300 float32 exceeds): the same as NumPy
+    either way."""
     from pathlib import Path
 
     from npugrad.compiler import Pipeline, make_context, parse
@@ -235,6 +236,26 @@ def test_micro_kernel_with_b_rows_of_an_invariant_base_matches_numpy(rng, cpu, h
     want = c.astype(np.float64) + repeats * (a.astype(np.float64) @ x.astype(np.float64))
     kernel(a, x, c, np.array([repeats, 200], np.int64))
     np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-3)
+
+
+def test_a_base_is_packed_whole_only_within_eight_l2s():
+    """row_pack_budget: the largest local level, but at most 8 of the vector role's (the L2): a VM
+    that shows 2 cores of a 300 MiB L3 (an Emerald Rapids) packed X of 4096 x 4096 whole, 64 MiB
+    of float32 a core, and the gradient's peak extra memory went from 5 to 134 MiB."""
+    from pathlib import Path
+
+    from npugrad.passes.vectorize_contractions import ROW_PACK_L2S, row_pack_budget
+    from npugrad.targets.target import from_dict
+    import tomllib
+
+    text = (Path(__file__).parent / "lit" / "Inputs" / "avx512bf16.toml").read_text()
+    assert row_pack_budget(from_dict(tomllib.loads(text), "t")) == 1 << 20  # the L2 is the largest level
+    big = tomllib.loads(text)
+    big["level"].append({"name": "l3", "capacity": "150MiB", "alignment": 64, "unit": "cpu", "parent": "dram"})
+    big["level"][1]["parent"] = "l3"
+    assert row_pack_budget(from_dict(big, "big-l3")) == ROW_PACK_L2S << 20
+    big["level"][-1]["capacity"] = "4MiB"
+    assert row_pack_budget(from_dict(big, "small-l3")) == 4 << 20
 
 
 @pytest.mark.parametrize("toml, columns, element_bytes, kc", [

@@ -43,8 +43,8 @@ panel j0 / (NR·lanes) there and packs nothing per call. Measured on one Zen 3 c
 column of a base the loop around B's loop leaves unchanged (`invariant_rows`: GEMM 3 reading X's
 token tile, in the token loop, in the vocabulary loop) has all the base's panels packed before
 that outer loop and row t + k read from them, where the base's float32 size is at most the
-largest local level per core (the L3; tested at run time, the per-call pack otherwise): X is
-then packed once per call, not once per vocabulary tile.
+largest local level per core (the L3, at most 8 L2s: row_pack_budget; tested at run time, the
+per-call pack otherwise): X is then packed once per call, not once per vocabulary tile.
 
 Two bfloat16 operands on a target whose vectors multiply bfloat16 pairs (`dot_bf16`: AVX512-BF16,
 as the target's llvm_features say) take two reduction steps per instruction instead:
@@ -1106,6 +1106,24 @@ def invariant_rows(gen: GenericOp) -> tuple[scf.ForOp, SSAValue, SSAValue] | Non
     return outer, base, view.offsets[0]
 
 
+# How many of the vector role's level (the L2 on a CPU) a base packed before the loop around B's
+# (invariant_rows) may take at most, whatever the largest level says (row_pack_budget).
+ROW_PACK_L2S = 8
+
+
+def row_pack_budget(target: Target) -> int:
+    """The bytes of packed bases (invariant_rows: X for GEMM 3, packed once before the loop around
+    B's loop) for all cores: one base's float32 size must be at most this divided by the cores. The largest local level (the L3's share per core), but at most ROW_PACK_L2S of the
+    level the vector role has: a VM that shows 2 of a socket's cores sees them share all of its
+    L3 (an Emerald Rapids: 300 MiB, 150 MiB "per core"), and X of 4096 x 4096 was packed whole,
+    64 MiB of float32 per core: the FLCE gradient's peak extra memory went from 5 to 134 MiB (the
+    issue's bound is 1/50 of the compilers'), for a pack that pays where X is a chunk of rows that
+    stays in cache (the chunked schedule's 315 x 4096, 5 MiB)."""
+    largest = max((lv.capacity for lv in target.local_levels() if lv.capacity), default=0)
+    l2 = target.role("vector").capacity or largest
+    return min(largest, ROW_PACK_L2S * l2)
+
+
 @dataclass(frozen=True)
 class _Hoisted:
     """B's panels packed before a loop (hoisted_panels): packed[p, k, :], B's row k at row
@@ -1208,8 +1226,8 @@ class VectorizeContraction(RewritePattern):
         if repeats is not None:
             panels = e.emit(arith.SelectOp(repeats, panels, e.idx(0)))
         if offset is not None:
-            budget = max((lv.capacity for lv in self.target.local_levels() if lv.capacity), default=0)
             size = e.emit(arith.MuliOp(e.emit(arith.MuliOp(k, n)), e.idx(4)))
+            budget = row_pack_budget(self.target)
             fits = e.emit(arith.CmpiOp(size, e.idx(budget // max(1, self.target.cores)), "ule"))
             fits.name_hint = "fits"
             panels = e.emit(arith.SelectOp(fits, panels, e.idx(0)))
