@@ -360,9 +360,9 @@ _FEATURE_INTRINSICS = {"@llvm.x86.avx512bf16.": "avx512bf16", "@llvm.x86.tdpbf16
                        "@llvm.x86.tileloadd64": "amx-tile", "@llvm.x86.tilezero": "amx-tile"}
 # arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA): Linux gives a process AMX's tile data (8 KiB
 # of register state) only when asked; the first tile instruction of one that did not ask faults.
-_SYS_ARCH_PRCTL = 158
-_ARCH_REQ_XCOMP_PERM = 0x1023
-_XFEATURE_XTILEDATA = 18
+# The syscall's arguments: SYS_arch_prctl (x86-64), ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA (also
+# what tools/harness.py's main calls for lli and clang).
+AMX_PERMISSION_SYSCALL = (158, 0x1023, 18)
 _AMX_GRANTED: list[bool] = []
 
 
@@ -382,7 +382,7 @@ def request_amx() -> None:
     import os
 
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.syscall(_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA) != 0:
+    if libc.syscall(*AMX_PERMISSION_SYSCALL) != 0:
         code = ctypes.get_errno()
         raise JitError(f"the module uses AMX tile instructions, and Linux refused this process their state "
                        f"(arch_prctl(ARCH_REQ_XCOMP_PERM): {errno.errorcode.get(code, code)}, {os.strerror(code)}): "

@@ -733,7 +733,7 @@ class _Kernels:
         e = self.e
         full = self.rows_full
         start = None
-        if self.amx_rows is not None and self.amx_rows_full is not None and masks is None:
+        if self.amx_rows_full is not None and masks is None:
             start, full = self.amx_rows, self.amx_rows_full
             with e.loop(start, step=e.idx(AMX_BLOCK)) as i0:
                 self.amx_rows_block(i0, j0, nr, p)
@@ -752,8 +752,9 @@ class _Kernels:
         e = self.e
         groups = e.emit(arith.DivUIOp(e.emit(arith.SubiOp(self.k_hi, self.k_lo)), e.idx(AMX_STEPS)))
         groups.name_hint = "tile_steps"
+        b, k_first = self.tile_panel(p)
         for h in range(nr * self.lanes // AMX_BLOCK):
-            self.amx_block(i0, j0, h * AMX_BLOCK, groups, p)
+            self.amx_block(i0, j0, h * AMX_BLOCK, groups, b, k_first)
         k_lo = self.k_lo
         tiled = e.emit(arith.AddiOp(k_lo, e.emit(arith.MuliOp(groups, e.idx(AMX_STEPS)))))
         with e.if_(e.emit(arith.CmpiOp(tiled, self.k_hi, "ult"))):
@@ -763,11 +764,24 @@ class _Kernels:
                 self.block(i, j0, nr, None, p, last=last)
             self.k_lo, self.q0 = k_lo, None
 
-    def amx_block(self, i0: SSAValue, j0: SSAValue, offset: int, groups: SSAValue, p: SSAValue | None) -> None:
+    def tile_panel(self, p: SSAValue | None) -> tuple[SSAValue, SSAValue | None]:
+        """B's panel of pairs as the right tiles read it, a 2-D memref (panel `p` of the hoisted
+        ones, or the chunk's own), and the reduction step its row 0 holds (None: step 0, the
+        hoisted panels hold every pair)."""
+        if p is None:
+            return self.panel, self.k_lo
+        e = self.e
+        assert self.packed is not None
+        wide = 2 * self.nr * self.lanes
+        view = MemRefType(bf16, [DYNAMIC_INDEX, wide], StridedLayoutAttr([wide, 1], None))
+        return e.emit(memref.SubviewOp.get(self.packed, [p, 0, 0], [1, e.dim(self.packed, 1), wide], [1, 1, 1], view)), None
+
+    def amx_block(self, i0: SSAValue, j0: SSAValue, offset: int, groups: SSAValue, b: SSAValue,
+                  k_first: SSAValue | None) -> None:
         """C[i0 : i0 + 32, j : j + 32] += A·B over the chunk's first 32·groups steps (j = j0 +
         offset), on four accumulator tiles: A's two 16-row tiles of 32 steps (read in place
         where A is read [i, k], from pack_a_rows otherwise), B's two tiles of 16 pairs x 16
-        columns from the packed panel (its layout is the tiles': row q, the pairs of 16
+        columns from the packed panel `b` (tile_panel; its layout is the tiles': row q, the pairs of 16
         columns at 2·(j − j0)), four tdpbf16ps a group. C's tiles are loaded before the loop
         and stored after it; in between the loop carries them in tile registers."""
         e = self.e
@@ -775,16 +789,6 @@ class _Kernels:
         acc_tile = TileType(AMX_TILE, AMX_TILE, f32)
         rows = [i0, _plus(e, i0, AMX_TILE)]
         cols = [_plus(e, j0, offset), _plus(e, j0, offset + AMX_TILE)]
-        if p is not None:
-            assert self.packed is not None
-            panel = self.packed
-            depth = e.dim(panel, 1)
-            wide = 2 * self.nr * self.lanes
-            view = MemRefType(bf16, [DYNAMIC_INDEX, wide], StridedLayoutAttr([wide, 1], None))
-            b = e.emit(memref.SubviewOp.get(panel, [p, 0, 0], [1, depth, wide], [1, 1, 1], view))
-            k_first = None  # the hoisted panels hold every pair of the reduction
-        else:
-            b, k_first = self.panel, self.k_lo  # the chunk's pairs
         b_cols = [e.idx(2 * offset), e.idx(2 * (offset + AMX_TILE))]
         a = self.a if self.a_rows is None else self.a_rows
 

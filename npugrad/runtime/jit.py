@@ -28,8 +28,6 @@ class JitModule:
         # Instructions the host lacks that were asked to be emulated (NPUGRAD_EMULATE), before
         # the cache key: emulated code is cached apart from the instruction's.
         llvm_ir = emulation.for_host(llvm_ir, llvm.get_host_cpu_features)
-        if uses_amx(llvm_ir):
-            request_amx()
         # The launch services the module calls (runtime/sync.py), bound before it is linked.
         self.services = sync.services(llvm_ir)
         with LOCK:
@@ -51,6 +49,10 @@ class JitModule:
                 self._engine.set_object_cache(generated)
             else:
                 self._engine.set_object_cache(getbuffer_func=lambda _module: code)
+            # Asked for once the module is known to be for this CPU (parsed() refuses tile code on one
+            # without AMX, naming the feature), before any of its code runs.
+            if uses_amx(llvm_ir):
+                request_amx()
             self.from_cache = code is not None
             self.cache_key = key  # its disk cache entry's name (bench/loop_profile.py reads the object)
             self._engine.finalize_object()

@@ -23,13 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from npugrad.lowering.machine_code import (
-    _ARCH_REQ_XCOMP_PERM,
-    _SYS_ARCH_PRCTL,
-    _XFEATURE_XTILEDATA,
-    SUPPORT_IR,
-    uses_amx,
-)
+from npugrad.lowering.machine_code import AMX_PERMISSION_SYSCALL, SUPPORT_IR, uses_amx
 from npugrad.runtime import sync
 from npugrad.runtime.kernel import MemRefSpec
 
@@ -180,7 +174,7 @@ def harness(function: str, specs: Sequence[MemRefSpec], shapes: Sequence[tuple[i
     if amx:
         globals_.append(_string(".amx", "harness: Linux refused this process AMX's tile state (arch_prctl)"))
         body += [
-            f"  %amx = call i64 (i64, ...) @syscall(i64 {_SYS_ARCH_PRCTL}, i64 {_ARCH_REQ_XCOMP_PERM}, i64 {_XFEATURE_XTILEDATA})",
+            f"  %amx = call i64 (i64, ...) @syscall({', '.join(f'i64 {a}' for a in AMX_PERMISSION_SYSCALL)})",
             "  %amx_refused = icmp ne i64 %amx, 0",
             "  br i1 %amx_refused, label %no_amx, label %amx_granted",
             "no_amx:",
