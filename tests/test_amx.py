@@ -91,6 +91,40 @@ def test_tiles_agree_with_the_dot_product_kernels(rng):
     assert any((t.view(np.uint16) != d.view(np.uint16)).any() for t, d in zip(tiles, dots))
 
 
+def test_tile_row_blocks_run_outermost_over_hoisted_panels():
+    """With B's panels hoisted (GEMMs 1 and 2 of the FLCE gradient), a 32-row block of tiles
+    runs over every panel before the next block starts (vectorize_contractions' columns): the
+    loop around a block's tile products steps over the panels (NR vectors of columns), and the
+    loop around that one over 32-row blocks. Panel outermost, each panel read A's whole chunk
+    again. Checked on the IR, so on every machine."""
+    from xdsl.dialects import arith, scf
+
+    from npugrad.compiler import make_context, parse
+    from npugrad.dialect.upstream import TileMulFOp
+    from npugrad.passes.vectorize_contractions import AMX_BLOCK, panel_width
+
+    def step(loop: scf.ForOp) -> int:
+        assert isinstance(loop.step.owner, arith.ConstantOp), loop.step
+        return loop.step.owner.value.value.data
+
+    def loops_around(op) -> list[scf.ForOp]:
+        found = []
+        while (op := op.parent_op()) is not None:
+            if isinstance(op, scf.ForOp):
+                found.append(op)
+        return found
+
+    ctx = make_context()
+    example = Path(__file__).parents[1] / "examples" / "flce_grad_4096x4096x8192.mlir"
+    module = parse(example.read_text(), str(example), ctx)
+    Pipeline(cpu=AMX, verify_each=False).to_xdsl_stage(module, "vectorized", ctx)
+    products = [op for op in module.walk() if isinstance(op, TileMulFOp)]
+    assert products
+    # GEMM 1's first block: around its group loop, the panels' loop, then the row blocks'.
+    _groups, panels, row_blocks, *_ = loops_around(products[0])
+    assert step(panels) == panel_width(get_target(AMX)) and step(row_blocks) == AMX_BLOCK
+
+
 def test_tile_code_is_refused_on_a_cpu_without_amx(monkeypatch):
     """A module with tile instructions, on a CPU without them: a JitError naming the feature,
     before LLVM's code generator (which would abort the process) sees it."""
