@@ -1162,8 +1162,9 @@ ROW_PACK_L2S = 8
 
 def row_pack_budget(target: Target) -> int:
     """The bytes of packed bases (invariant_rows: X for GEMM 3, packed once before the loop around
-    B's loop) for all cores: one base's float32 size must be at most this divided by the cores. The largest local level (the L3's share per core), but at most ROW_PACK_L2S of the
-    level the vector role has: a VM that shows 2 of a socket's cores sees them share all of its
+    B's loop) for all cores: one base's float32 size must be at most this divided by the cores.
+    The largest local level (the L3's share per core), but at most ROW_PACK_L2S of the level the
+    vector role has: a VM that shows 2 of a socket's cores sees them share all of its
     L3 (an Emerald Rapids: 300 MiB, 150 MiB "per core"), and X of 4096 x 4096 was packed whole,
     64 MiB of float32 per core: the FLCE gradient's peak extra memory went from 5 to 134 MiB (the
     issue's bound is 1/50 of the compilers'), for a pack that pays where X is a chunk of rows that
