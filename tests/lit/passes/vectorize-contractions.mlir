@@ -277,7 +277,10 @@
 // loop: its panels are packed once, before it, in 16 x 16 blocks (16 lanes): each of the block's
 // rows a vector load along a row of B, the block transposed in registers (4 rounds of 16
 // vector.shuffle, row i with row i + 8 into its low and high halves), each column stored as one
-// k of the panel; the last K % 16 columns a lane at a time. The micro-kernel is the same.
+// k of the panel; the last K % 16 columns a column of the panel at a time (one loop over the
+// panel's 64 columns, each reading its row of B along k: one scalar load per step, not 16 per
+// step, which LLVM's loop strength reduction took most of its time over). The micro-kernel is
+// the same.
 // CHECK-LABEL: func.func @gemm_in_a_loop_b_transposed
 // CHECK:         %[[K:.*]] = memref.dim %b, %{{.*}} : memref<?x?xf32>
 // CHECK:         %b_panels = memref.alloc(%{{.*}}, %[[K]]) {alignment = 64 : i64} : memref<?x?x64xf32>
@@ -292,14 +295,28 @@
 // CHECK-COUNT-62:    vector.shuffle
 // CHECK-NEXT:        vector.store %{{.*}}, %b_panels[%[[P]], %[[K0]], %{{.*}}] : memref<?x?x64xf32>, vector<16xf32>
 // CHECK-COUNT-15:    vector.store %{{.*}}, %b_panels[%[[P]], %{{.*}}, %{{.*}}] : memref<?x?x64xf32>, vector<16xf32>
-// CHECK:           scf.for %[[KP:.*]] = %[[REST]] to %[[K]] step %{{.*}} {
-// CHECK:             %[[E0:.*]] = memref.load %b[%{{.*}}, %[[KP]]] : memref<?x?xf32>
-// CHECK-NEXT:        vector.insert %[[E0]], %{{.*}} [0] : f32 into vector<16xf32>
-// CHECK-COUNT-15:    vector.insert %{{.*}}, %{{.*}} [{{[0-9]+}}] : f32 into vector<16xf32>
-// CHECK:             vector.store %{{.*}}, %b_panels[%{{.*}}, %[[KP]], %{{.*}}] : memref<?x?x64xf32>, vector<16xf32>
+// CHECK:           scf.for %[[COL:.*]] = %{{.*}} to %[[W:.*]] step %{{.*}} {
+// CHECK-NEXT:        %[[COLUMN:.*]] = arith.addi %{{.*}}, %[[COL]] : index
+// CHECK-NEXT:        scf.for %[[KP:.*]] = %[[REST]] to %[[K]] step %{{.*}} {
+// CHECK-NEXT:          %[[E0:.*]] = memref.load %b[%[[COLUMN]], %[[KP]]] : memref<?x?xf32>
+// CHECK-NEXT:          memref.store %[[E0]], %b_panels[%[[P]], %[[KP]], %[[COL]]] : memref<?x?x64xf32>
+// CHECK-NEXT:        }
 // CHECK:         scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} {
 // CHECK-NOT:       %b_panel[
 // CHECK:           vector.load %b_panels[
+// The columns at the edges pack the micro-kernel's own panel a column at a time too, each
+// along its row of B (at most column N - 1); where the loop runs once, the whole blocks' pack
+// stays a lane at a time (a vector store per 16 elements: a column at a time, a store per
+// element, was slower).
+// CHECK:             %[[EB:.*]] = memref.load %b[%[[EJL:.*]], %[[EK:.*]]] : memref<?x?xf32>
+// CHECK-NEXT:        %[[ER:.*]] = arith.subi %[[EK]], %{{.*}} : index
+// CHECK-NEXT:        memref.store %[[EB]], %b_panel[%[[ER]], %{{.*}}] : memref<256x64xf32>
+// CHECK:           } else {
+// CHECK:             scf.for %[[PJ:.*]] = %head to %{{.*}} step %{{.*}} {
+// CHECK-NEXT:          scf.for %[[PK:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK-NEXT:            arith.subi %[[PK]], %{{.*}} : index
+// CHECK-NEXT:            %[[PB:.*]] = memref.load %b[%[[PJ]], %[[PK]]] : memref<?x?xf32>
+// CHECK-NEXT:            vector.insert %[[PB]], %{{.*}} [0] : f32 into vector<16xf32>
 // CHECK:         memref.dealloc %b_panels
 
 // B rows [t, t + size) of every column of a base (%x) that the loop around B's loop does not
@@ -398,7 +415,8 @@
 
 // B read [j, k] in a loop that leaves it unchanged: the panels, packed before the loop, hold
 // (K + 1) / 2 rows of pairs; a column's pair is one i32 of its row, so 16 x 16 blocks of i32
-// are transposed in registers (64 shuffles each), the last pairs packed one at a time; none
+// are transposed in registers (64 shuffles each), the last pairs a column of the panel at a
+// time (a loop over its 64 columns, each reading its row of B: two loads a step); none
 // where the loop runs once (%repeats false: the micro-kernel packs its own, as outside a loop).
 // DOT-LABEL:  func.func @gemm_bf16_dot_b_transposed_in_a_loop
 // DOT:          %[[K:.*]] = memref.dim %b, %{{.*}} : memref<?x?xbf16>
@@ -413,7 +431,17 @@
 // DOT-COUNT-64: vector.shuffle %{{.*}}, %{{.*}} [{{.*}}] : vector<16xi32>, vector<16xi32>
 // DOT-NEXT:     %[[T:.*]] = vector.bitcast %{{.*}} : vector<16xi32> to vector<32xbf16>
 // DOT-NEXT:     vector.store %[[T]], %b_panels[%{{.*}}, %{{.*}}, %{{.*}}] : memref<?x?x128xbf16>, vector<32xbf16>
-// DOT:          vector.insert %{{.*}}, %{{.*}} [15] : i32 into vector<16xi32>
+// DOT:          scf.for %[[COL:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// DOT-NEXT:       %[[COLUMN:.*]] = arith.addi %{{.*}}, %[[COL]] : index
+// DOT-NEXT:       %[[AT:.*]] = arith.addi %[[COL]], %[[COL]] : index
+// DOT-NEXT:       scf.for
+// DOT:              memref.load %b[%[[COLUMN]], %{{.*}}] : memref<?x?xbf16>
+// DOT-NEXT:         memref.load %b[%[[COLUMN]], %{{.*}}] : memref<?x?xbf16>
+// DOT:              vector.broadcast %{{.*}} : i32 to vector<1xi32>
+// DOT-NEXT:         vector.bitcast %{{.*}} : vector<1xi32> to vector<2xbf16>
+// DOT-NEXT:         vector.store %{{.*}}, %b_panels[%{{.*}}, %{{.*}}, %[[AT]]] : memref<?x?x128xbf16>, vector<2xbf16>
+// DOT-NEXT:       }
+// DOT-NEXT:     }
 // DOT:          scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} {
 // DOT:            scf.if %repeats {
 // DOT:            scf.for %[[Q:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(
