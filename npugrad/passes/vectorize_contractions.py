@@ -714,9 +714,8 @@ class _Kernels:
             # per element, it was 1.1-1.2x slower (FLCE float32 256 x 2048 x 32000, one token
             # tile: GEMM 1 packs W's panels per call).
             last = e.emit(arith.SubiOp(self.n, e.idx(1)))
-            with lane_tail(e, j0, nr * self.lanes, last) as (col, column):
-                with e.loop(self.k_hi, lb=self.k_lo) as k:
-                    e.store(e.load_f32(self.b, [column, k]), self.panel, [e.emit(arith.SubiOp(k, self.k_lo)), col])
+            with lane_tail(e, j0, nr * self.lanes, last) as (col, column), e.loop(self.k_hi, lb=self.k_lo) as k:
+                e.store(e.load_f32(self.b, [column, k]), self.panel, [e.emit(arith.SubiOp(k, self.k_lo)), col])
             return
         with e.loop(self.k_hi, lb=self.k_lo) as k:
             row = e.emit(arith.SubiOp(k, self.k_lo))
@@ -1338,9 +1337,8 @@ class VectorizeContraction(RewritePattern):
                         rows = [widened(e.emit(vector.LoadOp(b, [_plus(e, j, r), k0], loaded))) for r in range(lanes)]
                         for r, column in enumerate(transposed(e, rows)):
                             e.emit(vector.StoreOp(column, packed, [p, _plus(e, k0, r), e.idx(c * lanes)]))
-                with lane_tail(e, j0, wide) as (col, column):
-                    with e.loop(k, lb=rest) as kk:
-                        e.store(e.load_f32(b, [column, kk]), packed, [p, kk, col])
+                with lane_tail(e, j0, wide) as (col, column), e.loop(k, lb=rest) as kk:
+                    e.store(e.load_f32(b, [column, kk]), packed, [p, kk, col])
             else:
                 ahead = next_panel(e, j0, wide, n)
                 with e.loop(k) as kk:
