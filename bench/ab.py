@@ -4,10 +4,13 @@ to tell a few percent apart on a machine whose speed drifts by more than that be
     .venv/bin/python bench/ab.py --variant tile_bt=384,tile_v=320 --variant tile_bt=480,tile_v=512
     .venv/bin/python bench/ab.py --size 2048,2048,32000 --dtype float32 --rounds 16 \\
         --variant tile_bt=0,tile_v=0 --variant tile_v=640
+    .venv/bin/python bench/ab.py --dtype float32 --variant cpu=host.toml --variant cpu=host_8x3.toml
 
 Each variant is a set of options of the fuse-linear-cross-entropy-grad pass (tile_bt, tile_v,
-balance_blocks, ...; 0: what the pass derives from the CPU), compiled once, then every round calls
-each variant once in turn (outputs preallocated). It prints each variant's median and best time
+balance_blocks, ...; 0: what the pass derives from the CPU), and `cpu=` the CPU description it is
+compiled for (default: the host; a file as `npugrad calibrate` writes it, where `register_block =
+[MR, NR]` sets the micro-kernels' block), compiled once, then every round calls each variant
+once in turn (outputs preallocated). It prints each variant's median and best time
 and, for every variant after the first, the median over the rounds of the first's time / its
 time (>1: faster than the first) with the rounds' lowest and highest ratio. Two calls of one
 round run seconds apart, so a slow spell of the machine scales both; a ratio between separate
@@ -32,15 +35,23 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def parse_variant(text: str) -> dict[str, int]:
-    """`tile_bt=384,tile_v=320` as the pass's keyword arguments; '' (or 'default'): none."""
-    options: dict[str, int] = {}
+def parse_variant(text: str) -> dict[str, int | str]:
+    """`tile_bt=384,tile_v=320` as the pass's keyword arguments; '' (or 'default'): none.
+    `cpu=FILE` (or a target's name) compiles the variant for that CPU description instead of
+    the host: e.g. the host's as `npugrad calibrate` writes it, with a `register_block` of its
+    own, to compare micro-kernel blocks on this machine."""
+    options: dict[str, int | str] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         if part == "default":
             continue
         name, sep, value = part.partition("=")
         if not sep or not name.strip():
             raise SystemExit(f"bench/ab.py: a variant is name=value pairs separated by commas, got {part!r}")
+        if name.strip() == "cpu":
+            if not value.strip():
+                raise SystemExit("bench/ab.py: cpu= takes a target file or name")
+            options["cpu"] = value.strip()
+            continue
         try:
             options[name.strip()] = int(value)
         except ValueError:
@@ -79,23 +90,31 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run(variants: list[dict[str, int]], names: list[str], bt: int, h: int, v: int, dtype: str, rounds: int) -> None:
+def run(variants: list[dict[str, int | str]], names: list[str], bt: int, h: int, v: int, dtype: str, rounds: int) -> None:
     from bench.ops import flce_npugrad
     from npugrad.compiler import Pipeline
     from npugrad.passes.fuse_linear_cross_entropy_grad import FuseLinearCrossEntropyGradPass
     from npugrad.passes.fuse_linear_online_max_sum import FuseLinearOnlineMaxSumPass
     from npugrad.runtime.launch import using
+    from npugrad.targets import TargetError
+    from npugrad.targets import get as get_target
 
     # The bench's own FLCE call (bench/ops.py: its inputs, outputs preallocated and touched),
     # compiled by whichever pipeline `using` gives when it is called.
     flce = flce_npugrad.__wrapped__(bt, h, v, dtype, False)
     pipelines = []
     for options in variants:
+        options = dict(options)
+        cpu = str(options.pop("cpu", "host"))
+        try:
+            get_target(cpu)
+        except TargetError as e:
+            raise SystemExit(f"bench/ab.py: cpu={cpu}: {e}") from None
         try:
             grad_pass = FuseLinearCrossEntropyGradPass(**options)
         except (TypeError, ValueError) as e:
             raise SystemExit(f"bench/ab.py: fuse-linear-cross-entropy-grad: {e}") from None
-        pipelines.append(Pipeline(fused_passes=[FuseLinearOnlineMaxSumPass(), grad_pass]))
+        pipelines.append(Pipeline(cpu=cpu, fused_passes=[FuseLinearOnlineMaxSumPass(), grad_pass]))
 
     def call(i: int) -> float:
         with using(pipelines[i]):

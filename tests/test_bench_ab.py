@@ -29,7 +29,9 @@ def test_variants_take_turns_and_report_ratios_to_the_first(capsys, monkeypatch)
 def test_variant_parsing():
     assert ab.parse_variant("tile_bt=384, tile_v=320") == {"tile_bt": 384, "tile_v": 320}
     assert ab.parse_variant("default") == {} and ab.parse_variant("") == {}
-    for bad, message in (("tile_bt", "name=value"), ("tile_bt=x", "takes an integer"), ("=3", "name=value")):
+    assert ab.parse_variant("cpu=my.toml,tile_v=320") == {"cpu": "my.toml", "tile_v": 320}
+    for bad, message in (("tile_bt", "name=value"), ("tile_bt=x", "takes an integer"), ("=3", "name=value"),
+                         ("cpu=", "takes a target file or name")):
         with pytest.raises(SystemExit, match=message):
             ab.parse_variant(bad)
 
@@ -39,6 +41,7 @@ def test_variant_parsing():
     (["--variant", "default", "--variant", "no_such=1", "--size", "8,8,8"], "no_such"),
     (["--variant", "default", "--variant", "tile_bt=-1", "--size", "8,8,8"], "tile_bt"),
     (["--variant", "default", "--variant", "default", "--size", "8,8"], "BT,H,V"),
+    (["--variant", "default", "--variant", "cpu=no/such.toml", "--size", "8,8,8"], "cpu=no/such.toml: unknown target"),
 ])
 def test_bad_arguments_are_named(argv, message, capsys):
     with pytest.raises(SystemExit) as e:

@@ -197,6 +197,18 @@ def test_user_file_round_trip(tmp_path):
     assert get(path).key() == t.key()
 
 
+def test_register_block_round_trip(tmp_path):
+    """`register_block` is the micro-kernel's block where given (block_shape), part of the key
+    compiled code is cached by; without it the block is derived from the registers."""
+    from npugrad.passes.vectorize_contractions import block_shape
+
+    plain = load(write(tmp_path, USER))
+    given = load(write(tmp_path, USER.replace("cores = 4", "cores = 4\nregister_block = [3, 1]"), "given.toml"))
+    assert plain.register_block is None and block_shape(plain) == (2, 2)  # (8 - 2 - 2) // 2 rows of 2 vectors
+    assert given.register_block == (3, 1) and block_shape(given) == (3, 1)
+    assert given.key() != plain.key()
+
+
 @pytest.mark.parametrize(
     "size, want",
     [("65536", 65536), ("64KiB", 64 * KiB), ("64 kib", 64 * KiB), ("2MiB", 2 << 20), ("1GiB", 1 << 30), ("512B", 512)],
@@ -386,6 +398,15 @@ MALFORMED = [
         value, field, where), f"'{field}'", f"must be a finite positive number, got {value}")
       for value in ("nan", "inf") for field, where in (("latency", 'kind = "global"'), ("bandwidth", 'kind = "global"'),
                                                        ("clock_ghz", "cores = 4"))),
+    # The micro-kernel's register block: MR x NR accumulators, NR vectors of B and a broadcast.
+    ("register block over the registers", lambda s: s.replace("cores = 4", "cores = 4\nregister_block = [4, 2]"),
+     "'register_block'", "= [4, 2] needs 11 vector registers"),
+    *((f"register block {value}", (lambda value: lambda s: s.replace("cores = 4", f"cores = 4\nregister_block = {value}"))(
+        value), "'register_block'", "must be two positive integers [MR, NR]")
+      for value in ("[4]", "[0, 2]", "[2, -1]", "[1.5, 2]", '"6x4"', "[true, 1]", "[1, 1, 1]")),
+    ("register block without registers",
+     lambda s: s.replace("vector_registers = 8", "vector_registers = 0\nregister_block = [1, 1]"),
+     "'register_block'", "needs 'vector_registers'"),
     ("nan rate", lambda s: s + '[[unit]]\nname = "u"\nwork = ["vector"]\nrate = { vector = { f32 = nan } }\n',
      "'f32'", "must be a finite positive number, got nan"),
     ("inf overhead", lambda s: s + '[[unit]]\nname = "u"\nwork = ["vector"]\nrate = { vector = { f32 = 1 } }\n'

@@ -55,6 +55,28 @@ def test_tiled_for_host_matches_reference(rng, mode, dtype):
     _check(a, _run(a, Pipeline(target="host")))
 
 
+@pytest.mark.parametrize("block", [(4, 3), (1, 1), (13, 1)], ids=str)
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", [np.dtype(np.float32), BFLOAT16], ids=str)
+def test_a_register_block_the_target_gives_matches_reference(rng, tmp_path, block, mode, dtype):
+    """A CPU description's `register_block` (here AVX2's 16 registers: 4 x 3 = 12 accumulators,
+    3 vectors of B, a broadcast; one of each; 13 rows of one vector) shapes the micro-kernels,
+    whose panels are then NR x lanes columns (24, 8, 8): every edge of the blocking moves, and
+    the gradient matches the reference at sizes that cut each of them."""
+    from pathlib import Path
+
+    from npugrad.passes.vectorize_contractions import block_shape, panel_width
+
+    text = (Path(__file__).parent / "lit" / "Inputs" / "avx2.toml").read_text()
+    path = tmp_path / "avx2_block.toml"
+    path.write_text(text.replace("vector_registers = 16", f"vector_registers = 16\nregister_block = {list(block)}"))
+    target = get_target(str(path))
+    assert block_shape(target) == block and panel_width(target) == block[1] * 8
+    for bt, h, v in [(69, 101, 131), (37, 29, 131)]:
+        a = _operands(rng, bt=bt, h=h, v=v, dtype=dtype, mode=mode)
+        _check(a, _run(a, Pipeline(cpu=str(path))))
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 def test_deterministic(rng, mode, dtype):

@@ -141,7 +141,10 @@ _BODY_OPS = {"arith.extf", "arith.mulf", "arith.addf", "linalg.yield"}
 
 def block_shape(target: Target) -> tuple[int, int]:
     """(MR, NR): MR·NR accumulators, NR vectors of B, a broadcast of A and one register to
-    spare in the register file (6×4 of 32 registers, 6×2 of 16)."""
+    spare in the register file (6×4 of 32 registers, 6×2 of 16); or the target description's
+    `register_block` where it gives one (a block to compare: bench/ab.py's cpu= variants)."""
+    if target.register_block is not None:
+        return target.register_block
     nr = 4 if target.vector_registers >= 32 else 2
     return max(1, (target.vector_registers - nr - 2) // nr), nr
 

@@ -148,6 +148,9 @@ class Target:
     paths: tuple[CopyPath, ...] = ()
     # Where the cost figures come from ("" = none given: the cost model uses nominal ones).
     costs: str = field(default="", compare=False)
+    # The micro-kernel's register block (MR rows, NR vectors) where the description gives it;
+    # None: derived from vector_registers (vectorize_contractions.block_shape).
+    register_block: tuple[int, int] | None = None
 
     def has_feature(self, feature: str) -> bool:
         """Whether `llvm_features` enables `feature` (LLVM's name, e.g. "avx512bf16")."""
@@ -246,7 +249,8 @@ class Target:
     def key(self) -> tuple:
         """What compiled code depends on (for compile caches)."""
         return (self.name, self.cores, self.vector_bits, self.vector_registers, self.double_buffer, self.levels,
-                self.roles, self.llvm_cpu, self.llvm_features, self.clock_ghz, self.units, self.paths)
+                self.roles, self.llvm_cpu, self.llvm_features, self.clock_ghz, self.units, self.paths,
+                self.register_block)
 
 
 def size_bytes(text: str) -> int | None:
@@ -283,7 +287,7 @@ def _field(where: str, table: dict, name: str, kind, default=None, required: boo
 
 def from_dict(data: dict, source: str = "<dict>") -> Target:
     known = {"name", "cores", "vector_bits", "vector_registers", "double_buffer", "level", "roles", "llvm_cpu",
-             "llvm_features", "clock_ghz", "unit", "path", "costs"}
+             "llvm_features", "clock_ghz", "unit", "path", "costs", "register_block"}
     if unknown := set(data) - known:
         raise TargetError(f"{source}: unknown field(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(known))})")
     name = _field(source, data, "name", str)
@@ -369,6 +373,7 @@ def from_dict(data: dict, source: str = "<dict>") -> Target:
     if not 0 <= vector_registers <= MAX_VECTOR_REGISTERS:
         raise TargetError(f"{source}: field 'vector_registers' must be from 0 to {MAX_VECTOR_REGISTERS}, "
                           f"got {vector_registers}")
+    register_block = _register_block(source, data.get("register_block"), vector_registers)
     clock = _rate(source, data, "clock_ghz")
     units = tuple(_unit(f"{source}: unit {i + 1}", u) for i, u in enumerate(_field(source, data, "unit", list, [], required=False)))
     paths = tuple(_path(f"{source}: path {i + 1}", p, names) for i, p in enumerate(_field(source, data, "path", list, [], required=False)))
@@ -385,7 +390,28 @@ def from_dict(data: dict, source: str = "<dict>") -> Target:
         units,
         paths,
         _field(source, data, "costs", str, source if given else "", required=False),
+        register_block,
     )
+
+
+def _register_block(where: str, value, vector_registers: int) -> tuple[int, int] | None:
+    """`register_block = [MR, NR]`: the micro-kernel's MR x NR accumulators, NR vectors of B and a
+    broadcast of A, all in registers (MR·NR + NR + 1 of them); None where it is not given."""
+    if value is None:
+        return None
+    if (not isinstance(value, list) or len(value) != 2
+            or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in value)):
+        raise TargetError(f"{where}: field 'register_block' must be two positive integers [MR, NR] (rows of C, "
+                          f"vectors of B), got {value!r}")
+    mr, nr = value
+    if vector_registers == 0:
+        raise TargetError(f"{where}: field 'register_block' needs 'vector_registers' (the micro-kernel's block is "
+                          f"held in them)")
+    if mr * nr + nr + 1 > vector_registers:
+        raise TargetError(f"{where}: field 'register_block' = [{mr}, {nr}] needs {mr * nr + nr + 1} vector registers "
+                          f"({mr} x {nr} accumulators, {nr} vectors of B, a broadcast of A), more than the "
+                          f"{vector_registers} of 'vector_registers'")
+    return mr, nr
 
 
 _FEATURE = re.compile(r"^[+-][A-Za-z0-9_.-]+$")
