@@ -487,6 +487,9 @@ class _Kernels:
         self.hoisted = hoisted  # or all of B's panels, packed before an enclosing loop (hoisted_panels)
         self.label = kernel_label(gen)
         self.packed = None if hoisted is None else hoisted.packed
+        # (panel, delta): B's row k at row k + delta of `panel`, a 2-D view the whole blocks read
+        # (columns_either: a hoisted panel or the chunk's own, chosen at run time), or None.
+        self.view: tuple[SSAValue, SSAValue] | None = None
 
     # -- one block --------------------------------------------------------------------------
     def _load(self, ref: SSAValue, indices: list[SSAValue], mask: SSAValue | None) -> SSAValue:
@@ -575,7 +578,11 @@ class _Kernels:
             k.name_hint = "k"
             for arg in carried:
                 arg.name_hint = "acc"
-            if masks is None and p is not None:
+            if masks is None and self.view is not None:
+                panel, delta = self.view
+                at = e.emit(arith.AddiOp(k, delta))
+                bs = [e.emit(vector.LoadOp(panel, [at, e.idx(c * self.lanes)], self.f32x)) for c in range(nr)]
+            elif masks is None and p is not None:
                 offset = self.hoisted.offset if self.hoisted is not None else None
                 at = k if offset is None else e.emit(arith.AddiOp(k, offset))
                 bs = [e.emit(vector.LoadOp(self.packed, [p, at, e.idx(c * self.lanes)], self.f32x)) for c in range(nr)]
@@ -941,6 +948,8 @@ class _Kernels:
                 self.columns(head, hoisted=False)
             elif self.hoisted.fits is None:
                 self.columns(first, hoisted=True)
+            elif not self.dot:
+                self.columns_either(first, head)
             else:
                 e.if_else(self.hoisted.fits, lambda: self.columns(first, hoisted=True),
                           lambda: self.columns(head, hoisted=False))
@@ -991,6 +1000,45 @@ class _Kernels:
             self.masked(blocks_end, self.n)
             return
         # The columns before the blocks, then those after them: one loop body for both.
+        with e.loop(e.idx(2)) as edge:
+            before = e.emit(arith.CmpiOp(edge, e.idx(0), "eq"))
+            self.masked(e.emit(arith.SelectOp(before, e.idx(0), blocks_end)), e.emit(arith.SelectOp(before, start, self.n)))
+
+    def columns_either(self, first: SSAValue | None, head: SSAValue) -> None:
+        """`columns` over the hoisted panels where they were packed (`fits`), else over panels
+        packed here a block at a time, in one copy of the column blocks: each block reads a 2-D
+        view, its hoisted panel or the chunk's own just packed, chosen at run time (self.view),
+        where two copies of the blocks, one per case under an scf.if, were a third of the FLCE
+        float32 gradient's LLVM IR and of LLVM's time on it. Each case's blocks start where
+        columns' would (`first` or `head`), so every element sums the same products in the
+        same order: the same bits."""
+        e = self.e
+        assert self.hoisted is not None and self.hoisted.fits is not None and not self.dot
+        fits, offset = self.hoisted.fits, self.hoisted.offset
+        wide = self.nr * self.lanes
+        start = e.emit(arith.SelectOp(fits, e.idx(0) if first is None else first, head))
+        start.name_hint = "start"
+        blocks_end = e.emit(arith.AddiOp(start, self._floor(e.emit(arith.SubiOp(self.n, start)), wide)))
+        own = e.emit(arith.SubiOp(e.idx(0), self.k_lo))  # the chunk's panel holds step k at row k - k_lo
+        delta = e.emit(arith.SelectOp(fits, e.idx(0) if offset is None else offset, own))
+        delta.name_hint = "delta"
+        view = MemRefType(f32, [DYNAMIC_INDEX, wide], StridedLayoutAttr([wide, 1], None))
+        packed = self.packed
+        assert packed is not None
+        with e.loop(blocks_end, start, e.idx(wide)) as j0:
+            def hoisted() -> list[SSAValue]:
+                p = e.emit(arith.DivUIOp(e.emit(arith.SubiOp(j0, start)), e.idx(wide)))
+                return [e.emit(memref.SubviewOp.get(packed, [p, 0, 0], [1, e.dim(packed, 1), wide], [1, 1, 1], view))]
+
+            def packed_here() -> list[SSAValue]:
+                self.pack(j0)
+                return [e.emit(memref.CastOp.get(self.panel, view))]
+
+            (panel,) = e.if_else(fits, hoisted, packed_here, [view])
+            panel.name_hint = "b_view"
+            self.view = (panel, delta)
+            self.rows(j0, self.nr)
+            self.view = None
         with e.loop(e.idx(2)) as edge:
             before = e.emit(arith.CmpiOp(edge, e.idx(0), "eq"))
             self.masked(e.emit(arith.SelectOp(before, e.idx(0), blocks_end)), e.emit(arith.SelectOp(before, start, self.n)))

@@ -239,19 +239,32 @@
 // CHECK-NEXT:        %[[VF:.*]] = arith.extf %[[V]] : vector<16xbf16> to vector<16xf32>
 // CHECK-NEXT:        vector.store %[[VF]], %b_panels[%[[P]], %[[KP]], %{{.*}}] : memref<?x?x64xf32>, vector<16xf32>
 // CHECK-COUNT-3:     vector.store %{{.*}}, %b_panels[%[[P]], %[[KP]], %{{.*}}] : memref<?x?x64xf32>, vector<16xf32>
+// One copy of the column blocks for both cases (columns_either): each block reads a view, its
+// hoisted panel where %repeats, else the chunk's own panel, packed right there; B's step k is
+// row k + %delta of it (0, or minus the chunk's first step), and the blocks start at %first or
+// %head as each case's own copy did.
 // CHECK:         scf.for %[[T:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
 // CHECK-NOT:       %b_panel[
 // CHECK:           %head = arith.minsi
-// CHECK:           scf.if %repeats {
-// CHECK-NOT:         %b_panel[
-// CHECK:             scf.for %[[J:.*]] = %first to %{{.*}} step %{{.*}} {
-// CHECK-NEXT:          %[[JF:.*]] = arith.subi %[[J]], %first : index
-// CHECK-NEXT:          %[[PJ:.*]] = arith.divui %[[JF]], %{{.*}} : index
+// CHECK:           scf.for %[[K0:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK:             %start = arith.select %repeats, %first, %head : index
+// CHECK:             %[[OWN:.*]] = arith.subi %{{.*}}, %[[K0]] : index
+// CHECK-NEXT:        %delta = arith.select %repeats, %{{.*}}, %[[OWN]] : index
+// CHECK-NEXT:        scf.for %[[J:.*]] = %start to %{{.*}} step %{{.*}} {
+// CHECK-NEXT:          %b_view = scf.if %repeats -> (memref<?x64xf32, strided<[64, 1], offset: ?>>) {
+// CHECK-NEXT:            %[[JF:.*]] = arith.subi %[[J]], %start : index
+// CHECK-NEXT:            %[[PJ:.*]] = arith.divui %[[JF]], %{{.*}} : index
+// CHECK:                 %[[HV:.*]] = memref.subview %b_panels[%[[PJ]], 0, 0] [1, %{{.*}}, 64] [1, 1, 1]
+// CHECK-NEXT:            scf.yield %[[HV]]
+// CHECK-NEXT:          } else {
+// CHECK-NOT:             %b_panels
+// CHECK:                 vector.store %{{.*}}, %b_panel[
+// CHECK:                 %[[OV:.*]] = "memref.cast"(%b_panel) : (memref<256x64xf32>) -> memref<?x64xf32, strided<[64, 1], offset: ?>>
+// CHECK-NEXT:            scf.yield %[[OV]]
 // CHECK:               scf.for %[[KK:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(
-// CHECK-COUNT-4:         vector.load %b_panels[%[[PJ]], %[[KK]], %{{.*}}] : memref<?x?x64xf32>, vector<16xf32>
-// CHECK:           } else {
-// CHECK:             scf.for %{{.*}} = %head to %{{.*}} step %{{.*}} {
-// CHECK:               vector.store %{{.*}}, %b_panel[
+// CHECK-NEXT:            %[[AT:.*]] = arith.addi %[[KK]], %delta : index
+// CHECK-COUNT-4:         vector.load %b_view[%[[AT]], %{{.*}}] : memref<?x64xf32, strided<[64, 1], offset: ?>>, vector<16xf32>
+// CHECK-NOT:       scf.if %repeats
 // CHECK:         memref.dealloc %b_panels : memref<?x?x64xf32>
 // CHECK-NEXT:    memref.dealloc %b_panel : memref<256x64xf32>
 // CHECK-NEXT:    func.return
@@ -301,22 +314,24 @@
 // CHECK-NEXT:          %[[E0:.*]] = memref.load %b[%[[COLUMN]], %[[KP]]] : memref<?x?xf32>
 // CHECK-NEXT:          memref.store %[[E0]], %b_panels[%[[P]], %[[KP]], %[[COL]]] : memref<?x?x64xf32>
 // CHECK-NEXT:        }
+// Where the loop runs once, a block packs the micro-kernel's own panel (the view's other case),
+// a lane at a time (a vector store per 16 elements: a column at a time, a store per element,
+// was slower); the columns at the edges pack it a column at a time, each along its row of B
+// (at most column N - 1).
 // CHECK:         scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} {
 // CHECK-NOT:       %b_panel[
-// CHECK:           vector.load %b_panels[
-// The columns at the edges pack the micro-kernel's own panel a column at a time too, each
-// along its row of B (at most column N - 1); where the loop runs once, the whole blocks' pack
-// stays a lane at a time (a vector store per 16 elements: a column at a time, a store per
-// element, was slower).
-// CHECK:             %[[EB:.*]] = memref.load %b[%[[EJL:.*]], %[[EK:.*]]] : memref<?x?xf32>
-// CHECK-NEXT:        %[[ER:.*]] = arith.subi %[[EK]], %{{.*}} : index
-// CHECK-NEXT:        memref.store %[[EB]], %b_panel[%[[ER]], %{{.*}}] : memref<256x64xf32>
-// CHECK:           } else {
-// CHECK:             scf.for %[[PJ:.*]] = %head to %{{.*}} step %{{.*}} {
+// CHECK:           scf.for %[[PJ:.*]] = %start to %{{.*}} step %{{.*}} {
+// CHECK-NEXT:        %b_view = scf.if %repeats
+// CHECK:               memref.subview %b_panels[
+// CHECK:             } else {
 // CHECK-NEXT:          scf.for %[[PK:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
 // CHECK-NEXT:            arith.subi %[[PK]], %{{.*}} : index
 // CHECK-NEXT:            %[[PB:.*]] = memref.load %b[%[[PJ]], %[[PK]]] : memref<?x?xf32>
 // CHECK-NEXT:            vector.insert %[[PB]], %{{.*}} [0] : f32 into vector<16xf32>
+// CHECK:             vector.load %b_view[
+// CHECK:             %[[EB:.*]] = memref.load %b[%[[EJL:.*]], %[[EK:.*]]] : memref<?x?xf32>
+// CHECK-NEXT:        %[[ER:.*]] = arith.subi %[[EK]], %{{.*}} : index
+// CHECK-NEXT:        memref.store %[[EB]], %b_panel[%[[ER]], %{{.*}}] : memref<256x64xf32>
 // CHECK:         memref.dealloc %b_panels
 
 // B rows [t, t + size) of every column of a base (%x) that the loop around B's loop does not
@@ -337,12 +352,16 @@
 // CHECK:           vector.store %{{.*}}, %b_panels[
 // CHECK:         scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} {
 // CHECK:           scf.for %[[T:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
-// CHECK:             scf.if %fits {
-// CHECK:               scf.for %[[KK:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(
-// CHECK-NEXT:            %[[ROW:.*]] = arith.addi %[[KK]], %[[T]] : index
-// CHECK-NEXT:            vector.load %b_panels[%{{.*}}, %[[ROW]], %{{.*}}] : memref<?x?x64xf32>, vector<16xf32>
-// CHECK:             } else {
-// CHECK:               vector.store %{{.*}}, %b_panel[
+// CHECK:               %delta = arith.select %fits, %[[T]], %{{.*}} : index
+// CHECK-NEXT:          scf.for %{{.*}} = %start to %{{.*}} step %{{.*}} {
+// CHECK-NEXT:            %b_view = scf.if %fits
+// CHECK:                   memref.subview %b_panels[
+// CHECK:                 } else {
+// CHECK:                   vector.store %{{.*}}, %b_panel[
+// CHECK:                 scf.for %[[KK:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(
+// CHECK-NEXT:              %[[ROW:.*]] = arith.addi %[[KK]], %delta : index
+// CHECK-NEXT:              vector.load %b_view[%[[ROW]], %{{.*}}] : memref<?x64xf32, strided<[64, 1], offset: ?>>, vector<16xf32>
+// CHECK-NOT:         scf.if %fits
 // CHECK:         memref.dealloc %b_panels : memref<?x?x64xf32>
 
 // NPU-LABEL: func.func @gemm
