@@ -620,7 +620,11 @@ class _Kernels:
             q.name_hint = "q"
             for arg in carried:
                 arg.name_hint = "acc"
-            if first is not None:
+            if self.view is not None:
+                panel, delta = self.view
+                at = e.emit(arith.AddiOp(q, delta))
+                bs = [e.emit(vector.LoadOp(panel, [at, e.idx(2 * c * self.lanes)], self.pairs)) for c in range(nr)]
+            elif first is not None:
                 at = e.emit(arith.AddiOp(first, q))
                 bs = [e.emit(vector.LoadOp(self.packed, [p, at, e.idx(2 * c * self.lanes)], self.pairs)) for c in range(nr)]
             else:
@@ -948,7 +952,7 @@ class _Kernels:
                 self.columns(head, hoisted=False)
             elif self.hoisted.fits is None:
                 self.columns(first, hoisted=True)
-            elif not self.dot:
+            elif self.amx_rows is None:  # (AMX's row blocks run over all the hoisted panels first)
                 self.columns_either(first, head)
             else:
                 e.if_else(self.hoisted.fits, lambda: self.columns(first, hoisted=True),
@@ -980,7 +984,7 @@ class _Kernels:
         e = self.e
         wide = self.nr * self.lanes
         start = e.idx(0) if first is None else first
-        blocks_end = e.emit(arith.AddiOp(start, self._floor(e.emit(arith.SubiOp(self.n, start)), wide)))
+        blocks_end = self._blocks_end(start)
 
         def panel(j0: SSAValue) -> SSAValue:
             return e.emit(arith.DivUIOp(e.emit(arith.SubiOp(j0, start)), e.idx(wide)))
@@ -999,49 +1003,69 @@ class _Kernels:
         if first is None:
             self.masked(blocks_end, self.n)
             return
-        # The columns before the blocks, then those after them: one loop body for both.
+        self.edges(start, blocks_end)
+
+    def _blocks_end(self, start: SSAValue) -> SSAValue:
+        """Where the whole blocks of NR vectors from column `start` end."""
+        e = self.e
+        return e.emit(arith.AddiOp(start, self._floor(e.emit(arith.SubiOp(self.n, start)), self.nr * self.lanes)))
+
+    def edges(self, start: SSAValue, blocks_end: SSAValue) -> None:
+        """The columns before the blocks (from 0 to `start`), then those after them (from
+        `blocks_end` to N), masked: one loop body for both."""
+        e = self.e
         with e.loop(e.idx(2)) as edge:
             before = e.emit(arith.CmpiOp(edge, e.idx(0), "eq"))
             self.masked(e.emit(arith.SelectOp(before, e.idx(0), blocks_end)), e.emit(arith.SelectOp(before, start, self.n)))
 
-    def columns_either(self, first: SSAValue | None, head: SSAValue) -> None:
+    def columns_either(self, first: SSAValue | None, head: SSAValue | None) -> None:
         """`columns` over the hoisted panels where they were packed (`fits`), else over panels
         packed here a block at a time, in one copy of the column blocks: each block reads a 2-D
         view, its hoisted panel or the chunk's own just packed, chosen at run time (self.view),
         where two copies of the blocks, one per case under an scf.if, were a third of the FLCE
         float32 gradient's LLVM IR and of LLVM's time on it. Each case's blocks start where
-        columns' would (`first` or `head`), so every element sums the same products in the
-        same order: the same bits."""
+        columns' would (`first` or `head`; bfloat16 pairs: column 0 in both), so every element
+        sums the same products in the same order: the same bits. Not with AMX tiles, whose row
+        blocks run over every hoisted panel before the panels' other rows (columns)."""
         e = self.e
-        assert self.hoisted is not None and self.hoisted.fits is not None and not self.dot
+        assert self.hoisted is not None and self.hoisted.fits is not None and self.amx_rows is None
         fits, offset = self.hoisted.fits, self.hoisted.offset
         wide = self.nr * self.lanes
-        start = e.emit(arith.SelectOp(fits, e.idx(0) if first is None else first, head))
-        start.name_hint = "start"
-        blocks_end = e.emit(arith.AddiOp(start, self._floor(e.emit(arith.SubiOp(self.n, start)), wide)))
-        own = e.emit(arith.SubiOp(e.idx(0), self.k_lo))  # the chunk's panel holds step k at row k - k_lo
-        delta = e.emit(arith.SelectOp(fits, e.idx(0) if offset is None else offset, own))
+        if head is None:  # pairs (dot): the blocks start at column 0 in both cases
+            assert first is None
+            start = e.idx(0)
+        else:
+            start = e.emit(arith.SelectOp(fits, e.idx(0) if first is None else first, head))
+            start.name_hint = "start"
+        blocks_end = self._blocks_end(start)
+        if self.dot:  # a row of pairs: the hoisted panels hold every pair, the chunk's own from k_lo on
+            hoisted_row, own = e.emit(arith.DivUIOp(self.k_lo, e.idx(2))), e.idx(0)
+        else:  # the chunk's panel holds step k at row k - k_lo
+            hoisted_row, own = e.idx(0) if offset is None else offset, e.emit(arith.SubiOp(e.idx(0), self.k_lo))
+        delta = e.emit(arith.SelectOp(fits, hoisted_row, own))
         delta.name_hint = "delta"
-        view = MemRefType(f32, [DYNAMIC_INDEX, wide], StridedLayoutAttr([wide, 1], None))
+        columns = 2 * wide if self.dot else wide
+        view = MemRefType(bf16 if self.dot else f32, [DYNAMIC_INDEX, columns], StridedLayoutAttr([columns, 1], None))
         packed = self.packed
         assert packed is not None
         with e.loop(blocks_end, start, e.idx(wide)) as j0:
-            def hoisted() -> list[SSAValue]:
+            def hoisted_panel() -> list[SSAValue]:
                 p = e.emit(arith.DivUIOp(e.emit(arith.SubiOp(j0, start)), e.idx(wide)))
-                return [e.emit(memref.SubviewOp.get(packed, [p, 0, 0], [1, e.dim(packed, 1), wide], [1, 1, 1], view))]
+                return [e.emit(memref.SubviewOp.get(packed, [p, 0, 0], [1, e.dim(packed, 1), columns], [1, 1, 1], view))]
 
-            def packed_here() -> list[SSAValue]:
+            def own_panel() -> list[SSAValue]:
                 self.pack(j0)
                 return [e.emit(memref.CastOp.get(self.panel, view))]
 
-            (panel,) = e.if_else(fits, hoisted, packed_here, [view])
+            (panel,) = e.if_else(fits, hoisted_panel, own_panel, [view])
             panel.name_hint = "b_view"
             self.view = (panel, delta)
             self.rows(j0, self.nr)
             self.view = None
-        with e.loop(e.idx(2)) as edge:
-            before = e.emit(arith.CmpiOp(edge, e.idx(0), "eq"))
-            self.masked(e.emit(arith.SelectOp(before, e.idx(0), blocks_end)), e.emit(arith.SelectOp(before, start, self.n)))
+        if head is None:
+            self.masked(blocks_end, self.n)
+        else:
+            self.edges(start, blocks_end)
 
     def masked(self, lo: SSAValue, hi: SSAValue) -> None:
         """Columns [lo, hi) in blocks of the vectors a cache line of float32 spans (at most NR:

@@ -461,14 +461,21 @@
 // DOT-NEXT:         vector.store %{{.*}}, %b_panels[%{{.*}}, %{{.*}}, %[[AT]]] : memref<?x?x128xbf16>, vector<2xbf16>
 // DOT-NEXT:       }
 // DOT-NEXT:     }
+// The column blocks once for both cases (columns_either): each reads a view of pairs, its
+// hoisted panel (row k_lo / 2 + q) where %repeats, else the chunk's own, packed right there.
 // DOT:          scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} {
-// DOT:            scf.if %repeats {
-// DOT:            scf.for %[[Q:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(
-// DOT:              vector.load %b_panels[%{{.*}}, %{{.*}}, %{{.*}}] : memref<?x?x128xbf16>, vector<32xbf16>
-// DOT:              x86vector.avx512.dot
-// DOT:            } else {
-// DOT:              vector.store %{{.*}}, %b_panel[
-// DOT:              x86vector.avx512.dot
+// DOT:            %[[HALF:.*]] = arith.divui %{{.*}}, %{{.*}} : index
+// DOT-NEXT:       %delta = arith.select %repeats, %[[HALF]], %{{.*}} : index
+// DOT-NEXT:       scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} {
+// DOT-NEXT:         %b_view = scf.if %repeats -> (memref<?x128xbf16, strided<[128, 1], offset: ?>>) {
+// DOT:                memref.subview %b_panels[
+// DOT:              } else {
+// DOT:                vector.store %{{.*}}, %b_panel[
+// DOT:              scf.for %[[Q:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(
+// DOT:                %[[AT:.*]] = arith.addi %[[Q]], %delta : index
+// DOT-NEXT:           vector.load %b_view[%[[AT]], %{{.*}}] : memref<?x128xbf16, strided<[128, 1], offset: ?>>, vector<32xbf16>
+// DOT:                x86vector.avx512.dot
+// DOT-NOT:        scf.if %repeats
 // DOT:          memref.dealloc %b_panels
 
 func.func @gemm(%a: memref<?x?xf32>, %b: memref<?x?xf32>, %c: memref<?x?xf32>) {
