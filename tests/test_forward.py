@@ -784,8 +784,11 @@ def test_linear_cross_entropy_rejects_targets_in_no_shard(rng, chunk_rows):
 def test_a_group_whose_reduction_has_another_shape_is_named(rng, chunk_rows):
     """A group's all_reduce returning a (1, H) row for the (rows, H) sum of dX was broadcast into
     every row: a wrong input gradient, no error. Its result must have the shape of what it
-    reduces; a transport's own dtypes (counts for the flags' sum, doubles) are taken."""
-    x, w, y = _loss_case(rng, 37, 24, 300, np.float32)
+    reduces; a transport's own dtypes (counts for the flags' sum, doubles) are taken. H (40) is
+    more than BT (37): dX's sum over the rows that count is never square, so its transpose has
+    another shape (with H = 24, a draw leaving 24 of the 37 rows made it square, and the
+    transposed sum passed for one of the right shape)."""
+    x, w, y = _loss_case(rng, 37, 40, 300, np.float32)
     want = ops.linear_cross_entropy(x, w, y, shards=2, chunk_rows=chunk_rows)
 
     class Reshaping:
@@ -796,8 +799,8 @@ def test_a_group_whose_reduction_has_another_shape_is_named(rng, chunk_rows):
             return self.change(InProcess().all_reduce(values, op))
 
     shards = np.array_split(w, 2)
-    for change, got in [(lambda r: r[:1] if r.ndim == 2 else r, r"shape \(1, 24\) and dtype float32"),
-                        (lambda r: r.T if r.ndim == 2 else r, r"shape \(24, \d+\) and dtype float32"),
+    for change, got in [(lambda r: r[:1] if r.ndim == 2 else r, r"shape \(1, 40\) and dtype float32"),
+                        (lambda r: r.T if r.ndim == 2 else r, r"shape \(40, \d+\) and dtype float32"),
                         (lambda r: r[:-1], r"shape \(\d+,\) and dtype bool"),
                         (lambda r: None, "NoneType"),
                         (lambda r: r.tolist(), "list")]:
