@@ -1000,20 +1000,21 @@ class _Kernels:
             else:
                 self.pack(j0)
                 self.rows(j0, self.nr)
-        if first is None:
-            self.masked(blocks_end, self.n)
-            return
-        self.edges(start, blocks_end)
+        self.edges(first, blocks_end)
 
     def _blocks_end(self, start: SSAValue) -> SSAValue:
         """Where the whole blocks of NR vectors from column `start` end."""
         e = self.e
         return e.emit(arith.AddiOp(start, self._floor(e.emit(arith.SubiOp(self.n, start)), self.nr * self.lanes)))
 
-    def edges(self, start: SSAValue, blocks_end: SSAValue) -> None:
+    def edges(self, start: SSAValue | None, blocks_end: SSAValue) -> None:
         """The columns before the blocks (from 0 to `start`), then those after them (from
-        `blocks_end` to N), masked: one loop body for both."""
+        `blocks_end` to N), masked: one loop body for both; only those after them where the
+        blocks start at column 0 (`start` None)."""
         e = self.e
+        if start is None:
+            self.masked(blocks_end, self.n)
+            return
         with e.loop(e.idx(2)) as edge:
             before = e.emit(arith.CmpiOp(edge, e.idx(0), "eq"))
             self.masked(e.emit(arith.SelectOp(before, e.idx(0), blocks_end)), e.emit(arith.SelectOp(before, start, self.n)))
@@ -1031,13 +1032,14 @@ class _Kernels:
         assert self.hoisted is not None and self.hoisted.fits is not None and self.amx_rows is None
         fits, offset = self.hoisted.fits, self.hoisted.offset
         wide = self.nr * self.lanes
-        if head is None:  # pairs (dot): the blocks start at column 0 in both cases
-            assert first is None
-            start = e.idx(0)
-        else:
+        start = None  # pairs (dot): the blocks start at column 0 in both cases
+        if head is not None:
             start = e.emit(arith.SelectOp(fits, e.idx(0) if first is None else first, head))
             start.name_hint = "start"
-        blocks_end = self._blocks_end(start)
+        else:
+            assert first is None
+        begin = e.idx(0) if start is None else start
+        blocks_end = self._blocks_end(begin)
         if self.dot:  # a row of pairs: the hoisted panels hold every pair, the chunk's own from k_lo on
             hoisted_row, own = e.emit(arith.DivUIOp(self.k_lo, e.idx(2))), e.idx(0)
         else:  # the chunk's panel holds step k at row k - k_lo
@@ -1048,9 +1050,9 @@ class _Kernels:
         view = MemRefType(bf16 if self.dot else f32, [DYNAMIC_INDEX, columns], StridedLayoutAttr([columns, 1], None))
         packed = self.packed
         assert packed is not None
-        with e.loop(blocks_end, start, e.idx(wide)) as j0:
+        with e.loop(blocks_end, begin, e.idx(wide)) as j0:
             def hoisted_panel() -> list[SSAValue]:
-                p = e.emit(arith.DivUIOp(e.emit(arith.SubiOp(j0, start)), e.idx(wide)))
+                p = e.emit(arith.DivUIOp(e.emit(arith.SubiOp(j0, begin)), e.idx(wide)))
                 return [e.emit(memref.SubviewOp.get(packed, [p, 0, 0], [1, e.dim(packed, 1), columns], [1, 1, 1], view))]
 
             def own_panel() -> list[SSAValue]:
@@ -1062,10 +1064,7 @@ class _Kernels:
             self.view = (panel, delta)
             self.rows(j0, self.nr)
             self.view = None
-        if head is None:
-            self.masked(blocks_end, self.n)
-        else:
-            self.edges(start, blocks_end)
+        self.edges(start, blocks_end)
 
     def masked(self, lo: SSAValue, hi: SSAValue) -> None:
         """Columns [lo, hi) in blocks of the vectors a cache line of float32 spans (at most NR:
