@@ -9,6 +9,7 @@ not 64-byte aligned and whose length is not a multiple of a cache line."""
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -29,6 +30,7 @@ from npugrad.runtime import pool
 from npugrad.runtime.launch import using
 
 THREADS = (1, 2, 3)
+LIT_INPUTS = Path(__file__).parent / "lit" / "Inputs"
 
 
 @pytest.fixture
@@ -198,6 +200,51 @@ def test_flce_stash_over_many_token_and_vocabulary_tiles(rng, threads, dtype, hp
         with using(Pipeline(fused_passes=fused)):
             results.append(_flce(a))
     with using(Pipeline(distribute=False, fused_passes=fused)):
+        results.append(_flce(a))
+    _all_same(results)
+    want = harness.expected("fused_linear_cross_entropy_loss_grad", a, {})
+    assert_close(results[0][0], want["input_grad_out"])
+    assert_close(results[0][1], want["weight_grad_out"])
+
+
+def test_flce_group_cap_from_the_accumulator_level(tmp_path):
+    """A group holds as many token tiles as the level of the accumulator tiles holds stash
+    entries of, 1024 rows' worth at least (tiling/flce_groups.group_cap): on a 512 KiB L2
+    three 186 x 176 float32 entries fit but six make 1024 rows; on a 2 MiB one four entries of
+    384 x 320; a level without capacity sets no cap."""
+    from npugrad.passes.tiling.flce_groups import group_cap
+    from npugrad.targets import get as get_target
+
+    zen3 = get_target(str(LIT_INPUTS / "zen3.toml"))
+    assert group_cap(zen3, 186 * 176 * 4, 186) == 6
+    assert group_cap(zen3, 12 * 16 * 4, 12) == 512 * 1024 // (12 * 16 * 4)
+    big = tmp_path / "l2_2mib.toml"
+    big.write_text((LIT_INPUTS / "zen3.toml").read_text().replace('"512KiB"', '"2MiB"'))
+    assert group_cap(get_target(str(big)), 384 * 320 * 4, 384) == 4
+    assert group_cap(get_target(str(big)), 4 * 1024 * 1024, 2048) == 1  # one entry over the level: still one
+
+
+@pytest.mark.parametrize(("dtype", "hp"), [(FLOAT_DTYPES[0], False), (FLOAT_DTYPES[1], True)],
+                         ids=lambda p: "high-performance" if p is True else "memory-saving" if p is False else str(p))
+def test_flce_groups_cut_down_to_the_level_and_split_evenly(tmp_path, rng, threads, dtype, hp):
+    """A CPU whose L2 holds 64 KiB: token tiles of at most 100 x 16 (6400-byte stash entries) go
+    11 to a group at most (1024 rows' worth; the level holds 10) where max(2·H, 2048) rows asked
+    for 21. BT = 4500 makes 46 tiles (even over the CPU's 2 cores): on 2 threads each block's 23
+    split evenly over 3 groups, 8 + 8 + 7 (not 11 + 11 + 1); on 3 threads 16, 15 and 15, two
+    groups each. Bit for bit the one-core result, and the reference's."""
+    from npugrad.passes.fuse_linear_cross_entropy_grad import FuseLinearCrossEntropyGradPass
+    from npugrad.passes.fuse_linear_online_max_sum import FuseLinearOnlineMaxSumPass
+
+    cpu = tmp_path / "small_l2.toml"
+    cpu.write_text((LIT_INPUTS / "zen3.toml").read_text().replace('"512KiB"', '"64KiB"'))
+    a = _flce_operands(rng, 4500, 40, 300, dtype, hp, packed=not hp)
+    fused = [FuseLinearOnlineMaxSumPass(), FuseLinearCrossEntropyGradPass(tile_bt=100, tile_v=16)]
+    results = []
+    for n in (2, 3):
+        threads(n)
+        with using(Pipeline(cpu=str(cpu), fused_passes=fused)):
+            results.append(_flce(a))
+    with using(Pipeline(cpu=str(cpu), distribute=False, fused_passes=fused)):
         results.append(_flce(a))
     _all_same(results)
     want = harness.expected("fused_linear_cross_entropy_loss_grad", a, {})

@@ -33,7 +33,13 @@ so where H ≥ 1024 the stash is the size of the two packs it replaces, give or 
 took 3.6-3.8 MiB on 2 threads of a Zen 3, where it took 12.7), and below that each group's W
 packs stay about 1 % of its time (a packed
 element cost about 48 FLOPs' time, read off X's pack in GEMM 3; two per v·H, against the
-group's 6·rows·v·H FLOPs: 16/rows). Every sum runs in the order it did: GEMM 1's chunks add
+group's 6·rows·v·H FLOPs: 16/rows). A group holds no more tiles than the level holding the
+accumulator tiles (the L2) holds stash entries, but at least 1024 rows' worth (group_cap), and
+the block's tiles split evenly over the groups that takes: the stash stays about an L2 per
+block whatever H (the float32 4096 x 4096 x 8192 on a 2 MiB L2: 3 + 3 tiles of 384 x 320 where
+one group of 6 held 2.8 MiB; 7.4 -> 5.2 MiB on 2 threads). Each group past the first costs its
+W packs again, and on the second block, once, the GEMMs 1 and 2 it ran before its first wait
+(about a third of a step: a split in two, 1.3 % of 26 steps). Every sum runs in the order it did: GEMM 1's chunks add
 into the logits tile one after the other in H's order, on the micro-kernel's own chunks
 (vectorize_contractions.summing_chunk: bfloat16 pairs on vdpbf16ps take twice float32's KC;
 chunks of float32's there summed the logits in another association on 2 threads than on 1),
@@ -56,14 +62,18 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.rewriter import InsertPoint
 
 from npugrad.dialect.attributes import ROLE, Contraction, NestRole
+from npugrad.analysis.footprint import budget
 from npugrad.dialect.npu import WaitFlagOp, element_bytes
 from npugrad.ir import IRBuilder, integer_constant
 from npugrad.passes.tiling.blocks import body_closure, contraction_of, mixed_offsets, mixed_sizes, nest_role
 from npugrad.passes.vectorize_contractions import kernel_chunk, line_bytes, summing_chunk, view_root
 from npugrad.targets import Target
 
-# The fewest rows a group holds (see the module docstring: W's two packs ≈ 16/rows of its time).
+# The fewest rows a group holds (see the module docstring: W's two packs ≈ 16/rows of its time)
+# and, where the stash would outgrow the level holding the tiles (group_cap), the fewest it
+# is cut down to.
 MIN_GROUP_ROWS = 2048
+FEWEST_CAPPED_ROWS = 1024
 
 # The contractions whose W operand goes in chunks: GEMM 1, X (t, h) · W (v, h)ᵀ -> Z (t, v), and
 # GEMM 2, G (t, v) · W (v, h) -> dX (t, h); the chunks are of h.
@@ -84,6 +94,27 @@ def weight_pack_bytes(target: Target, v: int, h: int) -> int:
     GEMM 2 holds of W at a time, where packing all of the tile took v·h·4 bytes. GEMM 2's first
     chunk reaches dX's first cache line besides its KC columns."""
     return v * min(h, weight_chunk(target) + line_bytes(target) // 4) * 4
+
+
+def group_cap(target: Target, entry_bytes: int, entry_rows: int) -> int | None:
+    """The most token tiles a group holds: as many stash entries (`entry_bytes` each, of
+    `entry_rows` rows: a token tile's logits, and whatever else more than one phase uses) as
+    the level holding the accumulator tiles holds, but never fewer than FEWEST_CAPPED_ROWS rows'
+    worth (the W packs then cost at most 16/1024, 1.6 % of a group's time); None where that
+    level has no capacity. The stash is then about that level's bytes per block whatever H,
+    where groups of max(2·H, 2048) rows grew with H: the FLCE float32 4096 x 4096 x 8192 on a
+    2 MiB L2 held 6 tiles of 384 x 320 (2.8 MiB) per block, now 4, split 3 + 3."""
+    capacity = target.role("accumulator").capacity
+    if capacity is None or entry_bytes <= 0:
+        return None
+    return max(budget(target, "accumulator") // entry_bytes, -(-FEWEST_CAPPED_ROWS // max(entry_rows, 1)), 1)
+
+
+def _bytes(t: MemRefType) -> int:
+    n = element_bytes(t.element_type)
+    for d in t.get_shape():
+        n *= d
+    return n
 
 
 def _token_loop(root: Operation) -> scf.ForOp | None:
@@ -238,17 +269,29 @@ def split(wave: scf.ForOp, target: Target, e: IRBuilder) -> None:
     gemm2 = next(o for o in phases if contraction_of(o) is Contraction.INPUT_GRAD)
     weight = gemm2.inputs[1]  # the W tile: GEMM 1's B (read transposed) and GEMM 2's
 
-    # Groups: up to max(2·H, MIN_GROUP_ROWS) rows of token tiles each.
+    # Groups: up to max(2·H, MIN_GROUP_ROWS) rows of token tiles each, and no more tiles than
+    # the level holding the tiles (the accumulator's) holds stash entries of (group_cap); then
+    # the block's tiles split evenly over as many groups as that takes (the same W packs, the
+    # stash of the largest group: 3 + 3 tiles where 4 + 2 held 4 entries).
     top = e.at(wave)
+    tiles = top.emit(arith.SubiOp(end_tile, first_tile))
+    if not step_one:
+        tiles = top.emit(arith.CeilDivUIOp(tiles, tile_step))
+    tiles.name_hint = "block_tiles"
     tile_rows = max((s.memref.type.get_shape()[0] for s in used), default=1)  # type: ignore[union-attr]
     h = top.dim(view_root(weight), 1)
     rows = top.emit(arith.MaxUIOp(top.emit(arith.MuliOp(h, top.idx(2))), top.idx(MIN_GROUP_ROWS)))
     rows.name_hint = "group_rows"
-    group = top.emit(arith.MaxUIOp(top.emit(arith.CeilDivUIOp(rows, top.idx(tile_rows))), top.idx(1)))
+    most = top.emit(arith.MaxUIOp(top.emit(arith.CeilDivUIOp(rows, top.idx(tile_rows))), top.idx(1)))
+    cap = group_cap(target, sum(_bytes(s.memref.type) for s, p in used.items() if len(p) > 1), tile_rows)  # type: ignore[union-attr]
+    if cap is not None:
+        most = top.emit(arith.MinUIOp(most, top.idx(cap)))
+    most.name_hint = "most_tiles"
+    some = top.emit(arith.MaxUIOp(tiles, top.idx(1)))  # a block without tiles: one (empty) group
+    groups = top.emit(arith.CeilDivUIOp(some, most))
+    groups.name_hint = "groups"
+    group = top.emit(arith.CeilDivUIOp(some, groups))
     group.name_hint = "group_tiles"
-    tiles = top.emit(arith.SubiOp(end_tile, first_tile))
-    if not step_one:
-        tiles = top.emit(arith.CeilDivUIOp(tiles, tile_step))
     entries = top.emit(arith.MinUIOp(group, tiles))
     entries.name_hint = "stash_tiles"
     span = group if step_one else top.emit(arith.MuliOp(group, tile_step))  # the group's extent in the loop's units

@@ -132,16 +132,24 @@ func.func @small(%x: memref<8x10xf32>, %y: memref<8x10xf32>, %d: memref<1xf32>, 
 // FLCE-NEXT:    %[[PREV:.*]] = arith.subi %[[PREV_OR_0]], %[[C1]] : index
 // FLCE-NEXT:    %flag_before = arith.muli %[[PREV]], %[[EIGHT]] : index
 // FLCE-NOT:     %last_flag
+// Groups of max(2·H, 2048) rows' worth of token tiles, at most as many as the L2 (512 KiB)
+// holds 186 x 176 float32 stash entries of (3), but 1024 rows' worth at least (6); the block's
+// tiles split evenly over the groups that takes.
 // FLCE:         %[[H:.*]] = memref.dim %w, %{{.*}} : memref<?x?xf32>
 // FLCE-DAG:     %[[TWO:.*]] = arith.constant 2 : index
 // FLCE-DAG:     %[[MIN_ROWS:.*]] = arith.constant 2048 : index
 // FLCE-DAG:     %[[TILE_ROWS:.*]] = arith.constant 186 : index
-// FLCE:         %[[TWO_H:.*]] = arith.muli %[[H]], %[[TWO]] : index
+// FLCE-DAG:     %[[CAP:.*]] = arith.constant 6 : index
+// FLCE:         %block_tiles = arith.subi %end_token_tile, %first_token_tile : index
+// FLCE-NEXT:    %[[TWO_H:.*]] = arith.muli %[[H]], %[[TWO]] : index
 // FLCE-NEXT:    %group_rows = arith.maxui %[[TWO_H]], %[[MIN_ROWS]] : index
 // FLCE-NEXT:    %[[TILES:.*]] = arith.ceildivui %group_rows, %[[TILE_ROWS]] : index
-// FLCE-NEXT:    %group_tiles = arith.maxui %[[TILES]], %{{.*}} : index
-// FLCE-NEXT:    %[[MINE:.*]] = arith.subi %end_token_tile, %first_token_tile : index
-// FLCE-NEXT:    %stash_tiles = arith.minui %group_tiles, %[[MINE]] : index
+// FLCE-NEXT:    %[[AT_LEAST_ONE:.*]] = arith.maxui %[[TILES]], %{{.*}} : index
+// FLCE-NEXT:    %most_tiles = arith.minui %[[AT_LEAST_ONE]], %[[CAP]] : index
+// FLCE-NEXT:    %[[SOME:.*]] = arith.maxui %block_tiles, %{{.*}} : index
+// FLCE-NEXT:    %groups = arith.ceildivui %[[SOME]], %most_tiles : index
+// FLCE-NEXT:    %group_tiles = arith.ceildivui %[[SOME]], %groups : index
+// FLCE-NEXT:    %stash_tiles = arith.minui %group_tiles, %block_tiles : index
 // FLCE-NEXT:    %[[STASH_ROWS:.*]] = arith.muli %stash_tiles, %[[TILE_ROWS]] : index
 // FLCE-NEXT:    %logits_stash = memref.alloc(%[[STASH_ROWS]]) {alignment = 64 : i64} : memref<?x176xf32>
 // FLCE:         scf.for %[[U:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
