@@ -103,7 +103,8 @@ def group_cap(target: Target, entry_bytes: int, entry_rows: int) -> int | None:
     worth (the W packs then cost at most 16/1024, 1.6 % of a group's time); None where that
     level has no capacity. The stash is then about that level's bytes per block whatever H,
     where groups of max(2·H, 2048) rows grew with H: the FLCE float32 4096 x 4096 x 8192 on a
-    2 MiB L2 held 6 tiles of 384 x 320 (2.8 MiB) per block, now 4, split 3 + 3."""
+    2 MiB L2 held 6 tiles of 384 x 320 (2.8 MiB) per block in one group, now at most 4 a group:
+    two groups of 3 (1.4 MiB)."""
     capacity = target.role("accumulator").capacity
     if capacity is None or entry_bytes <= 0:
         return None
