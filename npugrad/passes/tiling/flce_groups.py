@@ -39,12 +39,13 @@ the block's tiles split evenly over the groups that takes: the stash stays about
 block whatever H (the float32 4096 x 4096 x 8192 on a 2 MiB L2: 3 + 3 tiles of 384 x 320 where
 one group of 6 held 2.8 MiB; 7.4 -> 5.2 MiB on 2 threads). Each group past the first costs its
 W packs again, and on the second block, once, the GEMMs 1 and 2 it ran before its first wait
-(about a third of a step: a split in two, 1.3 % of 26 steps). Every sum runs in the order it did: GEMM 1's chunks add
-into the logits tile one after the other in H's order, on the micro-kernel's own chunks
-(vectorize_contractions.summing_chunk: bfloat16 pairs on vdpbf16ps take twice float32's KC;
-chunks of float32's there summed the logits in another association on 2 threads than on 1),
-GEMM 2's chunks split columns, not its sum. The results stay bit-identical for any
-number of blocks.
+(about a third of a step: a split in two, 1.3 % of 26 steps).
+
+Every sum runs in the order it did: GEMM 1's chunks add into the logits tile one after the
+other in H's order, on the micro-kernel's own chunks (vectorize_contractions.summing_chunk:
+bfloat16 pairs on vdpbf16ps take twice float32's KC; chunks of float32's there summed the
+logits in another association on 2 threads than on 1), GEMM 2's chunks split columns, not its
+sum. The results stay bit-identical for any number of blocks, and any grouping.
 
 The wait for the block before moves from the start of the step to GEMM 3: GEMMs 1 and 2 and the
 softmax read nothing another block writes, so a block runs them while the block before finishes
@@ -61,8 +62,8 @@ from xdsl.dialects.linalg.ops import GenericOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.rewriter import InsertPoint
 
-from npugrad.dialect.attributes import ROLE, Contraction, NestRole
 from npugrad.analysis.footprint import budget
+from npugrad.dialect.attributes import ROLE, Contraction, NestRole
 from npugrad.dialect.npu import WaitFlagOp, element_bytes
 from npugrad.ir import IRBuilder, integer_constant
 from npugrad.passes.tiling.blocks import body_closure, contraction_of, mixed_offsets, mixed_sizes, nest_role
