@@ -207,21 +207,27 @@ def test_flce_stash_over_many_token_and_vocabulary_tiles(rng, threads, dtype, hp
     assert_close(results[0][1], want["weight_grad_out"])
 
 
+def _zen3_with_l2(tmp_path, size: str) -> str:
+    """Inputs/zen3.toml with an L2 of `size` (a target size, e.g. "64KiB") instead of 512 KiB."""
+    cpu = tmp_path / f"zen3_l2_{size}.toml"
+    cpu.write_text((LIT_INPUTS / "zen3.toml").read_text().replace('"512KiB"', f'"{size}"'))
+    return str(cpu)
+
+
 def test_flce_group_cap_from_the_accumulator_level(tmp_path):
     """A group holds as many token tiles as the level of the accumulator tiles holds stash
     entries of, 1024 rows' worth at least (tiling/flce_groups.group_cap): on a 512 KiB L2
     three 186 x 176 float32 entries fit but six make 1024 rows; on a 2 MiB one four entries of
-    384 x 320; a level without capacity sets no cap."""
+    384 x 320; an entry larger than the level still gets a group of one."""
     from npugrad.passes.tiling.flce_groups import group_cap
     from npugrad.targets import get as get_target
 
     zen3 = get_target(str(LIT_INPUTS / "zen3.toml"))
     assert group_cap(zen3, 186 * 176 * 4, 186) == 6
     assert group_cap(zen3, 12 * 16 * 4, 12) == 512 * 1024 // (12 * 16 * 4)
-    big = tmp_path / "l2_2mib.toml"
-    big.write_text((LIT_INPUTS / "zen3.toml").read_text().replace('"512KiB"', '"2MiB"'))
-    assert group_cap(get_target(str(big)), 384 * 320 * 4, 384) == 4
-    assert group_cap(get_target(str(big)), 4 * 1024 * 1024, 2048) == 1  # one entry over the level: still one
+    big = get_target(_zen3_with_l2(tmp_path, "2MiB"))
+    assert group_cap(big, 384 * 320 * 4, 384) == 4
+    assert group_cap(big, 4 * 1024 * 1024, 2048) == 1  # one entry over the level: still one
 
 
 @pytest.mark.parametrize(("dtype", "hp"), [(FLOAT_DTYPES[0], False), (FLOAT_DTYPES[1], True)],
@@ -235,16 +241,15 @@ def test_flce_groups_cut_down_to_the_level_and_split_evenly(tmp_path, rng, threa
     from npugrad.passes.fuse_linear_cross_entropy_grad import FuseLinearCrossEntropyGradPass
     from npugrad.passes.fuse_linear_online_max_sum import FuseLinearOnlineMaxSumPass
 
-    cpu = tmp_path / "small_l2.toml"
-    cpu.write_text((LIT_INPUTS / "zen3.toml").read_text().replace('"512KiB"', '"64KiB"'))
+    cpu = _zen3_with_l2(tmp_path, "64KiB")
     a = _flce_operands(rng, 4500, 40, 300, dtype, hp, packed=not hp)
     fused = [FuseLinearOnlineMaxSumPass(), FuseLinearCrossEntropyGradPass(tile_bt=100, tile_v=16)]
     results = []
     for n in (2, 3):
         threads(n)
-        with using(Pipeline(cpu=str(cpu), fused_passes=fused)):
+        with using(Pipeline(cpu=cpu, fused_passes=fused)):
             results.append(_flce(a))
-    with using(Pipeline(cpu=str(cpu), distribute=False, fused_passes=fused)):
+    with using(Pipeline(cpu=cpu, distribute=False, fused_passes=fused)):
         results.append(_flce(a))
     _all_same(results)
     want = harness.expected("fused_linear_cross_entropy_loss_grad", a, {})

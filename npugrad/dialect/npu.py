@@ -143,10 +143,7 @@ class AllocLocalOp(IRDLOperation):
     def size_bytes(self) -> int:
         t = self.result.type
         assert isinstance(t, MemRefType)
-        n = 1
-        for d in t.get_shape():
-            n *= d
-        return n * element_bytes(t.element_type)
+        return static_bytes(t)
 
 
 def element_bytes(t) -> int:
@@ -154,6 +151,14 @@ def element_bytes(t) -> int:
     if width is None:
         width = 64  # index
     return max(1, width // 8)
+
+
+def static_bytes(t: MemRefType) -> int:
+    """The bytes of a memref of static shape."""
+    n = element_bytes(t.element_type)
+    for d in t.get_shape():
+        n *= d
+    return n
 
 
 class _CopyEffects(MemoryEffect):

@@ -986,17 +986,14 @@ class _Kernels:
         start = e.idx(0) if first is None else first
         blocks_end = self._blocks_end(start)
 
-        def panel(j0: SSAValue) -> SSAValue:
-            return e.emit(arith.DivUIOp(e.emit(arith.SubiOp(j0, start)), e.idx(wide)))
-
         tiles_first = hoisted and self.amx_rows_full is not None
         if tiles_first:  # the AMX row blocks outermost, over every hoisted panel
             with e.loop(self.amx_rows, step=e.idx(AMX_BLOCK)) as i0:
                 with e.loop(blocks_end, start, e.idx(wide)) as j0:
-                    self.amx_rows_block(i0, j0, self.nr, panel(j0))
+                    self.amx_rows_block(i0, j0, self.nr, self._panel_of(j0, start))
         with e.loop(blocks_end, start, e.idx(wide)) as j0:
             if hoisted:
-                self.rows(j0, self.nr, p=panel(j0), tiles_done=tiles_first)
+                self.rows(j0, self.nr, p=self._panel_of(j0, start), tiles_done=tiles_first)
             else:
                 self.pack(j0)
                 self.rows(j0, self.nr)
@@ -1006,6 +1003,11 @@ class _Kernels:
         """Where the whole blocks of NR vectors from column `start` end."""
         e = self.e
         return e.emit(arith.AddiOp(start, self._floor(e.emit(arith.SubiOp(self.n, start)), self.nr * self.lanes)))
+
+    def _panel_of(self, j0: SSAValue, start: SSAValue) -> SSAValue:
+        """The hoisted panel of the block at column `j0`, blocks of NR vectors from `start`."""
+        e = self.e
+        return e.emit(arith.DivUIOp(e.emit(arith.SubiOp(j0, start)), e.idx(self.nr * self.lanes)))
 
     def edges(self, start: SSAValue | None, blocks_end: SSAValue) -> None:
         """The columns before the blocks (from 0 to `start`), then those after them (from
@@ -1052,7 +1054,7 @@ class _Kernels:
         assert packed is not None
         with e.loop(blocks_end, begin, e.idx(wide)) as j0:
             def hoisted_panel() -> list[SSAValue]:
-                p = e.emit(arith.DivUIOp(e.emit(arith.SubiOp(j0, begin)), e.idx(wide)))
+                p = self._panel_of(j0, begin)
                 return [e.emit(memref.SubviewOp.get(packed, [p, 0, 0], [1, e.dim(packed, 1), columns], [1, 1, 1], view))]
 
             def own_panel() -> list[SSAValue]:

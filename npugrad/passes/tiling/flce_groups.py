@@ -64,7 +64,7 @@ from xdsl.rewriter import InsertPoint
 
 from npugrad.analysis.footprint import budget
 from npugrad.dialect.attributes import ROLE, Contraction, NestRole
-from npugrad.dialect.npu import WaitFlagOp, element_bytes
+from npugrad.dialect.npu import WaitFlagOp, element_bytes, static_bytes
 from npugrad.ir import IRBuilder, integer_constant
 from npugrad.passes.tiling.blocks import body_closure, contraction_of, mixed_offsets, mixed_sizes, nest_role
 from npugrad.passes.vectorize_contractions import kernel_chunk, line_bytes, summing_chunk, view_root
@@ -110,13 +110,6 @@ def group_cap(target: Target, entry_bytes: int, entry_rows: int) -> int | None:
     if capacity is None or entry_bytes <= 0:
         return None
     return max(budget(target, "accumulator") // entry_bytes, -(-FEWEST_CAPPED_ROWS // max(entry_rows, 1)), 1)
-
-
-def _bytes(t: MemRefType) -> int:
-    n = element_bytes(t.element_type)
-    for d in t.get_shape():
-        n *= d
-    return n
 
 
 def _token_loop(root: Operation) -> scf.ForOp | None:
@@ -285,7 +278,7 @@ def split(wave: scf.ForOp, target: Target, e: IRBuilder) -> None:
     rows = top.emit(arith.MaxUIOp(top.emit(arith.MuliOp(h, top.idx(2))), top.idx(MIN_GROUP_ROWS)))
     rows.name_hint = "group_rows"
     most = top.emit(arith.MaxUIOp(top.emit(arith.CeilDivUIOp(rows, top.idx(tile_rows))), top.idx(1)))
-    cap = group_cap(target, sum(_bytes(s.memref.type) for s, p in used.items() if len(p) > 1), tile_rows)  # type: ignore[union-attr]
+    cap = group_cap(target, sum(static_bytes(s.memref.type) for s, p in used.items() if len(p) > 1), tile_rows)  # type: ignore[union-attr]
     if cap is not None:
         most = top.emit(arith.MinUIOp(most, top.idx(cap)))
     most.name_hint = "most_tiles"
