@@ -389,13 +389,14 @@ def ema_adam_torch(n, alloc):
 # ---- compile time and per-call overhead, on tiny inputs -------------------------------------
 
 
-def api_call(op: str):
-    """The API call on tiny inputs, not yet compiled: its first call compiles."""
-    size = {**TINY[op], **({"dtype": "float32"} if op == "flce" else {})}
+def api_call(op: str, dtype: str = "float32"):
+    """The API call on tiny inputs, not yet compiled: its first call compiles (the FLCE in
+    `dtype`; the other ops take float32)."""
+    size = {**TINY[op], **({"dtype": dtype} if op == "flce" else {})}
     return globals()[f"{op}_npugrad"].__wrapped__(alloc=False, **size)
 
 
-def kernel_call(op: str):
+def kernel_call(op: str, dtype: str = "float32"):
     """The compiled machine code alone for the same call (arguments checked and bound once)."""
     from npugrad.runtime import launch
 
@@ -408,7 +409,7 @@ def kernel_call(op: str):
 
     launch.Call.run = capture
     try:
-        api_call(op)()
+        api_call(op, dtype)()
     finally:
         launch.Call.run = original
     return captured[0]
@@ -679,17 +680,25 @@ def contender_compile_table(shared: dict) -> str:
 CALL_BATCHES = 25  # batches of each side of the cached-call measurement (call_costs)
 
 
-def call_costs(op: str, batches: int, size: int) -> dict:
+def call_costs(op: str, batches: int, size: int, dtype: str = "float32") -> dict:
     """The cold call, then the cached API call, its bound kernel and a NumPy ufunc call on 16
     float32 elements taking turns (paired_costs)."""
     a, b = np.ones(16, np.float32), np.ones(16, np.float32)
-    return paired_costs(lambda: api_call(op), lambda: kernel_call(op), batches, size,
+    return paired_costs(lambda: api_call(op, dtype), lambda: kernel_call(op, dtype), batches, size,
                         reference=lambda: np.add(a, b, out=a))
 
 
+def compile_cases(ops: Sequence[str]) -> list[tuple[str, str]]:
+    """(op, dtype) of each row of the compile table: every op in float32, and the FLCE in
+    bfloat16 too, its largest kernel (the bf16 GEMMs on the host's AMX tiles or dot-product
+    pairs, each with its edges: examples/flce_grad.mlir's LLVM IR on an Emerald Rapids is 1.1 MB
+    in bfloat16 and 0.53 MB in float32)."""
+    return [(op, dtype) for op in ops for dtype in (("float32", "bfloat16") if op == "flce" else ("float32",))]
+
+
 def compile_table(ops: Sequence[str], threads: int, calls: int, log: Callable[[str], None]) -> str:
-    header = (f"{'op':<10} {'cold compile ms':>16} {'from disk ms':>13} {'cached call us':>15} {'kernel us':>10} "
-              f"{'overhead us':>12} {'in np.add calls':>16} {'call, batches us':>17}")
+    header = (f"{'op':<10} {'dtype':<9} {'cold compile ms':>16} {'from disk ms':>13} {'cached call us':>15} "
+              f"{'kernel us':>10} {'overhead us':>12} {'in np.add calls':>16} {'call, batches us':>17}")
     title = ("Compile time (fresh process, tiny inputs): cold = first call minus a cached call, with an empty "
              "disk cache; from disk = the same in the next fresh process, the passes' LLVM IR and the machine code "
              "loaded from the disk cache (NPUGRAD_CACHE_DIR: runtime/ir_cache.py, object_cache.py); cached call, kernel (the bound machine "
@@ -699,19 +708,19 @@ def compile_table(ops: Sequence[str], threads: int, calls: int, log: Callable[[s
              "float32 elements, timed in the same batches (a machine-wide slow spell scales both); 'call, batches': "
              "the fastest and slowest batch of the cached call")
     lines = [title, header, "-" * len(header)]
-    for op in ops:
-        log(f"  compile: {op}")
-        args = {"op": op, "batches": CALL_BATCHES, "size": max(1, calls // CALL_BATCHES)}
+    for op, dtype in compile_cases(ops):
+        log(f"  compile: {op} {dtype}")
+        args = {"op": op, "batches": CALL_BATCHES, "size": max(1, calls // CALL_BATCHES), "dtype": dtype}
         with tempfile.TemporaryDirectory(prefix="npugrad-bench-cache-") as cache:
             fresh = {"NPUGRAD_CACHE_DIR": cache}
             cold = in_child("bench.ops:call_costs", args, threads, env=fresh)
             disk = in_child("bench.ops:call_costs", {**args, "batches": 1}, threads, env=fresh)
         bad = [r for r in (cold, disk) if not isinstance(r, dict)]
         if bad:
-            lines.append(f"{op:<10} failed: {bad[0] or 'timed out'}")
+            lines.append(f"{op:<10} {dtype:<9} failed: {bad[0] or 'timed out'}")
             continue
         low, high = cold["spread"]
-        lines.append(f"{op:<10} {(cold['first'] - cold['call']) * 1e3:>16.1f} {(disk['first'] - cold['call']) * 1e3:>13.1f} "
+        lines.append(f"{op:<10} {dtype:<9} {(cold['first'] - cold['call']) * 1e3:>16.1f} {(disk['first'] - cold['call']) * 1e3:>13.1f} "
                      f"{cold['call'] * 1e6:>15.1f} {cold['part'] * 1e6:>10.1f} {cold['overhead'] * 1e6:>12.1f} "
                      f"{cold['per_reference']:>15.0f}x "
                      f"{f'{low * 1e6:.1f}-{high * 1e6:.1f}':>17}")
