@@ -691,8 +691,7 @@ def call_costs(op: str, batches: int, size: int, dtype: str = "float32") -> dict
 def compile_cases(ops: Sequence[str]) -> list[tuple[str, str]]:
     """(op, dtype) of each row of the compile table: every op in float32, and the FLCE in
     bfloat16 too, its largest kernel (the bf16 GEMMs on the host's AMX tiles or dot-product
-    pairs, each with its edges: examples/flce_grad.mlir's LLVM IR on an Emerald Rapids is 1.1 MB
-    in bfloat16 and 0.53 MB in float32)."""
+    pairs, each with its edges: about twice the float32 kernel's LLVM IR)."""
     return [(op, dtype) for op in ops for dtype in (("float32", "bfloat16") if op == "flce" else ("float32",))]
 
 
@@ -716,11 +715,12 @@ def compile_table(ops: Sequence[str], threads: int, calls: int, log: Callable[[s
             cold = in_child("bench.ops:call_costs", args, threads, env=fresh)
             disk = in_child("bench.ops:call_costs", {**args, "batches": 1}, threads, env=fresh)
         bad = [r for r in (cold, disk) if not isinstance(r, dict)]
+        row = f"{op:<10} {dtype:<9}"
         if bad:
-            lines.append(f"{op:<10} {dtype:<9} failed: {bad[0] or 'timed out'}")
+            lines.append(f"{row} failed: {bad[0] or 'timed out'}")
             continue
         low, high = cold["spread"]
-        lines.append(f"{op:<10} {dtype:<9} {(cold['first'] - cold['call']) * 1e3:>16.1f} {(disk['first'] - cold['call']) * 1e3:>13.1f} "
+        lines.append(f"{row} {(cold['first'] - cold['call']) * 1e3:>16.1f} {(disk['first'] - cold['call']) * 1e3:>13.1f} "
                      f"{cold['call'] * 1e6:>15.1f} {cold['part'] * 1e6:>10.1f} {cold['overhead'] * 1e6:>12.1f} "
                      f"{cold['per_reference']:>15.0f}x "
                      f"{f'{low * 1e6:.1f}-{high * 1e6:.1f}':>17}")
