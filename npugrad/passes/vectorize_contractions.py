@@ -249,22 +249,27 @@ def pack_pairs(e: IRBuilder, b: SSAValue, transposed_b: bool, k_lo: SSAValue, k_
     columns at a time, rows k and k + 1 interleaved (a shuffle), the row after next panel's line
     prefetched at column `ahead`, over the whole pairs, then an odd count's last row alone. B
     read [j, k], where a column's pair is one i32 of B's row: lanes x lanes blocks of i32, each
-    row a vector load and the block transposed in registers; the last pairs (fewer than lanes)
-    a column at a time (lane_tail)."""
+    row a vector load and the block transposed in registers, the panel's nr blocks of columns
+    in a loop (each is lanes loads, 4·lanes shuffles and lanes stores already: unrolled, the
+    two copies of this pack, the hoisted one and the micro-kernel's own, were 1338 of the 4563
+    ops vectorize-contractions emitted for the FLCE bfloat16 gradient on a host with AMX); the
+    last pairs (fewer than lanes) a column at a time (lane_tail)."""
     words = VectorType(i32, [lanes])
     pairs_t = VectorType(bf16, [2 * lanes])
     count = e.emit(arith.DivUIOp(e.emit(arith.AddiOp(e.emit(arith.SubiOp(k_hi, k_lo)), e.idx(1))), e.idx(2)))
-    js = [_plus(e, j0, c * lanes) for c in range(nr)]
+    js = [] if transposed_b else [_plus(e, j0, c * lanes) for c in range(nr)]
     if transposed_b:
         blocks = e.emit(arith.DivUIOp(e.emit(arith.SubiOp(k_hi, k_lo)), e.idx(2 * lanes)))
         rest = e.emit(arith.MuliOp(blocks, e.idx(lanes)))
         with e.loop(rest, step=e.idx(lanes)) as q0:
             k0 = e.emit(arith.AddiOp(k_lo, e.emit(arith.AddiOp(q0, q0))))
-            for c, j in enumerate(js):
+            with e.loop(e.idx(nr * lanes), step=e.idx(lanes)) as c:  # the panel's column blocks, rolled
+                j = e.emit(arith.AddiOp(j0, c))
                 rows = [e.emit(vector.BitcastOp(e.emit(vector.LoadOp(b, [_plus(e, j, r), k0], pairs_t)), words))
                         for r in range(lanes)]
+                at = e.emit(arith.AddiOp(c, c))
                 for r, column in enumerate(transposed(e, rows)):
-                    store(_plus(e, q0, r), e.idx(2 * c * lanes), e.emit(vector.BitcastOp(column, pairs_t)))
+                    store(_plus(e, q0, r), at, e.emit(vector.BitcastOp(column, pairs_t)))
         pair_t = VectorType(bf16, [2])
         with lane_tail(e, j0, nr * lanes) as (col, column):
             at = e.emit(arith.AddiOp(col, col))
@@ -471,11 +476,8 @@ class _Kernels:
         self.dot = dots(gen, shape, target)  # bfloat16 pairs into x86vector.avx512.dot (dots)
         self.amx = self.dot and amx_bf16(target)  # and whole 32 x 32 blocks on AMX tiles (amx_block)
         self.rows_full = self._floor(self.m, self.mr)  # rows that fill whole MR-row blocks
-        # Rows in whole AMX blocks (none without AMX), and the rows after them that fill whole
-        # MR-row blocks (the columns the tiles cover; the masked ones take rows_full).
+        # Rows in whole AMX blocks (None without AMX; the masked columns' blocks take rows_full).
         self.amx_rows = self._floor(self.m, AMX_BLOCK) if self.amx else None
-        self.amx_rows_full = None if self.amx_rows is None else e.emit(arith.AddiOp(
-            self.amx_rows, self._floor(e.emit(arith.SubiOp(self.m, self.amx_rows)), self.mr)))
         self.q0: SSAValue | None = None  # pairs of the chunk already summed on tiles (amx_block)
         self.pairs = VectorType(bf16, [2 * self.lanes])
         self.kc = kernel_chunk(target, self.dot)
@@ -487,9 +489,11 @@ class _Kernels:
         self.hoisted = hoisted  # or all of B's panels, packed before an enclosing loop (hoisted_panels)
         self.label = kernel_label(gen)
         self.packed = None if hoisted is None else hoisted.packed
-        # (panel, delta): B's row k at row k + delta of `panel`, a 2-D view the whole blocks read
-        # (columns_either: a hoisted panel or the chunk's own, chosen at run time), or None.
-        self.view: tuple[SSAValue, SSAValue] | None = None
+        # (panel, delta, k_first): B's row k at row k + delta of `panel` (pairs: pair q of the
+        # chunk at row q + delta), a 2-D view the whole blocks read (columns_either: a hoisted
+        # panel or the chunk's own, chosen at run time), and the step its row 0 holds (AMX
+        # tiles, tile_panel; else None), or None.
+        self.view: tuple[SSAValue, SSAValue, SSAValue | None] | None = None
 
     # -- one block --------------------------------------------------------------------------
     def _load(self, ref: SSAValue, indices: list[SSAValue], mask: SSAValue | None) -> SSAValue:
@@ -532,10 +536,10 @@ class _Kernels:
         return e.emit(arith.ExtFOp(halves, self.f32x))
 
     def block(self, i0: SSAValue, j0: SSAValue, nr: int, masks: list[SSAValue] | None = None,
-              p: SSAValue | None = None, last: SSAValue | None = None) -> None:
+              last: SSAValue | None = None) -> None:
         """C[i0:i0+MR, j0:j0+nr·lanes] += A·B over the chunk, the MR×nr accumulators in registers
         from zero, C's lines prefetched first and read last; B's rows read from the packed panel
-        (panel `p` of the hoisted ones, if any), or in place where `masks` (one per vector, for
+        (the block's view, if any: columns_either), or in place where `masks` (one per vector, for
         the columns at the edges) are given. With `last` (≥ i0), row i0 + r is row
         min(i0 + r, last)."""
         e = self.e
@@ -554,9 +558,9 @@ class _Kernels:
         part = ".k_edge" if masks is not None else ".k_tail" if last is not None else ".k"
         with e.labelled(self.label + part):
             if self.dot and masks is None:
-                self.pair_steps(rows, nr, accs, p)
+                self.pair_steps(rows, nr, accs)
             else:
-                self.steps(rows, cols, nr, accs, masks, p)
+                self.steps(rows, cols, nr, accs, masks)
                 _unrolled(accs[0], 2 if masks is None and last is None else 1)
         for result in accs:
             result.name_hint = "sum"
@@ -571,7 +575,7 @@ class _Kernels:
                 e.emit(vector.MaskedStoreOp(self.c, [i, cols[c]], masks[c], total))
 
     def steps(self, rows: list[SSAValue], cols: list[SSAValue], nr: int, accs: list[SSAValue],
-              masks: list[SSAValue] | None, p: SSAValue | None) -> None:
+              masks: list[SSAValue] | None) -> None:
         """The chunk's reduction steps into `accs`, one FMA per accumulator per step."""
         e = self.e
         with e.carried_loop(self.k_hi, accs, lb=self.k_lo) as (k, carried, updated):
@@ -579,13 +583,9 @@ class _Kernels:
             for arg in carried:
                 arg.name_hint = "acc"
             if masks is None and self.view is not None:
-                panel, delta = self.view
+                panel, delta, _ = self.view
                 at = e.emit(arith.AddiOp(k, delta))
                 bs = [e.emit(vector.LoadOp(panel, [at, e.idx(c * self.lanes)], self.f32x)) for c in range(nr)]
-            elif masks is None and p is not None:
-                offset = self.hoisted.offset if self.hoisted is not None else None
-                at = k if offset is None else e.emit(arith.AddiOp(k, offset))
-                bs = [e.emit(vector.LoadOp(self.packed, [p, at, e.idx(c * self.lanes)], self.f32x)) for c in range(nr)]
             elif masks is None or not self.dot:  # the edges' panel packed masked (masked)
                 row = e.emit(arith.SubiOp(k, self.k_lo))
                 bs = [e.emit(vector.LoadOp(self.panel, [row, e.idx(c * self.lanes)], self.f32x)) for c in range(nr)]
@@ -599,10 +599,10 @@ class _Kernels:
                 a.name_hint = "a"
                 updated += [e.emit(vector.FMAOp(a, b, carried[r * nr + c])) for c, b in enumerate(bs)]
 
-    def pair_steps(self, rows: list[SSAValue], nr: int, accs: list[SSAValue], p: SSAValue | None) -> None:
+    def pair_steps(self, rows: list[SSAValue], nr: int, accs: list[SSAValue]) -> None:
         """The chunk's reduction steps into `accs` two at a time, one x86vector.avx512.dot per
-        accumulator per pair: B's pairs from the packed panel (row k_lo/2 + q of the hoisted
-        ones), A's pair for each row broadcast as one i32. A read [i, k] holds its pairs as they
+        accumulator per pair: B's pairs from the packed panel (row q + delta of the block's
+        view: columns_either), A's pair for each row broadcast as one i32. A read [i, k] holds its pairs as they
         are, contiguous along its rows: they are read in place, and where the chunk's count is
         odd its last step comes alone, after the whole pairs, its second half zero (no read past
         the row). A read [k, i] interleaves two rows: its pairs come from a pack (pack_a_pairs).
@@ -610,7 +610,6 @@ class _Kernels:
         nests: a 19-instruction loop with 3 % of the bfloat16 gradient's samples, Zen 4.)"""
         e = self.e
         words = VectorType(i32, [self.lanes])
-        first = None if p is None else e.emit(arith.DivUIOp(self.k_lo, e.idx(2)))
         in_place = not self.shape.lhs_transposed
         whole = (e.emit(arith.DivUIOp(e.emit(arith.SubiOp(self.k_hi, self.k_lo)), e.idx(2))) if in_place
                  else self.chunk_pairs())
@@ -620,13 +619,10 @@ class _Kernels:
             q.name_hint = "q"
             for arg in carried:
                 arg.name_hint = "acc"
-            if self.view is not None:
-                panel, delta = self.view
-                at = e.emit(arith.AddiOp(q, delta))
+            if self.view is not None:  # pair q0 + q of the chunk (amx_rows_block's steps left)
+                panel, delta, _ = self.view
+                at = e.emit(arith.AddiOp(q if self.q0 is None else e.emit(arith.AddiOp(q, self.q0)), delta))
                 bs = [e.emit(vector.LoadOp(panel, [at, e.idx(2 * c * self.lanes)], self.pairs)) for c in range(nr)]
-            elif first is not None:
-                at = e.emit(arith.AddiOp(first, q))
-                bs = [e.emit(vector.LoadOp(self.packed, [p, at, e.idx(2 * c * self.lanes)], self.pairs)) for c in range(nr)]
             else:
                 row = q if self.q0 is None else e.emit(arith.AddiOp(q, self.q0))
                 bs = [e.emit(vector.LoadOp(self.panel, [row, e.idx(2 * c * self.lanes)], self.pairs)) for c in range(nr)]
@@ -764,8 +760,7 @@ class _Kernels:
             with e.loop(self.k_hi, lb=full) as k:
                 e.store(e.load_f32(self.a, [i, k]), buffer, [i, e.emit(arith.SubiOp(k, self.k_lo))])
 
-    def rows(self, j0: SSAValue, nr: int, masks: list[SSAValue] | None = None, p: SSAValue | None = None,
-             tiles_done: bool = False) -> None:
+    def rows(self, j0: SSAValue, nr: int, masks: list[SSAValue] | None = None, tiles_done: bool = False) -> None:
         """Blocks of MR rows, and the rows left (fewer than MR) in one more block of MR rows
         whose rows past the last are the last row again (block's `last`): they compute its
         values and store them where it does, after every load of C, so C is what it would be.
@@ -775,22 +770,33 @@ class _Kernels:
         most MR - 1 rows' FMAs per row tail. The tail block comes first: its row indices are
         dead before the whole blocks start. Emitted after them, they kept registers busy
         through the whole blocks' reduction loops, and GEMM 2's compared its bound with a stack
-        slot on every step (10 % more samples, FLCE 5-10 % slower; tests/test_microkernel_registers.py)."""
+        slot on every step (10 % more samples, FLCE 5-10 % slower; tests/test_microkernel_registers.py).
+
+        The masked columns at the edges (a few columns: none of C's lines are whole there),
+        and with AMX tiles the rows below the whole 32-row blocks on tiles (amx_rows_block;
+        fewer than 32, none where the rows are a multiple of 32 as the linear cross-entropy
+        nests' token tiles are), take one loop of blocks, each as the tail block: one block to
+        compile, not two, for MR - 1 row indices clamped per block. Neither's reduction loop is
+        unrolled, so the blocks differed in nothing else; the second blocks were 1078 of the
+        5230 ops this pass emitted for the FLCE bfloat16 gradient on a host with AMX."""
         e = self.e
+        tiles = self.amx_rows is not None and masks is None
+        if tiles and not tiles_done:  # (columns_either runs them itself)
+            with e.loop(self.amx_rows, step=e.idx(AMX_BLOCK)) as i0:
+                self.amx_rows_block(i0, j0, nr)
+        if tiles or masks is not None:
+            last = e.emit(arith.SubiOp(self.m, e.idx(1)))
+            with e.loop(self.m, lb=self.amx_rows if tiles else None, step=e.idx(self.mr)) as i0:
+                self.block(i0, j0, nr, masks, last=last)
+            return
         full = self.rows_full
-        start = None
-        if self.amx_rows_full is not None and masks is None:
-            start, full = self.amx_rows, self.amx_rows_full
-            if not tiles_done:  # (columns ran them already, each over every panel)
-                with e.loop(start, step=e.idx(AMX_BLOCK)) as i0:
-                    self.amx_rows_block(i0, j0, nr, p)
         with e.if_(e.emit(arith.CmpiOp(full, self.m, "ult"))):
-            self.block(full, j0, nr, masks, p, last=e.emit(arith.SubiOp(self.m, e.idx(1))))
-        with e.loop(full, lb=start, step=e.idx(self.mr)) as i0:
-            self.block(i0, j0, nr, masks, p)
+            self.block(full, j0, nr, masks, last=e.emit(arith.SubiOp(self.m, e.idx(1))))
+        with e.loop(full, step=e.idx(self.mr)) as i0:
+            self.block(i0, j0, nr, masks)
 
     # -- AMX tiles ------------------------------------------------------------------------------
-    def amx_rows_block(self, i0: SSAValue, j0: SSAValue, nr: int, p: SSAValue | None) -> None:
+    def amx_rows_block(self, i0: SSAValue, j0: SSAValue, nr: int) -> None:
         """Rows i0 .. i0 + 32 of the panel's columns j0 .. j0 + nr·lanes: the chunk's whole
         32-step groups on tiles, a 32 x 32 block at a time (amx_block), then the steps left (the
         chunk's last, fewer than 32: where the reduction is not a multiple of 32) on vectors,
@@ -799,7 +805,7 @@ class _Kernels:
         e = self.e
         groups = e.emit(arith.DivUIOp(e.emit(arith.SubiOp(self.k_hi, self.k_lo)), e.idx(AMX_STEPS)))
         groups.name_hint = "tile_steps"
-        b, k_first = self.tile_panel(p)
+        b, k_first = self.tile_panel()
         for h in range(nr * self.lanes // AMX_BLOCK):
             self.amx_block(i0, j0, h * AMX_BLOCK, groups, b, k_first)
         k_lo = self.k_lo
@@ -808,23 +814,21 @@ class _Kernels:
             self.k_lo, self.q0 = tiled, e.emit(arith.MuliOp(groups, e.idx(AMX_STEPS // 2)))
             last = _plus(e, i0, AMX_BLOCK - 1)
             with e.loop(_plus(e, i0, AMX_BLOCK), lb=i0, step=e.idx(self.mr)) as i:
-                self.block(i, j0, nr, None, p, last=last)
+                self.block(i, j0, nr, None, last=last)
             self.k_lo, self.q0 = k_lo, None
 
-    def tile_panel(self, p: SSAValue | None) -> tuple[SSAValue, SSAValue | None]:
-        """B's panel of pairs as the right tiles read it, a 2-D memref (panel `p` of the hoisted
-        ones, or the chunk's own), and the reduction step its row 0 holds (None: step 0, the
-        hoisted panels hold every pair)."""
-        if p is None:
-            return self.panel, self.k_lo
-        e = self.e
-        assert self.packed is not None
-        wide = 2 * self.nr * self.lanes
-        view = MemRefType(bf16, [DYNAMIC_INDEX, wide], StridedLayoutAttr([wide, 1], None))
-        return e.emit(memref.SubviewOp.get(self.packed, [p, 0, 0], [1, e.dim(self.packed, 1), wide], [1, 1, 1], view)), None
+    def tile_panel(self) -> tuple[SSAValue, SSAValue]:
+        """B's panel of pairs as the right tiles read it, a 2-D memref (the block's view,
+        columns_either: its hoisted panel or the chunk's own; else the chunk's own), and the
+        reduction step its row 0 holds (0 for a hoisted panel, which holds every pair)."""
+        if self.view is not None:
+            k_first = self.view[2]
+            assert k_first is not None
+            return self.view[0], k_first
+        return self.panel, self.k_lo
 
     def amx_block(self, i0: SSAValue, j0: SSAValue, offset: int, groups: SSAValue, b: SSAValue,
-                  k_first: SSAValue | None) -> None:
+                  k_first: SSAValue) -> None:
         """C[i0 : i0 + 32, j : j + 32] += A·B over the chunk's first 32·groups steps (j = j0 +
         offset), on four accumulator tiles: A's two 16-row tiles of 32 steps (read in place
         where A is read [i, k], from pack_a_rows otherwise), B's two tiles of 16 pairs x 16
@@ -854,7 +858,7 @@ class _Kernels:
         a = self.a if self.a_rows is None else self.a_rows
 
         def b_row(k: SSAValue) -> SSAValue:
-            return e.emit(arith.DivUIOp(k if k_first is None else e.emit(arith.SubiOp(k, k_first)), e.idx(2)))
+            return e.emit(arith.DivUIOp(e.emit(arith.SubiOp(k, k_first)), e.idx(2)))
 
         def a_at(i: SSAValue, k: SSAValue) -> list[SSAValue]:
             # A read [k, i] was transposed into the chunk's rows (pack_a_rows); read [i, k], in place.
@@ -932,7 +936,7 @@ class _Kernels:
             buffer = e.alloc([self.m, self.kc], f32)
             buffer.name_hint = "a_wide"
         head = None
-        if not self.dot and (self.hoisted is None or self.hoisted.fits is not None):
+        if not self.dot:
             head = e.line_head(self.c, self.n, 4, self.line_bytes)
             head.name_hint = "head"
         first = None if self.hoisted is None else self.hoisted.first
@@ -949,55 +953,25 @@ class _Kernels:
                     self.widen_a(buffer)
                 self.a_wide = buffer
             if self.hoisted is None:
-                self.columns(head, hoisted=False)
-            elif self.hoisted.fits is None:
-                self.columns(first, hoisted=True)
-            elif self.amx_rows is None:  # (AMX's row blocks run over all the hoisted panels first)
-                self.columns_either(first, head)
+                self.columns(head)
             else:
-                e.if_else(self.hoisted.fits, lambda: self.columns(first, hoisted=True),
-                          lambda: self.columns(head, hoisted=False))
+                self.columns_either(first, head)
         if buffer is not None:
             e.dealloc(buffer)
         if rows_buffer is not None:
             e.dealloc(rows_buffer)
 
-    def columns(self, first: SSAValue | None, hoisted: bool) -> None:
-        """The chunk over all of C's columns: blocks of NR vectors from column `first` on (None:
-        0), each packing B's panel, or reading panel (j0 − first) / (NR·lanes) of the hoisted
-        ones; the columns before `first` and after the last block masked (masked).
-
-        With hoisted panels and AMX tiles, the whole 32-row blocks come first, each over all the
-        panels (the row block outermost), then the panels' other rows. A's rows of a block (32 x
-        the chunk: 64 KiB of bfloat16 for GEMM 1's chunk of 1024) are then read from memory
-        once per chunk and reused from the L2 by every panel, and B's panels (all of the chunk's
-        hoisted: 640 KiB for a 320-column tile) stay in the L2 from one row block to the next.
-        Panel outermost, every panel read A's whole chunk again (X's token tile, 384 x 1024
-        bfloat16, 768 KiB, which with the panels and the logits tile outgrows a 2 MiB L2).
-        Each element sums the same products in the same order either way: the results are the
-        same bits. Measured on an Emerald Rapids (2 vCPUs), both orders compiled in one process,
-        calls taking turns: the FLCE bfloat16 gradient 1.08x and 1.14x faster at 4096 x 4096 x
-        8192 (12 and 16 rounds) and 1.14x at 2048 x 2048 x 32000 (8 rounds), each the median of
-        the rounds' ratios. GEMM 2 (dX += G·W, its panels the whole of W's tile, 2.5 MiB, read
-        again by each row block, whose G rows, 20 KiB, stay in the L1) gained too: this order
-        for GEMM 1 alone was 1.07x slower than for both (16 rounds)."""
+    def columns(self, start: SSAValue | None) -> None:
+        """The chunk over all of C's columns, no panels hoisted: blocks of NR vectors from column
+        `start` on (None: 0), each packing B's panel; the columns before `start` and after the
+        last block masked (masked)."""
         e = self.e
-        wide = self.nr * self.lanes
-        start = e.idx(0) if first is None else first
-        blocks_end = self._blocks_end(start)
-
-        tiles_first = hoisted and self.amx_rows_full is not None
-        if tiles_first:  # the AMX row blocks outermost, over every hoisted panel
-            with e.loop(self.amx_rows, step=e.idx(AMX_BLOCK)) as i0:
-                with e.loop(blocks_end, start, e.idx(wide)) as j0:
-                    self.amx_rows_block(i0, j0, self.nr, self._panel_of(j0, start))
-        with e.loop(blocks_end, start, e.idx(wide)) as j0:
-            if hoisted:
-                self.rows(j0, self.nr, p=self._panel_of(j0, start), tiles_done=tiles_first)
-            else:
-                self.pack(j0)
-                self.rows(j0, self.nr)
-        self.edges(first, blocks_end)
+        begin = e.idx(0) if start is None else start
+        blocks_end = self._blocks_end(begin)
+        with e.loop(blocks_end, begin, e.idx(self.nr * self.lanes)) as j0:
+            self.pack(j0)
+            self.rows(j0, self.nr)
+        self.edges(start, blocks_end)
 
     def _blocks_end(self, start: SSAValue) -> SSAValue:
         """Where the whole blocks of NR vectors from column `start` end."""
@@ -1028,10 +1002,28 @@ class _Kernels:
         where two copies of the blocks, one per case under an scf.if, were a third of the FLCE
         float32 gradient's LLVM IR and of LLVM's time on it. Each case's blocks start where
         columns' would (`first` or `head`; bfloat16 pairs: column 0 in both), so every element
-        sums the same products in the same order: the same bits. Not with AMX tiles, whose row
-        blocks run over every hoisted panel before the panels' other rows (columns)."""
+        sums the same products in the same order: the same bits.
+
+        With AMX tiles, the blocks run in passes: where `fits`, one pass over every block, its
+        whole 32-row blocks first, each over all the panels (the row block outermost), then the
+        panels' other rows; else one pass per block, its panel packed first, as `columns` runs
+        them. A's rows of a block (32 x the chunk: 64 KiB of bfloat16 for GEMM 1's chunk of
+        1024) are then read from memory once per chunk and reused from the L2 by every panel,
+        and B's panels (all of the chunk's hoisted: 640 KiB for a 320-column tile) stay in the
+        L2 from one row block to the next. Panel outermost, every panel read A's whole chunk
+        again (X's token tile, 384 x 1024 bfloat16, 768 KiB, which with the panels and the
+        logits tile outgrows a 2 MiB L2). Each element sums the same products in the same order
+        either way: the same bits. Measured on an Emerald Rapids (2 vCPUs), both orders
+        compiled in one process, calls taking turns: the FLCE bfloat16 gradient 1.08x and 1.14x
+        faster at 4096 x 4096 x 8192 (12 and 16 rounds) and 1.14x at 2048 x 2048 x 32000 (8
+        rounds), each the median of the rounds' ratios. GEMM 2 (dX += G·W, its panels the whole
+        of W's tile, 2.5 MiB, read again by each row block, whose G rows, 20 KiB, stay in the
+        L1) gained too: this order for GEMM 1 alone was 1.07x slower than for both (16 rounds).
+        The passes replaced a copy of the blocks per case under an scf.if: 2136 of the 7366 ops
+        this pass emitted for the FLCE bfloat16 gradient on a host with AMX, whose cold compile
+        went from 5.0-6.2 s to 3.1 (Emerald Rapids, fresh processes)."""
         e = self.e
-        assert self.hoisted is not None and self.hoisted.fits is not None and self.amx_rows is None
+        assert self.hoisted is not None
         fits, offset = self.hoisted.fits, self.hoisted.offset
         wide = self.nr * self.lanes
         start = None  # pairs (dot): the blocks start at column 0 in both cases
@@ -1048,24 +1040,55 @@ class _Kernels:
             hoisted_row, own = e.idx(0) if offset is None else offset, e.emit(arith.SubiOp(e.idx(0), self.k_lo))
         delta = e.emit(arith.SelectOp(fits, hoisted_row, own))
         delta.name_hint = "delta"
+        tiles = self.amx_rows is not None
+        k_first = None  # the reduction step row 0 of a tile's view holds (tile_panel)
+        if tiles:
+            k_first = e.emit(arith.SelectOp(fits, e.idx(0), self.k_lo))
+            k_first.name_hint = "k_first"
         columns = 2 * wide if self.dot else wide
         view = MemRefType(bf16 if self.dot else f32, [DYNAMIC_INDEX, columns], StridedLayoutAttr([columns, 1], None))
         packed = self.packed
         assert packed is not None
-        with e.loop(blocks_end, begin, e.idx(wide)) as j0:
+
+        def viewed(j0: SSAValue, pack: bool) -> None:
             def hoisted_panel() -> list[SSAValue]:
                 p = self._panel_of(j0, begin)
                 return [e.emit(memref.SubviewOp.get(packed, [p, 0, 0], [1, e.dim(packed, 1), columns], [1, 1, 1], view))]
 
             def own_panel() -> list[SSAValue]:
-                self.pack(j0)
+                if pack:
+                    self.pack(j0)
                 return [e.emit(memref.CastOp.get(self.panel, view))]
 
             (panel,) = e.if_else(fits, hoisted_panel, own_panel, [view])
             panel.name_hint = "b_view"
-            self.view = (panel, delta)
-            self.rows(j0, self.nr)
-            self.view = None
+            self.view = (panel, delta, k_first)
+
+        if not tiles:
+            with e.loop(blocks_end, begin, e.idx(wide)) as j0:
+                viewed(j0, pack=True)
+                self.rows(j0, self.nr)
+        else:
+            # A pass over every block where `fits` (its loop to 1 past the start: once, if there
+            # are blocks), else a pass per block: its blocks from `lo` to `hi`.
+            once = e.emit(arith.MinUIOp(blocks_end, _plus(e, begin, 1)))
+            passes_end = e.emit(arith.SelectOp(fits, once, blocks_end))
+            passes_end.name_hint = "passes_end"
+            own = e.emit(arith.XOrIOp(fits, e.const(True, i1)))
+            own.name_hint = "own"
+            with e.loop(passes_end, begin, e.idx(wide)) as o:
+                lo = e.emit(arith.SelectOp(fits, begin, o))
+                hi = e.emit(arith.SelectOp(fits, blocks_end, _plus(e, o, wide)))
+                lo.name_hint, hi.name_hint = "pass_start", "pass_end"
+                with e.if_(own):
+                    self.pack(o)
+                with e.loop(self.amx_rows, step=e.idx(AMX_BLOCK)) as i0, e.loop(hi, lo, e.idx(wide)) as j0:
+                    viewed(j0, pack=False)
+                    self.amx_rows_block(i0, j0, self.nr)
+                with e.loop(hi, lo, e.idx(wide)) as j0:
+                    viewed(j0, pack=False)
+                    self.rows(j0, self.nr, tiles_done=True)
+        self.view = None
         self.edges(start, blocks_end)
 
     def masked(self, lo: SSAValue, hi: SSAValue) -> None:
@@ -1284,12 +1307,12 @@ def row_pack_budget(target: Target) -> int:
 @dataclass(frozen=True)
 class _Hoisted:
     """B's panels packed before a loop (hoisted_panels): packed[p, k, :], B's row k at row
-    offset + k of them (None: k), where `fits` holds (None: always); panel p holds columns
-    first + p·W onwards."""
+    offset + k of them (None: k), where `fits` holds (a condition at run time: otherwise none
+    are packed, and the micro-kernel packs its own); panel p holds columns first + p·W onwards."""
 
     packed: SSAValue
+    fits: SSAValue
     offset: SSAValue | None = None
-    fits: SSAValue | None = None
     first: SSAValue | None = None  # the column panel 0 starts at (None: 0)
 
 
@@ -1401,21 +1424,22 @@ class VectorizeContraction(RewritePattern):
             j0 = e.emit(arith.MuliOp(p, e.idx(wide)))
             if first is not None:
                 j0 = e.emit(arith.AddiOp(j0, first))
-            js = [_plus(e, j0, c * lanes) for c in range(wide // lanes)]
             if shape.rhs_transposed:
                 # B read [j, k]: lanes x lanes blocks, each row a vector load along B's row and
                 # the block transposed in registers (where packing a lane at a time cost a
-                # scalar load per element: 12 % of a forward's samples, Zen 3, against 5 %);
-                # the last k % lanes columns (B's k) a column of the panel at a time (lane_tail).
+                # scalar load per element: 12 % of a forward's samples, Zen 3, against 5 %), the
+                # panel's blocks of columns in a loop (as pack_pairs'); the last k % lanes
+                # columns (B's k) a column of the panel at a time (lane_tail).
                 rest = e.emit(arith.MuliOp(e.emit(arith.DivUIOp(k, e.idx(lanes))), e.idx(lanes)))
-                with e.loop(rest, step=e.idx(lanes)) as k0:
-                    for c, j in enumerate(js):
-                        rows = [widened(e.emit(vector.LoadOp(b, [_plus(e, j, r), k0], loaded))) for r in range(lanes)]
-                        for r, column in enumerate(transposed(e, rows)):
-                            e.emit(vector.StoreOp(column, packed, [p, _plus(e, k0, r), e.idx(c * lanes)]))
+                with e.loop(rest, step=e.idx(lanes)) as k0, e.loop(e.idx(wide), step=e.idx(lanes)) as c:
+                    j = e.emit(arith.AddiOp(j0, c))
+                    rows = [widened(e.emit(vector.LoadOp(b, [_plus(e, j, r), k0], loaded))) for r in range(lanes)]
+                    for r, column in enumerate(transposed(e, rows)):
+                        e.emit(vector.StoreOp(column, packed, [p, _plus(e, k0, r), c]))
                 with lane_tail(e, j0, wide) as (col, column), e.loop(k, lb=rest) as kk:
                     e.store(e.load_f32(b, [column, kk]), packed, [p, kk, col])
             else:
+                js = [_plus(e, j0, c * lanes) for c in range(wide // lanes)]
                 ahead = next_panel(e, j0, wide, n)
                 with e.loop(k) as kk:
                     e.emit(PrefetchOp(b, [kk, ahead], write=False))
@@ -1425,7 +1449,8 @@ class VectorizeContraction(RewritePattern):
         after = loop.next_op
         assert after is not None  # a loop is never its block's terminator
         IRBuilder(rewriter, after).dealloc(packed)
-        return _Hoisted(packed, offset, fits, first)
+        assert fits is not None  # (repeats where B is invariant in the loop, else the size's)
+        return _Hoisted(packed, fits, offset, first)
 
     def panel(self, gen: GenericOp, rewriter: PatternRewriter, dot: bool) -> SSAValue:
         """The function's packed panel of B: KC rows of NR vectors of float32, or (`dot`) KC/2

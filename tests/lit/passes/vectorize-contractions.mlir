@@ -135,10 +135,19 @@
 // CHECK-NEXT:          vector.store %[[BE]], %b_panel[%[[RE]], %[[C0]]] : memref<256x64xf32>, vector<16xf32>
 // CHECK-NEXT:        }
 // CHECK-NOT:         vector.maskedload %b
-// CHECK:           vector.maskedload %c[%{{.*}}, %[[J1]]], %[[MASK]], %{{.*}} : memref<?x?xf32>, vector<16xi1>, vector<16xf32> into vector<16xf32>
-// CHECK:           vector.fma
-// CHECK:           } {loop_annotation = #llvm.loop_annotation<unroll = <disable = true>>}
-// CHECK:           vector.maskedstore %c[%{{.*}}, %[[J1]]], %[[MASK]], %{{.*}} : memref<?x?xf32>, vector<16xi1>, vector<16xf32>
+// Every row in one loop of blocks as the row tail's (rows past M - 1 clamped to it): a block's
+// reduction loop is rolled here, so a whole block would differ from it in nothing but the row
+// indices it clamps.
+// CHECK-NEXT:        %[[LASTE:.*]] = arith.subi %[[M]], %{{.*}} : index
+// CHECK-NEXT:        scf.for %[[IE:.*]] = %[[C0]] to %[[M]] step %[[MR]] {
+// CHECK-COUNT-5:       arith.addi %[[IE]], %{{.*}} : index
+// CHECK-COUNT-5:       arith.minui %{{.*}}, %[[LASTE]] : index
+// CHECK:               vector.fma
+// CHECK:             } {loop_annotation = #llvm.loop_annotation<unroll = <disable = true>>}
+// CHECK-NEXT:        vector.maskedload %c[%[[IE]], %[[J1]]], %[[MASK]], %{{.*}} : memref<?x?xf32>, vector<16xi1>, vector<16xf32> into vector<16xf32>
+// CHECK:             vector.maskedstore %c[%{{.*}}, %[[J1]]], %[[MASK]], %{{.*}} : memref<?x?xf32>, vector<16xi1>, vector<16xf32>
+// CHECK-NOT:         scf.for
+// CHECK:           }
 // CHECK-NOT:     linalg.generic
 // CHECK:         func.return
 
@@ -477,6 +486,48 @@
 // DOT:                x86vector.avx512.dot
 // DOT-NOT:        scf.if %repeats
 // DOT:          memref.dealloc %b_panels
+
+// With AMX tiles as well (Inputs/amx.toml), the same column blocks once for both cases, in
+// passes: where %repeats, one pass over every block (its loop ends 1 past the first), the whole
+// 32-row blocks of tiles first, each over all the hoisted panels, then the panels' other rows;
+// else a pass per block, its own panel packed first (%own). The tiles read the block's view
+// too, pair (k - %k_first) / 2 of it (%k_first: 0 for a hoisted panel, which holds every pair,
+// the chunk's first step for its own).
+// RUN: npugrad-opt %s -p 'vectorize-contractions{target="%inputs/amx.toml"}' | FileCheck %s --check-prefix=AMX
+// AMX-LABEL:  func.func @gemm_bf16_dot_b_transposed_in_a_loop
+// AMX:          %b_panels = memref.alloc
+// AMX:          scf.for %t = %c0 to %n step %c1 {
+// AMX:            scf.for %[[K0:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// AMX:              %delta = arith.select %repeats, %{{.*}}, %{{.*}} : index
+// AMX-NEXT:         %k_first = arith.select %repeats, %{{.*}}, %[[K0]] : index
+// AMX:              %[[ONCE:.*]] = arith.minui %[[BLOCKS_END:.*]], %{{.*}} : index
+// AMX-NEXT:         %passes_end = arith.select %repeats, %[[ONCE]], %[[BLOCKS_END]] : index
+// AMX-NEXT:         %own = arith.xori %repeats, %{{.*}} : i1
+// AMX-NEXT:         scf.for %[[PASS:.*]] = %{{.*}} to %passes_end step %{{.*}} {
+// AMX-NEXT:           %pass_start = arith.select %repeats, %{{.*}}, %[[PASS]] : index
+// AMX-NEXT:           %[[NEXT:.*]] = arith.addi %[[PASS]], %{{.*}} : index
+// AMX-NEXT:           %pass_end = arith.select %repeats, %[[BLOCKS_END]], %[[NEXT]] : index
+// AMX-NEXT:           scf.if %own {
+// AMX:                  vector.store %{{.*}}, %b_panel[
+// AMX:                  scf.for %{{.*}} = %pass_start to %pass_end step %{{.*}} {
+// AMX-NEXT:               %b_view = scf.if %repeats -> (memref<?x128xbf16, strided<[128, 1], offset: ?>>) {
+// AMX:                      memref.subview %b_panels[
+// AMX:                    } else {
+// AMX-NEXT:                 "memref.cast"(%b_panel)
+// AMX:                    %tile_steps = arith.divui
+// AMX:                    scf.for %[[G:.*]] = %{{.*}} to %tile_steps step %{{.*}} iter_args(
+// AMX:                      %[[K:.*]] = arith.addi %[[K0]], %{{.*}} : index
+// AMX-NEXT:                 %[[KR:.*]] = arith.subi %[[K]], %k_first : index
+// AMX-NEXT:                 %[[Q:.*]] = arith.divui %[[KR]], %{{.*}} : index
+// AMX-NEXT:                 "amx.tile_load"(%a, %{{.*}}, %[[K]])
+// AMX-NEXT:                 "amx.tile_load"(%b_view, %[[Q]], %{{.*}})
+// AMX:                  x86vector.avx512.dot
+// AMX:                scf.for %{{.*}} = %pass_start to %pass_end step %{{.*}} {
+// AMX-NEXT:             %b_view_{{[0-9]+}} = scf.if %repeats
+// AMX-NOT:              amx.tile_mulf
+// AMX:                  x86vector.avx512.dot
+// AMX-NOT:          scf.if %repeats
+// AMX:          memref.dealloc %b_panels
 
 func.func @gemm(%a: memref<?x?xf32>, %b: memref<?x?xf32>, %c: memref<?x?xf32>) {
   linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d1, d2)>,
