@@ -122,6 +122,31 @@ def test_tile_row_blocks_run_outermost_over_hoisted_panels():
     assert integer_constant(panels.step) == panel_width(get_target(AMX)) and integer_constant(row_blocks.step) == AMX_BLOCK
 
 
+def test_each_gemm_is_compiled_once_on_tiles():
+    """The FLCE gradient's vectorized IR for AMX holds each GEMM's blocks once (cold compile: the
+    IR is what LLVM spends its time on): per GEMM, the tile products of one 32-row block over a
+    panel (4 per 32 x 32 block); the blocks of MR rows on vdpbf16ps twice, for the steps after
+    the last whole 32 and for the rows below the tile blocks, each with its odd-step loop where
+    A is read in place (GEMMs 1 and 2) and without where it is packed as pairs (GEMM 3). Where
+    the token loop might run once, GEMMs 1 and 2 had a second copy of all of it under an
+    scf.if, and the rows below the tiles a second block: 40 tile products and 648 vdpbf16ps
+    against 24 and 240. Checked on the IR, so on every machine."""
+    from collections import Counter
+
+    from npugrad.compiler import make_context, parse
+    from npugrad.passes.vectorize_contractions import AMX_BLOCK, block_shape, panel_width
+
+    ctx = make_context()
+    example = Path(__file__).parents[1] / "examples" / "flce_grad_4096x4096x8192.mlir"
+    module = parse(example.read_text(), str(example), ctx)
+    Pipeline(cpu=AMX, verify_each=False).to_xdsl_stage(module, "vectorized", ctx)
+    ops = Counter(op.name for op in module.walk())
+    target = get_target(AMX)
+    mr, nr = block_shape(target)
+    assert ops["amx.tile_mulf"] == 3 * (panel_width(target) // AMX_BLOCK) * 4
+    assert ops["x86vector.avx512.dot"] == (2 * 2 + 2 * 2 + 2) * mr * nr
+
+
 def test_tile_code_is_refused_on_a_cpu_without_amx(monkeypatch):
     """A module with tile instructions, on a CPU without them: a JitError naming the feature,
     before LLVM's code generator (which would abort the process) sees it."""
