@@ -536,12 +536,13 @@ class _Kernels:
         return e.emit(arith.ExtFOp(halves, self.f32x))
 
     def block(self, i0: SSAValue, j0: SSAValue, nr: int, masks: list[SSAValue] | None = None,
-              last: SSAValue | None = None) -> None:
+              last: SSAValue | None = None, every_row: bool = False) -> None:
         """C[i0:i0+MR, j0:j0+nr·lanes] += A·B over the chunk, the MR×nr accumulators in registers
         from zero, C's lines prefetched first and read last; B's rows read from the packed panel
         (the block's view, if any: columns_either), or in place where `masks` (one per vector, for
         the columns at the edges) are given. With `last` (≥ i0), row i0 + r is row
-        min(i0 + r, last)."""
+        min(i0 + r, last). Its reduction loop is labelled `.k_edge` with `masks`, `.k_tail` with
+        `last`, unless the block is one of a loop over `every_row` (rows), and `.k` otherwise."""
         e = self.e
         rows = [_plus(e, i0, r) for r in range(self.mr)]
         if last is not None:
@@ -555,7 +556,7 @@ class _Kernels:
                 e.emit(PrefetchOp(self.c, [i, j], write=True))
         zero = e.const(0.0, self.f32x)
         accs = [zero] * (self.mr * nr)
-        part = ".k_edge" if masks is not None else ".k_tail" if last is not None else ".k"
+        part = ".k_edge" if masks is not None else ".k_tail" if last is not None and not every_row else ".k"
         with e.labelled(self.label + part):
             if self.dot and masks is None:
                 self.pair_steps(rows, nr, accs)
@@ -772,22 +773,27 @@ class _Kernels:
         through the whole blocks' reduction loops, and GEMM 2's compared its bound with a stack
         slot on every step (10 % more samples, FLCE 5-10 % slower; tests/test_microkernel_registers.py).
 
-        The masked columns at the edges (a few columns: none of C's lines are whole there),
-        and with AMX tiles the rows below the whole 32-row blocks on tiles (amx_rows_block;
-        fewer than 32, none where the rows are a multiple of 32 as the linear cross-entropy
-        nests' token tiles are), take one loop of blocks, each as the tail block: one block to
-        compile, not two, for MR - 1 row indices clamped per block. Neither's reduction loop is
-        unrolled, so the blocks differed in nothing else; the second blocks were 1078 of the
-        5230 ops this pass emitted for the FLCE bfloat16 gradient on a host with AMX."""
+        Where the reduction loop is not unrolled, a whole block differs from the tail block in
+        nothing but the MR - 1 row indices the tail clamps (computed once per block, before the
+        loop), and one loop of blocks as the tail block takes all the rows: one block to compile,
+        not two. So for the masked columns at the edges (a few columns: none of C's lines are
+        whole there), for bfloat16 pairs (their loop of vdpbf16ps is not unrolled), and with AMX
+        tiles for the rows below the whole 32-row blocks on tiles (amx_rows_block; fewer than 32,
+        none where the rows are a multiple of 32, as the linear cross-entropy nests' token tiles
+        are). The second blocks were 1078 of the 5230 ops this pass emitted for the FLCE
+        bfloat16 gradient on a host with AMX, and 655 of 2799 for an AVX512-BF16 CPU without
+        (avx512bf16.toml: its cold compile 2.2-2.4 s instead of 3.5-4.1 on an Emerald Rapids;
+        the same bits, and the same time, both kernels in one process taking turns: 0.996x over
+        8 rounds of FLCE 2048 x 2048 x 32000)."""
         e = self.e
         tiles = self.amx_rows is not None and masks is None
         if tiles and not tiles_done:  # (columns_either runs them itself)
             with e.loop(self.amx_rows, step=e.idx(AMX_BLOCK)) as i0:
                 self.amx_rows_block(i0, j0, nr)
-        if tiles or masks is not None:
+        if tiles or masks is not None or self.dot:
             last = e.emit(arith.SubiOp(self.m, e.idx(1)))
             with e.loop(self.m, lb=self.amx_rows if tiles else None, step=e.idx(self.mr)) as i0:
-                self.block(i0, j0, nr, masks, last=last)
+                self.block(i0, j0, nr, masks, last=last, every_row=not tiles)
             return
         full = self.rows_full
         with e.if_(e.emit(arith.CmpiOp(full, self.m, "ult"))):

@@ -415,6 +415,12 @@
 // DOT-NEXT:       vector.store %{{.*}}, %b_panel[%[[PT]], %{{.*}}] : memref<256x128xbf16>, vector<32xbf16>
 // DOT-NOT:        memref.prefetch
 // DOT:          }
+// The blocks of 6 rows: one loop over all M rows, each block as the row tail's (rows past
+// M - 1 clamped to it): the pairs' loop is not unrolled, so a whole block would differ from it in
+// nothing else.
+// DOT:          %[[LASTROW:.*]] = arith.subi %[[M:.*]], %{{.*}} : index
+// DOT-NEXT:     scf.for %{{.*}} = %{{.*}} to %[[M]] step %{{.*}} {
+// DOT-COUNT-5:    arith.minui %{{.*}}, %[[LASTROW]] : index
 // DOT:          scf.for %[[Q:.*]] = %{{.*}} to %[[WHOLE:.*]] step %{{.*}} iter_args(
 // DOT-COUNT-4:    vector.load %b_panel[%[[Q]], %{{.*}}] : memref<256x128xbf16>, vector<32xbf16>
 // DOT:            %[[AP:.*]] = vector.load %a[%{{.*}}, %{{.*}}] : memref<?x?xbf16>, vector<2xbf16>
