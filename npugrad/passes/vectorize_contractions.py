@@ -20,7 +20,7 @@ becomes (MR×NR = 6×4 on 32 registers of 16 float32 lanes; the reduction in chu
         %x00 = vector.fma %a0, %b0, %acc00 : vector<16xf32> ... scf.yield %x00, ... }
       %c00 = vector.load %c[%i0, %j0] ; %s00 = arith.addf %c00, %sum#0   // C += the chunk's sum:
       ... vector.store %s00, %c[%i0, %j0] ... }                          // all loads, then stores
-      rows M%6: blocks of 4, 2, 1 rows }
+      rows M%6: one more block of 6, its rows past M - 1 clamped to it (rows) }
     columns [0, %head) and those after the blocks: a line's worth of vectors at a time, masked
     (vector.maskedload/maskedstore) to the columns left, B read in place }
 
@@ -476,8 +476,7 @@ class _Kernels:
         self.dot = dots(gen, shape, target)  # bfloat16 pairs into x86vector.avx512.dot (dots)
         self.amx = self.dot and amx_bf16(target)  # and whole 32 x 32 blocks on AMX tiles (amx_block)
         self.rows_full = self._floor(self.m, self.mr)  # rows that fill whole MR-row blocks
-        # Rows in whole AMX blocks (None without AMX; the masked columns' blocks take rows_full).
-        self.amx_rows = self._floor(self.m, AMX_BLOCK) if self.amx else None
+        self.amx_rows = self._floor(self.m, AMX_BLOCK) if self.amx else None  # rows in whole AMX blocks
         self.q0: SSAValue | None = None  # pairs of the chunk already summed on tiles (amx_block)
         self.pairs = VectorType(bf16, [2 * self.lanes])
         self.kc = kernel_chunk(target, self.dot)
@@ -603,10 +602,10 @@ class _Kernels:
     def pair_steps(self, rows: list[SSAValue], nr: int, accs: list[SSAValue]) -> None:
         """The chunk's reduction steps into `accs` two at a time, one x86vector.avx512.dot per
         accumulator per pair: B's pairs from the packed panel (row q + delta of the block's
-        view: columns_either), A's pair for each row broadcast as one i32. A read [i, k] holds its pairs as they
-        are, contiguous along its rows: they are read in place, and where the chunk's count is
-        odd its last step comes alone, after the whole pairs, its second half zero (no read past
-        the row). A read [k, i] interleaves two rows: its pairs come from a pack (pack_a_pairs).
+        view: columns_either), A's pair for each row broadcast as one i32. A read [i, k] holds
+        its pairs as they are, contiguous along its rows: they are read in place, and where the
+        chunk's count is odd its last step comes alone, after the whole pairs, its second half
+        zero (no read past the row). A read [k, i] interleaves two rows: its pairs come from a pack (pack_a_pairs).
         (The pack was a copy of X's token tile per chunk for GEMM 1 of the linear cross-entropy
         nests: a 19-instruction loop with 3 % of the bfloat16 gradient's samples, Zen 4.)"""
         e = self.e
