@@ -91,15 +91,25 @@ def test_tiles_agree_with_the_dot_product_kernels(rng):
     assert any((t.view(np.uint16) != d.view(np.uint16)).any() for t, d in zip(tiles, dots))
 
 
+def _vectorized_flce_on_tiles():
+    """examples/flce_grad_4096x4096x8192.mlir at the vectorized stage, for the AMX target."""
+    from npugrad.compiler import make_context, parse
+
+    ctx = make_context()
+    example = Path(__file__).parents[1] / "examples" / "flce_grad_4096x4096x8192.mlir"
+    module = parse(example.read_text(), str(example), ctx)
+    Pipeline(cpu=AMX, verify_each=False).to_xdsl_stage(module, "vectorized", ctx)
+    return module
+
+
 def test_tile_row_blocks_run_outermost_over_hoisted_panels():
     """With B's panels hoisted (GEMMs 1 and 2 of the FLCE gradient), a 32-row block of tiles
-    runs over every panel before the next block starts (vectorize_contractions' columns): the
+    runs over every panel before the next block starts (vectorize_contractions' columns_either): the
     loop around a block's tile products steps over the panels (NR vectors of columns), and the
     loop around that one over 32-row blocks. Panel outermost, each panel read A's whole chunk
     again. Checked on the IR, so on every machine."""
     from xdsl.dialects import scf
 
-    from npugrad.compiler import make_context, parse
     from npugrad.dialect.upstream import TileMulFOp
     from npugrad.ir import integer_constant
     from npugrad.passes.vectorize_contractions import AMX_BLOCK, panel_width
@@ -111,10 +121,7 @@ def test_tile_row_blocks_run_outermost_over_hoisted_panels():
                 found.append(op)
         return found
 
-    ctx = make_context()
-    example = Path(__file__).parents[1] / "examples" / "flce_grad_4096x4096x8192.mlir"
-    module = parse(example.read_text(), str(example), ctx)
-    Pipeline(cpu=AMX, verify_each=False).to_xdsl_stage(module, "vectorized", ctx)
+    module = _vectorized_flce_on_tiles()
     products = [op for op in module.walk() if isinstance(op, TileMulFOp)]
     assert products
     # GEMM 1's first block: around its group loop, the panels' loop, then the row blocks'.
@@ -133,13 +140,9 @@ def test_each_gemm_is_compiled_once_on_tiles():
     against 24 and 240. Checked on the IR, so on every machine."""
     from collections import Counter
 
-    from npugrad.compiler import make_context, parse
     from npugrad.passes.vectorize_contractions import AMX_BLOCK, block_shape, panel_width
 
-    ctx = make_context()
-    example = Path(__file__).parents[1] / "examples" / "flce_grad_4096x4096x8192.mlir"
-    module = parse(example.read_text(), str(example), ctx)
-    Pipeline(cpu=AMX, verify_each=False).to_xdsl_stage(module, "vectorized", ctx)
+    module = _vectorized_flce_on_tiles()
     ops = Counter(op.name for op in module.walk())
     target = get_target(AMX)
     mr, nr = block_shape(target)

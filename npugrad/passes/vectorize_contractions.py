@@ -601,8 +601,9 @@ class _Kernels:
 
     def pair_steps(self, rows: list[SSAValue], nr: int, accs: list[SSAValue]) -> None:
         """The chunk's reduction steps into `accs` two at a time, one x86vector.avx512.dot per
-        accumulator per pair: B's pairs from the packed panel (row q + delta of the block's
-        view: columns_either), A's pair for each row broadcast as one i32. A read [i, k] holds
+        accumulator per pair: B's pairs from the packed panel (pair q0 + q of the chunk at row
+        q0 + q of its own, q0 + q + delta of the block's view: columns_either), A's pair for
+        each row broadcast as one i32. A read [i, k] holds
         its pairs as they are, contiguous along its rows: they are read in place, and where the
         chunk's count is odd its last step comes alone, after the whole pairs, its second half
         zero (no read past the row). A read [k, i] interleaves two rows: its pairs come from a pack (pack_a_pairs).
