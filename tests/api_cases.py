@@ -55,6 +55,16 @@ class Case:
 
     def expected(self) -> dict[str, np.ndarray]:
         """The float32 reference, by output parameter name (computed before any in-place update)."""
+        want = harness.expected(self.op, *self._reference_arguments())
+        return {api: want[ref] for api, ref in OUTPUTS[self.op].items()}
+
+    def magnitudes(self) -> dict[str, np.ndarray]:
+        """Σ|terms| of each element of the outputs that are sums, by output parameter name."""
+        mag = harness.magnitudes(self.op, *self._reference_arguments())
+        return {api: mag[ref] for api, ref in OUTPUTS[self.op].items() if ref in mag}
+
+    def _reference_arguments(self) -> tuple[dict[str, np.ndarray], dict[str, object]]:
+        """The reference's arrays (copies) and properties for this call."""
         a = {k: np.array(v) for k, v in self.arrays.items() if v is not None}
         s = dict(self.scalars)
         if self.op == BCE:
@@ -71,8 +81,7 @@ class Case:
             props = {k: v for k, v in s.items() if k != "step"}
         else:
             props = {"label_smoothing": s.get("label_smoothing", 0.0)}
-        want = harness.expected(self.op, a, props)
-        return {api: want[ref] for api, ref in OUTPUTS[self.op].items()}
+        return a, props
 
     def snapshot(self) -> dict[str, bytes]:
         """The bytes of every array, to check that a rejected call wrote nothing."""

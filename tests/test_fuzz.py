@@ -69,12 +69,13 @@ def fuzz(kind: str):
 # -- running one case ------------------------------------------------------------------------------
 
 
-def _reference(case: Case) -> dict[str, np.ndarray] | None:
-    """The reference's answer on copies of the arguments, or None where it rejects them."""
+def _reference(case: Case) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None:
+    """The reference's answer on copies of the arguments and the Σ|terms| of its sums, or None
+    where it rejects them."""
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # e.g. a complex step cast to int64
-            return case.copy().expected()
+            return case.copy().expected(), case.copy().magnitudes()
     except Exception:  # noqa: BLE001 - the reference rejects arguments with whatever numpy raises
         return None
 
@@ -83,10 +84,11 @@ def array_bytes(arrays: dict) -> dict[str, bytes]:
     return {k: a.tobytes() for k, a in arrays.items() if isinstance(a, np.ndarray)}
 
 
-def assert_matches(got: np.ndarray, want: np.ndarray) -> None:
+def assert_matches(got: np.ndarray, want: np.ndarray, magnitude: np.ndarray | None = None) -> None:
     """NaN and ±Inf exactly where the reference (rounded to got's dtype) has them; the finite
     elements within the dtype's tolerance, scaled by the largest finite one (a NaN somewhere
-    must not make every other element's rounding count relative to itself)."""
+    must not make every other element's rounding count relative to itself) and, for a sum, by
+    its terms' magnitudes (`magnitude`)."""
     assert got.shape == want.shape, f"shape {got.shape} != {want.shape}"
     with np.errstate(over="ignore"):
         rounded = np.asarray(want, np.float32).astype(got.dtype).astype(np.float32)
@@ -94,7 +96,7 @@ def assert_matches(got: np.ndarray, want: np.ndarray) -> None:
     got32 = np.asarray(got, np.float32)
     same = np.array_equal(got32[~finite], rounded[~finite], equal_nan=True)
     assert same, "the non-finite elements (NaN, ±Inf) differ from the reference's"
-    assert_close(got[finite], want[finite])
+    assert_close(got[finite], want[finite], magnitude=None if magnitude is None else magnitude[finite])
 
 
 def run(case: Case, valid: bool) -> str:
@@ -110,7 +112,8 @@ def run(case: Case, valid: bool) -> str:
 
 
 def _run(case: Case, valid: bool) -> str:
-    want = _reference(case)
+    reference = _reference(case)
+    want, magnitude = reference if reference is not None else (None, {})
     written = case.written()
     read = {k: a for k, a in case.arrays.items() if k not in written}
     before_written, before_read = array_bytes(written), array_bytes(read)
@@ -130,7 +133,7 @@ def _run(case: Case, valid: bool) -> str:
         given_out = written.get(name)
         if given_out is not None:
             assert array is given_out, f"'{name}' is not the array given"
-        assert_matches(array, want[name])
+        assert_matches(array, want[name], magnitude.get(name))
     assert array_bytes(read) == before_read, "the call wrote to an input"
     return "correct"
 

@@ -134,6 +134,13 @@ class OpRecipe:
     def call_api(self, arrays: Mapping[str, np.ndarray], props: Mapping[str, object]) -> dict[str, np.ndarray]: ...
     def examples(self) -> Iterator[Example]: ...
 
+    def magnitude(self, arrays: Mapping[str, np.ndarray], props: Mapping[str, object]) -> dict[str, np.ndarray]:
+        """Σ|terms| of each element of the outputs that are sums (a GEMM's |A|·|B|, a scatter-add's
+        |rows|), by output name: a float32 sum's rounding error grows with it, not with the sum,
+        whose terms may cancel (harness.max_error allows for it). {} for an op of no such output
+        (optional: not one of PARTS)."""
+        return {}
+
     def tiled_operands(self, op: TrainOp) -> tuple[str, ...]:
         """The operands an elementwise tiling cuts (one value per element), on which a tile that
         is the op itself computes: the report counts that tile's work from them. () for an op

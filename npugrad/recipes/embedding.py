@@ -39,6 +39,10 @@ class EmbeddingDenseBackward(OpRecipe):
         return {"out": ref.embedding_dense_backward(a["grad"], a["indices"], props["num_weights"],
                                                     props.get("padding_idx", -1), props.get("scale_grad_by_freq", False))}
 
+    def magnitude(self, arrays, props):
+        # Each row the sum of the |grad| rows its index gathers: the scale of its rounding error.
+        return self.reference({**arrays, "grad": np.abs(np.asarray(arrays["grad"], np.float32))}, props)
+
     def random_inputs(self, shapes, dtypes, props, rng):
         nw = int(props["num_weights"])
         idx = rng.integers(0, max(nw, 1), shapes["indices"]) if nw else np.zeros(shapes["indices"], np.int64)

@@ -57,6 +57,13 @@ class FusedLinearCrossEntropyLossGrad(OpRecipe):
     distribute = not_supported("spread over cores as its fused nest; unfused it stays on one block")
 
     def reference(self, arrays, props):
+        return self._gradients(arrays, props, magnitude=False)
+
+    def magnitude(self, arrays, props):
+        return self._gradients(arrays, props, magnitude=True)
+
+    def _gradients(self, arrays, props, magnitude):
+        """The gradients (magnitude=False), or each element's Σ|terms| (True)."""
         a = arrays
         dt = np.dtype(a["input"].dtype)
         softmax = a.get("softmax")
@@ -69,11 +76,12 @@ class FusedLinearCrossEntropyLossGrad(OpRecipe):
         gi, gw = forward.fused_linear_cross_entropy_loss_grad(
             a["grad"], a["input"], a["weight"], a["target_mask"], a["masked_target"], a.get("logits_max"),
             a.get("sum_exp_logits"), softmax, **_extensions(props),
-            round_grad_logits_to=None if dt == np.float32 else dt,
+            round_grad_logits_to=None if dt == np.float32 else dt, magnitude=magnitude,
         )
         if props.get("accumulate"):  # out += grad: what the outputs held, plus the gradients
-            gi = gi + np.asarray(a["input_grad_out"], np.float32)
-            gw = gw + np.asarray(a["weight_grad_out"], np.float32)
+            held = np.abs if magnitude else (lambda x: x)
+            gi = gi + held(np.asarray(a["input_grad_out"], np.float32))
+            gw = gw + held(np.asarray(a["weight_grad_out"], np.float32))
         return {"input_grad_out": gi, "weight_grad_out": gw}
 
     def random_inputs(self, shapes, dtypes, props, rng):

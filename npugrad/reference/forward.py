@@ -169,14 +169,16 @@ def fused_cross_entropy_loss_with_max_sum(logits_max, sum_exp_logits, predicted_
 def fused_linear_cross_entropy_loss_grad(grad, input, weight, target_mask, masked_target, logits_max=None,
                                          sum_exp_logits=None, softmax=None, *, label_smoothing: float = 0.0,
                                          vocab_size: int = 0, z_loss: float = 0.0, softcap: float = 0.0,
-                                         round_grad_logits_to=None) -> tuple[np.ndarray, np.ndarray]:
+                                         round_grad_logits_to=None, magnitude: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """OPS.md §1 with FORWARD.md §4's extensions: (input_grad (BT, H), weight_grad (V, H)) in float32.
 
         d = P [+ 2λ·(M + log S)·P] [− α/K] − (1 − α)·onehot(target) on rows in the shard
         d ·= 1 − (Z'/c)²   (softcap),   G = g·d,   dX = G·W,   dW = Gᵀ·X
 
     Rows with g = 0 contribute nothing (they are not computed: a non-finite P there is no NaN).
-    `round_grad_logits_to` rounds G to the input dtype before the GEMMs, as the device does."""
+    `round_grad_logits_to` rounds G to the input dtype before the GEMMs, as the device does.
+    `magnitude=True` gives each element's Σ|terms| instead, |G|·|W| and |G|ᵀ·|X|: the scale of a
+    float32 sum's rounding error, however much its terms cancel."""
     g = np.asarray(grad, F32)
     x = np.asarray(input, F32)
     w = np.asarray(weight, F32)
@@ -212,6 +214,8 @@ def fused_linear_cross_entropy_loss_grad(grad, input, weight, target_mask, maske
     gl = d[live] * g[live, None]
     if round_grad_logits_to is not None:
         gl = round_to(gl, round_grad_logits_to)
+    if magnitude:
+        gl, w, x = np.abs(gl), np.abs(w), np.abs(x)
     dx = np.zeros((bt, w.shape[1]), F32)
     dx[live] = gl @ w
     return dx, gl.T @ x[live]

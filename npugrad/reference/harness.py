@@ -2,9 +2,14 @@
 expected outputs (each op's recipe has them, see npugrad/recipes/).
 
 Tolerances (stated once, used by tests, `npugrad demo` and `npugrad-opt --stage run`):
-|got − want| ≤ tol·(|want| + max|want|) elementwise, where `want` is the float32 reference
-rounded once to the output dtype, and tol = 1e-5 (float32), 2e-3 (float16, two ulps) and
-1.6e-2 (bfloat16, two ulps); integer results (masks, indices) must be exact.
+
+    |got − want| ≤ tol·(|want| + max|want|) + 1e-5·Σ|terms|   elementwise,
+
+where `want` is the float32 reference rounded once to the output dtype, tol = 1e-5 (float32),
+2e-3 (float16, two ulps) and 1.6e-2 (bfloat16, two ulps), and Σ|terms| is, for an output that is
+a sum accumulated in float32 (a GEMM, a scatter-add), the sum of its terms' magnitudes (the
+op's recipe gives it: `magnitude`; 0 elsewhere): a sum's rounding error follows it, and a sum
+whose terms cancel can be far smaller. Integer results (masks, indices) must be exact.
 """
 
 from __future__ import annotations
@@ -25,9 +30,11 @@ def tolerance(dtype) -> float:
     return 0.0 if dt.kind in "biu" else TOLERANCE[str(dt)]
 
 
-def max_error(got: np.ndarray, want: np.ndarray) -> float:
-    """max |got − want| / (|want| + max|want|), the quantity compared with `tolerance`, after
-    rounding the float32 reference once to the dtype of `got` (as the kernels round)."""
+def max_error(got: np.ndarray, want: np.ndarray, magnitude: np.ndarray | None = None) -> float:
+    """max |got − want| / (|want| + max|want| + (1e-5/tol)·Σ|terms|), the quantity compared with
+    `tolerance` (tol, of got's dtype), after rounding the float32 reference once to the dtype of
+    `got` (as the kernels round). `magnitude`: Σ|terms| of each element (the recipe's
+    `magnitude`; None for an output that is no sum)."""
     with np.errstate(over="ignore"):
         want = np.asarray(want, F32).astype(np.asarray(got).dtype).astype(F32)
     got = np.asarray(got, F32)
@@ -37,6 +44,10 @@ def max_error(got: np.ndarray, want: np.ndarray) -> float:
     diff = np.abs(got - want)
     same = (got == want) | (np.isnan(got) & np.isnan(want))
     denom = np.abs(want) + scale
+    tol = tolerance(got.dtype)
+    if magnitude is not None and tol:
+        m = np.asarray(magnitude, F32)
+        denom = denom + np.where(np.isfinite(m), m, 0) * F32(TOLERANCE["float32"] / tol)
     with np.errstate(invalid="ignore", divide="ignore"):
         rel = np.where(same, 0.0, diff / np.where(denom > 0, denom, 1e-30))
     return float(np.max(rel))
@@ -52,3 +63,9 @@ def random_operands(op, shapes: Mapping[str, tuple[int, ...]], dtypes: Mapping[s
 def expected(op, arrays: Mapping[str, np.ndarray], props: Mapping[str, object]) -> dict[str, np.ndarray]:
     """The reference's float32 outputs for `op` (a name, class or instance), by output operand name."""
     return recipe_of(op).reference(dict(arrays), props)
+
+
+def magnitudes(op, arrays: Mapping[str, np.ndarray], props: Mapping[str, object]) -> dict[str, np.ndarray]:
+    """Σ|terms| of each element of `op`'s outputs that are sums, by output operand name (see
+    `max_error`); the other outputs are not in it."""
+    return recipe_of(op).magnitude(dict(arrays), props)

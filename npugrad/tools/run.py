@@ -233,24 +233,36 @@ def run(executable: Executable, name: str, specs, arrays, found, compile_seconds
     # Before the launch: the reference rejects the values (indices out of range...) that would
     # make the kernel read or write out of bounds.
     want = expected(found, inputs)
+    magnitude = magnitudes(found, inputs)
     start = time.perf_counter()
     kernel(*arrays)
     elapsed = time.perf_counter() - start
-    report = compare(specs, arrays, found, want)
+    report = compare(specs, arrays, found, want, magnitude)
     report.lines.insert(0, f"@{name}: compiled in {compile_seconds * 1e3:.1f} ms, ran in {elapsed * 1e3:.3f} ms")
     return report
 
 
 def expected(found, inputs: list[np.ndarray]) -> dict[str, np.ndarray] | None:
     """The reference's outputs by operand name for the inputs of a single-op function, else None."""
+    return _reference(harness.expected, found, inputs)
+
+
+def magnitudes(found, inputs: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """Σ|terms| of each element of the outputs that are sums, by operand name (harness.max_error)."""
+    return _reference(harness.magnitudes, found, inputs) or {}
+
+
+def _reference(part, found, inputs: list[np.ndarray]):
     if found is None:
         return None
     op, roles = found
-    return harness.expected(op.short_name(), {n: inputs[i] for n, i in roles.items()}, op.attribute_values())
+    return part(op.short_name(), {n: inputs[i] for n, i in roles.items()}, op.attribute_values())
 
 
-def compare(specs, arrays: list[np.ndarray], found, want: dict[str, np.ndarray] | None) -> RunReport:
-    """The arguments after a run against the reference's outputs `want` (see `expected`)."""
+def compare(specs, arrays: list[np.ndarray], found, want: dict[str, np.ndarray] | None,
+            magnitude: dict[str, np.ndarray] | None = None) -> RunReport:
+    """The arguments after a run against the reference's outputs `want` (see `expected`), the
+    sums among them allowed their terms' `magnitude` (see `magnitudes`)."""
     lines = []
     outputs = {s.name: a for s, a in zip(specs, arrays)}
     ok = True
@@ -264,7 +276,7 @@ def compare(specs, arrays: list[np.ndarray], found, want: dict[str, np.ndarray] 
     lines.append(f"  {'operand':<{width}} {'shape':<16} {'dtype':<9} {'max error':>10} {'tolerance':>10}")
     for n, expect in want.items():
         got = arrays[roles[n]]
-        err = harness.max_error(got, expect)
+        err = harness.max_error(got, expect, (magnitude or {}).get(n))
         tol = harness.tolerance(got.dtype)
         good = err <= tol
         ok &= good
