@@ -51,6 +51,14 @@ def assert_close(got: np.ndarray, want: np.ndarray, dtype=None, magnitude=None) 
     return err
 
 
+def assert_reference(op, arrays, props, got: dict[str, np.ndarray]) -> None:
+    """Check each output in `got` (by output operand name) against the reference of `op` on
+    `arrays`, an output that is a sum allowed its terms' magnitudes (harness.magnitudes)."""
+    want, magnitude = harness.expected(op, arrays, props), harness.magnitudes(op, arrays, props)
+    for name, g in got.items():
+        assert_close(g, want[name], magnitude=magnitude.get(name))
+
+
 def pytest_terminal_summary(terminalreporter):
     from api_cases import OUTCOMES
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import FLOAT_DTYPES, assert_close
+from conftest import FLOAT_DTYPES, assert_close, assert_reference
 
 from npugrad import ops
 from npugrad.compiler import CompileError, Pipeline
@@ -38,9 +38,7 @@ def test_tiled_matches_reference(rng, target, dtype, hp):
     a = _operands(rng, 150, 70, 300, dtype, hp, packed=hp)
     with using(Pipeline(target=target)):
         gi, gw = _call(a)
-    want = harness.expected(OP, a, {})
-    assert_close(gi, want["input_grad_out"])
-    assert_close(gw, want["weight_grad_out"])
+    assert_reference(OP, a, {}, {"input_grad_out": gi, "weight_grad_out": gw})
 
 
 @pytest.mark.parametrize("target", ["host", "npu-a2"])
@@ -94,9 +92,7 @@ def test_npu_a2_phased_schedule_is_the_same_on_any_number_of_blocks(rng, dtype):
     for other in results[1:]:
         for x, y in zip(results[0], other):
             np.testing.assert_array_equal(np.asarray(x).view(np.uint8), np.asarray(y).view(np.uint8))
-    want = harness.expected(OP, a, {})
-    assert_close(results[0][0], want["input_grad_out"])
-    assert_close(results[0][1], want["weight_grad_out"])
+    assert_reference(OP, a, {}, {"input_grad_out": results[0][0], "weight_grad_out": results[0][1]})
 
 
 def test_npu_a2_whole_loss_with_every_extension_matches_the_host(rng):
@@ -141,8 +137,6 @@ def test_balanced_token_tiles_through_either_tiling(rng, target, hp):
                 got.append(_call(a))
     finally:
         pool.set_threads(before)
-    want = harness.expected(OP, a, {})
-    assert_close(got[0][0], want["input_grad_out"])
-    assert_close(got[0][1], want["weight_grad_out"])
+    assert_reference(OP, a, {}, {"input_grad_out": got[0][0], "weight_grad_out": got[0][1]})
     for x, y in zip(*got):
         np.testing.assert_array_equal(x, y)
