@@ -5,7 +5,7 @@ terms cancel is not failed for the rounding any summation order has, while a wro
 from __future__ import annotations
 
 import numpy as np
-from api_cases import EMBEDDING, FLCE, embedding, flce
+from api_cases import EMBEDDING, FLCE, bce, ema_adam, embedding, flce, nll
 from conftest import assert_close
 
 from npugrad.reference import harness
@@ -75,8 +75,6 @@ def test_embedding_magnitudes_sum_the_rows_magnitudes(rng):
 
 def test_outputs_that_are_no_sums_have_no_magnitude(rng):
     """The elementwise ops (NLL, BCE, EMA-Adam) give none: their check is relative to the result."""
-    from api_cases import bce, ema_adam, nll
-
     for case in (bce(rng), nll(rng), ema_adam(rng)):
         assert case.magnitudes() == {}, case.op
     assert set(flce(rng).magnitudes()) == {"input_grad_out", "weight_grad_out"}, FLCE
