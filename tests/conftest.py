@@ -40,12 +40,14 @@ def rng(request) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
-def assert_close(got: np.ndarray, want: np.ndarray, dtype=None, magnitude=None) -> float:
+def assert_close(got: np.ndarray, want: np.ndarray, dtype=None, magnitude=None,
+                 magnitude_tolerance: float = harness.TOLERANCE["float32"]) -> float:
     """Check `got` against the float32 reference `want` with the tolerance of got's dtype
-    (`magnitude`: Σ|terms| of each element of an output that is a sum, see harness.max_error)."""
+    (`magnitude`: Σ|terms| of each element of an output that is a sum, allowed
+    `magnitude_tolerance` of it: see harness.max_error)."""
     got = np.asarray(got)
     assert got.shape == np.shape(want), f"shape {got.shape} != {np.shape(want)}"
-    err = harness.max_error(got, want, magnitude)
+    err = harness.max_error(got, want, magnitude, magnitude_tolerance)
     tol = harness.tolerance(dtype or got.dtype)
     assert err <= tol, f"max error {err:.3e} > tolerance {tol:.1e} ({got.dtype})"
     return err

@@ -47,6 +47,7 @@ from hypothesis import strategies as st
 
 from npugrad import ops
 from npugrad.dtypes import BFLOAT16
+from npugrad.reference import harness
 
 PARAMETERS = {op: set(inspect.signature(getattr(ops, op)).parameters) for op in (BCE, NLL, EMBEDDING, EMA_ADAM, FLCE)}
 # Share of the profile's max_examples per op (FLCE compiles slowest).
@@ -84,11 +85,13 @@ def array_bytes(arrays: dict) -> dict[str, bytes]:
     return {k: a.tobytes() for k, a in arrays.items() if isinstance(a, np.ndarray)}
 
 
-def assert_matches(got: np.ndarray, want: np.ndarray, magnitude: np.ndarray | None = None) -> None:
+def assert_matches(got: np.ndarray, want: np.ndarray, magnitude=None,
+                   magnitude_tolerance: float = harness.TOLERANCE["float32"]) -> None:
     """NaN and ±Inf exactly where the reference (rounded to got's dtype) has them; the finite
     elements within the dtype's tolerance, scaled by the largest finite one (a NaN somewhere
     must not make every other element's rounding count relative to itself) and, for a sum, by
-    its terms' magnitudes (`magnitude`)."""
+    its terms' magnitudes (`magnitude`, broadcast to want's shape; `magnitude_tolerance` of
+    them: harness.max_error)."""
     assert got.shape == want.shape, f"shape {got.shape} != {want.shape}"
     with np.errstate(over="ignore"):
         rounded = np.asarray(want, np.float32).astype(got.dtype).astype(np.float32)
@@ -96,7 +99,9 @@ def assert_matches(got: np.ndarray, want: np.ndarray, magnitude: np.ndarray | No
     got32 = np.asarray(got, np.float32)
     same = np.array_equal(got32[~finite], rounded[~finite], equal_nan=True)
     assert same, "the non-finite elements (NaN, ±Inf) differ from the reference's"
-    assert_close(got[finite], want[finite], magnitude=None if magnitude is None else magnitude[finite])
+    if magnitude is not None:
+        magnitude = np.broadcast_to(magnitude, finite.shape)[finite]
+    assert_close(got[finite], want[finite], magnitude=magnitude, magnitude_tolerance=magnitude_tolerance)
 
 
 def run(case: Case, valid: bool) -> str:

@@ -30,24 +30,28 @@ def tolerance(dtype) -> float:
     return 0.0 if dt.kind in "biu" else TOLERANCE[str(dt)]
 
 
-def max_error(got: np.ndarray, want: np.ndarray, magnitude: np.ndarray | None = None) -> float:
-    """max |got − want| / (|want| + max|want| + (1e-5/tol)·Σ|terms|), the quantity compared with
-    `tolerance` (tol, of got's dtype), after rounding the float32 reference once to the dtype of
-    `got` (as the kernels round). `magnitude`: Σ|terms| of each element (the recipe's
-    `magnitude`; None for an output that is no sum)."""
+def max_error(got: np.ndarray, want: np.ndarray, magnitude=None,
+              magnitude_tolerance: float = TOLERANCE["float32"]) -> float:
+    """max |got − want| / (|want| + max|want| + (m_tol/tol)·Σ|terms|), the quantity compared
+    with `tolerance` (tol, of got's dtype), after rounding the float32 reference once to the
+    dtype of `got` (as the kernels round); computed in float64. `magnitude`: Σ|terms| of each
+    element (the recipe's `magnitude`, broadcast to want's shape; None for an output that is no
+    sum; a non-finite one counts as 0), allowed `magnitude_tolerance` (m_tol) of it: float32's,
+    the sums' accumulator (a scale that also covers roundings in got's dtype: that dtype's)."""
     with np.errstate(over="ignore"):
-        want = np.asarray(want, F32).astype(np.asarray(got).dtype).astype(F32)
-    got = np.asarray(got, F32)
+        rounded = np.asarray(want, F32).astype(np.asarray(got).dtype)
+    want = np.asarray(rounded, np.float64)
+    got = np.asarray(got, F32).astype(np.float64)
     if want.size == 0:
         return 0.0
     scale = float(np.max(np.abs(want))) if np.all(np.isfinite(want)) else 0.0
     diff = np.abs(got - want)
     same = (got == want) | (np.isnan(got) & np.isnan(want))
     denom = np.abs(want) + scale
-    tol = tolerance(got.dtype)
+    tol = tolerance(rounded.dtype)
     if magnitude is not None and tol:
-        m = np.asarray(magnitude, F32)
-        denom = denom + np.where(np.isfinite(m), m, 0) * F32(TOLERANCE["float32"] / tol)
+        m = np.broadcast_to(np.asarray(magnitude, np.float64), want.shape)
+        denom = denom + np.where(np.isfinite(m), m, 0.0) * (magnitude_tolerance / tol)
     with np.errstate(invalid="ignore", divide="ignore"):
         rel = np.where(same, 0.0, diff / np.where(denom > 0, denom, 1e-30))
     return float(np.max(rel))
