@@ -276,7 +276,11 @@ class Pipeline:
     `verify_each` (MLIR's -verify-each) verifies the module after every pass, so that a pass
     that breaks the IR is named; without it the module is verified once, after the last pass,
     by xDSL for the xDSL stages, by the upstream parser for the later ones. It does not change
-    the code, only the time to compile (xDSL's verifier is most of it).
+    the code, only the time to compile: xDSL's verifier on every stage was a fifth of the
+    compile time of the API's kernels (test_flce, test_tiled_flce and test_vectorized under
+    py-spy, Emerald Rapids). `npugrad-opt` turns it on, as mlir-opt has it; a pipeline made in
+    Python, like the runtime's default, verifies once unless given `verify_each=True` or run
+    with NPUGRAD_VERIFY_EACH=1 (runtime/specialize.py).
 
     `observer`, if given, is called after every step with its name, the module (None after the
     upstream steps, whose IR is text) and its seconds: npugrad-opt's --time-passes and
@@ -298,7 +302,7 @@ class Pipeline:
         default_factory=lambda: _passes("fuse-linear-online-max-sum", "fuse-linear-cross-entropy-grad"))
     loops_passes: list[ModulePass] = field(default_factory=lambda: _passes("convert-train-to-loops", "lower-npu-to-cpu"))
     final_passes: list[ModulePass] = field(default_factory=_final_passes)
-    verify_each: bool = field(default=True, compare=False)
+    verify_each: bool = field(default=False, compare=False)
     observer: Callable[[str, ModuleOp | None, float], None] | None = field(default=None, compare=False, repr=False)
     # False: tiles that do not fit are left for the report to say by how much (npugrad-opt --report).
     check_capacity: bool = field(default=True, compare=False)

@@ -72,9 +72,20 @@ def test_verifying_once_still_rejects_a_broken_module():
 def test_the_runtime_verifies_each_pass_on_request(monkeypatch):
     monkeypatch.setattr(specialize, "_DEFAULT_PIPELINES", {})
     assert specialize._pipeline_and_key(None)[0].verify_each is False
+    given = Pipeline(target="npu-a2")  # a pipeline made in Python verifies once, as the default does
+    assert given.verify_each is False and specialize._pipeline_and_key(given)[0].verify_each is False
     monkeypatch.setattr(specialize, "_DEFAULT_PIPELINES", {})
     monkeypatch.setenv("NPUGRAD_VERIFY_EACH", "1")
     assert specialize._pipeline_and_key(None)[0].verify_each is True
+    on_request, key = specialize._pipeline_and_key(given)  # the given one too, with the same key
+    assert on_request.verify_each is True and on_request.target == "npu-a2" and key == given.key()
+
+
+@pytest.mark.parametrize("stage", [None, "llvm-ir"])
+def test_the_driver_verifies_each_pass_as_mlir_opt_does(stage):
+    from npugrad.tools.opt import NpugradOptMain
+
+    assert NpugradOptMain(args=["-"])._pipeline(stage).verify_each is True
 
 
 def test_each_op_is_verified_once_and_the_regions_structure_still_is():

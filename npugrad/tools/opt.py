@@ -188,7 +188,7 @@ class NpugradOptMain(xDSLOptMain):
         --print-between-passes as xdsl-opt's -p pipelines have them."""
         pipeline = Pipeline(fuse=not self.args.no_fuse, target=self.args.target, cpu=self.args.cpu,
                             distribute=not self.args.no_distribute, check_capacity=not self.args.report,
-                            line_tables=self.args.line_tables)
+                            line_tables=self.args.line_tables, verify_each=True)  # mlir-opt's -verify-each
         if stage is not None and (self.args.time_passes or self.args.print_between_passes):
             # The IR after the last pass of an xDSL stage is the output: not printed twice.
             last = len(pipeline.passes_to(stage)) if stage in XDSL_STAGES else None
