@@ -276,9 +276,9 @@ class Pipeline:
     `verify_each` (MLIR's -verify-each) verifies the module after every pass, so that a pass
     that breaks the IR is named; without it the module is verified once, after the last pass,
     by xDSL for the xDSL stages, by the upstream parser for the later ones. It does not change
-    the code, only the time to compile: xDSL's verifier on every stage was a fifth of the
-    compile time of the API's kernels (test_flce, test_tiled_flce and test_vectorized under
-    py-spy, Emerald Rapids). `npugrad-opt` turns it on, as mlir-opt has it; a pipeline made in
+    the code, only the time to compile: xDSL's verifier after every pass was a fifth of the
+    compile time of the API's kernels (the samples of test_flce, test_tiled_flce and
+    test_vectorized under py-spy, Emerald Rapids). `npugrad-opt` turns it on, as mlir-opt has it; a pipeline made in
     Python, like the runtime's default, verifies once unless given `verify_each=True` or run
     with NPUGRAD_VERIFY_EACH=1 (runtime/specialize.py).
 

@@ -1,5 +1,6 @@
 """Pipeline.verify_each: after every pass (MLIR's -verify-each, the driver's way) or once at the
-end (the runtime's default): the same code either way, and broken IR is caught either way."""
+end (the runtime's default, and a Pipeline's): the same code either way, and broken IR is caught
+either way."""
 
 from __future__ import annotations
 

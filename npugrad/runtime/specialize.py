@@ -140,9 +140,9 @@ def _pipeline_and_key(pipeline: Pipeline | None) -> tuple[Pipeline, tuple]:
 
     The default pipeline verifies the module once, after its last pass (the op was built and
     verified here, and the upstream parser verifies what it reads); NPUGRAD_VERIFY_EACH=1 makes
-    it verify after every pass, to find the pass that breaks the IR; NPUGRAD_LINE_TABLES=1 gives
-    its machine code line tables (Pipeline.line_tables: a profile then names each loop).
-    NPUGRAD_VERIFY_EACH=1 turns verification after every pass on for a given pipeline too."""
+    it, and a pipeline given to launch.using, verify after every pass, to find the pass that
+    breaks the IR; NPUGRAD_LINE_TABLES=1 gives the default its machine code line tables
+    (Pipeline.line_tables: a profile then names each loop)."""
     one_thread = pool.threads() == 1
     if pipeline is not None:
         if one_thread and pipeline.distribute:
