@@ -278,9 +278,9 @@ class Pipeline:
     by xDSL for the xDSL stages, by the upstream parser for the later ones. It does not change
     the code, only the time to compile: xDSL's verifier after every pass was a fifth of the
     compile time of the API's kernels (the samples of test_flce, test_tiled_flce and
-    test_vectorized under py-spy, Emerald Rapids). `npugrad-opt` turns it on, as mlir-opt has it; a pipeline made in
-    Python, like the runtime's default, verifies once unless given `verify_each=True` or run
-    with NPUGRAD_VERIFY_EACH=1 (runtime/specialize.py).
+    test_vectorized under py-spy, Emerald Rapids). `npugrad-opt` turns it on, as mlir-opt has
+    it; a pipeline made in Python, like the runtime's default, verifies once unless given
+    `verify_each=True` or run with NPUGRAD_VERIFY_EACH=1 (runtime/specialize.py).
 
     `observer`, if given, is called after every step with its name, the module (None after the
     upstream steps, whose IR is text) and its seconds: npugrad-opt's --time-passes and
