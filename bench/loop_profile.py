@@ -7,6 +7,7 @@ to the innermost loop that holds it (a backward branch and its target bound a lo
     .venv/bin/python bench/loop_profile.py --op flce --size bt=1024,h=1024,v=8192,dtype=bfloat16
     .venv/bin/python bench/loop_profile.py --op ema_adam --size n=16777216 --top 10
     .venv/bin/python bench/loop_profile.py --op bench.loss:npugrad_forward --size bt=4096,h=4096,v=32000,dtype=float32
+    .venv/bin/python bench/loop_profile.py --show 4      # and the 4 hottest loops' code, samples per instruction
 
 It prints one row per loop: its share of the kernel's samples, its address range in the object,
 its instructions, multiply-adds (vfmadd*, vdpbf16ps) and operands addressed off %rsp, and off
@@ -51,6 +52,7 @@ class Loop:
     end: int  # the backward branch
     instructions: tuple[str, ...]
     frame_pointer: bool = True  # the code keeps its frame in %rbp (else %rbp is one more register)
+    addresses: tuple[int, ...] = ()  # each instruction's offset (loops() fills it)
 
     @property
     def fmas(self) -> int:
@@ -121,7 +123,8 @@ def loops(code: list[tuple[int, str]]) -> list[Loop]:
         m = _BRANCH.match(text)
         if m and int(m.group(1), 16) <= at:
             start = int(m.group(1), 16)
-            found.append(Loop(start, at, tuple(t for a, t in code if start <= a <= at), frame))
+            body = [(a, t) for a, t in code if start <= a <= at]
+            found.append(Loop(start, at, tuple(t for _, t in body), frame, tuple(a for a, _ in body)))
     return found
 
 
@@ -138,9 +141,13 @@ def charge(offsets: list[int], found: list[Loop], size: int) -> tuple[collection
     return counts, inside
 
 
-def report(counts: collections.Counter, inside: int, top: int, show: int = 0, labels: dict | None = None) -> str:
+def report(counts: collections.Counter, inside: int, top: int, show: int = 0, labels: dict | None = None,
+           hits: collections.Counter | None = None) -> str:
     """A row per loop, the `top` hottest, with its label (`labels`: loop -> label); the
-    instructions of the `show` hottest after the table."""
+    instructions of the `show` hottest after the table, each after its own samples and offset
+    where `hits` (offset -> samples) is given. A sample lands on the instruction the CPU was
+    at when the timer fired, often the one after a stall (skid): read a column of counts as
+    where a loop waits, to within an instruction or two, e.g. the loads of C in an epilogue."""
     labels = labels or {}
     lines = [f"{'share':>7} {'samples':>8}  {'loop (object offsets)':<22} {'instrs':>6} {'FMAs':>5} {'stack':>5}  label"]
     hottest = counts.most_common(top)
@@ -150,7 +157,10 @@ def report(counts: collections.Counter, inside: int, top: int, show: int = 0, la
         lines.append(f"{100 * n / max(inside, 1):6.1f}% {n:>8}  {where:<22} {detail}".rstrip())
     for lp in [lp for lp, _ in hottest if lp is not None][:show]:
         lines.append(f"\nloop {lp.start:#x}-{lp.end:#x} ({labels.get(lp, '-')}):")
-        lines.extend(f"    {i}" for i in lp.instructions)
+        if hits is None or len(lp.addresses) != len(lp.instructions):
+            lines.extend(f"    {i}" for i in lp.instructions)
+        else:
+            lines.extend(f"    {hits.get(a, 0):>6}  {a:>6x}  {i}" for a, i in zip(lp.addresses, lp.instructions))
     return "\n".join(lines)
 
 
@@ -194,7 +204,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--size", default="bt=2048,h=2048,v=32000,dtype=float32", help="the op's sizes, k=v,...")
     ap.add_argument("--calls", type=int, default=1, help="sampled calls after the warm-up (default 1)")
     ap.add_argument("--top", type=int, default=15, help="loops to print (default 15)")
-    ap.add_argument("--show", type=int, default=0, help="print the instructions of this many of the hottest loops")
+    ap.add_argument("--show", type=int, default=0, help="print the instructions of this many of the hottest loops, "
+                    "each after its own samples and its offset")
     args = ap.parse_args(argv)
     for tool in ("perf", "nm", "objdump"):
         if shutil.which(tool) is None:
@@ -241,7 +252,9 @@ def main(argv: list[str] | None = None) -> None:
                 counts, inside = charge([ip - base for ip in ips], found, code[-1][0] + 16)
                 print(f"{name} (object {key[:12]}): {inside} of {len(ips)} samples in its code "
                       f"({args.op} {args.size}, {args.calls} call(s))")
-                print(report(counts, inside, args.top, args.show, {lp: label(lp, code, rows, found) for lp in found}))
+                hits = collections.Counter(ip - base for ip in ips)
+                print(report(counts, inside, args.top, args.show, {lp: label(lp, code, rows, found) for lp in found},
+                             hits))
 
 if __name__ == "__main__":
     main()

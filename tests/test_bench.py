@@ -4,6 +4,7 @@ and the optional compilers (the `[bench]` extra) against NumPy at a small size."
 from __future__ import annotations
 
 import argparse
+import collections
 import importlib.util
 import json
 import os
@@ -324,6 +325,12 @@ def test_loop_profile_charges_each_sample_to_its_innermost_loop():
     shown = loop_profile.report(counts, inside, 5, show=1).splitlines()
     at = shown.index("loop 0x18-0x30 (-):")  # the hottest loop's instructions after the table, and no other's
     assert at == len(rows) + 2 and shown[at + 1:] == [f"    {i}" for i in inner.instructions]
+    # With the samples per offset, each shown instruction follows its own count and offset.
+    hits = collections.Counter([0x20, 0x20, 0x28, 0x38])
+    annotated = loop_profile.report(counts, inside, 5, show=1, hits=hits).splitlines()
+    assert [r.split(maxsplit=2) for r in annotated[at + 1:]] == [
+        ["0", "18", "vfmadd231ps %ymm1,%ymm2,%ymm3"], ["2", "20", "vfmadd231ps %ymm1,%ymm4,%ymm5"],
+        ["1", "28", "cmp    0x28(%rsp),%rax"], ["0", "30", "jne    18 <kernel+0x18>"]]
 
     # Labels from the line tables (objdump --dwarf=decodedline): a loop is named by its own
     # instructions, not by those of the loop inside it; code no pass labelled is `-`.
