@@ -51,8 +51,8 @@ class Loop:
     start: int  # offsets in the object's code section
     end: int  # the backward branch
     instructions: tuple[str, ...]
+    addresses: tuple[int, ...]  # each instruction's offset
     frame_pointer: bool = True  # the code keeps its frame in %rbp (else %rbp is one more register)
-    addresses: tuple[int, ...] = ()  # each instruction's offset (loops() fills it)
 
     @property
     def fmas(self) -> int:
@@ -124,7 +124,7 @@ def loops(code: list[tuple[int, str]]) -> list[Loop]:
         if m and int(m.group(1), 16) <= at:
             start = int(m.group(1), 16)
             body = [(a, t) for a, t in code if start <= a <= at]
-            found.append(Loop(start, at, tuple(t for _, t in body), frame, tuple(a for a, _ in body)))
+            found.append(Loop(start, at, tuple(t for _, t in body), tuple(a for a, _ in body), frame))
     return found
 
 
@@ -157,7 +157,7 @@ def report(counts: collections.Counter, inside: int, top: int, show: int = 0, la
         lines.append(f"{100 * n / max(inside, 1):6.1f}% {n:>8}  {where:<22} {detail}".rstrip())
     for lp in [lp for lp, _ in hottest if lp is not None][:show]:
         lines.append(f"\nloop {lp.start:#x}-{lp.end:#x} ({labels.get(lp, '-')}):")
-        if hits is None or len(lp.addresses) != len(lp.instructions):
+        if hits is None:
             lines.extend(f"    {i}" for i in lp.instructions)
         else:
             lines.extend(f"    {hits.get(a, 0):>6}  {a:>6x}  {i}" for a, i in zip(lp.addresses, lp.instructions))
@@ -249,12 +249,12 @@ def main(argv: list[str] | None = None) -> None:
                     continue
                 base = address - int(m.group(1), 16)  # where the object's code section was loaded
                 found = loops(code)
-                counts, inside = charge([ip - base for ip in ips], found, code[-1][0] + 16)
+                offsets = [ip - base for ip in ips]
+                counts, inside = charge(offsets, found, code[-1][0] + 16)
                 print(f"{name} (object {key[:12]}): {inside} of {len(ips)} samples in its code "
                       f"({args.op} {args.size}, {args.calls} call(s))")
-                hits = collections.Counter(ip - base for ip in ips)
                 print(report(counts, inside, args.top, args.show, {lp: label(lp, code, rows, found) for lp in found},
-                             hits))
+                             collections.Counter(offsets)))
 
 if __name__ == "__main__":
     main()
