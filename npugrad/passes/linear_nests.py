@@ -35,7 +35,10 @@ def cpu_tiles(cpu: Target) -> dict[str, int]:
     per vocabulary tile (GEMMs 1 and 2 pack W's tile once, before the token loop:
     vectorize_contractions.invariant_loop). (512 KiB L2, AVX2:
     bt = 186, v = 176; measured on a Zen 3, FLCE 2048 x 2048 x 8192 float32 on 2 threads, 0.74x
-    the same run's SGEMM where the 64 x 128 tiles used before gave 0.63x.)"""
+    the same run's SGEMM where the 64 x 128 tiles used before gave 0.63x. 1 MiB L2, AVX-512:
+    252 x 256; on a Zen 4, v = 384 with bt = 168, 192 or 252 (GEMM 3's rows whole 6-row blocks,
+    GEMM 2's reduction 1.5 times as long) ran 0.996-1.015x as fast at both bench sizes in both
+    dtypes, 16 rounds of bench/ab.py each.)"""
     mr = row_multiple(cpu)
     width = panel_width(cpu)
     capacity = cpu.role("vector").capacity or 1 << 20
