@@ -11,7 +11,7 @@ from test_flce import MODES, _check, _operands
 from npugrad import ops
 from npugrad.compiler import Pipeline
 from npugrad.dtypes import BFLOAT16
-from npugrad.passes.vectorize_contractions import VectorizeContractionsPass, dot_bf16, reduction_chunk
+from npugrad.passes.vectorize_contractions import VectorizeContractionsPass, c_prefetch, dot_bf16, reduction_chunk
 from npugrad.runtime.launch import using
 from npugrad.targets import get as get_target
 
@@ -292,3 +292,25 @@ def test_the_reduction_chunk_is_the_larger_of_the_l1_and_l2_rules(toml, columns,
     assert reduction_chunk(target, columns, element_bytes) == kc
     l1 = min(lv.capacity for lv in target.local_levels())
     assert kc * columns * element_bytes >= l1 // 2 and kc % 2 == 0
+
+
+@pytest.mark.parametrize("toml, dot", [("zen3.toml", False), ("avx512.toml", False), ("avx512bf16.toml", True),
+                                       ("avx512bf16.toml", False)])
+def test_c_is_prefetched_into_the_level_b_panel_leaves_it_in(toml, dot):
+    """A block prefetches C's lines for reading into the L2 where B's panel, streamed before
+    C is read, takes more than half the L1 (KC from the L2's rule: every shipped CPU description),
+    and for writing into the L1 where the L1's rule gave KC (an L2 a sixteenth of which is
+    less than half the L1)."""
+    import tomllib
+    from pathlib import Path
+
+    from npugrad.targets.target import from_dict
+
+    text = (Path(__file__).parent / "lit" / "Inputs" / toml).read_text()
+    assert c_prefetch(from_dict(tomllib.loads(text), "t"), dot) == (False, 2)
+    small_l2 = tomllib.loads(text)
+    l2 = next(lv for lv in small_l2["level"] if lv["name"] == "l2")
+    l2["capacity"] = "128KiB"
+    target = from_dict(small_l2, "small-l2")
+    l1 = min(lv.capacity for lv in target.local_levels())
+    assert c_prefetch(target, dot) == (True, 3), l1

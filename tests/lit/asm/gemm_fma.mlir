@@ -6,18 +6,19 @@
 // GEMM 1; then G's exp (lowering/vector_math.py: FMAs after the rounding of n, narrower ones in
 // the loop's tail, the last a scalar vroundss); then GEMMs 2 and 3, whose 48 columns (H) are all
 // at the masked edges, a 16-lane vector at a time: each a loop of 6-row blocks, a block starting
-// with the prefetches of its C lines, 6 FMAs a step. Only exp has narrower FMAs.
+// with the prefetches of its C lines (into the L2: prefetcht1, c_prefetch), 6 FMAs a step. Only
+// exp has narrower FMAs.
 // CHECK-LABEL: {{^}}flce:
 // CHECK-NOT:       vfmadd{{.*}}{{xmm|ymm}}
 // CHECK-COUNT-24:  vfmadd{{[0-9]+}}ps {{.*}}%zmm{{[0-9]+}}, %zmm{{[0-9]+}}, %zmm{{[0-9]+}}
 // CHECK-NOT:       vfmadd{{.*}}{{xmm|ymm}}
 // CHECK:           {{vrndscaleps|vroundps}}
 // CHECK:           vroundss
-// CHECK-COUNT-6:   prefetcht0
+// CHECK-COUNT-6:   prefetcht1
 // CHECK-NOT:       vfmadd{{.*}}{{xmm|ymm}}
 // CHECK-COUNT-6:   vfmadd{{[0-9]+}}ps {{.*}}, %zmm{{[0-9]+}}, %zmm{{[0-9]+}}
 // CHECK-NOT:       vfmadd{{.*}}{{xmm|ymm}}
-// CHECK-COUNT-6:   prefetcht0
+// CHECK-COUNT-6:   prefetcht1
 // CHECK-NOT:       vfmadd{{.*}}{{xmm|ymm}}
 // CHECK-COUNT-6:   vfmadd{{[0-9]+}}ps {{.*}}, %zmm{{[0-9]+}}, %zmm{{[0-9]+}}
 // CHECK-NOT:       vfmadd

@@ -1,8 +1,9 @@
 // vectorize-contractions: a contraction linalg.generic becomes a register-blocked micro-kernel.
 // With 32 registers of 16 float32 lanes (Inputs/zmm.toml) the block is 6 rows x 4 vectors: 24
 // accumulators from zero, carried through the reduction loop, then added to C once: all 24 loads
-// of C, then the 24 stores. Every cache line of C the block may touch is prefetched (for writing)
-// when the block starts: a row of 64 float32 columns covers 4 lines of 64 bytes when C is
+// of C, then the 24 stores. Every cache line of C the block may touch is prefetched when the block
+// starts, for reading into the L2 (locality 2: B's 64 KiB panel, which the reduction loop streams
+// first, is more than half the 48 KiB L1; c_prefetch): a row of 64 float32 columns covers 4 lines of 64 bytes when C is
 // line-aligned and 5 when it is not, so columns j, j+16, j+32, j+48 and j+63. The reduction runs
 // in chunks of 256 steps: the panel of B a column block's row blocks share, 256 rows of 64 float32
 // columns (64 KiB), is packed contiguously first (on the heap, once per function, freed before
@@ -92,12 +93,12 @@
 // CHECK-NEXT:          %[[J32:.*]] = arith.addi %[[J]], %{{.*}} : index
 // CHECK-NEXT:          %[[J48:.*]] = arith.addi %[[J]], %{{.*}} : index
 // CHECK-NEXT:          %[[J63:.*]] = arith.addi %[[J]], %[[C63]] : index
-// CHECK-NEXT:          memref.prefetch %c[%[[I]], %[[J]]], write, locality<3>, data : memref<?x?xf32>
-// CHECK-NEXT:          memref.prefetch %c[%[[I]], %[[J16]]], write, locality<3>, data : memref<?x?xf32>
-// CHECK-NEXT:          memref.prefetch %c[%[[I]], %[[J32]]], write, locality<3>, data : memref<?x?xf32>
-// CHECK-NEXT:          memref.prefetch %c[%[[I]], %[[J48]]], write, locality<3>, data : memref<?x?xf32>
-// CHECK-NEXT:          memref.prefetch %c[%[[I]], %[[J63]]], write, locality<3>, data : memref<?x?xf32>
-// CHECK-COUNT-25:      memref.prefetch %c[%{{.*}}, %{{.*}}], write, locality<3>, data : memref<?x?xf32>
+// CHECK-NEXT:          memref.prefetch %c[%[[I]], %[[J]]], read, locality<2>, data : memref<?x?xf32>
+// CHECK-NEXT:          memref.prefetch %c[%[[I]], %[[J16]]], read, locality<2>, data : memref<?x?xf32>
+// CHECK-NEXT:          memref.prefetch %c[%[[I]], %[[J32]]], read, locality<2>, data : memref<?x?xf32>
+// CHECK-NEXT:          memref.prefetch %c[%[[I]], %[[J48]]], read, locality<2>, data : memref<?x?xf32>
+// CHECK-NEXT:          memref.prefetch %c[%[[I]], %[[J63]]], read, locality<2>, data : memref<?x?xf32>
+// CHECK-COUNT-25:      memref.prefetch %c[%{{.*}}, %{{.*}}], read, locality<2>, data : memref<?x?xf32>
 // CHECK-NOT:           memref.prefetch
 // CHECK-NOT:           vector.load %c
 // CHECK:               %sum_24, {{.*}}, %sum_47 = scf.for %[[K:.*]] = %[[K0]] to %[[K1]] step %{{.*}} iter_args(%acc_24 = %[[ZERO:.*]], %acc_25 = %[[ZERO]], {{.*}}, %acc_47 = %[[ZERO]]) -> (vector<16xf32>{{.*}}) {
