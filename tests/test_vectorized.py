@@ -264,11 +264,11 @@ def test_a_base_is_packed_whole_only_within_eight_l2s():
     """row_pack_budget: the largest local level, but at most 8 of the vector role's (the L2): a VM
     that shows 2 cores of a 300 MiB L3 (an Emerald Rapids) packed X of 4096 x 4096 whole, 64 MiB
     of float32 a core, and the gradient's peak extra memory went from 5 to 134 MiB."""
+    import tomllib
     from pathlib import Path
 
     from npugrad.passes.vectorize_contractions import ROW_PACK_L2S, row_pack_budget
     from npugrad.targets.target import from_dict
-    import tomllib
 
     text = (Path(__file__).parent / "lit" / "Inputs" / "avx512bf16.toml").read_text()
     assert row_pack_budget(from_dict(tomllib.loads(text), "t")) == 1 << 20  # the L2 is the largest level
@@ -306,9 +306,8 @@ def test_c_is_prefetched_into_the_level_b_panel_leaves_it_in(toml, dot):
 
     from npugrad.targets.target import from_dict
 
-    text = (Path(__file__).parent / "lit" / "Inputs" / toml).read_text()
-    assert c_prefetch(from_dict(tomllib.loads(text), "t"), dot) == (False, 2)
-    small_l2 = tomllib.loads(text)
+    assert c_prefetch(get_target(f"tests/lit/Inputs/{toml}"), dot) == (False, 2)
+    small_l2 = tomllib.loads((Path(__file__).parent / "lit" / "Inputs" / toml).read_text())
     l2 = next(lv for lv in small_l2["level"] if lv["name"] == "l2")
     l2["capacity"] = "128KiB"
     target = from_dict(small_l2, "small-l2")

@@ -449,7 +449,7 @@ def c_prefetch(target: Target, dot: bool) -> tuple[bool, int]:
     takes at most half of it; else for reading into the next level (locality 2: prefetcht1),
     where the lines outlive the panel's stream. In the L1 they were evicted by it before the
     epilogue read them, and took the panel's room there while they lasted. Measured on a Zen 4
-    (a 128 KiB panel, a 32 KiB L1; bench/ab.py, calls taking turns, 10-12 rounds), the FLCE
+    (a 64 KiB panel, a 32 KiB L1; bench/ab.py, calls taking turns, 10-12 rounds), the FLCE
     gradient against prefetchw into the L1: bfloat16 1.039x as fast at 4096 x 4096 x 8192 and
     1.021x and 1.030x at 2048 x 2048 x 32000, float32 1.011x and 1.012x (2048 x 2048 x 32000,
     4096 x 4096 x 8192); a read prefetch into the L1 (prefetcht0) 1.002x (bfloat16 2048 x 2048
@@ -926,12 +926,12 @@ class _Kernels:
         assert self.amx_rows is not None
         words = VectorType(i32, [self.lanes])
         groups = e.emit(arith.DivUIOp(e.emit(arith.SubiOp(self.k_hi, self.k_lo)), e.idx(AMX_STEPS)))
-        with e.loop(e.emit(arith.MuliOp(groups, e.idx(AMX_STEPS // 2))), step=e.idx(self.lanes)) as q0:
-            with e.loop(self.amx_rows, step=e.idx(self.lanes)) as i0:
-                block = [e.emit(vector.LoadOp(pairs, [_plus(e, q0, r), i0], words)) for r in range(self.lanes)]
-                at = e.emit(arith.AddiOp(q0, q0))
-                for r, row in enumerate(transposed(e, block)):
-                    e.emit(vector.StoreOp(e.emit(vector.BitcastOp(row, self.pairs)), buffer, [_plus(e, i0, r), at]))
+        with (e.loop(e.emit(arith.MuliOp(groups, e.idx(AMX_STEPS // 2))), step=e.idx(self.lanes)) as q0,
+              e.loop(self.amx_rows, step=e.idx(self.lanes)) as i0):
+            block = [e.emit(vector.LoadOp(pairs, [_plus(e, q0, r), i0], words)) for r in range(self.lanes)]
+            at = e.emit(arith.AddiOp(q0, q0))
+            for r, row in enumerate(transposed(e, block)):
+                e.emit(vector.StoreOp(e.emit(vector.BitcastOp(row, self.pairs)), buffer, [_plus(e, i0, r), at]))
 
     def emit(self) -> None:
         """All of it labelled (kernel_label), in _emit."""

@@ -3,8 +3,8 @@
 // accumulators from zero, carried through the reduction loop, then added to C once: all 24 loads
 // of C, then the 24 stores. Every cache line of C the block may touch is prefetched when the block
 // starts, for reading into the L2 (locality 2: B's 64 KiB panel, which the reduction loop streams
-// first, is more than half the 48 KiB L1; c_prefetch): a row of 64 float32 columns covers 4 lines of 64 bytes when C is
-// line-aligned and 5 when it is not, so columns j, j+16, j+32, j+48 and j+63. The reduction runs
+// first, is more than half the 48 KiB L1; c_prefetch): a row of 64 float32 columns covers 4 lines
+// of 64 bytes when C is line-aligned and 5 when it is not, so columns j, j+16, j+32, j+48 and j+63. The reduction runs
 // in chunks of 256 steps: the panel of B a column block's row blocks share, 256 rows of 64 float32
 // columns (64 KiB), is packed contiguously first (on the heap, once per function, freed before
 // it returns): a sixteenth of the 1 MiB L2, where every row block reads it again (half the 48 KiB L1 would give 96 steps, and
