@@ -457,9 +457,9 @@ def c_prefetch(target: Target, dot: bool) -> tuple[bool, int]:
     4096 x 4096 x 8192); a read prefetch into the L1 (prefetcht0) 1.002x (bfloat16 2048 x 2048
     x 32000). On a Zen 5 (a 64 KiB panel, a 48 KiB L1; 10 and 16 rounds): bfloat16 0.98x and
     1.00x at 4096 x 4096 x 8192, float32 1.02x at 2048 x 2048 x 32000."""
-    smallest = min((lv.capacity for lv in target.local_levels() if lv.capacity), default=0)
+    level = target.level(panel_level(target)).capacity
     panel = kernel_chunk(target, dot) * panel_width(target) * (2 if dot else 4)
-    return (True, 3) if smallest and panel <= smallest // 2 else (False, 2)
+    return (True, 3) if panel <= level // 2 else (False, 2)
 
 
 def summing_chunk(gen: GenericOp, target: Target) -> int | None:
@@ -564,9 +564,9 @@ class _Kernels:
     def block(self, i0: SSAValue, j0: SSAValue, nr: int, masks: list[SSAValue] | None = None,
               last: SSAValue | None = None, every_row: bool = False) -> None:
         """C[i0:i0+MR, j0:j0+nr·lanes] += A·B over the chunk, the MR×nr accumulators in registers
-        from zero, C's lines prefetched first (c_prefetch) and read last; B's rows read from the packed panel
-        (the block's view, if any: columns_either), or in place where `masks` (one per vector, for
-        the columns at the edges) are given. With `last` (≥ i0), row i0 + r is row
+        from zero, C's lines prefetched first (c_prefetch) and read last; B's rows read from the
+        packed panel (the block's view, if any: columns_either), or in place where `masks` (one
+        per vector, for the columns at the edges) are given. With `last` (≥ i0), row i0 + r is row
         min(i0 + r, last). Its reduction loop is labelled `.k_edge` with `masks`, `.k_tail` with
         `last`, unless the block is one of a loop over `every_row` (rows), and `.k` otherwise."""
         e = self.e

@@ -1,16 +1,17 @@
 // vectorize-contractions: a contraction linalg.generic becomes a register-blocked micro-kernel.
 // With 32 registers of 16 float32 lanes (Inputs/zmm.toml) the block is 6 rows x 4 vectors: 24
-// accumulators from zero, carried through the reduction loop, then added to C once: all 24 loads
-// of C, then the 24 stores. Every cache line of C the block may touch is prefetched when the block
+// accumulators from zero, carried through the reduction loop, then added to C once: all 24 loads of
+// C, then the 24 stores. Every cache line of C the block may touch is prefetched when the block
 // starts, for reading into the L2 (locality 2: B's 64 KiB panel, which the reduction loop streams
 // first, is more than half the 48 KiB L1; c_prefetch): a row of 64 float32 columns covers 4 lines
-// of 64 bytes when C is line-aligned and 5 when it is not, so columns j, j+16, j+32, j+48 and j+63. The reduction runs
-// in chunks of 256 steps: the panel of B a column block's row blocks share, 256 rows of 64 float32
-// columns (64 KiB), is packed contiguously first (on the heap, once per function, freed before
-// it returns): a sixteenth of the 1 MiB L2, where every row block reads it again (half the 48 KiB L1 would give 96 steps, and
-// C's 24 loads and stores every 96 steps of 24 FMAs). Each row the pack reads prefetches the same
-// row's line of the next panel (its last column, j + 127, clamped to N - 1): B's rows a row
-// stride apart are too many streams for the hardware prefetchers.
+// of 64 bytes when C is line-aligned and 5 when it is not, so columns j, j+16, j+32, j+48 and j+63.
+// The reduction runs in chunks of 256 steps: the panel of B a column block's row blocks share, 256
+// rows of 64 float32 columns (64 KiB), is packed contiguously first (on the heap, once per
+// function, freed before it returns): a sixteenth of the 1 MiB L2, where every row block reads it
+// again (half the 48 KiB L1 would give 96 steps, and C's 24 loads and stores every 96 steps of 24
+// FMAs). Each row the pack reads prefetches the same row's line of the next panel (its last column,
+// j + 127, clamped to N - 1): B's rows a row stride apart are too many streams for the hardware
+// prefetchers.
 // RUN: npugrad-opt %s -p 'vectorize-contractions{target="%inputs/avx512.toml"}' | FileCheck %s
 // A CPU with AVX512-BF16 (Inputs/avx512bf16.toml) multiplies bfloat16 pairs instead, two
 // reduction steps per x86vector.avx512.dot (vdpbf16ps): the panels of B hold KC/2 rows of pairs, KC
