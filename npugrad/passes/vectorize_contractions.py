@@ -333,7 +333,11 @@ def next_panel(e: IRBuilder, j0: SSAValue, wide: int, n: SSAValue) -> SSAValue:
     (float32 FLCE 2048 x 2048 x 32000, 2 threads) asking for all four left GEMM 3's pack at 1.9 %
     of the samples (2.0-2.4 before; bench/loop_profile.py), waiting on all four of its loads
     alike (about 14 GB/s a core), and the call's time where it was (0.998x, 8 rounds of
-    bench/ab.py); every line of the row 16 steps ahead in the same panel, 2.1 %."""
+    bench/ab.py); every line of the row 16 steps ahead in the same panel, 2.1 %. A bfloat16
+    panel's row is two lines: asking for both of the next panel's read 1.002x (16 rounds), and
+    both of the panel after it 1.013x (20 rounds, single rounds 0.93-1.06; GEMM 3's pack of X's
+    token tile 2.8 % of the samples instead of 3.3), within the noise (Zen 5, FLCE bfloat16
+    4096 x 4096 x 8192, 2 threads, bench/ab.py): not kept."""
     last = e.emit(arith.SubiOp(n, e.idx(1)))
     return e.emit(arith.MinUIOp(_plus(e, j0, 2 * wide - 1), last))
 
@@ -959,7 +963,11 @@ class _Kernels:
         blocks took 1.4 and 1.5 % of the samples with line-aligned arrays, 3.1 and 2.4 % with
         NumPy's. Hoisted panels start where C's memory, if it is there before their loop, has
         its first line (hoisted_panels). Not for bfloat16 pairs (dot): their masked columns run
-        on float32 FMAs, and their C is a float32 accumulator of the nest's own, line-aligned."""
+        on float32 FMAs, and their C is a float32 accumulator of the nest's own, line-aligned.
+        With the blocks so placed, NumPy's outputs cost no more than line-aligned ones: FLCE
+        float32 2048 x 2048 x 32000 into outputs 48 and 16 bytes past a line (np.full) and into
+        the output pool's (runtime/memory.py), calls taking turns, 1.002x (8 rounds, 0.98-1.04;
+        Zen 5, 2 threads)."""
         e = self.e
         buffer = None
         rows_buffer = None
@@ -1388,7 +1396,16 @@ class VectorizeContraction(RewritePattern):
         the chunked loss schedule's rows, 315 x 4096 float32, not a batch of 4096), a condition
         on the sizes at run time; otherwise nothing is packed there and the micro-kernel packs
         per call as before. One Zen 3 core, the chunked schedule's backward (315 x 4096 x
-        16000): X's pack, once per (vocabulary tile, token tile), was 4.5-4.7 % of the samples."""
+        16000): X's pack, once per (vocabulary tile, token tile), was 4.5-4.7 % of the samples.
+
+        Measured and not kept: bfloat16 pairs of the base's rows (GEMM 3 of the bfloat16 FLCE
+        gradient: X's pairs packed before the vocabulary loop, a token tile's rows read at pair
+        (offset + k) / 2 where the offset is even). On a Zen 5 (4096 x 4096 x 8192, 2 threads;
+        each core packed all of X, 32 MiB) GEMM 3's pack went from 3.6 % of the kernel's samples
+        to 0.3 %, but its reduction loop from 29.2 % to 32.4 %: the first row block of each
+        panel read it from memory. With the next panel's rows prefetched into the L2 a few per
+        row block, that loop held 29.8 %, yet the call ran 0.965x as fast (16 rounds of
+        bench/ab.py, 0.89-1.00): what it lost lies outside the samples of the kernel's code."""
         loop, b, offset = invariant_loop(gen), gen.inputs[1], None
         dot = dots(gen, shape, self.target)
         if loop is None and not shape.rhs_transposed and not dot and (rows := invariant_rows(gen)) is not None:
