@@ -47,6 +47,13 @@ bfloat16 pairs on vdpbf16ps take twice float32's KC; chunks of float32's there s
 logits in another association on 2 threads than on 1), GEMM 2's chunks split columns, not its
 sum. The results stay bit-identical for any number of blocks, and any grouping.
 
+Measured and not kept: GEMM 3 over chunks of dW's columns (KC of them, on dW's cache lines),
+each chunk summing the group's tiles in turn (the same bits), so that a chunk of the dW tile
+stays in the L2 across the group instead of the whole tile (4 MiB of float32 at H = 4096) going
+through memory once per token tile. On a Zen 5 (FLCE float32, 2 threads) GEMM 3's epilogue fell
+from 5.1 % of the kernel's samples to 2.1 % at 4096 x 4096 x 8192, and the calls took as long:
+1.001x and 1.000x there and at 2048 x 2048 x 32000 (10 rounds each of bench/ab.py).
+
 The wait for the block before moves from the start of the step to GEMM 3: GEMMs 1 and 2 and the
 softmax read nothing another block writes, so a block runs them while the block before finishes
 the tile: on 2 blocks the second waits about a third of a step, once, at the start (GEMMs 1 and
