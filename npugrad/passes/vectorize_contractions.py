@@ -572,7 +572,10 @@ class _Kernels:
         packed panel (the block's view, if any: columns_either), or in place where `masks` (one
         per vector, for the columns at the edges) are given. With `last` (≥ i0), row i0 + r is row
         min(i0 + r, last). Its reduction loop is labelled `.k_edge` with `masks`, `.k_tail` with
-        `last`, unless the block is one of a loop over `every_row` (rows), and `.k` otherwise."""
+        `last`, unless the block is one of a loop over `every_row` (rows), and `.k` otherwise.
+        Measured and not kept: the next row block's lines of an A read in place (GEMM 1's rows
+        of X, over the chunk) prefetched into the L2 when a block starts: logits.k held 2255
+        samples against 2233 (FLCE float32 4096 x 4096 x 8192, Zen 5, 2 threads)."""
         e = self.e
         rows = [_plus(e, i0, r) for r in range(self.mr)]
         if last is not None:
