@@ -35,6 +35,13 @@ late cost every block. (Measured on a Zen 3, FLCE float32 2048 x 2048 x 32000 on
 blocks waited 3–7 % of their time there; replaying the same step times with point-to-point waits
 gave 1.7–5.6 % shorter calls.) A flag is one i64 counter on a 64-byte line of its own.
 
+Starting a tile is block 0's alone, and it shows: on a Zen 5 (FLCE float32 4096 x 4096 x 8192,
+2 threads, bench/flag_waits.py) block 1 waited on block 0 at 25 of 33 steps, 0.48 ms each (the
+zero fill of a 4 MiB dW tile), 56 ms a call with the wavefront's fill; with the fill left out (a
+wrong result, for the timing) it waited once, at the fill (39 ms), and the call ran 1.011x as
+fast (8 rounds of bench/ab.py). The first GEMM 3 on a tile adding its sums to zero instead of
+to C, in place of the fill, would take that; not done.
+
 Only GEMM 3 has to wait for the block before: GEMMs 1 and 2 of a block's token tiles depend on
 no other block. The distributed nest (distribute_fused_flce) runs its token loop in phases over
 groups of token tiles (flce_groups.py: GEMMs 1 and 2 and the softmax gradient of the group's
