@@ -39,8 +39,13 @@ Starting a tile is block 0's alone, and it shows: on a Zen 5 (FLCE float32 4096 
 2 threads, bench/flag_waits.py) block 1 waited on block 0 at 25 of 33 steps, 0.48 ms each (the
 zero fill of a 4 MiB dW tile), 56 ms a call with the wavefront's fill; with the fill left out (a
 wrong result, for the timing) it waited once, at the fill (39 ms), and the call ran 1.011x as
-fast (8 rounds of bench/ab.py). The first GEMM 3 on a tile adding its sums to zero instead of
-to C, in place of the fill, would take that; not done.
+fast (8 rounds of bench/ab.py). Measured and not kept: the fill moved into the tile's first
+GEMM 3 (token tile 0's: `scf.if` row 0 { the fill } before it, which vectorize-contractions ran
+as one pass with the GEMM, its first chunk adding its sums to zero without reading C, BLAS's
+beta = 0; block 0 then zeroed nothing ahead): the same bits, and 0.992x, 0.995x and 0.998x
+(float32 4096² twice and 2048² x 32000, 10 rounds each, Zen 5). In those minutes block 1
+waited at 4.7 of 33 steps a call with the fill as without it: the per-step waits above come
+and go with the machine's state.
 
 Only GEMM 3 has to wait for the block before: GEMMs 1 and 2 of a block's token tiles depend on
 no other block. The distributed nest (distribute_fused_flce) runs its token loop in phases over
