@@ -62,8 +62,9 @@ long for the same panel bytes. An odd count's last pair has a zero second half i
 read in bounds (A in place: that step comes alone, after the chunk's whole pairs). Each instruction adds
 the odd step's product, then the even one's, each exact and each sum rounded: the float32 FMAs'
 rounding, pairwise in the other order; vdpbf16ps reads bfloat16 subnormals as zero and flushes
-subnormal sums. The masked column tail stays on float32 FMAs. Elsewhere (no AVX512-BF16, or
-float16) the operands widen to float32 as above.
+subnormal sums. The masked columns at the edges run on the same dots, their pairs packed a
+column at a time (pack_edge_pairs). Elsewhere (no AVX512-BF16, or float16) the operands widen
+to float32 as above.
 
 Where the target also has AMX (`amx_bf16`: +amx-tile and +amx-bf16), each whole 32 x 32 block of
 C runs on tiles instead (amx_block), over the chunk's whole groups of 32 steps:
@@ -569,10 +570,11 @@ class _Kernels:
               last: SSAValue | None = None, every_row: bool = False) -> None:
         """C[i0:i0+MR, j0:j0+nr·lanes] += A·B over the chunk, the MR×nr accumulators in registers
         from zero, C's lines prefetched first (c_prefetch) and read last; B's rows read from the
-        packed panel (the block's view, if any: columns_either), or in place where `masks` (one
-        per vector, for the columns at the edges) are given. With `last` (≥ i0), row i0 + r is row
-        min(i0 + r, last). Its reduction loop is labelled `.k_edge` with `masks`, `.k_tail` with
-        `last`, unless the block is one of a loop over `every_row` (rows), and `.k` otherwise.
+        packed panel (the block's view, if any: columns_either), or, with `masks` (one per
+        vector, for the columns at the edges), from the edge's own, C read and written masked.
+        With `last` (≥ i0), row i0 + r is row min(i0 + r, last). Its reduction loop is labelled
+        `.k_edge` with `masks`, `.k_tail` with `last`, unless the block is one of a loop over
+        `every_row` (rows), and `.k` otherwise.
         Measured and not kept: the next row block's lines of an A read in place (GEMM 1's rows
         of X, over the chunk) prefetched into the L2 when a block starts: logits.k held 2255
         samples against 2233 (FLCE float32 4096 x 4096 x 8192, Zen 5, 2 threads)."""
@@ -592,10 +594,10 @@ class _Kernels:
         accs = [zero] * (self.mr * nr)
         part = ".k_edge" if masks is not None else ".k_tail" if last is not None and not every_row else ".k"
         with e.labelled(self.label + part):
-            if self.dot and masks is None:
+            if self.dot:
                 self.pair_steps(rows, nr, accs)
             else:
-                self.steps(rows, cols, nr, accs, masks)
+                self.steps(rows, nr, accs, masks)
                 _unrolled(accs[0], 2 if masks is None and last is None else 1)
         for result in accs:
             result.name_hint = "sum"
@@ -609,8 +611,7 @@ class _Kernels:
             else:
                 e.emit(vector.MaskedStoreOp(self.c, [i, cols[c]], masks[c], total))
 
-    def steps(self, rows: list[SSAValue], cols: list[SSAValue], nr: int, accs: list[SSAValue],
-              masks: list[SSAValue] | None) -> None:
+    def steps(self, rows: list[SSAValue], nr: int, accs: list[SSAValue], masks: list[SSAValue] | None) -> None:
         """The chunk's reduction steps into `accs`, one FMA per accumulator per step."""
         e = self.e
         with e.carried_loop(self.k_hi, accs, lb=self.k_lo) as (k, carried, updated):
@@ -621,11 +622,9 @@ class _Kernels:
                 panel, delta, _ = self.view
                 at = e.emit(arith.AddiOp(k, delta))
                 bs = [e.emit(vector.LoadOp(panel, [at, e.idx(c * self.lanes)], self.f32x)) for c in range(nr)]
-            elif masks is None or not self.dot:  # the edges' panel packed masked (masked)
+            else:  # the chunk's own panel (at the edges, packed masked: masked)
                 row = e.emit(arith.SubiOp(k, self.k_lo))
                 bs = [e.emit(vector.LoadOp(self.panel, [row, e.idx(c * self.lanes)], self.f32x)) for c in range(nr)]
-            else:
-                bs = [self._b_lanes(k, j, m) for j, m in zip(cols, masks)]
             for r, i in enumerate(rows):
                 if self.a_wide is None:
                     a = self._broadcast(e.load(self.a, self.shape.a(i, k)))
@@ -775,6 +774,27 @@ class _Kernels:
                 e.emit(vector.StoreOp(self._b_lanes(k, j, masks and masks[c]), self.panel, [row, e.idx(c * self.lanes)]))
             if ahead is not None:
                 e.emit(PrefetchOp(self.b, [k, ahead], write=False))
+
+    def pack_edge_pairs(self, j0: SSAValue, nr: int) -> None:
+        """The chunk's pairs of B for the nr vectors of columns from j0 at an edge, into the
+        panel as pack_pairs lays them out, a column at a time (lane_tail), columns past N − 1
+        read at N − 1: their lanes feed only accumulator lanes the masked stores drop."""
+        e = self.e
+        last = e.emit(arith.SubiOp(self.n, e.idx(1)))
+        one = VectorType(i32, [1])
+        pair_t = VectorType(bf16, [2])
+        with lane_tail(e, j0, nr * self.lanes, last) as (col, column):
+            at = e.emit(arith.AddiOp(col, col))
+            with e.loop(self.chunk_pairs()) as q:
+                k = e.emit(arith.AddiOp(self.k_lo, e.emit(arith.AddiOp(q, q))))
+                k1, odd = second(e, k, self.k_hi)
+                if self.shape.rhs_transposed:
+                    lo, hi = e.load(self.b, [column, k]), e.load(self.b, [column, k1])
+                else:
+                    lo, hi = e.load(self.b, [k, column]), e.load(self.b, [k1, column])
+                pair = pair_bits(e, lo, hi, odd)
+                e.emit(vector.StoreOp(e.emit(vector.BitcastOp(e.emit(vector.BroadcastOp(pair, one)), pair_t)),
+                                      self.panel, [q, at]))
 
     def widens_a(self) -> bool:
         """Whether A (bfloat16 or float16, read [i, k], contiguous along k) is widened once per
@@ -965,8 +985,8 @@ class _Kernels:
         2048 x 2048 x 16000, 2 threads (bench/loop_profile.py): X's pack and GEMM 3's row
         blocks took 1.4 and 1.5 % of the samples with line-aligned arrays, 3.1 and 2.4 % with
         NumPy's. Hoisted panels start where C's memory, if it is there before their loop, has
-        its first line (hoisted_panels). Not for bfloat16 pairs (dot): their masked columns run
-        on float32 FMAs, and their C is a float32 accumulator of the nest's own, line-aligned.
+        its first line (hoisted_panels). Not for bfloat16 pairs (dot): their C is a float32
+        accumulator of the nest's own, line-aligned.
         With the blocks so placed, NumPy's outputs cost no more than line-aligned ones: FLCE
         float32 2048 x 2048 x 32000 into outputs 48 and 16 bytes past a line (np.full) and into
         the output pool's (runtime/memory.py), calls taking turns, 1.002x (8 rounds, 0.98-1.04;
@@ -1152,8 +1172,12 @@ class _Kernels:
         lanes but in the last vectors, none past hi). B's columns are packed first, masked, as
         a panel the row blocks read (pack): read in place, a power-of-two row stride made every
         row block wait on B's lines (GEMMs 2 and 3 of the FLCE gradient at H = 2048: their
-        edges, 16 columns of 2048, took 2.7 % of the samples). bfloat16 pairs (dot) read B in
-        place, a lane at a time."""
+        edges, 16 columns of 2048, took 2.7 % of the samples). bfloat16 pairs (dot) pack their
+        pairs a column at a time (pack_edge_pairs) and run on dots as the whole blocks do. They
+        read B in place a lane at a time on float32 FMAs before: the FLCE bfloat16 gradient at
+        4096 x 4000 x 8192 (32 edge columns of 4000) spent 6.7 % of its samples in those edges,
+        and ran 1.06x faster on dots, 1.33x at 2048 x 1000 x 32000 (Zen 5, 2 threads, 6 rounds
+        of bench/ab.py each; 1.006x at 4096 x 4096 x 8192, which has no edges)."""
         e = self.e
         nr = min(self.nr, -(-(self.line_bytes // 4) // self.lanes))
         with e.loop(hi, lo, e.idx(nr * self.lanes)) as j0:
@@ -1161,6 +1185,9 @@ class _Kernels:
                      for c in range(nr)]
             if not self.dot:
                 self.pack(j0, masks)
+            else:
+                with e.labelled(self.label + ".pack_b"):
+                    self.pack_edge_pairs(j0, nr)
             self.rows(j0, nr, masks)
 
 

@@ -388,8 +388,10 @@
 // pair of steps. Where the chunk's count is
 // odd, its last step comes alone after the whole pairs (a loop of 0 or 1 iterations from where
 // they end), A's scalar widened to an i32 with a zero second half: never a read past the row.
-// The masked column tail stays on float32 FMAs. Without the dot product (avx512.toml), the same
-// GEMM widens to float32.
+// The masked columns at the edge run on dots too: their pairs are packed into the panel a column
+// at a time (columns past N - 1 read at N - 1, for lanes the masked stores drop), then a block
+// one vector wide takes 6 dots a pair of steps, C loaded and stored masked. Without the dot
+// product (avx512.toml), the same GEMM widens to float32.
 // DOT-LABEL:  func.func @gemm_bf16_dot
 // DOT:          %b_panel = memref.alloc() {alignment = 64 : i64} : memref<256x128xbf16>
 // DOT-NOT:      a_pairs
@@ -441,8 +443,16 @@
 // DOT:            x86vector.avx512.dot
 // DOT-COUNT-23:   x86vector.avx512.dot
 // DOT-NEXT:       scf.yield
-// DOT:          vector.fma
-// DOT-NOT:      x86vector.avx512.dot
+// DOT-NOT:      vector.fma
+// DOT:          %[[COL:.*]] = arith.minsi %{{.*}}, %{{.*}} : index
+// DOT:          memref.load %b[%{{.*}}, %[[COL]]] : memref<?x?xbf16>
+// DOT-NEXT:     memref.load %b[%{{.*}}, %[[COL]]] : memref<?x?xbf16>
+// DOT:          vector.store %{{.*}}, %b_panel[%{{.*}}, %{{.*}}] : memref<256x128xbf16>, vector<2xbf16>
+// DOT:          scf.for %{{.*}} iter_args(
+// DOT-COUNT-6:    x86vector.avx512.dot
+// DOT-NEXT:       scf.yield
+// DOT:          vector.maskedstore %c
+// DOT-NOT:      vector.fma
 // DOT:          func.return
 // CHECK-LABEL: func.func @gemm_bf16_dot
 // CHECK-NOT:     x86vector.avx512.dot
