@@ -141,15 +141,14 @@ def test_each_gemm_is_compiled_once_on_tiles():
     against 24 and 240. Checked on the IR, so on every machine."""
     from collections import Counter
 
-    from npugrad.passes.vectorize_contractions import AMX_BLOCK, block_shape, line_bytes, panel_width
+    from npugrad.passes.vectorize_contractions import AMX_BLOCK, block_shape, edge_vectors, panel_width
 
     module = _vectorized_flce_on_tiles()
     ops = Counter(op.name for op in module.walk())
     target = get_target(AMX)
     mr, nr = block_shape(target)
     assert ops["amx.tile_mulf"] == 3 * (panel_width(target) // AMX_BLOCK) * 4
-    edge = min(nr, -(-(line_bytes(target) // 4) // (target.vector_bits // 32)))  # vectors of a masked block
-    assert ops["x86vector.avx512.dot"] == (2 * 2 + 2 * 2 + 2) * mr * nr + (2 + 2 + 1) * mr * edge
+    assert ops["x86vector.avx512.dot"] == (2 * 2 + 2 * 2 + 2) * mr * nr + (2 + 2 + 1) * mr * edge_vectors(target)
 
 
 def test_tile_code_is_refused_on_a_cpu_without_amx(monkeypatch):

@@ -138,9 +138,6 @@ def test_micro_kernel_with_b_transposed_or_hoisted_matches_numpy(rng, transposed
     llvm_ir = Pipeline().lower(module, "llvm-ir", ctx)
     # The micro-kernel's vector FMAs (bfloat16 pairs on a host with vdpbf16ps: its dot products,
     # the edge columns' too), not scalar loops.
-    from npugrad.passes.vectorize_contractions import dot_bf16
-    from npugrad.targets import get as get_target
-
     assert ("dpbf16ps" if dtype == "bf16" and dot_bf16(get_target("host")) else "fmuladd.v") in llvm_ir
     kernel = Executable(llvm_ir, sigs, block_kernels(module))["gemm"]
     m, k, n = 37, 530, 83  # 6-row blocks and a tail; 16-column panels and a tail; chunks of KC

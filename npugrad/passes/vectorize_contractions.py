@@ -63,7 +63,7 @@ read in bounds (A in place: that step comes alone, after the chunk's whole pairs
 the odd step's product, then the even one's, each exact and each sum rounded: the float32 FMAs'
 rounding, pairwise in the other order; vdpbf16ps reads bfloat16 subnormals as zero and flushes
 subnormal sums. The masked columns at the edges run on the same dots, their pairs packed a
-column at a time (pack_edge_pairs). Elsewhere (no AVX512-BF16, or float16) the operands widen
+column at a time (pack_pair_columns). Elsewhere (no AVX512-BF16, or float16) the operands widen
 to float32 as above.
 
 Where the target also has AMX (`amx_bf16`: +amx-tile and +amx-bf16), each whole 32 x 32 block of
@@ -274,14 +274,7 @@ def pack_pairs(e: IRBuilder, b: SSAValue, transposed_b: bool, k_lo: SSAValue, k_
                 at = e.emit(arith.AddiOp(c, c))
                 for r, column in enumerate(transposed(e, rows)):
                     store(_plus(e, q0, r), at, e.emit(vector.BitcastOp(column, pairs_t)))
-        pair_t = VectorType(bf16, [2])
-        with lane_tail(e, j0, nr * lanes) as (col, column):
-            at = e.emit(arith.AddiOp(col, col))
-            with e.loop(count, lb=rest) as q:
-                k = e.emit(arith.AddiOp(k_lo, e.emit(arith.AddiOp(q, q))))
-                k1, odd = second(e, k, k_hi)
-                pair = pair_bits(e, e.load(b, [column, k]), e.load(b, [column, k1]), odd)
-                store(q, at, e.emit(vector.BitcastOp(e.emit(vector.BroadcastOp(pair, VectorType(i32, [1]))), pair_t)))
+        pack_pair_columns(e, b, True, k_lo, k_hi, j0, nr * lanes, store, count, first=rest)
         return
     # Rows k and k + 1 interleaved: the whole pairs, then an odd count's last row alone (its
     # pair's second half zero). A select of the second row in the loop became a branch per
@@ -354,6 +347,31 @@ def lane_by_lane(e: IRBuilder, ref: SSAValue, at: Callable[[SSAValue], list[SSAV
             column = e.emit(arith.MinSIOp(column, last))
         v = e.emit(vector.InsertOp(e.load_f32(ref, at(column)), v, [lane]))
     return v
+
+
+def pack_pair_columns(e: IRBuilder, b: SSAValue, transposed_b: bool, k_lo: SSAValue, k_hi: SSAValue, j0: SSAValue,
+                      width: int, store: Callable[[SSAValue, SSAValue, SSAValue], None], count: SSAValue,
+                      first: SSAValue | None = None, last: SSAValue | None = None) -> None:
+    """store(q, at, v) as pack_pairs, for pairs q in [first, count) (None: 0) of the panel's
+    `width` columns, a column at a time (lane_tail: with `last`, columns past it read at it):
+    each pair two scalar loads made one i32. The cold packs: a transposed B's pairs past its
+    last lanes x lanes block, and an edge's panel (pack, for bfloat16 pairs at the edges)."""
+    pair_t = VectorType(bf16, [2])
+    with lane_tail(e, j0, width, last) as (col, column):
+        at = e.emit(arith.AddiOp(col, col))
+        with e.loop(count, lb=first) as q:
+            k = e.emit(arith.AddiOp(k_lo, e.emit(arith.AddiOp(q, q))))
+            k1, odd = second(e, k, k_hi)
+            lo, hi = ([column, k], [column, k1]) if transposed_b else ([k, column], [k1, column])
+            pair = pair_bits(e, e.load(b, lo), e.load(b, hi), odd)
+            store(q, at, e.emit(vector.BitcastOp(e.emit(vector.BroadcastOp(pair, VectorType(i32, [1]))), pair_t)))
+
+
+def edge_vectors(target: Target) -> int:
+    """The vectors of a masked block at the edges (masked): a cache line's worth of float32, at
+    most NR (2 of 8 lanes, 1 of 16)."""
+    lanes = max(1, target.vector_bits // 32)
+    return min(block_shape(target)[1], -(-(line_bytes(target) // 4) // lanes))
 
 
 @contextmanager
@@ -498,6 +516,7 @@ class _Kernels:
         self.a, self.b = gen.inputs
         (self.c,) = gen.outputs
         self.mr, self.nr = block_shape(target)
+        self.edge_nr = edge_vectors(target)
         self.lanes = target.vector_bits // 32
         self.line_bytes = line_bytes(target)
         self.f32x = VectorType(f32, [self.lanes])
@@ -744,7 +763,8 @@ class _Kernels:
         blocks then read B from KC contiguous lines that stay in the innermost cache, whatever
         B's row stride (a power-of-two stride maps every row of B to one cache set) and element
         type (bfloat16/float16 widened once per panel, not once per row block). With `masks`
-        (the columns at the edges, float32 FMAs only), len(masks) vectors, each read masked."""
+        (the columns at the edges), len(masks) vectors, each read masked (bfloat16 pairs: their
+        columns past N − 1 read at N − 1)."""
         with self.e.labelled(self.label + ".pack_b"):
             self._pack(j0, masks)
 
@@ -755,7 +775,12 @@ class _Kernels:
             def store(q: SSAValue, at: SSAValue, v: SSAValue) -> None:
                 e.emit(vector.StoreOp(v, self.panel, [q, at]))
 
-            pack_pairs(e, self.b, self.shape.rhs_transposed, self.k_lo, self.k_hi, j0, self.lanes, self.nr, store, ahead)
+            if masks is None:
+                pack_pairs(e, self.b, self.shape.rhs_transposed, self.k_lo, self.k_hi, j0, self.lanes, self.nr, store, ahead)
+            else:  # an edge: a column at a time, columns past N − 1 read at N − 1, for lanes the masked stores drop
+                last = e.emit(arith.SubiOp(self.n, e.idx(1)))
+                pack_pair_columns(e, self.b, self.shape.rhs_transposed, self.k_lo, self.k_hi, j0, len(masks) * self.lanes,
+                                  store, self.chunk_pairs(), last=last)
             return
         nr = self.nr if masks is None else len(masks)
         if self.shape.rhs_transposed and masks is not None:
@@ -774,27 +799,6 @@ class _Kernels:
                 e.emit(vector.StoreOp(self._b_lanes(k, j, masks and masks[c]), self.panel, [row, e.idx(c * self.lanes)]))
             if ahead is not None:
                 e.emit(PrefetchOp(self.b, [k, ahead], write=False))
-
-    def pack_edge_pairs(self, j0: SSAValue, nr: int) -> None:
-        """The chunk's pairs of B for the nr vectors of columns from j0 at an edge, into the
-        panel as pack_pairs lays them out, a column at a time (lane_tail), columns past N − 1
-        read at N − 1: their lanes feed only accumulator lanes the masked stores drop."""
-        e = self.e
-        last = e.emit(arith.SubiOp(self.n, e.idx(1)))
-        one = VectorType(i32, [1])
-        pair_t = VectorType(bf16, [2])
-        with lane_tail(e, j0, nr * self.lanes, last) as (col, column):
-            at = e.emit(arith.AddiOp(col, col))
-            with e.loop(self.chunk_pairs()) as q:
-                k = e.emit(arith.AddiOp(self.k_lo, e.emit(arith.AddiOp(q, q))))
-                k1, odd = second(e, k, self.k_hi)
-                if self.shape.rhs_transposed:
-                    lo, hi = e.load(self.b, [column, k]), e.load(self.b, [column, k1])
-                else:
-                    lo, hi = e.load(self.b, [k, column]), e.load(self.b, [k1, column])
-                pair = pair_bits(e, lo, hi, odd)
-                e.emit(vector.StoreOp(e.emit(vector.BitcastOp(e.emit(vector.BroadcastOp(pair, one)), pair_t)),
-                                      self.panel, [q, at]))
 
     def widens_a(self) -> bool:
         """Whether A (bfloat16 or float16, read [i, k], contiguous along k) is widened once per
@@ -1173,21 +1177,17 @@ class _Kernels:
         a panel the row blocks read (pack): read in place, a power-of-two row stride made every
         row block wait on B's lines (GEMMs 2 and 3 of the FLCE gradient at H = 2048: their
         edges, 16 columns of 2048, took 2.7 % of the samples). bfloat16 pairs (dot) pack their
-        pairs a column at a time (pack_edge_pairs) and run on dots as the whole blocks do. They
+        pairs a column at a time (pack_pair_columns) and run on dots as the whole blocks do. They
         read B in place a lane at a time on float32 FMAs before: the FLCE bfloat16 gradient at
         4096 x 4000 x 8192 (32 edge columns of 4000) spent 6.7 % of its samples in those edges,
         and ran 1.06x faster on dots, 1.33x at 2048 x 1000 x 32000 (Zen 5, 2 threads, 6 rounds
         of bench/ab.py each; 1.006x at 4096 x 4096 x 8192, which has no edges)."""
         e = self.e
-        nr = min(self.nr, -(-(self.line_bytes // 4) // self.lanes))
+        nr = self.edge_nr
         with e.loop(hi, lo, e.idx(nr * self.lanes)) as j0:
             masks = [e.emit(vector.CreateMaskOp([e.emit(arith.SubiOp(hi, _plus(e, j0, c * self.lanes)))], VectorType(i1, [self.lanes])))
                      for c in range(nr)]
-            if not self.dot:
-                self.pack(j0, masks)
-            else:
-                with e.labelled(self.label + ".pack_b"):
-                    self.pack_edge_pairs(j0, nr)
+            self.pack(j0, masks)
             self.rows(j0, nr, masks)
 
 
