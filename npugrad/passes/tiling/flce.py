@@ -47,6 +47,18 @@ beta = 0; block 0 then zeroed nothing ahead): the same bits, and 0.992x, 0.995x 
 waited at 4.7 of 33 steps a call with the fill as without it: the per-step waits above come
 and go with the machine's state.
 
+Measured and not kept: a thin first vocabulary tile, so that block 1's first wait is shorter.
+Tile 0 took a quarter (or an eighth) of v rows, rounded to 16, and the tiles after it started
+that much earlier. Block 1's first wait fell from 18.9 ms to 4.1 ms a call (bench/flag_waits.py,
+FLCE bfloat16 4096 x 4096 x 8192, 2 threads, Zen 5). Its other waits grew from 9 to 20 blocked
+checks a call, though, and the total barely moved: 25.4 ms against 23.4. With no lag to absorb
+them, block 0's slow steps held block 1 up instead. The calls were 1.011x and 1.012x as fast,
+0.96-1.07 round by round (8 rounds of bench/ab.py). Kept, it would also change the sums' order
+from the one-block nest's. What the waits cost (2.4-2.6 % of the call) is the wavefront's. Only
+blocks more than a step apart would save it, for example blocks starting a fixed distance apart
+in the vocabulary. But a tile's sum would then start from a token tile that depends on P, and the
+results would no longer be bit-identical for every thread count.
+
 Only GEMM 3 has to wait for the block before: GEMMs 1 and 2 of a block's token tiles depend on
 no other block. The distributed nest (distribute_fused_flce) runs its token loop in phases over
 groups of token tiles (flce_groups.py: GEMMs 1 and 2 and the softmax gradient of the group's
