@@ -53,6 +53,13 @@ stays in the L2 across the group instead of the whole tile (4 MiB of float32 at 
 through memory once per token tile. On a Zen 5 (FLCE float32, 2 threads) GEMM 3's epilogue fell
 from 5.1 % of the kernel's samples to 2.1 % at 4096 x 4096 x 8192, and the calls took as long:
 1.001x and 1.000x there and at 2048 x 2048 x 32000 (10 rounds each of bench/ab.py).
+Also measured and not kept: GEMM 3's phase before GEMM 2's, after the same wait. The idea was
+that GEMM 3's pack would find the group's X rows still in the L3, where GEMM 1 had read them,
+before GEMM 2 streamed dX's float32 accumulator through it. The pack's share of the samples
+did not move, though: 3.9 % against 3.8 % (FLCE bfloat16 4096 x 4096 x 8192, 2 threads, Zen 5).
+Block 1's waits grew from 25 to 31 ms a call, since only GEMM 1 and the softmax were now left
+to run before its first wait. The calls were 1.017x as fast, 0.84-1.03 round by round (10
+rounds of bench/ab.py).
 
 The wait for the block before moves from the start of the step to GEMM 3: GEMMs 1 and 2 and the
 softmax read nothing another block writes, so a block runs them while the block before finishes
