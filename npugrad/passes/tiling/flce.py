@@ -54,10 +54,18 @@ FLCE bfloat16 4096 x 4096 x 8192, 2 threads, Zen 5). Its other waits grew from 9
 checks a call, though, and the total barely moved: 25.4 ms against 23.4. With no lag to absorb
 them, block 0's slow steps held block 1 up instead. The calls were 1.011x and 1.012x as fast,
 0.96-1.07 round by round (8 rounds of bench/ab.py). Kept, it would also change the sums' order
-from the one-block nest's. What the waits cost (2.4-2.6 % of the call) is the wavefront's. Only
-blocks more than a step apart would save it, for example blocks starting a fixed distance apart
-in the vocabulary. But a tile's sum would then start from a token tile that depends on P, and the
-results would no longer be bit-identical for every thread count.
+from the one-block nest's.
+
+What the wavefront costs in all (bench/flag_waits.py's table per block, the same size): block 1's
+waits and block 0's idle end, 2.8-3.6 % of both cores' time in bfloat16 and 2.2-2.6 % in
+float32. Blocks that never wait would not win it back, though. Measured for the timing only
+(wrong sums): every wait made a count of 0, and block b working on vocabulary tile
+(u − b − 1 + b·⌊nv/2⌋) mod nv, so that the two blocks work half the vocabulary apart and never on
+one tile at once. That ran 0.920x as fast in bfloat16 (10 rounds, 0.90-0.98) and 1.016x in
+float32 (6 rounds, 0.98-1.02). What else differs: in the wavefront both blocks read the same W
+tile within a step (GEMMs 1 and 2 pack it once per group), and in float32 block 1 reads the dW
+rows that block 0 has just written. Half the vocabulary apart, each block reads its own W tile,
+and in float32 its own dW rows. (The bfloat16 ring's slots were still taken a step apart.)
 
 Only GEMM 3 has to wait for the block before: GEMMs 1 and 2 of a block's token tiles depend on
 no other block. The distributed nest (distribute_fused_flce) runs its token loop in phases over
