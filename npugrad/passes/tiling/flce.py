@@ -58,14 +58,15 @@ from the one-block nest's.
 
 What the wavefront costs in all (bench/flag_waits.py's table per block, the same size): block 1's
 waits and block 0's idle end, 2.8-3.6 % of both cores' time in bfloat16 and 2.2-2.6 % in
-float32. Blocks that never wait would not win it back, though. Measured for the timing only
-(wrong sums): every wait made a count of 0, and block b working on vocabulary tile
-(u − b − 1 + b·⌊nv/2⌋) mod nv, so that the two blocks work half the vocabulary apart and never on
-one tile at once. That ran 0.920x as fast in bfloat16 (10 rounds, 0.90-0.98) and 1.016x in
+float32. Blocks that never wait would not win it back, though. This was measured for the timing
+only, with wrong sums. Every wait was made a count of 0, and block b worked on vocabulary tile
+(u − b − 1 + b·⌊nv/2⌋) mod nv, so that the two blocks stayed half the vocabulary apart and never
+worked on one tile at once. The bfloat16 ring had 13 slots, so that its slots never met either.
+The calls ran 0.978x and 0.969x as fast in bfloat16 (10 and 12 rounds, 0.93-1.06) and 1.016x in
 float32 (6 rounds, 0.98-1.02). What else differs: in the wavefront both blocks read the same W
-tile within a step (GEMMs 1 and 2 pack it once per group), and in float32 block 1 reads the dW
-rows that block 0 has just written. Half the vocabulary apart, each block reads its own W tile,
-and in float32 its own dW rows. (The bfloat16 ring's slots were still taken a step apart.)
+tile within a step (GEMMs 1 and 2 pack it once per group), and block 1 reads the dW
+accumulator rows that block 0 has just written. Half the vocabulary apart, each block reads its
+own. (With the ring's 5 slots the blocks had shared slots: 0.920x.)
 
 Only GEMM 3 has to wait for the block before: GEMMs 1 and 2 of a block's token tiles depend on
 no other block. The distributed nest (distribute_fused_flce) runs its token loop in phases over
