@@ -53,6 +53,17 @@ stays in the L2 across the group instead of the whole tile (4 MiB of float32 at 
 through memory once per token tile. On a Zen 5 (FLCE float32, 2 threads) GEMM 3's epilogue fell
 from 5.1 % of the kernel's samples to 2.1 % at 4096 x 4096 x 8192, and the calls took as long:
 1.001x and 1.000x there and at 2048 x 2048 x 32000 (10 rounds each of bench/ab.py).
+Also measured and not kept: larger groups than group_cap allows (Zen 5, 1 MiB L2, 32 MiB L3,
+bfloat16 unless said otherwise, 2 threads, bench/ab.py). Measured as the block's tiles split
+into N groups, against group_cap's groups of at most 5 tiles of 252 x 256 (1.3 MiB of stash):
+- BT = 4096 (9 tiles a block): one group of 9 (2.3 MiB) ran 1.014x and 1.019x (10 and 16
+  rounds, 0.98-1.06), and 1.008x in float32 (6 rounds). That is W's packs once a step instead
+  of twice, and block 1's first wait after GEMMs 1 and 2 of all its tiles.
+- BT = 16384 (33 tiles a block, 7 groups by group_cap): one group (8.5 MiB) ran 0.962x, three
+  groups 0.996x and four 1.018x (5 rounds each, 0.89-1.03).
+The best here is 8 or 9 tiles a group, about twice the L2, where the stash already spills to
+the L3. Nothing in the target's description gives that size, and the float32 4096 x 4096 x 8192
+gradient's memory would go from 3.1 to about 5.2 MiB for 0.8 %.
 Also measured and not kept: GEMM 3's phase before GEMM 2's, after the same wait. The idea was
 that GEMM 3's pack would find the group's X rows still in the L3, where GEMM 1 had read them,
 before GEMM 2 streamed dX's float32 accumulator through it. The pack's share of the samples
