@@ -11,7 +11,13 @@ from test_flce import MODES, _check, _operands
 from npugrad import ops
 from npugrad.compiler import Pipeline
 from npugrad.dtypes import BFLOAT16
-from npugrad.passes.vectorize_contractions import VectorizeContractionsPass, c_prefetch, dot_bf16, reduction_chunk
+from npugrad.passes.vectorize_contractions import (
+    VectorizeContractionsPass,
+    ahead_locality,
+    c_prefetch,
+    dot_bf16,
+    reduction_chunk,
+)
 from npugrad.runtime.launch import using
 from npugrad.targets import get as get_target
 
@@ -315,3 +321,31 @@ def test_c_is_prefetched_into_the_level_b_panel_leaves_it_in(toml, dot):
     target = from_dict(small_l2, "small-l2")
     l1 = min(lv.capacity for lv in target.local_levels())
     assert c_prefetch(target, dot) == (True, 3), l1
+
+
+@pytest.mark.parametrize("toml, dot, locality", [
+    ("zen3.toml", False, 2),  # AVX2: KC 512 rows of B, 32 KiB of lines: all of the 32 KiB L1
+    ("avx512.toml", False, 3),  # 256 rows: 16 KiB of lines, at most half the 48 KiB L1
+    ("avx512bf16.toml", False, 3),
+    ("avx512bf16.toml", True, 2),  # pairs: 512 rows, 32 KiB of lines, more than half the L1
+])
+def test_the_next_panels_lines_go_where_all_kc_of_them_fit_half_of_it(toml, dot, locality):
+    """B's pack asks for one line of the next panel per row of B it reads (KC rows): into the
+    L1 where KC lines take at most half of it, else into the L2 (prefetcht1); in the code, on
+    both of a pair's rows."""
+    import tomllib
+    from pathlib import Path
+
+    from npugrad.passes.vectorize_contractions import kernel_chunk, line_bytes, panel_level
+    from npugrad.targets.target import from_dict
+
+    target = get_target(f"tests/lit/Inputs/{toml}")
+    l1 = target.level(panel_level(target)).capacity
+    lines = kernel_chunk(target, dot) * line_bytes(target)
+    assert (lines <= l1 // 2) == (locality == 3), (lines, l1)
+    assert ahead_locality(target, dot) == locality
+    # An L1 four times larger holds every chunk's lines (KC from the L2's rule stays put).
+    big_l1 = tomllib.loads((Path(__file__).parent / "lit" / "Inputs" / toml).read_text())
+    level = next(lv for lv in big_l1["level"] if lv["name"] == "l1")
+    level["capacity"] = f"{4 * l1 // 1024}KiB"
+    assert ahead_locality(from_dict(big_l1, "big-l1"), dot) == 3

@@ -245,7 +245,8 @@ def second(e: IRBuilder, k: SSAValue, k_hi: SSAValue) -> tuple[SSAValue, SSAValu
 
 
 def pack_pairs(e: IRBuilder, b: SSAValue, transposed_b: bool, k_lo: SSAValue, k_hi: SSAValue, j0: SSAValue,
-               lanes: int, nr: int, store: Callable[[SSAValue, SSAValue, SSAValue], None], ahead: SSAValue | None = None) -> None:
+               lanes: int, nr: int, store: Callable[[SSAValue, SSAValue, SSAValue], None], ahead: SSAValue | None = None,
+               locality: int = 3) -> None:
     """store(q, at, v) for each pair q of reduction steps k = k_lo + 2q, k + 1 (k + 1 zero past
     k_hi) and the panel's nr·lanes columns j0 + c: v holds the pairs (B[k, j], B[k + 1, j]) of
     consecutive columns, what x86vector.avx512.dot reads, the first of them column j0 + at / 2
@@ -290,8 +291,8 @@ def pack_pairs(e: IRBuilder, b: SSAValue, transposed_b: bool, k_lo: SSAValue, k_
                 hi = e.const(0.0, half) if k1 is None else e.emit(vector.LoadOp(b, [k1, j], half))
                 store(q, e.idx(2 * c * lanes), interleaved(e, lo, hi))
             if ahead is not None and k1 is not None:
-                e.emit(PrefetchOp(b, [k, ahead], write=False))
-                e.emit(PrefetchOp(b, [k1, ahead], write=False))
+                e.emit(PrefetchOp(b, [k, ahead], write=False, locality=locality))
+                e.emit(PrefetchOp(b, [k1, ahead], write=False, locality=locality))
 
 
 def panel_level(target: Target) -> str | None:
@@ -331,7 +332,7 @@ def next_panel(e: IRBuilder, j0: SSAValue, wide: int, n: SSAValue) -> SSAValue:
     panel's row is two lines: asking for both of the next panel's read 1.002x (16 rounds), and
     both of the panel after it 1.013x (20 rounds, single rounds 0.93-1.06; GEMM 3's pack of X's
     token tile 2.8 % of the samples instead of 3.3), within the noise (Zen 5, FLCE bfloat16
-    4096 x 4096 x 8192, 2 threads, bench/ab.py): not kept."""
+    4096 x 4096 x 8192, 2 threads, bench/ab.py): not kept. Into which level: ahead_locality."""
     last = e.emit(arith.SubiOp(n, e.idx(1)))
     return e.emit(arith.MinUIOp(_plus(e, j0, 2 * wide - 1), last))
 
@@ -467,6 +468,27 @@ def kernel_chunk(target: Target, dot: bool) -> int:
     return reduction_chunk(target, panel_width(target), 2 if dot else 4)
 
 
+def ahead_locality(target: Target, dot: bool) -> int:
+    """The locality hint (memref.prefetch) of the lines B's pack asks for a panel ahead
+    (next_panel): one line for each of the chunk's rows of B, KC of them (kernel_chunk:
+    bfloat16 pairs take twice float32's rows). Into the smallest level (3) where they take at
+    most half of it, else into the next (2: prefetcht1), where they wait out the row blocks'
+    stream of the current panel without taking its room. Measured on a Zen 5 (48 KiB L1; FLCE
+    gradient, 2 threads, bench/ab.py, calls taking turns):
+    - bfloat16 pairs' 512 lines (32 KiB) into the L2: 1.024x as fast at 4096 x 4096 x 8192 (16
+      rounds, 1.00-1.06; prefetcht2 there 1.027x and 1.029x), 1.028x at 2048 x 2048 x 32000
+      (10 rounds), 1.000x at 4096 x 4000 x 8192 (6 rounds). At 4096 x 4096 x 8192 the
+      k-loops went from 84.7 % of the kernel's samples to 88.7 %, and the packs of W's tile
+      and X's token tile from 6.5 % to 5.1 % (bench/loop_profile.py).
+    - float32's 256 lines (16 KiB) into the L2, against this rule: 0.982x, 0.996x and 0.990x at
+      4096 x 4096 x 8192 (10-12 rounds), 1.013x at 2048 x 2048 x 32000 (8 rounds).
+    - An AVX2 CPU's float32 panels (zen3.toml: KC 512, 32 KiB of lines on a 32 KiB L1) take the
+      L2 by this rule: compiled for that description and run on the Zen 5, 1.007x and 1.005x
+      (2048 x 2048 x 32000 and 4096 x 4096 x 8192, 6 rounds each)."""
+    level = target.level(panel_level(target)).capacity
+    return 3 if kernel_chunk(target, dot) * line_bytes(target) <= level // 2 else 2
+
+
 def c_prefetch(target: Target, dot: bool) -> tuple[bool, int]:
     """How a block prefetches C's lines when it starts (block): (write, locality hint). Into
     the smallest level, for writing (the stores to come: prefetchw on an x86 with PRFCHW, else
@@ -531,6 +553,7 @@ class _Kernels:
         self.pairs = VectorType(bf16, [2 * self.lanes])
         self.kc = kernel_chunk(target, self.dot)
         self.c_prefetch = c_prefetch(target, self.dot)
+        self.ahead_locality = ahead_locality(target, self.dot)
         self.k_lo = self.k_hi = self.k  # the current reduction chunk, set by emit()
         self.panel = panel  # KC x NR vectors of float32 (dot: KC/2 x NR vectors of pairs): B's panel, packed (emit)
         self.a_wide: SSAValue | None = None  # A's rows over the chunk, widened to float32 (widen_a)
@@ -781,7 +804,8 @@ class _Kernels:
                 e.emit(vector.StoreOp(v, self.panel, [q, at]))
 
             if masks is None:
-                pack_pairs(e, self.b, self.shape.rhs_transposed, self.k_lo, self.k_hi, j0, self.lanes, self.nr, store, ahead)
+                pack_pairs(e, self.b, self.shape.rhs_transposed, self.k_lo, self.k_hi, j0, self.lanes, self.nr, store, ahead,
+                           self.ahead_locality)
             else:  # an edge: a column at a time, columns past N − 1 read at N − 1, for lanes the masked stores drop
                 last = e.emit(arith.SubiOp(self.n, e.idx(1)))
                 pack_pair_columns(e, self.b, self.shape.rhs_transposed, self.k_lo, self.k_hi, j0, len(masks) * self.lanes,
@@ -803,7 +827,7 @@ class _Kernels:
                 j = self._column(j0, c, masks is not None)
                 e.emit(vector.StoreOp(self._b_lanes(k, j, masks and masks[c]), self.panel, [row, e.idx(c * self.lanes)]))
             if ahead is not None:
-                e.emit(PrefetchOp(self.b, [k, ahead], write=False))
+                e.emit(PrefetchOp(self.b, [k, ahead], write=False, locality=self.ahead_locality))
 
     def widens_a(self) -> bool:
         """Whether A (bfloat16 or float16, read [i, k], contiguous along k) is widened once per

@@ -384,7 +384,10 @@
 // (A[i, k], A[i, k + 1]) as they are, so nothing packs it: each pair is one i32 read in place
 // and broadcast. The pack of B interleaves rows k and k + 1 over the chunk's whole pairs, no
 // select in the loop; an odd count's last row comes alone after them (a loop of 0 or 1
-// iterations), its second half zero: never a read past the end. The 6 x 4 block is 24 dots a
+// iterations), its second half zero: never a read past the end. Each pair of rows prefetches
+// both rows' line of the next panel into the L2 (locality 2: the chunk's 512 rows of B ask for
+// 32 KiB of lines, more than half the 48 KiB L1; ahead_locality), where float32's 256 rows go
+// into the L1 (locality 3, above). The 6 x 4 block is 24 dots a
 // pair of steps. Where the chunk's count is
 // odd, its last step comes alone after the whole pairs (a loop of 0 or 1 iterations from where
 // they end), A's scalar widened to an i32 with a zero second half: never a read past the row.
@@ -409,7 +412,8 @@
 // DOT-NEXT:       %[[I:.*]] = vector.shuffle %[[R0]], %[[R1]] [0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31] : vector<16xbf16>, vector<16xbf16>
 // DOT-NEXT:       vector.store %[[I]], %b_panel[%[[PQ]], %{{.*}}] : memref<256x128xbf16>, vector<32xbf16>
 // DOT-NOT:        arith.select
-// DOT:            memref.prefetch %b[%[[K1]], %{{.*}}], read
+// DOT:            memref.prefetch %b[%[[K]], %[[AHEAD:.*]]], read, locality<2>, data : memref<?x?xbf16>
+// DOT-NEXT:       memref.prefetch %b[%[[K1]], %[[AHEAD]]], read, locality<2>, data : memref<?x?xbf16>
 // DOT-NEXT:     }
 // DOT-NEXT:     scf.for %[[PT:.*]] = %[[PAIRS]] to %{{.*}} step %{{.*}} {
 // DOT-NEXT:       %[[PT2:.*]] = arith.addi %[[PT]], %[[PT]] : index
