@@ -1024,7 +1024,15 @@ class _Kernels:
         blocks took 1.4 and 1.5 % of the samples with line-aligned arrays, 3.1 and 2.4 % with
         NumPy's. Hoisted panels start where C's memory, if it is there before their loop, has
         its first line (hoisted_panels). Not for bfloat16 pairs (dot): their C is a float32
-        accumulator of the nest's own, line-aligned.
+        accumulator of the nest's own, line-aligned. Their B can still be NumPy's, 16 bytes past a
+        line: X in GEMM 3 of the FLCE bfloat16 gradient. Its pack then took 613 samples where it
+        took 500 with X and W on lines (6 calls at 4096 x 4096 x 8192, Zen 5, 2 threads), and the
+        calls ran about 1.03x as fast with X on lines (two runs of 8 and 14 rounds, calls taking
+        turns, single rounds 0.98-1.08). Measured and not kept: for dot, the blocks started at
+        B's first line instead. The aligned pack took 500 samples again, but the edges took 64
+        columns a row, packed a column at a time (156 samples) and run as 6 x 1 blocks (156),
+        and C's rows were no longer on lines (GEMM 3's epilogue: 303 samples against 114). The
+        calls ran 1.002x as fast with X 16 bytes past a line (10 rounds).
         With the blocks so placed, NumPy's outputs cost no more than line-aligned ones: FLCE
         float32 2048 x 2048 x 32000 into outputs 48 and 16 bytes past a line (np.full) and into
         the output pool's (runtime/memory.py), calls taking turns, 1.002x (8 rounds, 0.98-1.04;
