@@ -106,17 +106,22 @@ class FlagReport:
     steps: list[tuple[int, float, float]]  # the last call's (value, start ms, waited ms) of blocked waits
 
 
-def report(calls: list[list[tuple[int, int, float, float, int]]], blocks: int) -> list[FlagReport]:
-    """Per flag, over the calls: the flag's index is its address's offset from the call's lowest
+def _by_flag(call: list[tuple[int, int, float, float, int]]) -> list[tuple[int, int, float, float, int]]:
+    """A call's checks with the flag's index for its address: the offset from the call's lowest
     flag address in 64-byte lines (one counter a line: tiling/flce.py's _FLAG_STRIDE)."""
+    base = min((a for a, *_ in call), default=0)
+    return [((address - base) // 64, *rest) for address, *rest in call]
+
+
+def report(calls: list[list[tuple[int, int, float, float, int]]], blocks: int) -> list[FlagReport]:
+    """Per flag, over the calls (_by_flag)."""
     per_flag: dict[int, list[list[tuple[int, float, float]]]] = {}
     for call in calls:
         if not call:
             continue
-        base = min(a for a, *_ in call)
         seen: dict[int, list[tuple[int, float, float]]] = {}
-        for address, value, waited, at, _ in call:
-            seen.setdefault((address - base) // 64, []).append((value, at, waited))
+        for flag, value, waited, at, _ in _by_flag(call):
+            seen.setdefault(flag, []).append((value, at, waited))
         for flag, entries in seen.items():
             per_flag.setdefault(flag, []).append(entries)
     out = []
@@ -158,10 +163,9 @@ def block_report(calls: list[list[tuple[int, int, float, float, int]]], walls: l
     for call, wall in zip(calls, walls):
         if not call:
             continue
-        base = min(a for a, *_ in call)
         threads: dict[int, list[tuple[int, int, float, float]]] = {}
-        for address, value, w, at, thread in call:
-            threads.setdefault(thread, []).append(((address - base) // 64, value, w, at))
+        for flag, value, w, at, thread in _by_flag(call):
+            threads.setdefault(thread, []).append((flag, value, w, at))
         for checks in threads.values():
             read = sorted({flag for flag, value, _, _ in checks if value > 0 and flag + 1 < blocks})
             block = read[0] + 1 if read else 0

@@ -335,9 +335,9 @@ def next_panel(e: IRBuilder, j0: SSAValue, wide: int, n: SSAValue) -> SSAValue:
     panel's row is two lines: asking for both of the next panel's read 1.002x (16 rounds), and
     both of the panel after it 1.013x (20 rounds, single rounds 0.93-1.06; GEMM 3's pack of X's
     token tile 2.8 % of the samples instead of 3.3), within the noise (Zen 5, FLCE bfloat16
-    4096 x 4096 x 8192, 2 threads, bench/ab.py): not kept. Into which level: ahead_locality. With the bfloat16 lines in the L2 (prefetcht1),
-    both lines of the next panel's row ran 0.980x, and the last line two panels ahead 0.997x (10
-    rounds each, the same size)."""
+    4096 x 4096 x 8192, 2 threads, bench/ab.py): not kept. Into which level: ahead_locality.
+    With the bfloat16 lines in the L2 (prefetcht1), both lines of the next panel's row ran
+    0.980x, and the last line two panels ahead 0.997x (10 rounds each, the same size)."""
     last = e.emit(arith.SubiOp(n, e.idx(1)))
     return e.emit(arith.MinUIOp(_plus(e, j0, 2 * wide - 1), last))
 
@@ -473,6 +473,12 @@ def kernel_chunk(target: Target, dot: bool) -> int:
     return reduction_chunk(target, panel_width(target), 2 if dot else 4)
 
 
+def half_panel_level(target: Target) -> int:
+    """Half the bytes of the level the panels live in (panel_level): what lines a block asks
+    for ahead may take there without taking the panel's room (c_prefetch, ahead_locality)."""
+    return target.level(panel_level(target)).capacity // 2
+
+
 def ahead_locality(target: Target, dot: bool) -> int:
     """The locality hint (memref.prefetch) of the lines B's pack asks for a panel ahead
     (next_panel): one line for each of the chunk's rows of B, KC of them (kernel_chunk:
@@ -491,8 +497,7 @@ def ahead_locality(target: Target, dot: bool) -> int:
     - An AVX2 CPU's float32 panels (zen3.toml: KC 512, 32 KiB of lines on a 32 KiB L1) take the
       L2 by this rule: compiled for that description and run on the Zen 5, 1.007x and 1.005x
       (2048 x 2048 x 32000 and 4096 x 4096 x 8192, 6 rounds each)."""
-    level = target.level(panel_level(target)).capacity
-    return 3 if kernel_chunk(target, dot) * line_bytes(target) <= level // 2 else 2
+    return 3 if kernel_chunk(target, dot) * line_bytes(target) <= half_panel_level(target) else 2
 
 
 def c_prefetch(target: Target, dot: bool) -> tuple[bool, int]:
@@ -508,9 +513,8 @@ def c_prefetch(target: Target, dot: bool) -> tuple[bool, int]:
     4096 x 4096 x 8192); a read prefetch into the L1 (prefetcht0) 1.002x (bfloat16 2048 x 2048
     x 32000). On a Zen 5 (a 64 KiB panel, a 48 KiB L1; 10 and 16 rounds): bfloat16 0.98x and
     1.00x at 4096 x 4096 x 8192, float32 1.02x at 2048 x 2048 x 32000."""
-    level = target.level(panel_level(target)).capacity
     panel = kernel_chunk(target, dot) * panel_width(target) * (2 if dot else 4)
-    return (True, 3) if panel <= level // 2 else (False, 2)
+    return (True, 3) if panel <= half_panel_level(target) else (False, 2)
 
 
 def summing_chunk(gen: GenericOp, target: Target) -> int | None:
