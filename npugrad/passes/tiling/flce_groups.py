@@ -63,7 +63,10 @@ into N groups, against group_cap's groups of at most 5 tiles of 252 x 256 (1.3 M
   groups 0.996x and four 1.018x (5 rounds each, 0.89-1.03).
 The best here is 8 or 9 tiles a group, about twice the L2, where the stash already spills to
 the L3. Nothing in the target's description gives that size, and the float32 4096 x 4096 x 8192
-gradient's memory would go from 3.1 to about 5.2 MiB for 0.8 %.
+gradient's memory would go from 3.1 to about 5.2 MiB for 0.8 %. Measured again in a later
+session (the same machine and size, 10 rounds each): one group 0.989x; only the last block in
+one group (its lag behind the block before then GEMM 3's phases alone, the other blocks capped)
+0.997x; groups of at most 3 tiles (3 + 3 + 3) 0.992x and of 2 0.978x.
 Also measured and not kept: GEMM 3's phase before GEMM 2's, after the same wait. The idea was
 that GEMM 3's pack would find the group's X rows still in the L3, where GEMM 1 had read them,
 before GEMM 2 streamed dX's float32 accumulator through it. The pack's share of the samples
