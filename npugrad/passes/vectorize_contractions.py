@@ -261,7 +261,19 @@ def pack_pairs(e: IRBuilder, b: SSAValue, transposed_b: bool, k_lo: SSAValue, k_
     last pairs (fewer than lanes) a column at a time (lane_tail). B read [j, k] asks for no
     lines ahead: its lanes rows' lines one or two blocks of pairs on, into the L2, made the
     FLCE bfloat16 gradient 0.981x and 0.985x as fast (GEMM 1's pack of W's tile; Zen 5, 4096 x
-    4096 x 8192, 10 rounds of bench/ab.py)."""
+    4096 x 8192, 10 rounds of bench/ab.py).
+
+    What GEMM 3's pack of X's token tile costs there (the same size and machine, 10 rounds, for
+    the timing only): with the pack left out (the panel stale, the sums wrong) the calls ran
+    1.044x as fast; with every panel packed twice, the second time from lines just read, 0.972x.
+    The pack costs about what its reads of X's lines do, not its shuffles. A column panel of
+    X's rows, 8 KiB apart (H = 4096), falls into a few sets of the L1 and the L2. A
+    microbenchmark on one core (gcc -O3, the tile's 228 rows, a panel of 64 columns at a time)
+    took 26-37 cycles a pair of rows whichever way it interleaved them: vpermt2w from two
+    halves (as here), from whole vectors, vpmovzxwd with a shift and an or, or vpunpck with
+    vpermt2q. Packing the tile row by row instead (all panels at once, reading rows
+    contiguously) took 0.69x the time, but it writes 1.8 MiB a tile that GEMM 3 then reads
+    back: with that read, 0.93x, about 0.2 % of the call."""
     words = VectorType(i32, [lanes])
     pairs_t = VectorType(bf16, [2 * lanes])
     count = e.emit(arith.DivUIOp(e.emit(arith.AddiOp(e.emit(arith.SubiOp(k_hi, k_lo)), e.idx(1))), e.idx(2)))
@@ -1482,7 +1494,15 @@ class VectorizeContraction(RewritePattern):
         to 0.3 %, but its reduction loop from 29.2 % to 32.4 %: the first row block of each
         panel read it from memory. With the next panel's rows prefetched into the L2 a few per
         row block, that loop held 29.8 %, yet the call ran 0.965x as fast (16 rounds of
-        bench/ab.py, 0.89-1.00): what it lost lies outside the samples of the kernel's code."""
+        bench/ab.py, 0.89-1.00): what it lost lies outside the samples of the kernel's code.
+        Measured again with each core packing only its own rows (row_span's [lo, hi): the token
+        loop's first tile and the start of the tile after its last, through the group loop, 16
+        MiB a core; a token tile's pairs read where its rows fall in the span, start a pair and
+        end one, else packed per call as before): 1.002x (10 rounds). GEMM 3's reduction loop
+        went from 29.5 % of the samples to 31.0 % as its pack's 2.9 % went. Each row block
+        prefetching a slice of the next panel's pairs: 1.008x and 1.005x, into the L2 or the
+        L1; each panel's pairs copied into the micro-kernel's own panel before its row blocks:
+        0.978x (the same size and machine, 10 rounds each)."""
         loop, b, offset = invariant_loop(gen), gen.inputs[1], None
         dot = dots(gen, shape, self.target)
         if loop is None and not shape.rhs_transposed and not dot and (rows := invariant_rows(gen)) is not None:
