@@ -56,6 +56,15 @@ them, block 0's slow steps held block 1 up instead. The calls were 1.011x and 1.
 0.96-1.07 round by round (8 rounds of bench/ab.py). Kept, it would also change the sums' order
 from the one-block nest's.
 
+Also measured and not kept: the vocabulary tiled half a tile later, so that both the first and
+the last tile are half tiles (tile u the rows [max(u·v − v/2, 0), min((u + 1)·v − v/2, V)),
+one tile more), for a shorter fill and a shorter drain. In the same measurement (bfloat16 4096
+x 4096 x 8192, Zen 5, 2 threads) block 1's first wait fell to 3.5 ms, but it then waited at
+25.7 of 33 steps, 27.7 ms in all, and block 0 was still done 20.5 ms before the end: GEMM 3's
+pack of X's token tiles costs a half tile what it costs a whole one. The calls ran 0.988x as
+fast (12 rounds, 0.94-1.08). (This was the wavefront's tiling only: the one-block nest, which
+one thread runs, would have needed it too.)
+
 What the wavefront costs in all (bench/flag_waits.py's table per block, the same size): block 1's
 waits and block 0's idle end, 2.8-3.6 % of both cores' time in bfloat16 and 2.2-2.6 % in
 float32. Blocks that never wait would not win it back, though. This was measured for the timing
