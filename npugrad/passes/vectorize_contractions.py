@@ -1495,10 +1495,10 @@ class VectorizeContraction(RewritePattern):
         panel read it from memory. With the next panel's rows prefetched into the L2 a few per
         row block, that loop held 29.8 %, yet the call ran 0.965x as fast (16 rounds of
         bench/ab.py, 0.89-1.00): what it lost lies outside the samples of the kernel's code.
-        Measured again with each core packing only its own rows (row_span's [lo, hi): the token
-        loop's first tile and the start of the tile after its last, through the group loop, 16
-        MiB a core; a token tile's pairs read where its rows fall in the span, start a pair and
-        end one, else packed per call as before): 1.002x (10 rounds). GEMM 3's reduction loop
+        Measured again with each core packing only its own rows (a span [lo, hi) computed before
+        the loop: the offset with the group and token loops' indices at their lower bounds, and
+        at their upper ones; 16 MiB a core; a token tile's pairs read where its rows fall in the
+        span, start a pair and end one, else packed per call as before): 1.002x (10 rounds). GEMM 3's reduction loop
         went from 29.5 % of the samples to 31.0 % as its pack's 2.9 % went. Each row block
         prefetching a slice of the next panel's pairs: 1.008x and 1.005x, into the L2 or the
         L1; each panel's pairs copied into the micro-kernel's own panel before its row blocks:
