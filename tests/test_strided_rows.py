@@ -77,3 +77,57 @@ def test_elementwise_and_row_ops_on_padded_rows(rng):
     idx = rng.integers(0, 11, n)
     np.testing.assert_array_equal(ops.embedding_dense_backward(padded(grad), idx, 11),
                                   ops.embedding_dense_backward(grad, idx, 11))
+
+
+def _flce_case(bt: int, h: int, v: int, dtype, seed: int = 3):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((bt, h), dtype=np.float32) * np.float32(h**-0.5)).astype(dtype)
+    w = (rng.standard_normal((v, h), dtype=np.float32) * np.float32(0.05)).astype(dtype)
+    t = rng.integers(0, v, bt)
+    g = (rng.random(bt, dtype=np.float32) + np.float32(0.5)) / np.float32(bt)
+    z = x.astype(np.float32) @ w.astype(np.float32).T
+    lm = z.max(1)
+    se = np.exp(z - lm[:, None]).sum(1).astype(np.float32)
+    return g, x, w, np.zeros(bt, np.bool_), t, lm, se
+
+
+def test_flce_spreads_rows_a_page_apart_only_where_they_are():
+    """ops/flce.spread_rows: a 2-byte X whose rows are a multiple of a page apart and which
+    outgrows the L2 is copied with its rows a line further apart; the copy holds X's values.
+    float32, rows not such a multiple apart, and inputs within the L2 are read in place."""
+    from npugrad.ops.flce import WAY_BYTES, spread_rows
+    from npugrad.ops.loss import _cpu
+
+    l2 = _cpu().role("vector").capacity
+    h = WAY_BYTES  # 2-byte rows of 8 KiB
+    rows = l2 // (2 * h) + 8
+    x = np.random.default_rng(0).standard_normal((rows, h), dtype=np.float32).astype(BFLOAT16)
+    spread = spread_rows(x)
+    assert spread is not None and spread.shape == x.shape and spread.strides[0] % WAY_BYTES != 0
+    assert spread.strides[0] > x.strides[0] and spread.strides[1] == x.itemsize
+    assert np.array_equal(spread.view(np.uint16), x.view(np.uint16))
+    assert spread_rows(x.astype(np.float32)) is None
+    assert spread_rows(x[: l2 // (2 * h) // 2]) is None  # within the L2
+    assert spread_rows(np.ascontiguousarray(x[:, : h - 8])) is None  # rows not a page multiple apart
+    assert spread_rows(padded(x)) is None  # not C-contiguous: the caller's pitch is kept
+
+
+@pytest.mark.parametrize("skip_rows", [False, True])
+def test_flce_gradient_on_spread_rows_matches_x_read_in_place(skip_rows):
+    """The bfloat16 gradient over an X that spread_rows copies gives, bit for bit, what it gives
+    over the same X padded by the caller (read in place, never copied), with rows whose upstream
+    gradient is 0 left out or not."""
+    from npugrad.ops.flce import spread_rows
+    from npugrad.ops.loss import _cpu
+
+    h = 2048
+    bt = max(64, _cpu().role("vector").capacity // (2 * h) + 40)
+    g, x, w, mask, t, lm, se = _flce_case(bt, h, 96, BFLOAT16)
+    if skip_rows:
+        g[::5] = 0
+    assert spread_rows(x) is not None
+    got = ops.fused_linear_cross_entropy_loss_grad(g, x, w, mask, t, logits_max=lm, sum_exp_logits=se)
+    want = ops.fused_linear_cross_entropy_loss_grad(g, padded(x), w, mask, t, logits_max=lm, sum_exp_logits=se)
+    for a, b in zip(got, want):
+        assert np.array_equal(a.view(np.uint16), b.view(np.uint16))
+    assert not np.any(got[0][::5].view(np.uint16)) if skip_rows else np.any(got[0].view(np.uint16))
