@@ -969,7 +969,18 @@ class _Kernels:
         one process, calls taking turns, ran 1.10x and 1.25x faster at 4096 x 4096 x 8192 (10
         rounds, twice) and 1.21x at 2048 x 2048 x 32000 (8 rounds), each the median of the
         rounds' ratios; the 2 x 2 block alone (a C microbenchmark, the slow regime) 690-770
-        GFLOP/s per core in this order against 530-550 loads first, over 64 and 512 KiB operands."""
+        GFLOP/s per core in this order against 530-550 loads first, over 64 and 512 KiB operands.
+
+        Measured and not kept on an Intel Xeon with AMX (family 6, 2 vCPUs, 48 KiB L1d, 2 MiB L2;
+        FLCE bfloat16 gradient 4096 x 4096 x 8192, 2 threads, variants compiled in one process,
+        calls taking turns, 6-8 rounds): A read [i, k] in place (X in GEMM 1, rows 8 KiB apart)
+        copied a chunk at a time into rows a line more than the chunk apart, as pack_a_rows
+        leaves them: 1.004x and 1.007x. GEMM 1's k-loops fell from 30 % of the samples to 18 %
+        and the copy took 8 %: the wait on X's lines moved into it. With each row's lines
+        prefetched two or four rows ahead: 1.002x and 1.001x. KC 384 and 256 instead of 1024
+        (A's 32-row block then in the L1, reused by every panel): 1.015x and 1.010x, within
+        the rounds' spread (0.98-1.14). What did pay was X's rows spread over the cache sets
+        once a call, before the kernel (ops/flce.spread_rows: 1.08x)."""
         e = self.e
         op_tile = TileType(AMX_TILE, AMX_STEPS, bf16)
         acc_tile = TileType(AMX_TILE, AMX_TILE, f32)

@@ -547,7 +547,14 @@ HOST_DEFAULTS = (
 
 def host_costs(levels: list[str], lanes: int) -> tuple[tuple[Unit, ...], tuple[CopyPath, ...], float]:
     """The defaults above: one unit doing all work, a path between every two levels (a CPU copies
-    anything), and the dram's shared bandwidth."""
+    anything), and the dram's shared bandwidth.
+
+    Measured and not kept: a bfloat16 matrix rate of AMX's tdpbf16ps (1024 FLOP a cycle) where
+    the host has AMX-BF16. The model then found the FLCE bfloat16 gradient bound by memory and
+    chose a 416 x 296 tile for 4096 x 4096 x 8192 where it chose 512 x 256; 296 columns are no
+    multiple of AMX's 32-column blocks, whose edge then ran on vdpbf16ps, and the calls ran
+    0.666x as fast (416 x 320: 1.009x; Intel Xeon with AMX, 2 threads, 8 rounds of bench/ab.py).
+    The tile search knows no micro-kernel's block to round to."""
     cpu = Unit("cpu", WORK, (("matrix", "any", 4.0 * lanes), ("vector", "any", 2.0 * lanes), ("scalar", "any", 2.0)),
                HOST_LOOP)
     paths = tuple(CopyPath(a, b, min(_HOST_COPY.get(a, 4.0), _HOST_COPY.get(b, 4.0)), HOST_COPY_SETUP)
