@@ -92,10 +92,10 @@ def _flce_case(bt: int, h: int, v: int, dtype, seed: int = 3):
 
 
 def test_flce_spreads_rows_a_page_apart_only_where_they_are():
-    """ops/flce.spread_rows: a 2-byte X whose rows are a multiple of a page apart and which
+    """ops/common.spread_rows: a 2-byte X whose rows are a multiple of a page apart and which
     outgrows the L2 is copied with its rows a line further apart; the copy holds X's values.
     float32, rows not such a multiple apart, and inputs within the L2 are read in place."""
-    from npugrad.ops.flce import WAY_BYTES, spread_rows
+    from npugrad.ops.common import WAY_BYTES, spread_rows
     from npugrad.ops.loss import _cpu
 
     l2 = _cpu().role("vector").capacity
@@ -117,7 +117,7 @@ def test_flce_gradient_on_spread_rows_matches_x_read_in_place(skip_rows):
     """The bfloat16 gradient over an X that spread_rows copies gives, bit for bit, what it gives
     over the same X padded by the caller (read in place, never copied), with rows whose upstream
     gradient is 0 left out or not."""
-    from npugrad.ops.flce import spread_rows
+    from npugrad.ops.common import spread_rows
     from npugrad.ops.loss import _cpu
 
     h = 2048
@@ -131,3 +131,21 @@ def test_flce_gradient_on_spread_rows_matches_x_read_in_place(skip_rows):
     for a, b in zip(got, want):
         assert np.array_equal(a.view(np.uint16), b.view(np.uint16))
     assert not np.any(got[0][::5].view(np.uint16)) if skip_rows else np.any(got[0].view(np.uint16))
+
+
+def test_forward_statistics_on_spread_rows_match_x_read_in_place():
+    """fused_linear_online_max_sum over a bfloat16 X that spread_rows copies gives, bit for bit,
+    what it gives over the same X padded by the caller (read in place)."""
+    from npugrad.ops.common import spread_rows
+    from npugrad.ops.loss import _cpu
+
+    h = 2048
+    bt = max(64, _cpu().role("vector").capacity // (2 * h) + 40)
+    _, x, w, _, t, _, _ = _flce_case(bt, h, 200, BFLOAT16)
+    assert spread_rows(x) is not None
+    got = ops.fused_linear_online_max_sum(x, w, t, 0, 200)
+    want = ops.fused_linear_online_max_sum(padded(x), w, t, 0, 200)
+    for a, b in zip(got, want):
+        if isinstance(a, np.ndarray):
+            assert np.array_equal(a, b)
+    assert np.all(np.isfinite(got[0])) and np.all(got[1] >= 1)

@@ -6,7 +6,17 @@ import numpy as np
 
 from npugrad.dialect import FusedLinearCrossEntropyLossGradOp
 from npugrad.dialect.checks import SignatureError
-from npugrad.ops.common import all_in_range, allocate, as_input, flag, integer, output, real, reject_overlap
+from npugrad.ops.common import (
+    all_in_range,
+    allocate,
+    as_input,
+    flag,
+    integer,
+    output,
+    real,
+    reject_overlap,
+    spread_rows,
+)
 from npugrad.reference import unpack_target_mask
 from npugrad.runtime.launch import Call, check, two_phase
 
@@ -88,41 +98,6 @@ def fused_linear_cross_entropy_loss_grad(
     return _RowsThatCount(FusedLinearCrossEntropyLossGradOp, arrays, props,
                           (arrays["input_grad_out"], arrays["weight_grad_out"]),
                           lambda a: _check_targets(a["target_mask"], a["masked_target"], bt, v), fresh=fresh)
-
-
-# Rows this many bytes apart share the L1's cache sets on x86 (its way: a page, the L1 being
-# indexed by the page offset) and, in fewer sets than their number, the L2's (spread_rows).
-WAY_BYTES = 4096
-
-
-def spread_rows(x: np.ndarray) -> np.ndarray | None:
-    """A copy of the 2-byte input X whose rows are a cache line more than a multiple of WAY_BYTES
-    apart, made where X's own rows are such a multiple apart and X outgrows the L2 (None
-    otherwise: the kernel reads X in place). The kernel reads X again for every vocabulary tile
-    (GEMM 1's rows, GEMM 3's pack of the token tile's column panels); rows 8 KiB apart (H = 4096)
-    fall into one set of the L1 and a sixteenth of the L2's, and a panel's lines evict each other
-    before they are read again. The copy comes from the output pool (runtime/memory.py) and costs
-    one pass over X (4.7 ms for the bfloat16 4096 x 4096 input, 1.5 ms at 2048 x 2048) and X's
-    size in memory while the call runs. Measured on an Intel Xeon with AMX (family 6, 2 vCPUs,
-    48 KiB L1d, 2 MiB L2; FLCE bfloat16 gradient, 2 threads, calls taking turns, 6 rounds): the
-    copy and the call 1.084x as fast as the call on X in place at 4096 x 4096 x 8192 and 1.083x at
-    2048 x 2048 x 32000. Not for float32: 1.025x there with X padded by hand (2048 x 2048 x
-    32000), against 16 MiB more memory for a gradient that takes 3 MiB."""
-    if x.ndim != 2 or x.itemsize != 2 or not x.flags.c_contiguous or x.strides[0] % WAY_BYTES:
-        return None
-    from npugrad.ops.loss import _cpu
-    from npugrad.passes.vectorize_contractions import line_bytes
-    from npugrad.runtime import memory
-
-    cpu = _cpu()
-    l2 = cpu.role("vector").capacity
-    if l2 is None or x.nbytes <= l2:
-        return None
-    line = line_bytes(cpu) // x.itemsize
-    rows, h = x.shape
-    spread = memory.empty((rows, h + line), x.dtype)[:, :h]
-    np.copyto(spread, x)
-    return spread
 
 
 _ROW_OPERANDS = ("grad", "input", "masked_target", "logits_max", "sum_exp_logits", "softmax", "softmax_block_max")
