@@ -149,3 +149,19 @@ def test_forward_statistics_on_spread_rows_match_x_read_in_place():
         if isinstance(a, np.ndarray):
             assert np.array_equal(a, b)
     assert np.all(np.isfinite(got[0])) and np.all(got[1] >= 1)
+
+
+def test_spread_rows_copies_nothing_inside_rows_in_place():
+    """ops/loss.py's schedules run within rows_in_place: their memory budgets hold no copy of X,
+    in the caller's thread or in the pool's tasks."""
+    from npugrad.ops.common import rows_in_place, spread_rows
+    from npugrad.ops.loss import _cpu
+    from npugrad.runtime import pool
+
+    h = 2048
+    x = np.zeros((_cpu().role("vector").capacity // (2 * h) + 8, h), BFLOAT16)
+    assert spread_rows(x) is not None
+    with rows_in_place():
+        assert spread_rows(x) is None
+        assert pool.run_tasks([lambda: spread_rows(x), lambda: spread_rows(x)]) == [None, None]
+    assert spread_rows(x) is not None

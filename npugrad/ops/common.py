@@ -10,10 +10,12 @@ memory (`allocate`). Value checks that read the data (index ranges) run just bef
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import numbers
 import operator
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -407,6 +409,20 @@ def _overlapping(op: str, order: list[str], out: str, other: str, display: Mappi
 WAY_BYTES = 4096
 
 
+_SPREAD: contextvars.ContextVar[bool] = contextvars.ContextVar("npugrad_spread_rows", default=True)
+
+
+@contextlib.contextmanager
+def rows_in_place() -> Iterator[None]:
+    """Within the block (and the pool's tasks it starts), spread_rows copies nothing: for a
+    caller whose memory budget holds no copy of X (ops/loss.py's schedules)."""
+    token = _SPREAD.set(False)
+    try:
+        yield
+    finally:
+        _SPREAD.reset(token)
+
+
 def spread_rows(x: np.ndarray) -> np.ndarray | None:
     """A copy of the 2-byte input X whose rows are a cache line more than a multiple of WAY_BYTES
     apart, made where X's own rows are such a multiple apart and X outgrows the L2 (None
@@ -421,9 +437,9 @@ def spread_rows(x: np.ndarray) -> np.ndarray | None:
     copy and the call 1.084x as fast as the call on X in place at 4096 x 4096 x 8192 and 1.083x at
     2048 x 2048 x 32000 (peak extra memory 135 -> 170 MiB at 4096 x 4096 x 8192); the forward
     statistics (fused_linear_online_max_sum) 1.26x at 4096 x 4096 x 32000 and 1.28x at 2048 x
-    2048 x 32000, the same bits. Not for float32: the gradient 1.025x with X padded by hand
+    2048 x 32000, the same bits. Not inside rows_in_place (ops/loss.py). Not for float32: the gradient 1.025x with X padded by hand
     (2048 x 2048 x 32000), against 16 MiB more memory for a call that takes 3 MiB."""
-    if x.ndim != 2 or x.itemsize != 2 or not x.flags.c_contiguous or x.strides[0] % WAY_BYTES:
+    if x.ndim != 2 or x.itemsize != 2 or not x.flags.c_contiguous or x.strides[0] % WAY_BYTES or not _SPREAD.get():
         return None
     from npugrad.ops.loss import _cpu
     from npugrad.passes.vectorize_contractions import line_bytes

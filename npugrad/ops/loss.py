@@ -111,7 +111,7 @@ from npugrad.collectives import Group, InProcess
 from npugrad.dialect import FusedLinearCrossEntropyLossGradOp
 from npugrad.dialect.checks import SignatureError, SignatureTypeError
 from npugrad.dtypes import BFLOAT16
-from npugrad.ops.common import aligned_empty, as_input, first_bad_id, flag, integer, prefault, real
+from npugrad.ops.common import aligned_empty, as_input, first_bad_id, flag, integer, prefault, real, rows_in_place
 from npugrad.ops.flce import fused_linear_cross_entropy_loss_grad
 from npugrad.ops.forward import fused_cross_entropy_loss_with_max_sum, fused_linear_online_max_sum
 from npugrad.runtime import pool
@@ -230,13 +230,14 @@ def linear_cross_entropy(input, weight, target, *, shards: int | None = None, ig
         per_row = np.full(n, factor * upstream, F32)
     opts = _Options(cap, alpha, zl, k, group)
     rows_per_chunk = _chunk_rows(chunk, ws, x.dtype, n, bt, x.shape[1], opts) if want_grad else 0
-    if rows_per_chunk:
-        loss_c, dx_c, dws = _chunked(xc, yc, ws, per_row, rows_per_chunk, opts)
-    else:
-        stats, loss_c = _statistics(xc, yc, _whole(ws), opts)
-        dx_c, dws = (_recomputed(xc, ws, stats, per_row, opts, _backward_rows(chunk, x.dtype, n, bt, x.shape[1], ws,
-                                                                                opts))
-                     if want_grad else (None, []))
+    with rows_in_place():  # the schedules' memory budgets hold no copy of X (ops/common.spread_rows)
+        if rows_per_chunk:
+            loss_c, dx_c, dws = _chunked(xc, yc, ws, per_row, rows_per_chunk, opts)
+        else:
+            stats, loss_c = _statistics(xc, yc, _whole(ws), opts)
+            dx_c, dws = (_recomputed(xc, ws, stats, per_row, opts, _backward_rows(chunk, x.dtype, n, bt, x.shape[1],
+                                                                                    ws, opts))
+                         if want_grad else (None, []))
 
     if reduction == "none":
         loss = np.zeros(bt, F32)
