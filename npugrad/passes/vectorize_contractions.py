@@ -979,8 +979,12 @@ class _Kernels:
         and the copy took 8 %: the wait on X's lines moved into it. With each row's lines
         prefetched two or four rows ahead: 1.002x and 1.001x. KC 384 and 256 instead of 1024
         (A's 32-row block then in the L1, reused by every panel): 1.015x and 1.010x, within
-        the rounds' spread (0.98-1.14). What did pay was X's rows spread over the cache sets
-        once a call, before the kernel (ops/flce.spread_rows: 1.08x)."""
+        the rounds' spread (0.98-1.14). C's lines (32 rows x 2) prefetched for writing a block
+        ahead into the L1, two blocks ahead, and two ahead into the L2, before C's tiles load:
+        0.985x, 1.007x and 1.005x (8 rounds), though the loads of C (GEMM 2's float32 dX
+        accumulator, GEMM 3's dW tile) hold most of those k-loops' samples. What did pay was
+        X's rows spread over the cache sets once a call, before the kernel
+        (ops/common.spread_rows: 1.08x)."""
         e = self.e
         op_tile = TileType(AMX_TILE, AMX_STEPS, bf16)
         acc_tile = TileType(AMX_TILE, AMX_TILE, f32)
