@@ -438,7 +438,10 @@ def spread_rows(x: np.ndarray) -> np.ndarray | None:
     2048 x 2048 x 32000 (peak extra memory 135 -> 170 MiB at 4096 x 4096 x 8192); the forward
     statistics (fused_linear_online_max_sum) 1.26x at 4096 x 4096 x 32000 and 1.28x at 2048 x
     2048 x 32000, the same bits. Not inside rows_in_place (ops/loss.py). Not for float32: the gradient 1.025x with X padded by hand
-    (2048 x 2048 x 32000), against 16 MiB more memory for a call that takes 3 MiB."""
+    (2048 x 2048 x 32000), against 16 MiB more memory for a call that takes 3 MiB. Not for W,
+    whose rows the kernels read once a vocabulary tile, into packed panels: the bfloat16
+    gradient with W padded by hand ran 1.022x at 4096 x 4096 x 8192 before the cost of a copy of
+    W (64 MiB there), and float32 1.000x at 2048 x 2048 x 32000 (6 rounds each)."""
     if x.ndim != 2 or x.itemsize != 2 or not x.flags.c_contiguous or x.strides[0] % WAY_BYTES or not _SPREAD.get():
         return None
     from npugrad.ops.loss import _cpu
