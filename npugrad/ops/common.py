@@ -23,7 +23,7 @@ from npugrad.dialect.checks import SignatureError, SignatureTypeError
 from npugrad.runtime import memory
 from npugrad.runtime.address import HUGE_PAGE_BYTES
 from npugrad.runtime.address import aligned as aligned_empty  # uninitialised, 64-byte aligned
-from npugrad.runtime.launch import as_input, owned_and_distinct
+from npugrad.runtime.launch import Call, as_input, owned_and_distinct
 
 __all__ = [
     "REDUCTION",
@@ -423,6 +423,15 @@ def rows_in_place() -> Iterator[None]:
         _SPREAD.reset(token)
 
 
+def kernel_cpu():
+    """The target the kernels run on (the current pipeline's cpu)."""
+    from npugrad.compiler import Pipeline
+    from npugrad.runtime.launch import current_pipeline
+    from npugrad.targets import get
+
+    return get((current_pipeline() or Pipeline()).cpu)
+
+
 def spread_rows(x: np.ndarray) -> np.ndarray | None:
     """A copy of the 2-byte input X whose rows are a cache line more than a multiple of WAY_BYTES
     apart, made where X's own rows are such a multiple apart and X outgrows the L2 (None
@@ -437,17 +446,17 @@ def spread_rows(x: np.ndarray) -> np.ndarray | None:
     copy and the call 1.084x as fast as the call on X in place at 4096 x 4096 x 8192 and 1.083x at
     2048 x 2048 x 32000 (peak extra memory 135 -> 170 MiB at 4096 x 4096 x 8192); the forward
     statistics (fused_linear_online_max_sum) 1.26x at 4096 x 4096 x 32000 and 1.28x at 2048 x
-    2048 x 32000, the same bits. Not inside rows_in_place (ops/loss.py). Not for float32: the gradient 1.025x with X padded by hand
-    (2048 x 2048 x 32000), against 16 MiB more memory for a call that takes 3 MiB. Not for W,
+    2048 x 32000, the same bits. Not inside rows_in_place (ops/loss.py). Not for float32: the
+    gradient 1.025x with X padded by hand (2048 x 2048 x 32000), against 16 MiB more memory for a
+    call that takes 3 MiB. Not for W,
     whose rows the kernels read once a vocabulary tile, into packed panels: the bfloat16
     gradient with W padded by hand ran 1.022x at 4096 x 4096 x 8192 before the cost of a copy of
     W (64 MiB there), and float32 1.000x at 2048 x 2048 x 32000 (6 rounds each)."""
     if x.ndim != 2 or x.itemsize != 2 or not x.flags.c_contiguous or x.strides[0] % WAY_BYTES or not _SPREAD.get():
         return None
-    from npugrad.ops.loss import _cpu
     from npugrad.passes.vectorize_contractions import line_bytes
 
-    cpu = _cpu()
+    cpu = kernel_cpu()
     l2 = cpu.role("vector").capacity
     if l2 is None or x.nbytes <= l2:
         return None
@@ -456,3 +465,16 @@ def spread_rows(x: np.ndarray) -> np.ndarray | None:
     spread = memory.empty((rows, h + line), x.dtype)[:, :h]
     np.copyto(spread, x)
     return spread
+
+
+class SpreadInput(Call):
+    """A call of an op with an `input` X, run on spread_rows' copy of X where it makes one."""
+
+    def run(self):
+        spread = spread_rows(self.arrays["input"])
+        if spread is None:
+            return super().run()
+        if self.value_check is not None:
+            self.value_check(self.arrays)
+        Call(self.op_cls, {**self.arrays, "input": spread}, self.props, None, static_shapes=self.static_shapes).run()
+        return self.result

@@ -7,6 +7,7 @@ import numpy as np
 from npugrad.dialect import FusedLinearCrossEntropyLossGradOp
 from npugrad.dialect.checks import SignatureError
 from npugrad.ops.common import (
+    SpreadInput,
     all_in_range,
     allocate,
     as_input,
@@ -103,7 +104,7 @@ def fused_linear_cross_entropy_loss_grad(
 _ROW_OPERANDS = ("grad", "input", "masked_target", "logits_max", "sum_exp_logits", "softmax", "softmax_block_max")
 
 
-class _RowsThatCount(Call):
+class _RowsThatCount(SpreadInput):
     """The call, with the rows whose upstream gradient is 0 left out of the kernel: such a row
     contributes nothing (FORWARD.md §4: its input_grad row is 0, whatever it holds, NaN or Inf
     included), so the kernel runs on the other rows, gathered, and time follows the rows that
@@ -113,25 +114,19 @@ class _RowsThatCount(Call):
         a = self.arrays
         grad = a["grad"]
         if _count_nonzero(grad) == grad.size:  # no row to leave out (NaN counts as non-zero)
-            spread = spread_rows(a["input"])
-            if spread is None:
-                return super().run()
-            if self.value_check is not None:
-                self.value_check(a)
-            Call(self.op_cls, {**a, "input": spread}, self.props, None, static_shapes=self.static_shapes).run()
-            return self.result
+            return super().run()
         skip = grad == 0
         if self.value_check is not None:
             self.value_check(a)
         keep = np.flatnonzero(~skip)
         compact = {k: (x[keep] if k in _ROW_OPERANDS and x is not None else x) for k, x in a.items()}
-        spread = spread_rows(compact["input"])
-        if spread is not None:
-            compact["input"] = spread
         compact["target_mask"] = _rows_of_mask(a["target_mask"], keep, skip.size)
         gx = a["input_grad_out"]
         accumulate = self.props.get("accumulate", False)
         compact["input_grad_out"] = gx[keep] if accumulate else np.empty((keep.size, gx.shape[1]), gx.dtype)
+        spread = spread_rows(compact["input"])
+        if spread is not None:
+            compact["input"] = spread
         Call(self.op_cls, compact, self.props, None, static_shapes=self.static_shapes).run()
         if not accumulate:  # accumulating, the skipped rows add 0: they keep what they hold
             gx[skip] = 0

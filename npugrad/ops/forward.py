@@ -11,7 +11,7 @@ import numpy as np
 
 from npugrad.dialect import FusedCrossEntropyLossWithMaxSumOp, FusedLinearOnlineMaxSumOp
 from npugrad.dialect.train import MAX_LOGITS_BLOCK
-from npugrad.ops.common import allocate, as_input, flag, integer, output, real, reject_overlap, spread_rows
+from npugrad.ops.common import SpreadInput, allocate, as_input, flag, integer, output, real, reject_overlap
 from npugrad.runtime.launch import Call, check, two_phase
 
 MAX_SUM = "fused_linear_online_max_sum"
@@ -102,21 +102,8 @@ def fused_linear_online_max_sum(input, weight, target, vocab_start_index, vocab_
                           arrays["predicted_logits_local_out"], arrays["target_mask_out"], arrays["masked_target_out"],
                           arrays["vocab_parallel_logits_out"], arrays["sum_logits_local_out"],
                           arrays["logits_block_max_out"])
-    return _SpreadInput(FusedLinearOnlineMaxSumOp, arrays, props, result, fresh=fresh)
+    return SpreadInput(FusedLinearOnlineMaxSumOp, arrays, props, result, fresh=fresh)
 
-
-class _SpreadInput(Call):
-    """The call, on a copy of X whose rows spread over the cache sets where X's own rows are a
-    multiple of a page apart (ops/common.spread_rows)."""
-
-    def run(self):
-        spread = spread_rows(self.arrays["input"])
-        if spread is None:
-            return super().run()
-        if self.value_check is not None:
-            self.value_check(self.arrays)
-        Call(self.op_cls, {**self.arrays, "input": spread}, self.props, None, static_shapes=self.static_shapes).run()
-        return self.result
 
 
 @two_phase(replay=True)

@@ -112,6 +112,7 @@ from npugrad.dialect import FusedLinearCrossEntropyLossGradOp
 from npugrad.dialect.checks import SignatureError, SignatureTypeError
 from npugrad.dtypes import BFLOAT16
 from npugrad.ops.common import aligned_empty, as_input, first_bad_id, flag, integer, prefault, real, rows_in_place
+from npugrad.ops.common import kernel_cpu as _cpu
 from npugrad.ops.flce import fused_linear_cross_entropy_loss_grad
 from npugrad.ops.forward import fused_cross_entropy_loss_with_max_sum, fused_linear_online_max_sum
 from npugrad.runtime import pool
@@ -593,15 +594,6 @@ def _tiles() -> dict[str, int]:
     from npugrad.passes.linear_nests import cpu_tiles
 
     return cpu_tiles(_cpu())
-
-
-def _cpu():
-    """The target the kernels run on (the current pipeline's cpu)."""
-    from npugrad.compiler import Pipeline
-    from npugrad.runtime.launch import current_pipeline
-    from npugrad.targets import get
-
-    return get((current_pipeline() or Pipeline()).cpu)
 
 
 def _cores() -> int:
