@@ -482,6 +482,9 @@ def kernel_chunk(target: Target, dot: bool) -> int:
     """KC of the micro-kernel on `target`: the reduction steps whose panel of B (float32, or
     with `dot` bfloat16 pairs: twice the steps) it packs and sums in registers before adding
     them into C."""
+    import os
+    if os.environ.get("NPUGRAD_KC"):
+        return int(os.environ["NPUGRAD_KC"]) * (2 if dot else 1)
     return reduction_chunk(target, panel_width(target), 2 if dot else 4)
 
 
@@ -527,6 +530,43 @@ def c_prefetch(target: Target, dot: bool) -> tuple[bool, int]:
     1.00x at 4096 x 4096 x 8192, float32 1.02x at 2048 x 2048 x 32000."""
     panel = kernel_chunk(target, dot) * panel_width(target) * (2 if dot else 4)
     return (True, 3) if panel <= half_panel_level(target) else (False, 2)
+
+
+def late_c_prefetch(target: Target, dot: bool) -> int:
+    """Where c_prefetch asks for a block's C lines into the next level (the L2), the reduction
+    steps (bfloat16 pairs: pairs of steps) before the end of the block's reduction loop at which
+    it asks for them again, into the smallest level (prefetcht0), so that the epilogue's loads of
+    C find them there; 0 where c_prefetch takes them into the smallest level itself, or the
+    target gives no copy path or matrix rate to size it by. The steps are those whose products,
+    at the target's matrix rate, take the cycles its copy path from that level to the smallest
+    one needs for the block's lines (the path's latency, then MR x the lines of a row of NR
+    vectors at its bandwidth): 6 pairs (bfloat16) and 11 steps (float32) on the host's defaults
+    with 512-bit vectors. The loop runs in two parts with the prefetches between them: the same
+    steps in the same order, the same bits. Measured on a Zen 5 (family 26, 48 KiB L1, 1 MiB L2,
+    where B's 64 KiB panel sends C's first prefetches to the L2; FLCE gradient, 2 threads,
+    bench/ab.py, calls taking turns, 10-14 rounds) against no late prefetch: float32 1.066x at
+    2048 x 2048 x 32000 (every round faster: 1.03-1.11) and 1.039x at 4096 x 4096 x 8192;
+    bfloat16 1.023x at 4096 x 4096 x 8192 (0.99-1.08) and 1.020x at 2048 x 2048 x 32000
+    (1.00-1.07). Before the rule, fixed distances for bfloat16 at 4096 x 4096 x 8192: 12 pairs
+    1.042x, 24 pairs 1.008-1.073x over five runs, 48 pairs 0.995x. In bench/loop_profile.py's
+    shares (24 pairs) the input_grad epilogue, C's loads of the float32 dX accumulator, went from
+    4.1 to 2.4 % of the bfloat16 gradient's samples."""
+    level = panel_level(target)
+    if level is None or c_prefetch(target, dot)[1] == 3:
+        return 0
+    parent = target.level(level).parent
+    path = target.path(parent, level) if parent is not None else None
+    unit = target.unit_for("matrix")
+    rate = unit.rate("matrix", "bf16" if dot else "f32") if unit is not None else None
+    if path is None or not path.bandwidth or not rate:
+        return 0
+    mr, nr = block_shape(target)
+    lanes = max(1, target.vector_bits // 32)
+    line = line_bytes(target)
+    lines = mr * -(-nr * lanes * 4 // line)
+    cycles = path.latency + lines * line / path.bandwidth
+    step = mr * nr * lanes * 2 * (2 if dot else 1) / rate  # cycles of one (pair) step's products
+    return max(1, math.ceil(cycles / step))
 
 
 def summing_chunk(gen: GenericOp, target: Target) -> int | None:
@@ -575,6 +615,7 @@ class _Kernels:
         self.pairs = VectorType(bf16, [2 * self.lanes])
         self.kc = kernel_chunk(target, self.dot)
         self.c_prefetch = c_prefetch(target, self.dot)
+        self.late = late_c_prefetch(target, self.dot)
         self.ahead_locality = ahead_locality(target, self.dot)
         self.k_lo = self.k_hi = self.k  # the current reduction chunk, set by emit()
         self.panel = panel  # KC x NR vectors of float32 (dot: KC/2 x NR vectors of pairs): B's panel, packed (emit)
@@ -633,9 +674,11 @@ class _Kernels:
     def block(self, i0: SSAValue, j0: SSAValue, nr: int, masks: list[SSAValue] | None = None,
               last: SSAValue | None = None, every_row: bool = False) -> None:
         """C[i0:i0+MR, j0:j0+nr·lanes] += A·B over the chunk, the MR×nr accumulators in registers
-        from zero, C's lines prefetched first (c_prefetch) and read last; B's rows read from the
-        packed panel (the block's view, if any: columns_either), or, with `masks` (one per
-        vector, for the columns at the edges), from the edge's own, C read and written masked.
+        from zero, C's lines prefetched first (c_prefetch), where they went to the L2 into the
+        L1 again late_c_prefetch's steps before the reduction loop ends (not at the edges), and
+        read last; B's rows read from the packed panel (the block's view, if any:
+        columns_either), or, with `masks` (one per vector, for the columns at the edges), from
+        the edge's own, C read and written masked.
         With `last` (≥ i0), row i0 + r is row min(i0 + r, last). Its reduction loop is labelled
         `.k_edge` with `masks`, `.k_tail` with `last`, unless the block is one of a loop over
         `every_row` (rows), and `.k` otherwise.
@@ -662,12 +705,18 @@ class _Kernels:
         zero = e.const(0.0, self.f32x)
         accs = [zero] * (self.mr * nr)
         part = ".k_edge" if masks is not None else ".k_tail" if last is not None and not every_row else ".k"
+        late = None
+        if masks is None and self.late:
+            def late() -> None:
+                for i in rows:
+                    for j in lines:
+                        e.emit(PrefetchOp(self.c, [i, j], write=False, locality=3))
         with e.labelled(self.label + part):
             if self.dot:
-                self.pair_steps(rows, nr, accs)
+                self.pair_steps(rows, nr, accs, late)
             else:
-                self.steps(rows, nr, accs, masks)
-                _unrolled(accs[0], 2 if masks is None and last is None else 1)
+                for loop in self.steps(rows, nr, accs, masks, late):
+                    _unrolled(loop.results[0], 2 if masks is None and last is None else 1)
         for result in accs:
             result.name_hint = "sum"
         # Every load of C before any store: C's rows a power of two apart share their low 12
@@ -680,10 +729,35 @@ class _Kernels:
             else:
                 e.emit(vector.MaskedStoreOp(self.c, [i, cols[c]], masks[c], total))
 
-    def steps(self, rows: list[SSAValue], nr: int, accs: list[SSAValue], masks: list[SSAValue] | None) -> None:
-        """The chunk's reduction steps into `accs`, one FMA per accumulator per step."""
+    def reduction_loops(self, ub: SSAValue, accs: list[SSAValue], lb: SSAValue | None, late: Callable[[], None] | None,
+                        body: Callable[[SSAValue, list[SSAValue], list[SSAValue]], None]) -> list[scf.ForOp]:
+        """The reduction loop over [lb, ub) carrying `accs` (e.carried_loop), `body(iv, carried,
+        updated)` emitting its steps; with `late`, two such loops, the second over the last
+        self.late iterations (late_c_prefetch), late() emitting the prefetches between them.
+        The loops, in order."""
         e = self.e
-        with e.carried_loop(self.k_hi, accs, lb=self.k_lo) as (k, carried, updated):
+        spans = [(lb, ub)]
+        if late is not None:
+            split = e.emit(arith.MaxSIOp(e.emit(arith.SubiOp(ub, e.idx(self.late))), lb or e.idx(0)))
+            spans = [(lb, split), (split, ub)]
+        loops = []
+        for n, (lo, hi) in enumerate(spans):
+            if n:
+                late()  # type: ignore[misc]
+            with e.carried_loop(hi, accs, lb=lo) as (iv, carried, updated):
+                body(iv, carried, updated)
+            loop = accs[0].owner
+            assert isinstance(loop, scf.ForOp), loop
+            loops.append(loop)
+        return loops
+
+    def steps(self, rows: list[SSAValue], nr: int, accs: list[SSAValue], masks: list[SSAValue] | None,
+              late: Callable[[], None] | None = None) -> list[scf.ForOp]:
+        """The chunk's reduction steps into `accs`, one FMA per accumulator per step (with
+        `late`, in two loops: reduction_loops); the loops."""
+        e = self.e
+
+        def step(k: SSAValue, carried: list[SSAValue], updated: list[SSAValue]) -> None:
             k.name_hint = "k"
             for arg in carried:
                 arg.name_hint = "acc"
@@ -702,7 +776,10 @@ class _Kernels:
                 a.name_hint = "a"
                 updated += [e.emit(vector.FMAOp(a, b, carried[r * nr + c])) for c, b in enumerate(bs)]
 
-    def pair_steps(self, rows: list[SSAValue], nr: int, accs: list[SSAValue]) -> None:
+        return self.reduction_loops(self.k_hi, accs, self.k_lo, late, step)
+
+    def pair_steps(self, rows: list[SSAValue], nr: int, accs: list[SSAValue],
+                   late: Callable[[], None] | None = None) -> None:
         """The chunk's reduction steps into `accs` two at a time, one x86vector.avx512.dot per
         accumulator per pair: B's pairs from the packed panel (pair q0 + q of the chunk at row
         q0 + q of its own, q0 + q + delta of the block's view: columns_either), A's pair for
@@ -741,7 +818,7 @@ class _Kernels:
         def a_step(q: SSAValue) -> SSAValue:
             return e.emit(arith.AddiOp(self.k_lo, e.emit(arith.AddiOp(q, q))))
 
-        with e.carried_loop(whole, accs) as (q, carried, updated):
+        def pairs(q: SSAValue, carried: list[SSAValue], updated: list[SSAValue]) -> None:
             if in_place:
                 k = a_step(q)
                 pair(q, carried, updated, lambda i: e.emit(vector.ExtractOp(e.emit(vector.BitcastOp(
@@ -751,6 +828,8 @@ class _Kernels:
                 assert a_pairs is not None
                 row = q if self.q0 is None else e.emit(arith.AddiOp(q, self.q0))
                 pair(q, carried, updated, lambda i: e.load(a_pairs, [row, i]))
+
+        self.reduction_loops(whole, accs, None, late, pairs)
         if in_place:  # the odd count's last step: 0 or 1 iterations
             with e.carried_loop(self.chunk_pairs(), accs, lb=whole) as (q, carried, updated):
                 k = a_step(q)

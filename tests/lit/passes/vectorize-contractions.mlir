@@ -26,6 +26,37 @@
 // AVX2:       scf.for
 // AVX2-COUNT-12: vector.fma
 // AVX2:       } {loop_annotation = #llvm.loop_annotation<unroll = <count = 2 : i32>>}
+// Where the target gives a matrix rate and a copy path from the L2 into the L1 (as the host's
+// defaults and `npugrad calibrate`'s files do: Inputs/avx512_paths.toml), each block whose C lines
+// were asked into the L2 when it started asks for them again into the L1, late_c_prefetch's steps
+// before its reduction loop ends: the copy path's 32 cycles of latency and 6 x 4 lines at 16 bytes
+// a cycle (128 cycles) over the 12 cycles of a step's 24 FMAs at 64 FLOP a cycle, 11 steps. The
+// loop runs in two parts, the prefetches between them, the second from where the first stopped
+// with its sums; both parts keep the loop's unroll annotation. The masked edges do neither.
+// RUN: npugrad-opt %s -p 'vectorize-contractions{target="%inputs/avx512_paths.toml"}' | FileCheck %s --check-prefix=LATE
+// LATE-LABEL:    func.func @gemm
+// LATE:          %[[T:.*]] = arith.constant 11 : index
+// The row tail's block (its loops rolled), then the whole blocks'.
+// LATE:          scf.if
+// LATE:            } {loop_annotation = #llvm.loop_annotation<unroll = <disable = true>>}
+// LATE-COUNT-30:   memref.prefetch %c[%{{.*}}, %{{.*}}], read, locality<3>, data : memref<?x?xf32>
+// LATE-NEXT:       %sum{{.*}} = scf.for
+// LATE:            } {loop_annotation = #llvm.loop_annotation<unroll = <disable = true>>}
+// LATE:          scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// LATE-COUNT-30:   memref.prefetch %c[%{{.*}}, %{{.*}}], read, locality<2>, data : memref<?x?xf32>
+// LATE-NEXT:       %[[LEFT:.*]] = arith.subi %[[K1:.*]], %[[T]] : index
+// LATE-NEXT:       %[[SPLIT:.*]] = arith.maxsi %[[LEFT]], %[[K0:.*]] : index
+// LATE-NEXT:       %[[P0:[0-9a-z_]+]], {{.*}} = scf.for %k{{.*}} = %[[K0]] to %[[SPLIT]] step %{{.*}} iter_args(%acc{{.*}} = %[[ZERO:.*]], {{.*}})
+// LATE-COUNT-24:     vector.fma
+// LATE:            } {loop_annotation = #llvm.loop_annotation<unroll = <count = 2 : i32>>}
+// LATE-COUNT-30:   memref.prefetch %c[%{{.*}}, %{{.*}}], read, locality<3>, data : memref<?x?xf32>
+// LATE-NEXT:       %sum{{.*}} = scf.for %k{{.*}} = %[[SPLIT]] to %[[K1]] step %{{.*}} iter_args(%acc{{.*}} = %[[P0]], {{.*}})
+// LATE-COUNT-24:     vector.fma
+// LATE:            } {loop_annotation = #llvm.loop_annotation<unroll = <count = 2 : i32>>}
+// LATE-NEXT:       vector.load %c[%[[I]], %{{.*}}]
+// LATE-NOT:        locality<3>, data : memref<?x?xf32>
+// LATE-LABEL:    func.func @gemm_bf16_transposed_lhs
+// avx512.toml, without those figures, asks once (the CHECK lines below).
 // A target without vector registers keeps its contractions as they are.
 // RUN: npugrad-opt %s -p 'vectorize-contractions{target=npu-a2}' | FileCheck %s --check-prefix=NPU
 // In the pipeline: the stage after `tiled`, every GEMM of the fused nest vectorised for the host.
