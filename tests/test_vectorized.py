@@ -16,6 +16,7 @@ from npugrad.passes.vectorize_contractions import (
     ahead_locality,
     c_prefetch,
     dot_bf16,
+    late_c_prefetch,
     reduction_chunk,
 )
 from npugrad.runtime.launch import using
@@ -321,6 +322,30 @@ def test_c_is_prefetched_into_the_level_b_panel_leaves_it_in(toml, dot):
     target = from_dict(small_l2, "small-l2")
     l1 = min(lv.capacity for lv in target.local_levels())
     assert c_prefetch(target, dot) == (True, 3), l1
+
+
+@pytest.mark.parametrize("dot, steps", [(False, 11), (True, 6)])
+def test_late_c_prefetch_is_sized_by_the_copy_path_and_the_matrix_rate(dot, steps):
+    """The late prefetch of a block's C lines comes the steps before its loop ends that the L2 ->
+    L1 copy path needs for the block's 6 x 4 lines (32 cycles, then 1536 bytes at 16 a cycle: 128)
+    at the matrix rate (a float32 step's 24 FMAs of 16 lanes, 768 FLOP at 64 a cycle: 12 cycles;
+    a bfloat16 pair step twice that): more steps for a slower path, none where the description
+    gives no path, or where C's first prefetch already took the lines into the L1."""
+    import dataclasses
+    import tomllib
+    from pathlib import Path
+
+    from npugrad.targets.target import from_dict
+
+    inputs = Path(__file__).parent / "lit" / "Inputs"
+    target = get_target(str(inputs / "avx512_paths.toml"))
+    assert late_c_prefetch(target, dot) == steps
+    slow = dataclasses.replace(target, paths=tuple(dataclasses.replace(p, bandwidth=p.bandwidth / 4) for p in target.paths))
+    assert late_c_prefetch(slow, dot) > steps
+    assert late_c_prefetch(get_target(str(inputs / "avx512.toml")), dot) == 0  # no copy path
+    small_l2 = tomllib.loads((inputs / "avx512_paths.toml").read_text())
+    next(lv for lv in small_l2["level"] if lv["name"] == "l2")["capacity"] = "128KiB"
+    assert late_c_prefetch(from_dict(small_l2, "small-l2"), dot) == 0  # C's prefetch went to the L1
 
 
 @pytest.mark.parametrize("toml, dot, locality", [
