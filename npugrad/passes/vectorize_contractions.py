@@ -482,9 +482,6 @@ def kernel_chunk(target: Target, dot: bool) -> int:
     """KC of the micro-kernel on `target`: the reduction steps whose panel of B (float32, or
     with `dot` bfloat16 pairs: twice the steps) it packs and sums in registers before adding
     them into C."""
-    import os
-    if os.environ.get("NPUGRAD_KC"):
-        return int(os.environ["NPUGRAD_KC"]) * (2 if dot else 1)
     return reduction_chunk(target, panel_width(target), 2 if dot else 4)
 
 
