@@ -303,6 +303,18 @@ def test_the_reduction_chunk_is_the_larger_of_the_l1_and_l2_rules(toml, columns,
     assert kc * columns * element_bytes >= l1 // 2 and kc % 2 == 0
 
 
+def _resized(toml: str, level: str, capacity: str):
+    """The CPU description tests/lit/Inputs/`toml` with its `level` of `capacity` instead."""
+    import tomllib
+    from pathlib import Path
+
+    from npugrad.targets.target import from_dict
+
+    data = tomllib.loads((Path(__file__).parent / "lit" / "Inputs" / toml).read_text())
+    next(lv for lv in data["level"] if lv["name"] == level)["capacity"] = capacity
+    return from_dict(data, f"{level}-{capacity}")
+
+
 @pytest.mark.parametrize("toml, dot", [("zen3.toml", False), ("avx512.toml", False), ("avx512bf16.toml", True),
                                        ("avx512bf16.toml", False)])
 def test_c_is_prefetched_into_the_level_b_panel_leaves_it_in(toml, dot):
@@ -310,16 +322,8 @@ def test_c_is_prefetched_into_the_level_b_panel_leaves_it_in(toml, dot):
     C is read, takes more than half the L1 (KC from the L2's rule: every shipped CPU description),
     and for writing into the L1 where the L1's rule gave KC (an L2 a sixteenth of which is
     less than half the L1)."""
-    import tomllib
-    from pathlib import Path
-
-    from npugrad.targets.target import from_dict
-
     assert c_prefetch(get_target(f"tests/lit/Inputs/{toml}"), dot) == (False, 2)
-    small_l2 = tomllib.loads((Path(__file__).parent / "lit" / "Inputs" / toml).read_text())
-    l2 = next(lv for lv in small_l2["level"] if lv["name"] == "l2")
-    l2["capacity"] = "128KiB"
-    target = from_dict(small_l2, "small-l2")
+    target = _resized(toml, "l2", "128KiB")
     l1 = min(lv.capacity for lv in target.local_levels())
     assert c_prefetch(target, dot) == (True, 3), l1
 
@@ -332,20 +336,13 @@ def test_late_c_prefetch_is_sized_by_the_copy_path_and_the_matrix_rate(dot, step
     a bfloat16 pair step twice that): more steps for a slower path, none where the description
     gives no path, or where C's first prefetch already took the lines into the L1."""
     import dataclasses
-    import tomllib
-    from pathlib import Path
 
-    from npugrad.targets.target import from_dict
-
-    inputs = Path(__file__).parent / "lit" / "Inputs"
-    target = get_target(str(inputs / "avx512_paths.toml"))
+    target = get_target("tests/lit/Inputs/avx512_paths.toml")
     assert late_c_prefetch(target, dot) == steps
     slow = dataclasses.replace(target, paths=tuple(dataclasses.replace(p, bandwidth=p.bandwidth / 4) for p in target.paths))
     assert late_c_prefetch(slow, dot) > steps
-    assert late_c_prefetch(get_target(str(inputs / "avx512.toml")), dot) == 0  # no copy path
-    small_l2 = tomllib.loads((inputs / "avx512_paths.toml").read_text())
-    next(lv for lv in small_l2["level"] if lv["name"] == "l2")["capacity"] = "128KiB"
-    assert late_c_prefetch(from_dict(small_l2, "small-l2"), dot) == 0  # C's prefetch went to the L1
+    assert late_c_prefetch(get_target("tests/lit/Inputs/avx512.toml"), dot) == 0  # no copy path
+    assert late_c_prefetch(_resized("avx512_paths.toml", "l2", "128KiB"), dot) == 0  # C's prefetch went to the L1
 
 
 @pytest.mark.parametrize("toml, dot, locality", [
@@ -358,11 +355,7 @@ def test_the_next_panels_lines_go_where_all_kc_of_them_fit_half_of_it(toml, dot,
     """B's pack asks for one line of the next panel per row of B it reads (KC rows): into the
     L1 where KC lines take at most half of it, else into the L2 (prefetcht1); in the code, on
     both of a pair's rows."""
-    import tomllib
-    from pathlib import Path
-
     from npugrad.passes.vectorize_contractions import kernel_chunk, line_bytes, panel_level
-    from npugrad.targets.target import from_dict
 
     target = get_target(f"tests/lit/Inputs/{toml}")
     l1 = target.level(panel_level(target)).capacity
@@ -370,7 +363,4 @@ def test_the_next_panels_lines_go_where_all_kc_of_them_fit_half_of_it(toml, dot,
     assert (lines <= l1 // 2) == (locality == 3), (lines, l1)
     assert ahead_locality(target, dot) == locality
     # An L1 four times larger holds every chunk's lines (KC from the L2's rule stays put).
-    big_l1 = tomllib.loads((Path(__file__).parent / "lit" / "Inputs" / toml).read_text())
-    level = next(lv for lv in big_l1["level"] if lv["name"] == "l1")
-    level["capacity"] = f"{4 * l1 // 1024}KiB"
-    assert ahead_locality(from_dict(big_l1, "big-l1"), dot) == 3
+    assert ahead_locality(_resized(toml, "l1", f"{4 * l1 // 1024}KiB"), dot) == 3

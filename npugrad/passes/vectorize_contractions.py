@@ -557,12 +557,11 @@ def late_c_prefetch(target: Target, dot: bool) -> int:
     rate = unit.rate("matrix", "bf16" if dot else "f32") if unit is not None else None
     if path is None or not path.bandwidth or not rate:
         return 0
-    mr, nr = block_shape(target)
-    lanes = max(1, target.vector_bits // 32)
+    mr, width = block_shape(target)[0], panel_width(target)
     line = line_bytes(target)
-    lines = mr * -(-nr * lanes * 4 // line)
+    lines = mr * -(-width * 4 // line)
     cycles = path.latency + lines * line / path.bandwidth
-    step = mr * nr * lanes * 2 * (2 if dot else 1) / rate  # cycles of one (pair) step's products
+    step = mr * width * 2 * (2 if dot else 1) / rate  # cycles of one (pair) step's products
     return max(1, math.ceil(cycles / step))
 
 
@@ -695,19 +694,16 @@ class _Kernels:
         starts = {c * self.lanes: j for c, j in enumerate(cols)}
         lines = [j0] if masks is not None else [
             starts[c] if c in starts else e.emit(arith.AddiOp(j0, e.idx(c))) for c in self.line_offsets(nr)]
-        write, locality = self.c_prefetch
-        for i in rows:
-            for j in lines:
-                e.emit(PrefetchOp(self.c, [i, j], write=write, locality=locality))
+        def prefetch_c(write: bool, locality: int) -> None:
+            for i in rows:
+                for j in lines:
+                    e.emit(PrefetchOp(self.c, [i, j], write=write, locality=locality))
+
+        prefetch_c(*self.c_prefetch)
         zero = e.const(0.0, self.f32x)
         accs = [zero] * (self.mr * nr)
         part = ".k_edge" if masks is not None else ".k_tail" if last is not None and not every_row else ".k"
-        late = None
-        if masks is None and self.late:
-            def late() -> None:
-                for i in rows:
-                    for j in lines:
-                        e.emit(PrefetchOp(self.c, [i, j], write=False, locality=3))
+        late = functools.partial(prefetch_c, False, 3) if masks is None and self.late else None
         with e.labelled(self.label + part):
             if self.dot:
                 self.pair_steps(rows, nr, accs, late)
@@ -738,9 +734,9 @@ class _Kernels:
             split = e.emit(arith.MaxSIOp(e.emit(arith.SubiOp(ub, e.idx(self.late))), lb or e.idx(0)))
             spans = [(lb, split), (split, ub)]
         loops = []
-        for n, (lo, hi) in enumerate(spans):
-            if n:
-                late()  # type: ignore[misc]
+        for lo, hi in spans:
+            if loops and late is not None:
+                late()
             with e.carried_loop(hi, accs, lb=lo) as (iv, carried, updated):
                 body(iv, carried, updated)
             loop = accs[0].owner
