@@ -77,6 +77,20 @@ tile within a step (GEMMs 1 and 2 pack it once per group), and block 1 reads the
 accumulator rows that block 0 has just written. Half the vocabulary apart, each block reads its
 own. (With the ring's 5 slots the blocks had shared slots: 0.920x.)
 
+Which block is the slower one can move with the machine's state as much as with the blocks' extra
+work. On a Zen 5 in a slow state (bfloat16 4096 x 4096 x 8192, 2 threads, bench/flag_waits.py)
+block 0 was done 76 ms before the end and waited 19 ms a call for ring slots: block 1 was the
+slower, as if rounding the ring's tiles were its extra cost. With the rounding left out (wrong
+sums, for the timing) block 0 became the slower (block 1 waited 74 ms on it), although rounding a
+tile costs a small fraction of a step (weight_grad_final: 0.2 % of the call's samples). Measured
+and not kept: the rounding split between the two ends of the chain, block P − 1 rounding
+half of each tile's rows right after its GEMM 3 and block 0 the other half S = P + 1 + SLACK steps
+later (after its slot wait; the loop 1 + SLACK steps longer), each zeroing the rows it
+rounded so that the zero-filled slots (npu.alloc_shared) needed no start. The same bits; 1105 ms
+against 1097 (median of 6 fresh processes each, taking turns, 4 calls each), and the waits grew:
+block 1 116 ms a call on block 0, block 0 51 ms on the ring (its half read the tile back from
+memory, 3 steps after block P − 1 had written it).
+
 Only GEMM 3 has to wait for the block before: GEMMs 1 and 2 of a block's token tiles depend on
 no other block. The distributed nest (distribute_fused_flce) runs its token loop in phases over
 groups of token tiles (flce_groups.py: GEMMs 1 and 2 and the softmax gradient of the group's
